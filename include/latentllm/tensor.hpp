@@ -1,0 +1,55 @@
+// Element types, a non-owning tensor view and the dense matrix types used throughout.
+//
+// Glossary (matches the paper): d = hidden size, d' = output size of a linear map, d_h = head dim,
+// n_tok = tokens in a batch of windows, r = rank kept by a low-rank factorization.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <Eigen/Core>
+
+namespace latentllm {
+
+enum class DType { F32, F16, BF16 };
+
+// Bytes per element.
+std::size_t dtype_size(DType dtype);
+// The safetensors spelling: "F32", "F16", "BF16".
+std::string_view dtype_name(DType dtype);
+// Parses a safetensors dtype string; throws FormatError for anything else.
+DType parse_dtype(std::string_view name);
+
+// IEEE half / bfloat16 <-> float. f32 -> half rounds to nearest even, as numpy and torch do.
+float f16_to_f32(std::uint16_t h);
+std::uint16_t f32_to_f16(float f);
+float bf16_to_f32(std::uint16_t h);
+std::uint16_t f32_to_bf16(float f);
+
+// A view of tensor bytes owned elsewhere (usually a memory-mapped safetensors file).
+struct TensorView {
+  std::string name;               // HF tensor name, e.g. "model.decoder.layers.0.fc1.weight"
+  DType dtype = DType::F32;
+  std::vector<std::int64_t> shape;  // PyTorch order: a Linear weight is [out, in]
+  const std::byte* data = nullptr;  // little-endian, row-major
+  std::size_t nbytes = 0;
+
+  std::int64_t numel() const;
+  // Widens to float32 into out (numel() elements).
+  void to_f32(std::span<float> out) const;
+  std::vector<float> to_f32() const;
+};
+
+// Row-major float matrices hold weights ([out, in]) and activations ([n_tok, d]), so that a
+// safetensors tensor maps onto one without transposition.
+using MatrixF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using VectorF = Eigen::VectorXf;
+// Statistics and decompositions run in double (column-major, Eigen's default).
+using MatrixD = Eigen::MatrixXd;
+using VectorD = Eigen::VectorXd;
+
+}  // namespace latentllm

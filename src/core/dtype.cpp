@@ -1,0 +1,125 @@
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+#include "latentllm/error.hpp"
+#include "latentllm/tensor.hpp"
+
+namespace latentllm {
+
+std::size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return 4;
+    case DType::F16: return 2;
+    case DType::BF16: return 2;
+  }
+  return 0;
+}
+
+std::string_view dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return "F32";
+    case DType::F16: return "F16";
+    case DType::BF16: return "BF16";
+  }
+  return "?";
+}
+
+DType parse_dtype(std::string_view name) {
+  if (name == "F32") return DType::F32;
+  if (name == "F16") return DType::F16;
+  if (name == "BF16") return DType::BF16;
+  throw FormatError(fmt::format("unsupported dtype (expected F32, F16 or BF16, got {})", name));
+}
+
+float f16_to_f32(std::uint16_t h) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  std::uint32_t exp = (h >> 10) & 0x1fu;
+  std::uint32_t mant = h & 0x3ffu;
+  std::uint32_t bits;
+  if (exp == 0x1f) {  // inf / nan
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else if (exp != 0) {  // normal
+    bits = sign | ((exp + 112u) << 23) | (mant << 13);
+  } else if (mant == 0) {  // zero
+    bits = sign;
+  } else {  // subnormal: normalize
+    int e = -1;
+    do {
+      ++e;
+      mant <<= 1;
+    } while ((mant & 0x400u) == 0);
+    bits = sign | (static_cast<std::uint32_t>(112 - e) << 23) | ((mant & 0x3ffu) << 13);
+  }
+  return std::bit_cast<float>(bits);
+}
+
+std::uint16_t f32_to_f16(float f) {
+  const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
+  const std::uint32_t sign = (x >> 16) & 0x8000u;
+  const std::uint32_t abs = x & 0x7fffffffu;
+  if (abs >= 0x7f800000u) {  // inf or nan (keep nan quiet)
+    return static_cast<std::uint16_t>(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0u));
+  }
+  if (abs >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // rounds to inf
+  if (abs < 0x38800000u) {  // result is subnormal or zero: round x / 2^-24 to nearest even
+    const float scaled = std::bit_cast<float>(abs) * 16777216.0f;  // exact
+    const float r = std::nearbyint(scaled);
+    return static_cast<std::uint16_t>(sign | static_cast<std::uint32_t>(r));
+  }
+  // normal: rebias exponent, round mantissa to nearest even
+  std::uint32_t m = abs + 0xc8000000u;  // exponent - 112
+  m += 0xfffu + ((m >> 13) & 1u);
+  return static_cast<std::uint16_t>(sign | (m >> 13));
+}
+
+float bf16_to_f32(std::uint16_t h) {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16);
+}
+
+std::uint16_t f32_to_bf16(float f) {
+  std::uint32_t x = std::bit_cast<std::uint32_t>(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((x >> 16) | 0x40u);
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return static_cast<std::uint16_t>(x >> 16);
+}
+
+std::int64_t TensorView::numel() const {
+  std::int64_t n = 1;
+  for (auto s : shape) n *= s;
+  return n;
+}
+
+void TensorView::to_f32(std::span<float> out) const {
+  const auto n = static_cast<std::size_t>(numel());
+  if (out.size() != n) {
+    throw Error(fmt::format("{}: to_f32 buffer size (expected {}, got {})", name, n, out.size()));
+  }
+  switch (dtype) {
+    case DType::F32:
+      std::memcpy(out.data(), data, n * 4);
+      break;
+    case DType::F16:
+      for (std::size_t i = 0; i < n; ++i) {
+        std::uint16_t h;
+        std::memcpy(&h, data + 2 * i, 2);
+        out[i] = f16_to_f32(h);
+      }
+      break;
+    case DType::BF16:
+      for (std::size_t i = 0; i < n; ++i) {
+        std::uint16_t h;
+        std::memcpy(&h, data + 2 * i, 2);
+        out[i] = bf16_to_f32(h);
+      }
+      break;
+  }
+}
+
+std::vector<float> TensorView::to_f32() const {
+  std::vector<float> out(static_cast<std::size_t>(numel()));
+  to_f32(out);
+  return out;
+}
+
+}  // namespace latentllm

@@ -1,0 +1,23 @@
+// Helpers shared by the test executables.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+namespace latentllm::test {
+
+// ../shared/<rel> (models, data). Throws std::runtime_error if it does not exist, so a missing
+// ../shared fails the test instead of silently skipping it.
+std::filesystem::path shared_path(const std::string& rel);
+// tests/data/<rel>: small fixtures committed with the tests.
+std::filesystem::path test_data_path(const std::string& rel);
+// The built CLI binary.
+std::filesystem::path cli_path();
+// A fresh empty temporary directory, removed at process exit.
+std::filesystem::path make_temp_dir(const std::string& tag);
+// Runs a shell command, returns its exit status; stdout+stderr captured into `output`.
+int run_command(const std::string& cmd, std::string& output);
+// sha256 hex digest of a byte string.
+std::string sha256_hex(const void* data, std::size_t n);
+
+}  // namespace latentllm::test

@@ -1,0 +1,78 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "core/gemm.hpp"
+#include "latentllm/error.hpp"
+#include "latentllm/tensor.hpp"
+#include "test_support.hpp"
+
+namespace latentllm {
+namespace {
+
+TEST(DType, HalfRoundTripsEveryFiniteValue) {
+  for (std::uint32_t h = 0; h < 0x10000; ++h) {
+    const auto x = static_cast<std::uint16_t>(h);
+    const float f = f16_to_f32(x);
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(f32_to_f16(f), x) << "half bits " << h;
+  }
+}
+
+TEST(DType, HalfKnownValuesAndRounding) {
+  EXPECT_EQ(f16_to_f32(0x3c00), 1.0f);
+  EXPECT_EQ(f16_to_f32(0xc000), -2.0f);
+  EXPECT_EQ(f16_to_f32(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(f16_to_f32(0x7bff), 65504.0f);
+  EXPECT_TRUE(std::isinf(f16_to_f32(0x7c00)));
+  // 1 + 2^-11 is halfway between 1 and 1 + 2^-10: ties to even gives 1.
+  EXPECT_EQ(f32_to_f16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);
+  EXPECT_EQ(f32_to_f16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);
+  EXPECT_EQ(f32_to_f16(70000.0f), 0x7c00);
+}
+
+TEST(DType, BFloat16) {
+  EXPECT_EQ(bf16_to_f32(0x3f80), 1.0f);
+  EXPECT_EQ(f32_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(f32_to_bf16(1.0f + std::ldexp(1.0f, -8)), 0x3f80);  // tie to even
+  EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
+}
+
+TEST(DType, ParseRejectsUnknown) {
+  EXPECT_EQ(parse_dtype("BF16"), DType::BF16);
+  EXPECT_THROW(parse_dtype("I8"), FormatError);
+}
+
+TEST(Error, ContextIsPrependedAndTypeKept) {
+  try {
+    with_context("model.layers.3.mlp", [] { throw NumericError("non-finite weight"); });
+    FAIL();
+  } catch (const NumericError& e) {
+    EXPECT_STREQ(e.what(), "model.layers.3.mlp: non-finite weight");
+  }
+}
+
+TEST(Gemm, MatmulMatchesEigen) {
+  MatrixF x = MatrixF::Random(37, 19), w = MatrixF::Random(11, 19), y;
+  core::matmul_xwt(x, w, y);
+  MatrixF ref = x * w.transpose();
+  EXPECT_LT((y - ref).cwiseAbs().maxCoeff(), 1e-5f);
+}
+
+TEST(Gemm, AccumulateXtxMatchesDoubleProduct) {
+  MatrixF x = MatrixF::Random(1100, 13);
+  MatrixD c = MatrixD::Zero(13, 13);
+  core::accumulate_xtx(x.data(), 600, 13, 13, c);
+  core::accumulate_xtx(x.data() + 600 * 13, 500, 13, 13, c);
+  MatrixD xd = x.cast<double>();
+  MatrixD ref = xd.transpose() * xd;
+  EXPECT_LT((c - ref).cwiseAbs().maxCoeff(), 1e-9);
+}
+
+TEST(Support, Sha256KnownVector) {
+  EXPECT_EQ(test::sha256_hex("abc", 3), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+}  // namespace
+}  // namespace latentllm

@@ -1,0 +1,24 @@
+// Subcommand registry: each subcommand lives in its own file and registers itself here.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <vector>
+
+namespace latentllm::cli {
+
+struct Command {
+  CLI::App* app;                // the parsed subcommand
+  std::function<int()> run;     // runs it; returns the exit code
+};
+
+// Adds every subcommand to `app`.
+void register_commands(CLI::App& app);
+// Runs the subcommand the user selected.
+int run_selected(CLI::App& app);
+
+// One per subcommand file (tools/latentllm/<name>.cpp).
+Command add_inspect(CLI::App& app);
+Command add_ppl(CLI::App& app);
+
+}  // namespace latentllm::cli
