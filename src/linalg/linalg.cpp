@@ -1,0 +1,69 @@
+#include "linalg/linalg.hpp"
+
+#include <lapacke.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "latentllm/error.hpp"
+
+namespace latentllm::linalg {
+
+void check_finite(const MatrixD& m, std::string_view context, std::string_view what) {
+  if (!m.allFinite()) throw NumericError(fmt::format("{}: {} contains a non-finite value", context, what));
+}
+
+SymEig sym_eig(const MatrixD& s, std::string_view context) {
+  const auto d = s.rows();
+  if (s.cols() != d) {
+    throw NumericError(fmt::format("{}: sym_eig needs a square matrix (got [{}, {}])", context, d, s.cols()));
+  }
+  check_finite(s, context, "symmetric matrix");
+  SymEig out;
+  out.vectors = s;
+  VectorD w(d);
+  if (d > 0) {
+    const lapack_int info = LAPACKE_dsyevd(LAPACK_COL_MAJOR, 'V', 'L', static_cast<lapack_int>(d),
+                                           out.vectors.data(), static_cast<lapack_int>(d), w.data());
+    if (info != 0) {
+      throw NumericError(fmt::format("{}: eigendecomposition failed (LAPACK dsyevd info {})", context, info));
+    }
+  }
+  out.values = w.reverse();
+  out.vectors = out.vectors.rowwise().reverse().eval();
+  return out;
+}
+
+Svd svd(const MatrixD& m, std::string_view context) {
+  check_finite(m, context, "matrix");
+  const auto rows = m.rows(), cols = m.cols();
+  const auto k = std::min(rows, cols);
+  Svd out;
+  out.u.resize(rows, k);
+  out.s.resize(k);
+  MatrixD vt(k, cols);
+  if (k > 0) {
+    MatrixD a = m;
+    const lapack_int info = LAPACKE_dgesdd(LAPACK_COL_MAJOR, 'S', static_cast<lapack_int>(rows),
+                                           static_cast<lapack_int>(cols), a.data(), static_cast<lapack_int>(rows),
+                                           out.s.data(), out.u.data(), static_cast<lapack_int>(rows), vt.data(),
+                                           static_cast<lapack_int>(k));
+    if (info != 0) throw NumericError(fmt::format("{}: SVD failed (LAPACK dgesdd info {})", context, info));
+  }
+  out.v = vt.transpose();
+  return out;
+}
+
+MatrixD sym_power(const MatrixD& s, double power, std::string_view context, double floor_rel) {
+  const SymEig e = sym_eig(s, context);
+  const double wmax = e.values.size() > 0 ? std::max(e.values(0), 0.0) : 0.0;
+  VectorD f(e.values.size());
+  for (Eigen::Index i = 0; i < f.size(); ++i) {
+    double w = std::max(e.values(i), 0.0);
+    if (power < 0) w = std::max(w, floor_rel * wmax);
+    f(i) = (w == 0.0) ? 0.0 : std::pow(w, power);
+  }
+  return e.vectors * f.asDiagonal() * e.vectors.transpose();
+}
+
+}  // namespace latentllm::linalg

@@ -1,0 +1,38 @@
+// Thin, checked wrappers over LAPACK (through LAPACKE) for the decompositions the compressors need.
+// All in double, column-major (Eigen's MatrixXd). Every call checks LAPACK's `info` and throws
+// NumericError with the caller's context on failure or on non-finite input.
+#pragma once
+
+#include <string_view>
+
+#include "latentllm/tensor.hpp"
+
+namespace latentllm::linalg {
+
+// Symmetric eigendecomposition S = V·diag(w)·Vᵀ (dsyevd). Reads the LOWER triangle of S only.
+// Eigenvalues are returned in DESCENDING order (the reverse of LAPACK's), eigenvectors as the
+// matching columns of V. Cost O(d³).
+struct SymEig {
+  VectorD values;   // [d], descending
+  MatrixD vectors;  // [d, d], column i pairs with values(i)
+};
+SymEig sym_eig(const MatrixD& s, std::string_view context);
+
+// Thin SVD M = U·diag(s)·Vᵀ (dgesdd). Singular values DESCENDING; U: [m, k], V: [n, k], k = min(m, n).
+// Cost O(m·n·k).
+struct Svd {
+  MatrixD u;   // [m, k]
+  VectorD s;   // [k]
+  MatrixD v;   // [n, k]  (V, not Vᵀ)
+};
+Svd svd(const MatrixD& m, std::string_view context);
+
+// Symmetric matrix function f(S) = V·diag(f(w))·Vᵀ for PSD S, with eigenvalues clamped at 0 first.
+// Used for (XXᵀ+λI)^{1/2} and its inverse. `power` is applied to each clamped eigenvalue; for negative
+// powers eigenvalues below `floor_rel`·max(w) are treated as that floor (pseudo-inverse root).
+MatrixD sym_power(const MatrixD& s, double power, std::string_view context, double floor_rel = 1e-12);
+
+// Throws NumericError "<context>: <what> contains a non-finite value" if m has NaN/Inf.
+void check_finite(const MatrixD& m, std::string_view context, std::string_view what);
+
+}  // namespace latentllm::linalg
