@@ -1,0 +1,96 @@
+// Calibration: sampling the calibration windows, accumulating input statistics in double, and the
+// sequential layer-by-layer pipeline (SparseGPT style) that drives a compressor.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "latentllm/model.hpp"
+#include "latentllm/tensor.hpp"
+#include "latentllm/tokenizer.hpp"
+
+namespace latentllm::calib {
+
+enum class Sampling {
+  Random,      // GPTQ/SparseGPT: a random document with > L tokens, a random L-token window of it
+  Contiguous,  // window i = tokens [iL, (i+1)L) of the whole tokenized text (BOS once at the start)
+};
+
+struct CalibOptions {
+  std::string source = "c4";        // "c4" (JSON lines, `text` field) or "text" (a plain file)
+  std::filesystem::path data;       // the file
+  int nsamples = 64;                // N windows
+  int seqlen = 0;                   // L; 0 = min(2048, max_position_embeddings)
+  std::uint64_t seed = 0;
+  Sampling sampling = Sampling::Random;
+};
+
+// Token ids of the N calibration windows, [N·L] row-major. Deterministic for a seed on every
+// platform (own RNG mapping, not std::uniform_int_distribution). Throws FormatError when the data
+// cannot supply N windows of L tokens.
+std::vector<std::int32_t> sample_calibration(const io::Tokenizer& tok, const CalibOptions& opt);
+
+// First and second moments of one input site over the calibration tokens, in double.
+struct SiteStats {
+  MatrixD xtx;      // [w, w]  Σ_t x_t x_tᵀ  (C = XXᵀ in the paper; uncentered)
+  VectorD sum;      // [w]     Σ_t x_t
+  VectorD abs_sum;  // [w]     Σ_t |x_t|   (for the diagonal ℓ1 pre-conditioner)
+  std::int64_t n = 0;
+
+  void reset(int width);
+  void add(const MatrixF& x);  // x: [n_tok, w]
+  VectorD mean() const;        // [w]
+  VectorD abs_mean() const;    // [w]
+  // Σ (x−μ)(x−μ)ᵀ = XXᵀ − n·μμᵀ  (for the bias-update solutions)
+  MatrixD centered() const;
+};
+
+// What the pipeline hands a compressor for one stage of one layer.
+struct StageInput {
+  int layer = 0;
+  model::Site site = model::Site::AttnIn;
+  const SiteStats* stats = nullptr;       // statistics of this site's input
+  const MatrixF* activations = nullptr;   // [N·L, w] this site's inputs, if the compressor asked for them
+  const MatrixF* layer_input = nullptr;   // [N·L, d] the layer's input hidden states
+  int seqlen = 0;
+};
+
+// A compression method as the pipeline sees it: which input sites it handles, in forward order, and
+// how it rewrites the layer's modules from their statistics.
+class LayerCompressor {
+ public:
+  virtual ~LayerCompressor() = default;
+  virtual std::vector<model::Site> stages(const model::Model& m) const = 0;
+  virtual bool needs_activations(model::Site) const { return false; }
+  virtual void compress(const StageInput& in, model::Model& m) = 0;
+};
+
+// Seconds spent per part of the pipeline (the speed report of issue 3).
+struct PipelineTimes {
+  double forward = 0;     // layer forwards (calibration + propagation), covariance taps excluded
+  double covariance = 0;  // accumulating SiteStats
+  double compress = 0;    // the compressor's decompositions
+  double forward_flops = 0;     // linear-layer FLOPs of the forwards (for the fraction of peak)
+  double covariance_flops = 0;  // Σ n·w² ·2 of the accumulations
+};
+
+struct PipelineOptions {
+  // Re-run the layer after each stage so later stages see the compressed earlier modules of the
+  // same layer (not only of earlier layers).
+  bool sequential_within_layer = true;
+  int batch_windows = 8;  // windows per layer_forward call (bounds intermediate memory)
+};
+
+// Runs the N calibration windows through the model layer by layer: for layer i and each stage of the
+// compressor, gathers the stage's input statistics on the current hidden states (which already
+// passed through the compressed layers 0..i−1), lets the compressor rewrite the layer, then
+// propagates the hidden states through the compressed layer. Memory: the hidden states of the N
+// windows (plus one site's activations when asked for), never the whole model's activations.
+PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, int seqlen,
+                            LayerCompressor& compressor, const PipelineOptions& opt = {});
+
+}  // namespace latentllm::calib

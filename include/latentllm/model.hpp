@@ -1,0 +1,113 @@
+// Decoder-only transformer models on CPU: OPT and the Llama family (Llama, Qwen2, Mistral).
+// Weights are float32 in memory (widened from F16/BF16 on load). Every linear module is a `Linear`,
+// dense or low-rank factored, so compressed (latent) checkpoints run the same code.
+//
+// Glossary: T = tokens per window (seqlen), n_seq = windows in a batch, d = hidden_size,
+// d_h = head_dim, H = attention heads, H_kv = key/value heads, V = vocab size, r = rank.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "latentllm/io.hpp"
+#include "latentllm/tensor.hpp"
+
+namespace latentllm::model {
+
+// y = x·Wᵀ + b, with W dense or factored as W ≈ B·A (paper eq. for the latent form).
+struct Linear {
+  std::string name;             // HF module name, e.g. "model.decoder.layers.0.self_attn.q_proj"
+  std::int64_t in = 0, out = 0;  // d, d'
+  MatrixF weight;               // [out, in] when dense; empty when factored
+  VectorF bias;                 // [out] or empty
+  // Factored form: W ≈ B·A.
+  MatrixF B;                    // [out, r]
+  MatrixF A;                    // [r, in], or [r, in − r] when block_identity
+  // Block identity (paper "junction matrix"): the dense A is [I_r | A] on the input columns taken in
+  // the order perm (perm[0..r) form the identity block). The forward never multiplies by I.
+  std::vector<std::int32_t> perm;  // [in] when block_identity, else empty
+  bool block_identity = false;
+
+  bool factored() const { return B.size() > 0; }
+  std::int64_t rank() const { return factored() ? B.cols() : std::min(in, out); }
+  // Stored weight + bias parameters.
+  std::int64_t num_params() const;
+  // y: [n, out] = x: [n, in] · Wᵀ + b, through BLAS GEMMs.
+  void forward(const MatrixF& x, MatrixF& y) const;
+  // The dense [out, in] weight this module represents (B·A when factored). For tests and analysis.
+  MatrixF dense_weight() const;
+};
+
+// Where calibration taps the inputs of linear modules. Modules that share an input share a site.
+enum class Site {
+  AttnIn,   // input of q_proj, k_proj, v_proj  [T, d]
+  AttnOut,  // input of o_proj / out_proj (concatenated head outputs)  [T, H·d_h]
+  MlpIn,    // input of fc1 (OPT) or gate_proj and up_proj (Llama)  [T, d]
+  MlpMid,   // input of fc2 (OPT) or down_proj (Llama)  [T, ffn]
+};
+
+// Receives the inputs of linear modules during layer_forward (calibration statistics).
+class ForwardObserver {
+ public:
+  virtual ~ForwardObserver() = default;
+  // x: [n_seq·T, width of the site]; called once per site per layer_forward call.
+  virtual void on_input(int layer, Site site, const MatrixF& x) = 0;
+};
+
+// One decoder layer's modules. Linear modules are addressed by their name relative to the layer,
+// exactly as in the HF checkpoint: "self_attn.q_proj", "self_attn.out_proj" (OPT) / "self_attn.o_proj",
+// "fc1", "fc2" (OPT), "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj" (Llama family).
+struct DecoderLayer {
+  std::vector<Linear> linears;
+  // Norm weights by HF name relative to the layer ("self_attn_layer_norm", "input_layernorm", ...).
+  std::vector<std::pair<std::string, VectorF>> norms;
+
+  Linear& linear(std::string_view rel_name);
+  const Linear& linear(std::string_view rel_name) const;
+  // Which site feeds a linear module.
+  Site site_of(std::string_view rel_name) const;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  // Loads config.json + safetensors (+ the `latent` section of a latent checkpoint, see docs/FORMAT.md).
+  // Throws ConfigError / FormatError naming the file or tensor on bad input.
+  static std::unique_ptr<Model> load(const std::filesystem::path& dir);
+
+  const io::ModelConfig& config() const { return config_; }
+  const std::filesystem::path& dir() const { return dir_; }
+  int num_layers() const { return static_cast<int>(layers_.size()); }
+  DecoderLayer& layer(int i) { return layers_.at(static_cast<std::size_t>(i)); }
+  const DecoderLayer& layer(int i) const { return layers_.at(static_cast<std::size_t>(i)); }
+  // Architecture family name for messages and inspect: "opt" or "llama".
+  virtual std::string_view family() const = 0;
+
+  // ids: [n_seq·T] (n_seq windows of T tokens, positions restart at 0 in each) -> h: [n_seq·T, d].
+  virtual void embed(std::span<const std::int32_t> ids, int T, MatrixF& h) const = 0;
+  // Applies decoder layer i in place to h: [n_seq·T, d]; causal attention within each window.
+  virtual void layer_forward(int i, MatrixF& h, int T, ForwardObserver* obs = nullptr) const = 0;
+  // Final norm (+ OPT project_out) and LM head: h: [n, d] -> logits: [n, V].
+  virtual void head(const MatrixF& h, MatrixF& logits) const = 0;
+
+  // Sum of next-token NLL (natural log) over the T−1 predicted tokens of each window, in double.
+  // ids: [n_seq·T]. Runs embed, all layers and the head, chunking the head to bound memory.
+  double windows_nll(std::span<const std::int32_t> ids, int T) const;
+
+  // Parameter counts per module type for inspect: "embed", "attn", "mlp", "norm", "lm_head", ...
+  std::vector<std::pair<std::string, std::int64_t>> param_breakdown() const;
+  std::int64_t num_params() const;
+
+ protected:
+  io::ModelConfig config_;
+  std::filesystem::path dir_;
+  std::vector<DecoderLayer> layers_;
+};
+
+}  // namespace latentllm::model

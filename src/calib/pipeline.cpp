@@ -1,0 +1,169 @@
+// The sequential layer-by-layer calibration pipeline (SparseGPT style; paper section "Calibration").
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "latentllm/calib.hpp"
+#include "latentllm/error.hpp"
+#include "latentllm/log.hpp"
+
+namespace latentllm::calib {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Taps sites of one layer: accumulates their statistics and, if asked, keeps the activations.
+class SiteTap : public model::ForwardObserver {
+ public:
+  SiteTap(int layer, std::vector<model::Site> sites, std::vector<bool> keep, std::int64_t total_rows)
+      : layer_(layer), sites_(std::move(sites)), keep_(std::move(keep)), total_rows_(total_rows),
+        stats(sites_.size()), activations(sites_.size()), rows_(sites_.size(), 0) {}
+
+  void on_input(int layer, model::Site site, const MatrixF& x) override {
+    if (layer != layer_) return;
+    for (std::size_t k = 0; k < sites_.size(); ++k) {
+      if (sites_[k] != site) continue;
+      const auto t0 = Clock::now();
+      if (stats[k].xtx.size() == 0) stats[k].reset(static_cast<int>(x.cols()));
+      stats[k].add(x);
+      if (keep_[k]) {
+        if (activations[k].size() == 0) activations[k].resize(total_rows_, x.cols());
+        activations[k].middleRows(rows_[k], x.rows()) = x;
+        rows_[k] += x.rows();
+      }
+      seconds += seconds_since(t0);
+    }
+  }
+
+ private:
+  int layer_;
+  std::vector<model::Site> sites_;
+  std::vector<bool> keep_;
+  std::int64_t total_rows_;
+
+ public:
+  std::vector<SiteStats> stats;
+  std::vector<MatrixF> activations;  // [N·L, w] where kept
+  double seconds = 0;
+
+ private:
+  std::vector<std::int64_t> rows_;
+};
+
+const char* site_name(model::Site s) {
+  switch (s) {
+    case model::Site::AttnIn: return "attn-in";
+    case model::Site::AttnOut: return "attn-out";
+    case model::Site::MlpIn: return "mlp-in";
+    case model::Site::MlpMid: return "mlp-mid";
+  }
+  return "?";
+}
+
+// Linear-layer FLOPs of one layer forward over n_tok tokens (2 per multiply-add).
+double layer_linear_flops(const model::DecoderLayer& layer, std::int64_t n_tok) {
+  double macs = 0;
+  for (const auto& lin : layer.linears) {
+    if (lin.factored()) {
+      macs += static_cast<double>(lin.B.size() + lin.A.size());
+    } else {
+      macs += static_cast<double>(lin.weight.size());
+    }
+  }
+  return 2.0 * macs * static_cast<double>(n_tok);
+}
+
+// h: [N·L, d] through layer i in batches of windows; obs may be null.
+void forward_layer_batched(const model::Model& m, int i, MatrixF& h, int seqlen, int batch_windows,
+                           model::ForwardObserver* obs) {
+  const std::int64_t rows_per_batch = static_cast<std::int64_t>(batch_windows) * seqlen;
+  MatrixF chunk;
+  for (std::int64_t r0 = 0; r0 < h.rows(); r0 += rows_per_batch) {
+    const auto rows = std::min(rows_per_batch, h.rows() - r0);
+    chunk = h.middleRows(r0, rows);
+    m.layer_forward(i, chunk, seqlen, obs);
+    h.middleRows(r0, rows) = chunk;
+  }
+}
+
+}  // namespace
+
+PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, int seqlen,
+                            LayerCompressor& compressor, const PipelineOptions& opt) {
+  if (seqlen <= 0 || ids.empty() || ids.size() % static_cast<std::size_t>(seqlen) != 0) {
+    throw ConfigError(fmt::format("calibration: token count {} is not a positive multiple of seqlen {}",
+                                  ids.size(), seqlen));
+  }
+  PipelineTimes times;
+  const auto t_start = Clock::now();
+  MatrixF hidden;  // [N·L, d]
+  auto t0 = Clock::now();
+  m.embed(ids, seqlen, hidden);
+  times.forward += seconds_since(t0);
+  const auto n_tok = hidden.rows();
+  const int n_layers = m.num_layers();
+  const auto stages = compressor.stages(m);
+
+  for (int i = 0; i < n_layers; ++i) {
+    const auto t_layer = Clock::now();
+    std::unique_ptr<SiteTap> tap;
+    for (std::size_t s = 0; s < stages.size(); ++s) {
+      // Inputs of this stage: run the (partly compressed) layer on a copy, tapping the site(s). Without
+      // sequential_within_layer one pass over the dense layer taps every stage at once.
+      if (s == 0 || opt.sequential_within_layer) {
+        std::vector<model::Site> sites;
+        std::vector<bool> keep;
+        for (std::size_t k = opt.sequential_within_layer ? s : 0;
+             k < (opt.sequential_within_layer ? s + 1 : stages.size()); ++k) {
+          sites.push_back(stages[k]);
+          keep.push_back(compressor.needs_activations(stages[k]));
+        }
+        tap = std::make_unique<SiteTap>(i, sites, keep, n_tok);
+        MatrixF scratch = hidden;
+        t0 = Clock::now();
+        forward_layer_batched(m, i, scratch, seqlen, opt.batch_windows, tap.get());
+        times.forward += seconds_since(t0) - tap->seconds;
+        times.forward_flops += layer_linear_flops(m.layer(i), n_tok);
+        times.covariance += tap->seconds;
+        for (const auto& st : tap->stats) {
+          const double w = static_cast<double>(st.xtx.rows());
+          times.covariance_flops += 2.0 * static_cast<double>(st.n) * w * w;
+        }
+      }
+      const std::size_t k = opt.sequential_within_layer ? 0 : s;
+      if (tap->stats[k].n == 0) {
+        throw Error(fmt::format("layer {}: the model did not report its {} input", i, site_name(stages[s])));
+      }
+      StageInput in;
+      in.layer = i;
+      in.site = stages[s];
+      in.stats = &tap->stats[k];
+      in.activations = compressor.needs_activations(stages[s]) ? &tap->activations[k] : nullptr;
+      in.layer_input = &hidden;
+      in.seqlen = seqlen;
+      t0 = Clock::now();
+      with_context(fmt::format("layer {} ({})", i, site_name(stages[s])), [&] { compressor.compress(in, m); });
+      times.compress += seconds_since(t0);
+    }
+    // Propagate through the compressed layer: the next layer sees compressed outputs.
+    t0 = Clock::now();
+    forward_layer_batched(m, i, hidden, seqlen, opt.batch_windows, nullptr);
+    times.forward += seconds_since(t0);
+    times.forward_flops += layer_linear_flops(m.layer(i), n_tok);
+    if (!hidden.allFinite()) {
+      throw NumericError(fmt::format("layer {}: non-finite hidden states after compression", i));
+    }
+    const double elapsed = seconds_since(t_start);
+    const double eta = elapsed / (i + 1) * (n_layers - i - 1);
+    log_info("layer {}/{} done in {:.1f}s (elapsed {:.1f}s, ETA {:.1f}s)", i + 1, n_layers,
+             seconds_since(t_layer), elapsed, eta);
+  }
+  return times;
+}
+
+}  // namespace latentllm::calib
