@@ -1,0 +1,43 @@
+// Latent checkpoints: a Hugging Face directory whose factored linear modules are stored as two
+// matrices, described by a `latent` section in config.json. docs/FORMAT.md specifies the format.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "latentllm/model.hpp"
+#include "latentllm/tensor.hpp"
+
+namespace latentllm::checkpoint {
+
+inline constexpr int kFormatVersion = 1;
+
+// Per-module entry of config.json's latent.modules.
+struct LatentModule {
+  std::int64_t rank = 0;
+  std::int64_t in = 0, out = 0;
+  bool block_identity = false;
+  std::vector<std::int32_t> perm;  // [in] when block_identity
+};
+
+// Parses config.json's `latent` section (absent -> empty map). Throws FormatError naming the module
+// for an invalid entry (rank out of range, perm not a permutation of 0..in−1, ...).
+std::map<std::string, LatentModule> parse_latent_modules(const nlohmann::json& config, const std::string& origin);
+
+struct SaveOptions {
+  DType dtype = DType::F16;   // storage type of every floating tensor
+  nlohmann::json info;        // method, ratio, calibration, ... copied into latent (besides modules)
+  bool overwrite = false;     // replace an existing output directory
+};
+
+// Writes `m` (dense and factored modules, current biases) as a checkpoint in `out_dir`: the
+// non-linear tensors are copied from the source checkpoint m.dir(), tokenizer files are copied.
+// Atomic: everything is written into a temporary sibling directory that is renamed into place.
+void save(const model::Model& m, const std::filesystem::path& out_dir, const SaveOptions& opt);
+
+}  // namespace latentllm::checkpoint
