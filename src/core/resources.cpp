@@ -1,0 +1,13 @@
+#include "core/resources.hpp"
+
+#include <sys/resource.h>
+
+namespace latentllm::core {
+
+std::int64_t peak_rss_bytes() {
+  struct rusage ru {};
+  if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+  return static_cast<std::int64_t>(ru.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+}  // namespace latentllm::core
