@@ -1,0 +1,354 @@
+#include "compress/joint_qk.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include <Eigen/LU>
+#include <Eigen/QR>
+
+#include "latentllm/error.hpp"
+
+namespace latentllm::compress {
+
+void AttnShape::validate(std::string_view context) const {
+  if (hidden < 1 || num_heads < 1 || num_kv_heads < 1 || head_dim < 1 || num_heads % num_kv_heads != 0) {
+    throw ConfigError(fmt::format("{}: invalid attention shape (expected H a multiple of H_kv, got d={} H={} H_kv={} d_h={})",
+                                  context, hidden, num_heads, num_kv_heads, head_dim));
+  }
+  if (rope && head_dim % 2 != 0) {
+    throw ConfigError(fmt::format("{}: RoPE needs an even head_dim (got {})", context, head_dim));
+  }
+}
+
+namespace {
+
+// [W | b] (b = 0 when empty): [out, in+1].
+MatrixD augment(const MatrixD& w, const VectorD& b) {
+  MatrixD a(w.rows(), w.cols() + 1);
+  a.leftCols(w.cols()) = w;
+  a.col(w.cols()) = b.size() > 0 ? b : VectorD::Zero(w.rows());
+  return a;
+}
+
+// The factored map as an augmented dense matrix [B·A | bias].
+MatrixD augment(const LowRank& f) { return augment(f.dense(), f.bias); }
+
+void check_dense(const QkDense& w, const AttnShape& s, const InputMoments& m, std::string_view context) {
+  s.validate(context);
+  const auto dq = static_cast<Eigen::Index>(s.num_heads) * s.head_dim;
+  const auto dk = static_cast<Eigen::Index>(s.num_kv_heads) * s.head_dim;
+  if (w.wq.rows() != dq || w.wq.cols() != s.hidden || w.wk.rows() != dk || w.wk.cols() != s.hidden) {
+    throw ConfigError(fmt::format("{}: q/k_proj shapes (expected [{}, {}] and [{}, {}], got [{}, {}] and [{}, {}])",
+                                  context, dq, s.hidden, dk, s.hidden, w.wq.rows(), w.wq.cols(), w.wk.rows(),
+                                  w.wk.cols()));
+  }
+  if ((w.bq.size() > 0 && w.bq.size() != dq) || (w.bk.size() > 0 && w.bk.size() != dk)) {
+    throw ConfigError(fmt::format("{}: q/k bias sizes (expected {} and {}, got {} and {})", context, dq, dk,
+                                  w.bq.size(), w.bk.size()));
+  }
+  if (m.dim() != s.hidden) {
+    throw ConfigError(fmt::format("{}: input moments width (expected {}, got {})", context, s.hidden, m.dim()));
+  }
+}
+
+struct Offset {
+  int delta;  // Δ = m − n
+  double weight;
+};
+
+std::vector<Offset> offsets(const AttnShape& s, const RopeWindow& rw) {
+  if (!s.rope) return {{0, 1.0}};
+  if (rw.window < 0 || (!rw.weights.empty() && static_cast<int>(rw.weights.size()) != rw.window + 1)) {
+    throw ConfigError(fmt::format("rope window: invalid (expected window ≥ 0 and {} weights, got {} and {})",
+                                  rw.window + 1, rw.window, rw.weights.size()));
+  }
+  std::vector<Offset> out;
+  for (int d = 0; d <= rw.window; ++d) {
+    const double w = rw.weights.empty() ? 1.0 : rw.weights[static_cast<std::size_t>(d)];
+    out.push_back({d, w});
+    if (rw.symmetric && d > 0) out.push_back({-d, w});
+  }
+  return out;
+}
+
+// The score between query position m and key position n uses R_{n−m} = R_{−Δ}.
+MatrixD offset_mid(const AttnShape& s, int delta) {
+  if (!s.rope || delta == 0) return MatrixD();
+  return rope_rotation(s.head_dim, s.rope_theta, -delta);
+}
+
+MatrixD head_rows(const MatrixD& w, int h, int d_h) { return w.middleRows(static_cast<Eigen::Index>(h) * d_h, d_h); }
+
+}  // namespace
+
+MatrixD rope_rotation(int head_dim, double rope_theta, double p) {
+  const int half = head_dim / 2;
+  MatrixD r = MatrixD::Zero(head_dim, head_dim);  // [d_h, d_h]
+  for (int j = 0; j < half; ++j) {
+    const double theta = std::pow(rope_theta, -2.0 * j / head_dim);
+    const double c = std::cos(p * theta), sn = std::sin(p * theta);
+    // HF apply_rotary_pos_emb: q' = q·cos + rotate_half(q)·sin, rotate_half(q) = [−q2, q1].
+    r(j, j) = c;
+    r(j, j + half) = -sn;
+    r(j + half, j) = sn;
+    r(j + half, j + half) = c;
+  }
+  return r;
+}
+
+QkResult joint_qk(const QkDense& w, const AttnShape& s, const InputMoments& m, const QkOptions& opt,
+                  std::string_view context) {
+  check_dense(w, s, m, context);
+  const bool has_bias = w.bq.size() > 0 || w.bk.size() > 0;
+  const bool aug = opt.bias_aware && has_bias;
+  const MatrixD wq = aug ? augment(w.wq, w.bq) : w.wq;  // [H·d_h, d']
+  const MatrixD wk = aug ? augment(w.wk, w.bk) : w.wk;  // [H_kv·d_h, d']
+  const RootCov pc = root_cov(aug ? m.augmented() : m.xtx, opt.lambda_rel, context);
+
+  // G_i^(Δ) = (W_q,i·P)ᵀ·R_{−Δ}·(W_k,g·P), kept factored: never a [d, d] matrix per head.
+  const MatrixD qt = wq * pc.p;  // [H·d_h, d']
+  const MatrixD kt = wk * pc.p;  // [H_kv·d_h, d']
+  PairProblem p;
+  for (int i = 0; i < s.num_heads; ++i) p.left.push_back(head_rows(qt, i, s.head_dim));
+  for (int g = 0; g < s.num_kv_heads; ++g) p.right.push_back(head_rows(kt, g, s.head_dim));
+  for (const Offset& o : offsets(s, opt.rope)) {
+    const MatrixD mid = offset_mid(s, o.delta);
+    for (int i = 0; i < s.num_heads; ++i) p.terms.push_back({i, s.kv_head(i), mid, o.weight});
+  }
+
+  const int r_q = opt.r_q, r_k = opt.r_k;
+  if (r_q < 1 || r_q > s.hidden || r_k < 1 || r_k > s.hidden) {
+    throw ConfigError(fmt::format("{}: joint QK ranks (expected 1..{}, got r_q={} r_k={})", context, s.hidden, r_q, r_k));
+  }
+  QkResult out;
+  PairSolution sol = solve_pair(p, r_q, r_k, opt.iters, context);
+  if (opt.local_safeguard) {
+    // Separate root-cov compression keeps the top right-singular subspaces of W_q·P and W_k·P.
+    MatrixD u_q = top_eigenvectors(qt.transpose() * qt, r_q, context);
+    MatrixD u_k = top_eigenvectors(kt.transpose() * kt, r_k, context);
+    const double total = pair_total(p);
+    out.loss_local_start = total - pair_objective(p, u_q, u_k);
+    if (out.loss_local_start < sol.loss.back()) {
+      sol = refine_pair(p, std::move(u_q), std::move(u_k), opt.iters, context);
+      out.used_local_start = true;
+    }
+  }
+  out.loss = sol.loss;
+
+  // A' = Uᵀ·P⁻¹ (shared), B = W'·P·U (per head, stacked).
+  const MatrixD aq = sol.u_l.transpose() * pc.p_inv;  // [r_q, d']
+  const MatrixD ak = sol.u_r.transpose() * pc.p_inv;  // [r_k, d']
+  out.f.q.b = qt * sol.u_l;                            // [H·d_h, r_q]
+  out.f.k.b = kt * sol.u_r;                            // [H_kv·d_h, r_k]
+  const int d = s.hidden;
+  out.f.q.a = aq.leftCols(d);
+  out.f.k.a = ak.leftCols(d);
+  if (aug) {
+    // The last column of A' is a latent bias: b̂ = B·a.
+    out.f.q.bias = out.f.q.b * aq.col(d);
+    out.f.k.bias = out.f.k.b * ak.col(d);
+  } else {
+    out.f.q.bias = w.bq;
+    out.f.k.bias = w.bk;
+  }
+  return out;
+}
+
+QkFactors separate_qk(const QkDense& w, const InputMoments& m, int r_q, int r_k, double lambda_rel,
+                      std::string_view context) {
+  QkFactors f;
+  f.q = local_rootcov(w.wq, w.bq, m, r_q, lambda_rel, context);
+  f.k = local_rootcov(w.wk, w.bk, m, r_k, lambda_rel, context);
+  return f;
+}
+
+double qk_attention_loss(const QkDense& dense, const QkFactors& f, const AttnShape& s, const InputMoments& m,
+                         const RopeWindow& rope) {
+  check_dense(dense, s, m, "qk_attention_loss");
+  const MatrixD c = m.augmented();  // [d+1, d+1]
+  const int dh = s.head_dim;
+  // Δ_i = Lᵀ·diag(R, −R)·K with L = [W'_q,i; Ŵ'_q,i], K = [W'_k,g; Ŵ'_k,g], so
+  // ‖C^{1/2}Δ_iC^{1/2}‖² = tr(L C Lᵀ · R̄ · K C Kᵀ · R̄ᵀ): only [2d_h, 2d_h] products per head.
+  auto stacked_gram = [&](const MatrixD& wd, const MatrixD& wf, int h) {
+    MatrixD l(2 * dh, wd.cols());  // [2d_h, d+1]
+    l.topRows(dh) = head_rows(wd, h, dh);
+    l.bottomRows(dh) = head_rows(wf, h, dh);
+    return MatrixD(l * c * l.transpose());
+  };
+  const MatrixD wq = augment(dense.wq, dense.bq), wk = augment(dense.wk, dense.bk);
+  const MatrixD fq = augment(f.q), fk = augment(f.k);
+  std::vector<MatrixD> kc;
+  for (int g = 0; g < s.num_kv_heads; ++g) kc.push_back(stacked_gram(wk, fk, g));
+  const std::vector<Offset> offs = offsets(s, rope);
+  double loss = 0;
+  for (int i = 0; i < s.num_heads; ++i) {
+    const MatrixD lc = stacked_gram(wq, fq, i);
+    for (const Offset& o : offs) {
+      MatrixD rbar = MatrixD::Zero(2 * dh, 2 * dh);
+      const MatrixD r = o.delta == 0 ? MatrixD::Identity(dh, dh) : offset_mid(s, o.delta);
+      rbar.topLeftCorner(dh, dh) = r;
+      rbar.bottomRightCorner(dh, dh) = -r;
+      const MatrixD t = rbar * kc[static_cast<std::size_t>(s.kv_head(i))] * rbar.transpose();
+      loss += o.weight * lc.cwiseProduct(t).sum();
+    }
+  }
+  return loss;
+}
+
+namespace {
+
+// Per-head rotated projections of one window: rows = tokens. w: [H'·d_h, d+1] augmented;
+// rot[t]: R_t for position t (empty without RoPE).
+MatrixD project_head(const MatrixD& xw, const MatrixD& w, int h, int d_h, const std::vector<MatrixD>& rot) {
+  MatrixD y = xw * head_rows(w, h, d_h).transpose();  // [L, d_h]
+  for (std::size_t t = 0; t < rot.size(); ++t) {
+    const auto row = static_cast<Eigen::Index>(t);
+    y.row(row) = (rot[t] * y.row(row).transpose()).transpose();
+  }
+  return y;
+}
+
+}  // namespace
+
+double qk_attention_loss_exact(const QkDense& dense, const QkFactors& f, const AttnShape& s, const MatrixD& x,
+                               int seqlen, int window) {
+  s.validate("qk_attention_loss_exact");
+  const MatrixD wq = augment(dense.wq, dense.bq), wk = augment(dense.wk, dense.bk);
+  const MatrixD fq = augment(f.q), fk = augment(f.k);
+  std::vector<MatrixD> rot;
+  for (int t = 0; s.rope && t < seqlen; ++t) rot.push_back(rope_rotation(s.head_dim, s.rope_theta, t));
+  const int dh = s.head_dim;
+  double loss = 0;
+  for (Eigen::Index start = 0; start + seqlen <= x.rows(); start += seqlen) {
+    MatrixD xw(seqlen, x.cols() + 1);  // [L, d+1]
+    xw.leftCols(x.cols()) = x.middleRows(start, seqlen);
+    xw.col(x.cols()).setOnes();
+    for (int i = 0; i < s.num_heads; ++i) {
+      const int g = s.kv_head(i);
+      const MatrixD sd = project_head(xw, wq, i, dh, rot) * project_head(xw, wk, g, dh, rot).transpose();  // [L, L]
+      const MatrixD sf = project_head(xw, fq, i, dh, rot) * project_head(xw, fk, g, dh, rot).transpose();
+      for (int mq = 0; mq < seqlen; ++mq) {
+        for (int nk = 0; nk < seqlen; ++nk) {
+          if (window >= 0 && (mq - nk < 0 || mq - nk > window)) continue;
+          const double e = sd(mq, nk) - sf(mq, nk);
+          loss += e * e;
+        }
+      }
+    }
+  }
+  return loss;
+}
+
+// ---- Junction and parameter counting ---------------------------------------------------------
+
+namespace {
+
+// Makes head block `h` of `side` an exact identity on d_h pivoted columns: side_h ← S⁻¹·side_h,
+// other_j ← Sᵀ·other_j for every head j of `others` (and their biases alike). Returns the columns.
+std::vector<int> junction_block(LowRank& side, int h, LowRank& other, const std::vector<int>& others, int dh,
+                                std::string_view context) {
+  const Eigen::Index r0 = static_cast<Eigen::Index>(h) * dh;
+  const MatrixD blk = side.b.middleRows(r0, dh);  // [d_h, r]
+  const Eigen::ColPivHouseholderQR<MatrixD> qr(blk);
+  std::vector<int> cols(static_cast<std::size_t>(dh));
+  MatrixD sq(dh, dh);  // [d_h, d_h]
+  for (int j = 0; j < dh; ++j) {
+    cols[static_cast<std::size_t>(j)] = qr.colsPermutation().indices()(j);
+    sq.col(j) = blk.col(cols[static_cast<std::size_t>(j)]);
+  }
+  const Eigen::FullPivLU<MatrixD> lu(sq);
+  if (!lu.isInvertible()) {
+    throw NumericError(fmt::format("{}: per-head junction of head {} is singular (expected rank {}, got {})", context, h,
+                                   dh, lu.rank()));
+  }
+  MatrixD nb = lu.solve(blk);
+  for (int j = 0; j < dh; ++j) {  // exact identity block, no rounding residue
+    nb.col(cols[static_cast<std::size_t>(j)]) = VectorD::Unit(dh, j);
+  }
+  side.b.middleRows(r0, dh) = nb;
+  if (side.bias.size() > 0) side.bias.segment(r0, dh) = lu.solve(VectorD(side.bias.segment(r0, dh)));
+  const MatrixD st = sq.transpose();
+  for (int j : others) {
+    const Eigen::Index o0 = static_cast<Eigen::Index>(j) * dh;
+    other.b.middleRows(o0, dh) = st * other.b.middleRows(o0, dh);
+    if (other.bias.size() > 0) other.bias.segment(o0, dh) = st * other.bias.segment(o0, dh);
+  }
+  return cols;
+}
+
+}  // namespace
+
+QkJunctionResult apply_qk_junction(const QkFactors& f, const AttnShape& s, QkJunction side, std::string_view context) {
+  s.validate(context);
+  QkJunctionResult out{f, {}};
+  if (side == QkJunction::None) return out;
+  if (s.rope) {
+    throw ConfigError(fmt::format("{}: per-head junction is invalid with RoPE (the rotation does not commute with J)", context));
+  }
+  const int dh = s.head_dim;
+  if (side == QkJunction::Query) {
+    if (s.num_heads != s.num_kv_heads) {
+      throw ConfigError(fmt::format("{}: query-side junction needs MHA (expected H_kv = H = {}, got {})", context,
+                                    s.num_heads, s.num_kv_heads));
+    }
+    if (f.q.rank() < dh) throw ConfigError(fmt::format("{}: query junction needs r_q ≥ d_h (expected ≥ {}, got {})", context, dh, f.q.rank()));
+    for (int i = 0; i < s.num_heads; ++i) out.identity_cols.push_back(junction_block(out.f.q, i, out.f.k, {i}, dh, context));
+  } else {
+    if (f.k.rank() < dh) throw ConfigError(fmt::format("{}: key junction needs r_k ≥ d_h (expected ≥ {}, got {})", context, dh, f.k.rank()));
+    const int group = s.num_heads / s.num_kv_heads;
+    for (int g = 0; g < s.num_kv_heads; ++g) {
+      std::vector<int> heads;
+      for (int j = 0; j < group; ++j) heads.push_back(g * group + j);
+      out.identity_cols.push_back(junction_block(out.f.k, g, out.f.q, heads, dh, context));
+    }
+  }
+  return out;
+}
+
+std::int64_t qk_params(const AttnShape& s, int r_q, int r_k, QkJunction j) {
+  const std::int64_t d = s.hidden, dh = s.head_dim;
+  std::int64_t p = d * (r_q + r_k) + s.num_heads * dh * r_q + s.num_kv_heads * dh * r_k;
+  if (j == QkJunction::Query && r_q >= dh) p -= s.num_heads * dh * dh;
+  if (j == QkJunction::Key && r_k >= dh) p -= s.num_kv_heads * dh * dh;
+  return p;
+}
+
+std::int64_t qk_dense_params(const AttnShape& s) {
+  return static_cast<std::int64_t>(s.hidden) * (s.num_heads + s.num_kv_heads) * s.head_dim;
+}
+
+QkRankPlan plan_qk_ranks(const AttnShape& s, double ratio, QkJunction j) {
+  s.validate("plan_qk_ranks");
+  if (!(ratio > 0.0 && ratio < 1.0)) {
+    throw ConfigError(fmt::format("plan_qk_ranks: ratio out of range (expected 0 < R < 1, got {})", ratio));
+  }
+  if (s.rope && j != QkJunction::None) {
+    throw ConfigError("plan_qk_ranks: per-head junction is invalid with RoPE (expected junction None)");
+  }
+  if (j == QkJunction::Query && s.num_heads != s.num_kv_heads) {
+    throw ConfigError(fmt::format("plan_qk_ranks: query-side junction needs MHA (expected H_kv = {}, got {})", s.num_heads,
+                                  s.num_kv_heads));
+  }
+  QkRankPlan plan;
+  plan.dense_params = qk_dense_params(s);
+  const double budget = (1.0 - ratio) * static_cast<double>(plan.dense_params);
+  const int rq_max = std::min(s.hidden, s.num_heads * s.head_dim);
+  const int rk_max = std::min(s.hidden, s.num_kv_heads * s.head_dim);
+  for (int r = std::max(rq_max, rk_max); r >= 1; --r) {
+    const int rq = std::min(r, rq_max), rk = std::min(r, rk_max);
+    const std::int64_t p = qk_params(s, rq, rk, j);
+    if (static_cast<double>(p) <= budget) {
+      plan.r_q = rq;
+      plan.r_k = rk;
+      plan.params = p;
+      const bool applies = (j == QkJunction::Query && rq >= s.head_dim) || (j == QkJunction::Key && rk >= s.head_dim);
+      plan.junction = applies ? j : QkJunction::None;
+      return plan;
+    }
+  }
+  throw ConfigError(fmt::format("plan_qk_ranks: no rank fits the budget (ratio {}, dense {} parameters)", ratio,
+                                plan.dense_params));
+}
+
+}  // namespace latentllm::compress
