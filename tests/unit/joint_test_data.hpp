@@ -8,6 +8,10 @@
 
 namespace latentllm::test {
 
+// These tests use small matrices, where Eigen's OpenMP GEMM threads only add spin-wait overhead
+// (seconds per test on a loaded 2-core machine).
+inline const int kEigenSingleThread = (Eigen::setNbThreads(1), 1);
+
 inline MatrixD gaussian(std::mt19937_64& rng, Eigen::Index rows, Eigen::Index cols, double scale = 1.0) {
   std::normal_distribution<double> nd(0.0, scale);
   MatrixD m(rows, cols);

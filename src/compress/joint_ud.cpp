@@ -1,0 +1,327 @@
+#include "compress/joint_ud.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <Eigen/QR>
+
+#include "latentllm/error.hpp"
+#include "linalg/linalg.hpp"
+
+namespace latentllm::compress {
+
+double activate(Activation a, double z) {
+  switch (a) {
+    case Activation::Relu: return z > 0 ? z : 0.0;
+    case Activation::Gelu: return 0.5 * z * (1.0 + std::erf(z / std::sqrt(2.0)));
+    case Activation::GeluTanh: {
+      const double k = std::sqrt(2.0 / M_PI);
+      return 0.5 * z * (1.0 + std::tanh(k * (z + 0.044715 * z * z * z)));
+    }
+    case Activation::Silu: return z / (1.0 + std::exp(-z));
+  }
+  return z;
+}
+
+double activate_slope(Activation a, double z) {
+  switch (a) {
+    case Activation::Relu: return z > 0 ? 1.0 : 0.0;
+    case Activation::Gelu: {
+      const double cdf = 0.5 * (1.0 + std::erf(z / std::sqrt(2.0)));
+      return cdf + z * std::exp(-0.5 * z * z) / std::sqrt(2.0 * M_PI);
+    }
+    case Activation::GeluTanh: {
+      const double k = std::sqrt(2.0 / M_PI);
+      const double u = k * (z + 0.044715 * z * z * z);
+      const double t = std::tanh(u);
+      return 0.5 * (1.0 + t) + 0.5 * z * (1.0 - t * t) * k * (1.0 + 3 * 0.044715 * z * z);
+    }
+    case Activation::Silu: {
+      const double s = 1.0 / (1.0 + std::exp(-z));
+      return s * (1.0 + z * (1.0 - s));
+    }
+  }
+  return 1.0;
+}
+
+namespace {
+
+MatrixD act_of(Activation a, const MatrixD& z) {
+  return z.unaryExpr([a](double v) { return activate(a, v); });
+}
+MatrixD slope_of(Activation a, const MatrixD& z) {
+  return z.unaryExpr([a](double v) { return activate_slope(a, v); });
+}
+
+// y = W·x + b for the columns of xt: [in, n] -> [out, n].
+MatrixD apply(const MatrixD& w, const VectorD& b, const MatrixD& xt) {
+  MatrixD y = w * xt;
+  if (b.size() > 0) y.colwise() += b;
+  return y;
+}
+MatrixD apply(const LowRank& f, const MatrixD& xt) {
+  MatrixD y = f.b * (f.a * xt);  // never forms B·A
+  if (f.bias.size() > 0) y.colwise() += f.bias;
+  return y;
+}
+
+// Pre-activations and hidden activations of the compressed MLP, [f, n] each.
+struct Hidden {
+  MatrixD zu, zg, h;
+};
+Hidden hidden_of(const MlpDense& w, const MlpFactors& f, const MatrixD& xt) {
+  Hidden hd;
+  hd.zu = apply(f.up, xt);
+  if (w.gated) {
+    hd.zg = apply(f.gate, xt);
+    hd.h = act_of(w.act, hd.zg).cwiseProduct(hd.zu);
+  } else {
+    hd.h = act_of(w.act, hd.zu);
+  }
+  return hd;
+}
+
+InputMoments moments_of_cols(const MatrixD& h) {  // h: [w, n]
+  InputMoments m;
+  m.xtx = h * h.transpose();
+  m.sum = h.rowwise().sum();
+  m.n = static_cast<double>(h.cols());
+  return m;
+}
+
+// Rank-r least-squares map from the columns of src to those of tgt (with a free bias if `bias`).
+LowRank fit(const MatrixD& src, const MatrixD& tgt, int r, bool bias, double lambda_rel, std::string_view context) {
+  return reduced_rank_regression(regression_stats(src, tgt), r, bias, lambda_rel, context);
+}
+
+// argmin_H α‖T − Ŵ·H‖² + β‖H − H0‖² for the factored Ŵ = B·A (rank r), T: [d, n], H0: [f, n].
+// With Ŵ = U·S·Vᵀ (thin, from QRs of B and Aᵀ): (αŴᵀŴ + βI)⁻¹ = (I − V·diag(αs²/(αs²+β))·Vᵀ)/β,
+// so the [f, f] system is never formed (ridge step of the paper's Z' update).
+MatrixD ridge_hidden(const LowRank& down, const MatrixD& t, const MatrixD& h0, double alpha, double beta,
+                     std::string_view context) {
+  const int r = down.rank();
+  const Eigen::HouseholderQR<MatrixD> qb(down.b), qa(down.a.transpose());
+  const MatrixD q_b = qb.householderQ() * MatrixD::Identity(down.b.rows(), r);  // [d, r]
+  const MatrixD q_a = qa.householderQ() * MatrixD::Identity(down.a.cols(), r);  // [f, r]
+  const MatrixD r_b = qb.matrixQR().topRows(r).triangularView<Eigen::Upper>();
+  const MatrixD r_a = qa.matrixQR().topRows(r).triangularView<Eigen::Upper>();
+  const linalg::Svd core = linalg::svd(r_b * r_a.transpose(), context);  // [r, r]
+  const MatrixD u = q_b * core.u, v = q_a * core.v;                     // [d, r], [f, r]
+  const VectorD s2 = core.s.array().square();
+  MatrixD rhs = v * (alpha * core.s.asDiagonal() * (u.transpose() * t)) + beta * h0;  // [f, n]
+  const VectorD shrink = (alpha * s2.array() / (alpha * s2.array() + beta)).matrix();
+  rhs -= v * (shrink.asDiagonal() * (v.transpose() * rhs));
+  return rhs / beta;
+}
+
+// Paper's Z update for ReLU, per element: min β(z' − σ(z))² + γ(z − w)², the better of the branches
+// z ≥ 0 (σ(z) = z) and z ≤ 0 (σ(z) = 0), each a clipped quadratic.
+MatrixD relu_case_split(const MatrixD& zp, const MatrixD& w, double beta, double gamma) {
+  MatrixD z(zp.rows(), zp.cols());
+  for (Eigen::Index j = 0; j < z.cols(); ++j) {
+    for (Eigen::Index i = 0; i < z.rows(); ++i) {
+      const double p = zp(i, j), u = w(i, j);
+      const double zpos = std::max(0.0, (beta * p + gamma * u) / (beta + gamma));
+      const double cpos = beta * (p - zpos) * (p - zpos) + gamma * (zpos - u) * (zpos - u);
+      const double zneg = std::min(u, 0.0);
+      const double cneg = beta * p * p + gamma * (zneg - u) * (zneg - u);
+      z(i, j) = cpos <= cneg ? zpos : zneg;
+    }
+  }
+  return z;
+}
+
+MatrixD target_minus_bias(const MatrixD& y, const LowRank& down) {
+  MatrixD t = y;
+  if (down.bias.size() > 0) t.colwise() -= down.bias;
+  return t;
+}
+
+struct Ctx {
+  const MlpDense& w;
+  const MatrixD& xt;  // [d, n]
+  const MatrixD& y;   // [d, n] dense output
+  const UdOptions& opt;
+  std::string_view context;
+
+  double loss(const MlpFactors& f) const { return (y - mlp_forward(w, f, xt)).squaredNorm(); }
+  // Output-aware refit of the down projection: rank-r_d regression of the DENSE output Y on the
+  // compressed hidden activations, so it absorbs the upstream (up/gate) error.
+  LowRank refit_down(const MlpFactors& f) const {
+    return fit(hidden_of(w, f, xt).h, y, opt.ranks.down, w.b_down.size() > 0, opt.lambda_rel, context);
+  }
+};
+
+// Keeps the best candidate seen.
+struct Best {
+  MlpFactors f;
+  double loss = std::numeric_limits<double>::infinity();
+  int iter = -1;
+  bool offer(const MlpFactors& cand, double l, int it) {
+    if (!(l < loss)) return false;
+    f = cand;
+    loss = l;
+    iter = it;
+    return true;
+  }
+};
+
+// The paper's auxiliary-variable iterations (ReLU, not gated).
+void paper_iterations(const Ctx& c, MlpFactors cur, Best& best, UdResult& out) {
+  UdOptions o = c.opt;
+  // β, γ are relative to the mean squared singular value of the starting Ŵ_d, so the trade-off of
+  // the ridge step (αŴ_dᵀŴ_d + βI) does not depend on the scale of W_d (docs/JOINT.md).
+  const double gain = cur.down.dense().squaredNorm() / cur.down.rank();
+  o.beta *= gain;
+  o.gamma *= gain;
+  const bool bu = c.w.b_up.size() > 0, bd = c.w.b_down.size() > 0;
+  MatrixD z = apply(cur.up, c.xt);        // [f, n]
+  MatrixD zp = act_of(Activation::Relu, z);
+  out.aux_loss.push_back(o.alpha * (c.y - apply(cur.down, zp)).squaredNorm());
+  for (int it = 1; it <= o.iters; ++it) {
+    zp = ridge_hidden(cur.down, target_minus_bias(c.y, cur.down), act_of(Activation::Relu, z), o.alpha, o.beta,
+                      c.context);
+    z = relu_case_split(zp, apply(cur.up, c.xt), o.beta, o.gamma);
+    cur.up = fit(c.xt, z, o.ranks.up, bu, o.lambda_rel, c.context);
+    cur.down = fit(zp, c.y, o.ranks.down, bd, o.lambda_rel, c.context);
+    out.aux_loss.push_back(o.alpha * (c.y - apply(cur.down, zp)).squaredNorm() +
+                           o.beta * (zp - act_of(Activation::Relu, z)).squaredNorm() +
+                           o.gamma * (z - apply(cur.up, c.xt)).squaredNorm());
+    double l = c.loss(cur);
+    best.offer(cur, l, it);
+    if (o.refit_down) {
+      MlpFactors r = cur;
+      r.down = c.refit_down(r);
+      const double lr = c.loss(r);
+      best.offer(r, lr, it);
+      l = std::min(l, lr);
+    }
+    out.loss.push_back(l);
+  }
+}
+
+// Gauss-Newton target for a pre-activation: z + η·s(h* − h)/(s² + ε), ε relative to mean s².
+MatrixD gn_target(const MatrixD& z, const MatrixD& s, const MatrixD& dh, double eta) {
+  const double eps = 1e-2 * std::max(s.squaredNorm() / static_cast<double>(std::max<Eigen::Index>(1, s.size())), 1e-300);
+  const MatrixD denom = s.array().square() + eps;
+  return z + eta * (s.cwiseProduct(dh).array() / denom.array()).matrix();
+}
+
+// The extension (any activation, gated or not): see the header and docs/JOINT.md.
+void extension_iterations(const Ctx& c, MlpFactors cur, double cur_loss, Best& best, UdResult& out) {
+  const UdOptions& o = c.opt;
+  const bool bu = c.w.b_up.size() > 0, bg = c.w.b_gate.size() > 0;
+  for (int it = 1; it <= o.iters; ++it) {
+    const Hidden hd = hidden_of(c.w, cur, c.xt);
+    const double gain = cur.down.dense().squaredNorm() / cur.down.rank();  // relative β as in the paper path
+    const MatrixD hstar =
+        ridge_hidden(cur.down, target_minus_bias(c.y, cur.down), hd.h, o.alpha, o.beta * gain, c.context);
+    bool accepted = false;
+    for (double eta : {1.0, 0.5, 0.25}) {
+      MlpFactors cand = cur;
+      const MatrixD su = c.w.gated ? act_of(c.w.act, hd.zg) : slope_of(c.w.act, hd.zu);  // ∂h/∂z_u
+      cand.up = fit(c.xt, gn_target(hd.zu, su, hstar - hd.h, eta), o.ranks.up, bu, o.lambda_rel, c.context);
+      if (c.w.gated) {
+        const MatrixD zu = apply(cand.up, c.xt);
+        const MatrixD h = act_of(c.w.act, hd.zg).cwiseProduct(zu);
+        const MatrixD sg = slope_of(c.w.act, hd.zg).cwiseProduct(zu);  // ∂h/∂z_g
+        cand.gate = fit(c.xt, gn_target(hd.zg, sg, hstar - h, eta), o.ranks.gate, bg, o.lambda_rel, c.context);
+      }
+      cand.down = c.refit_down(cand);
+      const double l = c.loss(cand);
+      if (l < cur_loss) {
+        cur = std::move(cand);
+        cur_loss = l;
+        accepted = true;
+        break;
+      }
+    }
+    out.loss.push_back(cur_loss);
+    if (accepted) best.offer(cur, cur_loss, it);
+    else break;  // no step improves: a further iteration would repeat the same attempt
+  }
+}
+
+void check_mlp(const MlpDense& w, const MatrixD& x, const UdOptions& o, std::string_view context) {
+  const auto f = w.w_up.rows(), d = w.w_up.cols();
+  const bool ok = w.w_down.rows() == d && w.w_down.cols() == f && x.cols() == d &&
+                  (!w.gated || (w.w_gate.rows() == f && w.w_gate.cols() == d));
+  if (!ok) {
+    throw ConfigError(fmt::format("{}: MLP shapes (expected up [f, d], down [d, f], x [n, d]; got up [{}, {}], "
+                                  "down [{}, {}], x [{}, {}])", context, f, d, w.w_down.rows(), w.w_down.cols(),
+                                  x.rows(), x.cols()));
+  }
+  if (o.iters < 0 || !(o.alpha > 0 && o.beta > 0 && o.gamma > 0)) {
+    throw ConfigError(fmt::format("{}: joint UD options (expected iters ≥ 0 and α, β, γ > 0, got {} {} {} {})", context,
+                                  o.iters, o.alpha, o.beta, o.gamma));
+  }
+}
+
+}  // namespace
+
+MatrixD mlp_forward(const MlpDense& w, const MatrixD& xt) {
+  const MatrixD zu = apply(w.w_up, w.b_up, xt);  // [f, n]
+  const MatrixD h = w.gated ? MatrixD(act_of(w.act, apply(w.w_gate, w.b_gate, xt)).cwiseProduct(zu)) : act_of(w.act, zu);
+  return apply(w.w_down, w.b_down, h);
+}
+
+MatrixD mlp_forward(const MlpDense& w, const MlpFactors& f, const MatrixD& xt) {
+  return apply(f.down, hidden_of(w, f, xt).h);
+}
+
+double mlp_output_loss(const MlpDense& w, const MlpFactors& f, const MatrixD& x) {
+  const MatrixD xt = x.transpose();
+  return (mlp_forward(w, xt) - mlp_forward(w, f, xt)).squaredNorm();
+}
+
+MlpFactors local_mlp(const MlpDense& w, const MatrixD& x, const MlpRanks& r, double lambda_rel, bool sequential,
+                     std::string_view context) {
+  const InputMoments m = moments_of(x);
+  MlpFactors f;
+  f.up = local_rootcov(w.w_up, w.b_up, m, r.up, lambda_rel, context);
+  if (w.gated) f.gate = local_rootcov(w.w_gate, w.b_gate, m, r.gate, lambda_rel, context);
+  const MatrixD xt = x.transpose();
+  MatrixD h;
+  if (sequential) {
+    h = hidden_of(w, f, xt).h;
+  } else {
+    const MatrixD zu = apply(w.w_up, w.b_up, xt);
+    h = w.gated ? MatrixD(act_of(w.act, apply(w.w_gate, w.b_gate, xt)).cwiseProduct(zu)) : act_of(w.act, zu);
+  }
+  f.down = local_rootcov(w.w_down, w.b_down, moments_of_cols(h), r.down, lambda_rel, context);
+  return f;
+}
+
+UdResult joint_ud(const MlpDense& w, const MatrixD& x, const UdOptions& opt, std::string_view context) {
+  check_mlp(w, x, opt, context);
+  const MatrixD xt = x.transpose();  // [d, n]
+  const MatrixD y = mlp_forward(w, xt);  // [d, n] dense output
+  const Ctx c{w, xt, y, opt, context};
+  UdResult out;
+  out.output_energy = (y.colwise() - y.rowwise().mean()).squaredNorm();
+  Best best;
+  MlpFactors start = local_mlp(w, x, opt.ranks, opt.lambda_rel, true, context);
+  out.loss_local = c.loss(start);
+  best.offer(start, out.loss_local, -1);
+  MlpFactors cur = start;
+  double cur_loss = out.loss_local;
+  if (opt.refit_down) {
+    cur.down = c.refit_down(cur);
+    cur_loss = c.loss(cur);
+    best.offer(cur, cur_loss, 0);
+  }
+  out.loss.push_back(cur_loss);
+  const bool paper = opt.paper_admm && w.act == Activation::Relu && !w.gated;
+  if (paper) paper_iterations(c, start, best, out);  // the paper starts from the local solution
+  else extension_iterations(c, cur, cur_loss, best, out);
+  out.f = std::move(best.f);
+  out.best_iter = best.iter;
+  return out;
+}
+
+UdResult joint_ud(const MlpDense& w, const MatrixF& x, const UdOptions& opt, std::string_view context) {
+  return joint_ud(w, MatrixD(x.cast<double>()), opt, context);
+}
+
+}  // namespace latentllm::compress
