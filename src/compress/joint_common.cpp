@@ -60,6 +60,15 @@ RootCov root_cov(const MatrixD& c, double lambda_rel, std::string_view context) 
   return out;
 }
 
+MatrixD with_bias_column(const MatrixD& w, const VectorD& b) {
+  MatrixD a(w.rows(), w.cols() + 1);
+  a.leftCols(w.cols()) = w;
+  a.col(w.cols()) = b.size() > 0 ? b : VectorD::Zero(w.rows());
+  return a;
+}
+
+MatrixD augmented_dense(const LowRank& f) { return with_bias_column(f.dense(), f.bias); }
+
 namespace {
 
 void check_rank(int r, Eigen::Index rows, Eigen::Index cols, std::string_view context) {

@@ -52,6 +52,11 @@ struct LowRank {
   MatrixD dense() const { return b * a; }  // [out, in]
 };
 
+// [W | b]: [out, in+1] (b = 0 when empty), the weight acting on the augmented input x' = [x; 1].
+MatrixD with_bias_column(const MatrixD& w, const VectorD& b);
+// [B·A | bias] of a factored map: [out, in+1].
+MatrixD augmented_dense(const LowRank& f);
+
 // Local root-covariance ASVD of one linear module (issue 3): B·A·P = svd_r[W·P], B = U·S, A = Vᵀ·P⁻¹.
 // With a bias (non-empty `bias`) P comes from the CENTERED covariance and the bias gets the optimal
 // update b̂ = b + (W − B·A)·μ (paper appendix "Bias Update"); without one, from the uncentered C.

@@ -23,16 +23,8 @@ void AttnShape::validate(std::string_view context) const {
 
 namespace {
 
-// [W | b] (b = 0 when empty): [out, in+1].
-MatrixD augment(const MatrixD& w, const VectorD& b) {
-  MatrixD a(w.rows(), w.cols() + 1);
-  a.leftCols(w.cols()) = w;
-  a.col(w.cols()) = b.size() > 0 ? b : VectorD::Zero(w.rows());
-  return a;
-}
-
-// The factored map as an augmented dense matrix [B·A | bias].
-MatrixD augment(const LowRank& f) { return augment(f.dense(), f.bias); }
+MatrixD augment(const MatrixD& w, const VectorD& b) { return with_bias_column(w, b); }
+MatrixD augment(const LowRank& f) { return augmented_dense(f); }
 
 void check_dense(const QkDense& w, const AttnShape& s, const InputMoments& m, std::string_view context) {
   s.validate(context);

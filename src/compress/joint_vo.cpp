@@ -1,0 +1,157 @@
+#include "compress/joint_vo.hpp"
+
+#include "latentllm/error.hpp"
+
+namespace latentllm::compress {
+
+namespace {
+
+void check_dense(const VoDense& w, const AttnShape& s, const InputMoments& m, std::string_view context) {
+  s.validate(context);
+  const auto dv = static_cast<Eigen::Index>(s.num_kv_heads) * s.head_dim;
+  const auto dq = static_cast<Eigen::Index>(s.num_heads) * s.head_dim;
+  if (w.wv.rows() != dv || w.wv.cols() != s.hidden || w.wo.rows() != s.hidden || w.wo.cols() != dq) {
+    throw ConfigError(fmt::format("{}: v/o_proj shapes (expected [{}, {}] and [{}, {}], got [{}, {}] and [{}, {}])",
+                                  context, dv, s.hidden, s.hidden, dq, w.wv.rows(), w.wv.cols(), w.wo.rows(),
+                                  w.wo.cols()));
+  }
+  if ((w.bv.size() > 0 && w.bv.size() != dv) || (w.bo.size() > 0 && w.bo.size() != s.hidden)) {
+    throw ConfigError(fmt::format("{}: v/o bias sizes (expected {} and {}, got {} and {})", context, dv, s.hidden,
+                                  w.bv.size(), w.bo.size()));
+  }
+  if (m.dim() != s.hidden) {
+    throw ConfigError(fmt::format("{}: input moments width (expected {}, got {})", context, s.hidden, m.dim()));
+  }
+}
+
+// Rows of the kv-head map repeated for every query head: [H·d_h, cols] from [H_kv·d_h, cols].
+MatrixD expand_kv(const MatrixD& wkv, const AttnShape& s) {
+  const int dh = s.head_dim;
+  MatrixD e(static_cast<Eigen::Index>(s.num_heads) * dh, wkv.cols());
+  for (int i = 0; i < s.num_heads; ++i) e.middleRows(i * dh, dh) = wkv.middleRows(s.kv_head(i) * dh, dh);
+  return e;
+}
+
+VectorD augmented_mean(const InputMoments& m) {  // [μ; 1]
+  VectorD mu(m.dim() + 1);
+  mu.head(m.dim()) = m.mean();
+  mu(m.dim()) = 1.0;
+  return mu;
+}
+
+}  // namespace
+
+VoResult joint_vo(const VoDense& w, const AttnShape& s, const InputMoments& m, const VoOptions& opt,
+                  std::string_view context) {
+  check_dense(w, s, m, context);
+  const int d = s.hidden, dh = s.head_dim;
+  if (opt.r_v < 1 || opt.r_v > d || opt.r_o < 1 || opt.r_o > d) {
+    throw ConfigError(fmt::format("{}: joint VO ranks (expected 1..{}, got r_v={} r_o={})", context, d, opt.r_v, opt.r_o));
+  }
+  // The v bias is folded through the augmented input (it passes the attention unchanged).
+  const bool aug = opt.bias_aware && w.bv.size() > 0;
+  const MatrixD wv = aug ? with_bias_column(w.wv, w.bv) : w.wv;  // [H_kv·d_h, d']
+  const RootCov pc = root_cov(aug ? m.augmented() : m.xtx, opt.lambda_rel, context);
+  const MatrixD vt = wv * pc.p;  // [H_kv·d_h, d']
+
+  // H_i = W_o,i·(W_v,g·P) = L_iᵀ·R_g with L_i = W_o,iᵀ: [d_h, d], R_g: [d_h, d'].
+  PairProblem p;
+  for (int i = 0; i < s.num_heads; ++i) p.left.push_back(w.wo.middleCols(i * dh, dh).transpose());
+  for (int g = 0; g < s.num_kv_heads; ++g) p.right.push_back(vt.middleRows(g * dh, dh));
+  for (int i = 0; i < s.num_heads; ++i) p.terms.push_back({i, s.kv_head(i), MatrixD(), 1.0});
+  if (opt.o_moments != nullptr) {
+    if (opt.o_moments->dim() != s.num_heads * dh) {
+      throw ConfigError(fmt::format("{}: o_proj input moments width (expected {}, got {})", context, s.num_heads * dh,
+                                    opt.o_moments->dim()));
+    }
+    // Attention-aware: J = tr(U_oᵀ(W_oC_oW_oᵀ − ΣH_iH_iᵀ)U_o) + Σ‖U_oᵀH_iV‖², total = tr(W_oC_oW_oᵀ).
+    const MatrixD out_cov = w.wo * opt.o_moments->xtx * w.wo.transpose();  // [d, d]
+    const MatrixD plain = pair_left_gram(p, MatrixD());
+    p.total_offset = out_cov.trace() - pair_total(p);
+    p.left_offset = out_cov - plain;
+  }
+  const PairSolution sol = solve_pair(p, opt.r_o, opt.r_v, opt.iters, context);
+
+  VoResult out;
+  out.loss = sol.loss;
+  const MatrixD av = sol.u_r.transpose() * pc.p_inv;  // [r_v, d']
+  out.f.v.b = vt * sol.u_r;                            // [H_kv·d_h, r_v]
+  out.f.v.a = av.leftCols(d);
+  out.f.v.bias = aug ? VectorD(out.f.v.b * av.col(d)) : w.bv;
+  out.f.o.b = sol.u_l;                   // [d, r_o]
+  out.f.o.a = sol.u_l.transpose() * w.wo;  // [r_o, H·d_h]
+  if (w.bo.size() > 0) {
+    out.f.o.bias = w.bo;
+    if (opt.bias_aware) {
+      // Mean output error under the local approximation (attention averages of x have mean μ).
+      const VectorD mu = augmented_mean(m);
+      const VectorD z = expand_kv(with_bias_column(w.wv, w.bv), s) * mu;  // [H·d_h]
+      const VectorD zh = expand_kv(augmented_dense(out.f.v), s) * mu;
+      out.f.o.bias += w.wo * z - out.f.o.dense() * zh;
+    }
+  }
+  return out;
+}
+
+VoFactors separate_vo(const VoDense& w, const InputMoments& m, const InputMoments& o_m, int r_v, int r_o,
+                      double lambda_rel, std::string_view context) {
+  VoFactors f;
+  f.v = local_rootcov(w.wv, w.bv, m, r_v, lambda_rel, context);
+  f.o = local_rootcov(w.wo, w.bo, o_m, r_o, lambda_rel, context);
+  return f;
+}
+
+InputMoments vo_identity_attention_moments(const VoDense& w, const AttnShape& s, const InputMoments& m) {
+  const MatrixD e = expand_kv(with_bias_column(w.wv, w.bv), s);  // [H·d_h, d+1]
+  VectorD s1(m.dim() + 1);
+  s1.head(m.dim()) = m.sum;
+  s1(m.dim()) = m.n;
+  InputMoments z;
+  z.xtx = e * m.augmented() * e.transpose();
+  z.sum = e * s1;
+  z.n = m.n;
+  return z;
+}
+
+double vo_head_loss(const VoDense& dense, const VoFactors& f, const AttnShape& s, const InputMoments& m) {
+  check_dense(dense, s, m, "vo_head_loss");
+  const int dh = s.head_dim;
+  const MatrixD c = m.augmented();
+  const MatrixD ev = with_bias_column(dense.wv, dense.bv), fv = augmented_dense(f.v);  // [H_kv·d_h, d+1]
+  const MatrixD fo = f.o.dense();                                                     // [d, H·d_h]
+  double loss = 0;
+  for (int i = 0; i < s.num_heads; ++i) {
+    const int g = s.kv_head(i);
+    // Δ_i = [W_o,i | −Ŵ_o,i]·[E_g; Ê_g]; ‖Δ_i C^{1/2}‖² = tr(W̄·(K C Kᵀ)·W̄ᵀ).
+    MatrixD k(2 * dh, c.cols());
+    k.topRows(dh) = ev.middleRows(g * dh, dh);
+    k.bottomRows(dh) = fv.middleRows(g * dh, dh);
+    MatrixD wbar(s.hidden, 2 * dh);
+    wbar.leftCols(dh) = dense.wo.middleCols(i * dh, dh);
+    wbar.rightCols(dh) = -fo.middleCols(i * dh, dh);
+    const MatrixD kc = k * c * k.transpose();
+    loss += (wbar * kc).cwiseProduct(wbar).sum();
+  }
+  return loss;
+}
+
+double vo_output_loss(const VoDense& dense, const VoFactors& f, const AttnShape& s, const InputMoments& m) {
+  check_dense(dense, s, m, "vo_output_loss");
+  // y − ŷ = D·x' with D = W_o·E − Ŵ_o·Ê, plus (b_o − b̂_o) in the constant column.
+  MatrixD dmat = dense.wo * expand_kv(with_bias_column(dense.wv, dense.bv), s) -
+                 f.o.dense() * expand_kv(augmented_dense(f.v), s);  // [d, d+1]
+  if (dense.bo.size() > 0) dmat.col(s.hidden) += dense.bo;
+  if (f.o.bias.size() > 0) dmat.col(s.hidden) -= f.o.bias;
+  return (dmat * m.augmented()).cwiseProduct(dmat).sum();
+}
+
+std::int64_t vo_params(const AttnShape& s, int r_v, int r_o) {
+  const std::int64_t d = s.hidden, dh = s.head_dim;
+  return d * r_v + s.num_kv_heads * dh * r_v + d * r_o + r_o * s.num_heads * dh;
+}
+
+std::int64_t vo_dense_params(const AttnShape& s) {
+  return static_cast<std::int64_t>(s.hidden) * (s.num_kv_heads + s.num_heads) * s.head_dim;
+}
+
+}  // namespace latentllm::compress
