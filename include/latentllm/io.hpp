@@ -38,27 +38,41 @@ struct ModelConfig {
   bool do_layer_norm_before = true;         // OPT
   bool enable_bias = true;                  // OPT
   bool layer_norm_elementwise_affine = true;  // OPT
-  bool attention_bias = false;              // Llama/Mistral; Qwen2 always has q/k/v biases
-  bool mlp_bias = false;
+  bool attention_bias = false;              // Llama: biases on q, k, v and o (config key, default false)
+  // Which linears carry biases, resolved per family: OPT enable_bias (all of them); Llama attention_bias
+  // (q, k, v, o) and mlp_bias; Qwen2 q, k, v always; Mistral none.
+  bool qkv_bias = false;
+  bool o_bias = false;
+  bool mlp_bias = false;                    // also the config key (Llama)
+  std::int64_t sliding_window = 0;          // Mistral / Qwen2 (use_sliding_window) attention window; 0 = none
   bool tie_word_embeddings = true;
   std::string hidden_act;                   // "relu" (OPT activation_function), "silu", ...
   std::optional<std::int64_t> bos_token_id, eos_token_id, pad_token_id;
-  std::string torch_dtype;
+  std::string torch_dtype;                  // "torch_dtype" (or newer "dtype"); "" when absent
   nlohmann::json raw;
 
   // FFN width for either family.
   std::int64_t ffn_width() const { return ffn_dim > 0 ? ffn_dim : intermediate_size; }
 };
 
-// Parses and validates config.json. Throws ConfigError "<path>: <key>: ..." for missing or
-// invalid keys and for unsupported architectures (the message lists the supported ones).
+// Parses and validates config.json (docs/ERRORS.md lists every message). Throws IoError if the file
+// cannot be read, FormatError "<path>: not valid JSON (...)", and ConfigError "<path>: <key> (expected X,
+// got Y)" for missing or mistyped keys, non-positive sizes, sizes that do not divide
+// (hidden_size by num_attention_heads, heads by num_key_value_heads), rope_scaling (unsupported) and
+// unsupported architectures (the message lists the supported ones). Supported: OPTForCausalLM (opt),
+// LlamaForCausalLM (llama), Qwen2ForCausalLM (qwen2), MistralForCausalLM (mistral).
 ModelConfig load_config(const std::filesystem::path& config_json);
+// The same from a parsed document; `origin` prefixes every message (usually the file path).
 ModelConfig parse_config(const nlohmann::json& doc, const std::string& origin);
 
 // One memory-mapped safetensors file, fully validated on open (header size cap, JSON, dtypes,
 // shape × dtype = byte length, offsets in range, in order, not overlapping, data filling the file).
+// Only F32, F16 and BF16 tensors are accepted. The TensorViews point into the mapping and live as
+// long as this object.
 class SafetensorsFile {
  public:
+  // Throws IoError if the file cannot be opened or mapped, FormatError "<path>: [tensor <name>: ]
+  // <what> (expected X, got Y)" for any layout violation.
   explicit SafetensorsFile(const std::filesystem::path& path);
   ~SafetensorsFile();
   SafetensorsFile(const SafetensorsFile&) = delete;
@@ -74,10 +88,13 @@ class SafetensorsFile {
   std::unique_ptr<Impl> impl_;
 };
 
-// All tensors of a checkpoint directory: model.safetensors, or the shards listed by
-// model.safetensors.index.json.
+// All tensors of a checkpoint directory: model.safetensors, or (when that is absent) the shards listed
+// by model.safetensors.index.json, each mapped once. Views stay valid while the store lives (also
+// across moves).
 class TensorStore {
  public:
+  // Throws IoError when the directory has neither file or a listed shard does not exist; FormatError
+  // for a malformed index, a weight_map entry missing from its shard, or a tensor stored in two shards.
   static TensorStore open(const std::filesystem::path& dir);
   TensorStore(TensorStore&&) noexcept;
   TensorStore& operator=(TensorStore&&) noexcept;
@@ -86,11 +103,11 @@ class TensorStore {
   bool has(const std::string& name) const;
   // Throws FormatError "<dir>: missing tensor <name>" when absent.
   const TensorView& get(const std::string& name) const;
-  // get() plus a shape check: FormatError "<name>: shape (expected [a, b], got [c, d])".
+  // get() plus a shape check: FormatError "<file>: tensor <name>: shape (expected [a, b], got [c, d])".
   const TensorView& get(const std::string& name, std::span<const std::int64_t> expected_shape) const;
-  std::vector<std::string> names() const;
+  std::vector<std::string> names() const;  // shard order, then file (offset) order
   const std::filesystem::path& dir() const;
-  // Merged "__metadata__" of all files.
+  // Merged "__metadata__" of all files (on a key clash the first shard's value wins).
   const std::map<std::string, std::string>& metadata() const;
 
  private:
@@ -108,7 +125,9 @@ struct TensorToWrite {
 };
 
 // Writes a safetensors file atomically (temporary name + rename). Tensors are stored in the order
-// given; names must be unique. Throws IoError naming the path on failure.
+// given, back to back after a header padded with spaces to 8 bytes. Throws FormatError naming the path
+// and tensor for invalid input (duplicate or empty names, data.size() != numel(shape)) and IoError
+// naming the path when writing fails.
 void write_safetensors(const std::filesystem::path& path, std::span<const TensorToWrite> tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
