@@ -1,0 +1,41 @@
+// Evaluation and calibration text: the exact strings of the GPTQ / SparseGPT perplexity protocol,
+// rebuilt from local files, and JSON-lines documents for calibration.
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace latentllm::io {
+
+enum class Dataset { WikiText2, PTB, C4, Text };
+
+// "wikitext2", "ptb", "c4", "text". Throws ConfigError listing the names for anything else.
+Dataset parse_dataset(std::string_view name);
+// The name parse_dataset accepts.
+std::string_view dataset_name(Dataset d);
+
+// The evaluation string of `file` (UTF-8), as the Python protocol builds it:
+//  WikiText2: "\n\n".join(rows), rows = the lines of wiki.test.raw each keeping its "\n", and every
+//             whitespace-only line as "" (the HF loader yields `row if row.strip() else ""`);
+//             WikiText-2 raw test -> 1,294,336 chars, sha256 696cca6b...
+//  PTB:       " ".join(line.strip() for line in file) (HF ptb_text_only sentences); ptb.valid.txt ->
+//             393,041 chars, sha256 1f1d25ca...
+//  C4:        " ".join of the "text" of the first 1100 JSON lines (no token truncation here);
+//             c4-train.00000-of-01024.first1000.jsonl -> sha256 409f11b4...
+//  Text:      the file as it is.
+// Lines are read as Python's text mode does (universal newlines: "\r\n" and "\r" end a line and
+// become "\n"); strip() removes Python's whitespace (str.isspace: Unicode White_Space plus
+// U+001C-001F), the same as ASCII whitespace for these ASCII files.
+// Throws IoError if the file cannot be read, FormatError "<file>: ..." for invalid UTF-8, bad JSON
+// and "<file>: empty dataset" when the file or the string has no non-whitespace text.
+std::string build_eval_text(Dataset dataset, const std::filesystem::path& file);
+
+// The "text" field of each JSON line (at most `max_docs` documents; 0 = all). Blank lines are
+// skipped. Throws FormatError "<file>:<line>: ..." for a line that is not a JSON object with a
+// string "text", and "<file>: empty dataset" when there is no document.
+std::vector<std::string> read_jsonl_texts(const std::filesystem::path& file, std::size_t max_docs);
+
+}  // namespace latentllm::io

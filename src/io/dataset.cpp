@@ -1,0 +1,131 @@
+// The GPTQ / SparseGPT evaluation strings (see include/latentllm/dataset.hpp) rebuilt from files.
+#include "latentllm/dataset.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/mapped_file.hpp"
+#include "io/unicode.hpp"
+#include "latentllm/error.hpp"
+
+namespace latentllm::io {
+namespace {
+
+constexpr std::size_t kC4Docs = 1100;  // GPTQ: ' '.join(valdata[:1100]['text'])
+
+// The lines of `text` as Python's text-mode iteration yields them: "\r\n" and "\r" are translated
+// to "\n", and each line keeps its terminating "\n" (the last one may have none).
+std::vector<std::string> python_lines(std::string_view text) {
+  std::vector<std::string> lines;
+  std::string cur;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\r' || c == '\n') {
+      if (c == '\r' && i + 1 < text.size() && text[i + 1] == '\n') ++i;
+      cur += '\n';
+      lines.push_back(std::move(cur));
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  if (!cur.empty()) lines.push_back(std::move(cur));
+  return lines;
+}
+
+std::string join(const std::vector<std::string>& parts, std::string_view sep) {
+  std::size_t n = 0;
+  for (const auto& p : parts) n += p.size() + sep.size();
+  std::string out;
+  out.reserve(n);
+  for (std::size_t k = 0; k < parts.size(); ++k) {
+    if (k > 0) out += sep;
+    out += parts[k];
+  }
+  return out;
+}
+
+std::string read_utf8(const std::filesystem::path& file) {
+  std::string text = core::read_file(file);
+  check_utf8(text, file.string());
+  return text;
+}
+
+[[noreturn]] void throw_empty(const std::filesystem::path& file) {
+  throw FormatError(fmt::format("{}: empty dataset", file.string()));
+}
+
+}  // namespace
+
+Dataset parse_dataset(std::string_view name) {
+  if (name == "wikitext2") return Dataset::WikiText2;
+  if (name == "ptb") return Dataset::PTB;
+  if (name == "c4") return Dataset::C4;
+  if (name == "text") return Dataset::Text;
+  throw ConfigError(fmt::format("dataset: unknown name (expected wikitext2, ptb, c4 or text, got {})", name));
+}
+
+std::string_view dataset_name(Dataset d) {
+  switch (d) {
+    case Dataset::WikiText2: return "wikitext2";
+    case Dataset::PTB: return "ptb";
+    case Dataset::C4: return "c4";
+    case Dataset::Text: return "text";
+  }
+  return "?";
+}
+
+std::vector<std::string> read_jsonl_texts(const std::filesystem::path& file, std::size_t max_docs) {
+  const std::string text = read_utf8(file);
+  std::vector<std::string> docs;
+  std::size_t line_no = 0;
+  for (std::size_t pos = 0; pos < text.size() && (max_docs == 0 || docs.size() < max_docs);) {
+    std::size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string_view line(text.data() + pos, end - pos);
+    pos = end + 1;
+    ++line_no;
+    if (python_strip(line).empty()) continue;
+    nlohmann::json doc;
+    try {
+      doc = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {
+      throw FormatError(fmt::format("{}:{}: invalid JSON ({})", file.string(), line_no, e.what()));
+    }
+    if (!doc.is_object() || !doc.contains("text") || !doc["text"].is_string()) {
+      throw FormatError(fmt::format("{}:{}: expected a JSON object with a string \"text\"", file.string(), line_no));
+    }
+    docs.push_back(doc["text"].get<std::string>());
+  }
+  if (docs.empty()) throw_empty(file);
+  return docs;
+}
+
+std::string build_eval_text(Dataset dataset, const std::filesystem::path& file) {
+  std::string out;
+  switch (dataset) {
+    case Dataset::WikiText2: {
+      std::vector<std::string> rows = python_lines(read_utf8(file));
+      for (auto& row : rows)
+        if (python_strip(row).empty()) row.clear();
+      out = join(rows, "\n\n");
+      break;
+    }
+    case Dataset::PTB: {
+      std::vector<std::string> rows = python_lines(read_utf8(file));
+      for (auto& row : rows) row = std::string(python_strip(row));
+      out = join(rows, " ");
+      break;
+    }
+    case Dataset::C4:
+      out = join(read_jsonl_texts(file, kC4Docs), " ");
+      break;
+    case Dataset::Text:
+      out = read_utf8(file);
+      break;
+  }
+  if (python_strip(out).empty()) throw_empty(file);
+  return out;
+}
+
+}  // namespace latentllm::io
