@@ -116,7 +116,10 @@ TEST(JointQk, BiasAwareBeatsBiasUnawareWithNonZeroMean) {
     const QkResult unaware = joint_qk(c.w, c.s, c.m, opt, "test");
     const double la = qk_attention_loss(c.w, aware.f, c.s, c.m);
     const double lu = qk_attention_loss(c.w, unaware.f, c.s, c.m);
-    std::printf("[qk bias] r=%d aware/unaware attention-map loss = %.4f\n", r, la / lu);
+    const double ls = qk_attention_loss(c.w, separate_qk(c.w, c.m, r, r, kDefaultLambdaRel, "test"), c.s, c.m);
+    std::printf("[qk bias] r=%d aware/unaware attention-map loss = %.4f, aware/separate (bias update) = %.4f\n", r,
+                la / lu, la / ls);
+    EXPECT_LT(la, ls);
     EXPECT_LT(la, lu) << "r=" << r;
     EXPECT_EQ(aware.f.q.bias.size(), 4 * kDh);
     EXPECT_EQ(aware.f.q.a.cols(), kD);
