@@ -54,6 +54,28 @@ Svd svd(const MatrixD& m, std::string_view context) {
   return out;
 }
 
+PivotedQr pivoted_qr(const MatrixD& m, std::string_view context) {
+  check_finite(m, context, "matrix");
+  const auto rows = m.rows(), cols = m.cols();
+  const auto k = std::min(rows, cols);
+  PivotedQr out;
+  MatrixD a = m;
+  std::vector<lapack_int> jpvt(static_cast<std::size_t>(cols), 0);  // 0 = free column
+  VectorD tau(k);
+  if (k > 0) {
+    const lapack_int info = LAPACKE_dgeqp3(LAPACK_COL_MAJOR, static_cast<lapack_int>(rows),
+                                           static_cast<lapack_int>(cols), a.data(), static_cast<lapack_int>(rows),
+                                           jpvt.data(), tau.data());
+    if (info != 0) throw NumericError(fmt::format("{}: pivoted QR failed (LAPACK dgeqp3 info {})", context, info));
+  } else {
+    for (Eigen::Index j = 0; j < cols; ++j) jpvt[static_cast<std::size_t>(j)] = static_cast<lapack_int>(j + 1);
+  }
+  out.r = a.topRows(k).triangularView<Eigen::Upper>();
+  out.perm.resize(static_cast<std::size_t>(cols));
+  for (std::size_t j = 0; j < jpvt.size(); ++j) out.perm[j] = static_cast<int>(jpvt[j] - 1);  // LAPACK is 1-based
+  return out;
+}
+
 MatrixD sym_power(const MatrixD& s, double power, std::string_view context, double floor_rel) {
   const SymEig e = sym_eig(s, context);
   const double wmax = e.values.size() > 0 ? std::max(e.values(0), 0.0) : 0.0;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string_view>
+#include <vector>
 
 #include "latentllm/tensor.hpp"
 
@@ -31,6 +32,16 @@ Svd svd(const MatrixD& m, std::string_view context);
 // Used for (XXᵀ+λI)^{1/2} and its inverse. `power` is applied to each clamped eigenvalue; for negative
 // powers eigenvalues below `floor_rel`·max(w) are treated as that floor (pseudo-inverse root).
 MatrixD sym_power(const MatrixD& s, double power, std::string_view context, double floor_rel = 1e-12);
+
+// Column-pivoted QR M·Π = Q·R (dgeqp3, greedy: at step j the remaining column of largest norm after
+// removing the span of the first j). perm[j] is the ORIGINAL index of the column placed at position j
+// (0-based), so M.col(perm[0..k)) are the k "most independent" columns. R: [min(m, n), n], upper
+// trapezoidal, in the permuted column order; |R(0,0)| ≥ |R(1,1)| ≥ … . Q is not formed. Cost O(m·n·k).
+struct PivotedQr {
+  MatrixD r;              // [min(m, n), n]
+  std::vector<int> perm;  // [n]
+};
+PivotedQr pivoted_qr(const MatrixD& m, std::string_view context);
 
 // Throws NumericError "<context>: <what> contains a non-finite value" if m has NaN/Inf.
 void check_finite(const MatrixD& m, std::string_view context, std::string_view what);

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "latentllm/error.hpp"
 #include "linalg/linalg.hpp"
 
@@ -32,6 +34,23 @@ TEST(Linalg, SymPowerSquareRoot) {
   EXPECT_LT((h * h - s).norm(), 1e-10 * s.norm());
   MatrixD hi = linalg::sym_power(s, -0.5, "test");
   EXPECT_LT((hi * h - MatrixD::Identity(8, 8)).norm(), 1e-8);
+}
+
+TEST(Linalg, PivotedQrPermutesAndFactors) {
+  MatrixD m = MatrixD::Random(6, 15);  // [6, 15]
+  m.col(9) *= 100.0;                   // the largest column is pivoted first
+  const auto qr = linalg::pivoted_qr(m, "test");
+  ASSERT_EQ(qr.perm.size(), 15u);
+  EXPECT_EQ(qr.perm[0], 9);
+  std::vector<int> sorted = qr.perm;
+  std::sort(sorted.begin(), sorted.end());
+  for (int j = 0; j < 15; ++j) EXPECT_EQ(sorted[static_cast<std::size_t>(j)], j);
+  MatrixD mp(6, 15);
+  for (int j = 0; j < 15; ++j) mp.col(j) = m.col(qr.perm[static_cast<std::size_t>(j)]);
+  // Q orthonormal  <=>  RᵀR = (MΠ)ᵀ(MΠ).
+  EXPECT_LT((qr.r.transpose() * qr.r - mp.transpose() * mp).norm(), 1e-10 * mp.squaredNorm());
+  for (int i = 1; i < 6; ++i) EXPECT_GE(std::abs(qr.r(i - 1, i - 1)), std::abs(qr.r(i, i)));
+  EXPECT_EQ(qr.r(5, 0), 0.0);  // upper trapezoidal
 }
 
 TEST(Linalg, NonFiniteInputIsRejectedWithContext) {

@@ -1,0 +1,58 @@
+// Pre-conditioners of the activation-aware SVD (paper Table 1) and the input statistics they read.
+//
+// Every function here is invariant to scaling C (and μ-related terms) by a constant: λ and the
+// pseudo-inverse floor are relative, so C may be a sum over tokens (what the calibration pipeline
+// accumulates) or a per-token mean, as long as C, μ and n agree (C = Σ x xᵀ pairs with n, C/n with 1).
+#pragma once
+
+#include <string_view>
+
+#include "latentllm/compress.hpp"
+#include "latentllm/tensor.hpp"
+
+namespace latentllm::compress {
+
+// Calibration statistics of one linear module's input. Not owning: xtx is usually the pipeline's
+// accumulator, [d, d] and large.
+struct InputStats {
+  const MatrixD* xtx = nullptr;  // [d, d] C = Σ_t x_t x_tᵀ (uncentered), required
+  VectorD mean;                  // [d] μ = Σ_t x_t / n; required for modules with a bias
+  VectorD abs_mean;              // [d] Σ_t |x_t| / n; required for Preconditioner::DiagL1
+  double n = 0;                  // tokens behind xtx; required for modules with a bias
+};
+
+// The centered covariance C − n·μμᵀ = Σ_t (x_t − μ)(x_t − μ)ᵀ: [d, d] (paper appendix "Bias Update";
+// with a free bias the output error only sees the centered inputs).
+MatrixD centered_covariance(const MatrixD& xtx, const VectorD& mean, double n);
+
+// A built pre-conditioner P and its pseudo-inverse P⁺. Diagonal kinds (Identity, DiagHessian, DiagL1,
+// DiagL2) are held as vectors, the others as dense symmetric matrices.
+struct PreconditionerMatrix {
+  Preconditioner kind = Preconditioner::Identity;
+  int dim = 0;          // d
+  VectorD diag;         // [d]    diagonal kinds: P = diag(diag)
+  VectorD diag_pinv;    // [d]    diagonal kinds: P⁺
+  MatrixD dense;        // [d, d] Covariance / RootCovariance: P (symmetric)
+  MatrixD dense_pinv;   // [d, d] P⁺
+  double lambda = 0;    // the absolute damping added to C (0 for kinds without damping)
+  int dropped = 0;      // directions below the pseudo-inverse floor (dropped from P and P⁺)
+
+  bool diagonal() const { return dense.size() == 0; }
+  MatrixD right_multiply(const MatrixD& w) const;       // W·P:  w [m, d] -> [m, d]
+  MatrixD right_multiply_pinv(const MatrixD& m) const;  // M·P⁺: m [k, d] -> [k, d]
+  MatrixD matrix() const;                               // P   [d, d]
+  MatrixD pinv_matrix() const;                          // P⁺  [d, d]
+};
+
+// Builds P from the covariance `c` ([d, d]; the caller passes the centered one for bias modules) and,
+// for DiagL1, the per-feature mean absolute activation `abs_mean` ([d]; empty otherwise; uncentered
+// even for bias modules, as the calibration accumulates it). The pseudo-inverse floor is applied in
+// units of C: to the eigenvalues of C + λI, to diag C (DiagL2) and to abs_mean² (DiagL1). Throws
+// ConfigError for a missing/mis-shaped input and NumericError for a non-finite or all-zero covariance.
+PreconditionerMatrix make_preconditioner(Preconditioner kind, const MatrixD& c, const VectorD& abs_mean,
+                                         const LocalOptions& opt, std::string_view context);
+
+// λ = lambda_rel · mean(diag C).
+double absolute_damping(const MatrixD& c, double lambda_rel);
+
+}  // namespace latentllm::compress
