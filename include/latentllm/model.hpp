@@ -64,13 +64,16 @@ class ForwardObserver {
 // "fc1", "fc2" (OPT), "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj" (Llama family).
 struct DecoderLayer {
   std::vector<Linear> linears;
-  // Norm weights by HF name relative to the layer ("self_attn_layer_norm", "input_layernorm", ...).
+  // Norm parameters by HF tensor name relative to the layer: "self_attn_layer_norm.weight",
+  // "self_attn_layer_norm.bias" (OPT), "input_layernorm.weight" (Llama), ... [d] each.
   std::vector<std::pair<std::string, VectorF>> norms;
 
   Linear& linear(std::string_view rel_name);
   const Linear& linear(std::string_view rel_name) const;
   // Which site feeds a linear module.
   Site site_of(std::string_view rel_name) const;
+  // The norm parameter named rel_name ("input_layernorm.weight"); empty vector when absent.
+  const VectorF& norm(std::string_view rel_name) const;
 };
 
 class Model {
@@ -94,10 +97,12 @@ class Model {
   // Applies decoder layer i in place to h: [n_seq·T, d]; causal attention within each window.
   virtual void layer_forward(int i, MatrixF& h, int T, ForwardObserver* obs = nullptr) const = 0;
   // Final norm (+ OPT project_out) and LM head: h: [n, d] -> logits: [n, V].
-  virtual void head(const MatrixF& h, MatrixF& logits) const = 0;
+  virtual void head(const MatrixF& h, MatrixF& logits) const;
 
   // Sum of next-token NLL (natural log) over the T−1 predicted tokens of each window, in double.
-  // ids: [n_seq·T]. Runs embed, all layers and the head, chunking the head to bound memory.
+  // ids: [n_seq·T]. Runs embed, all layers and the head; the head is fused with the log-softmax
+  // (row blocks × vocabulary blocks, an online log-sum-exp in double), so the [n, V] logits are
+  // never materialized.
   double windows_nll(std::span<const std::int32_t> ids, int T) const;
 
   // Parameter counts per module type for inspect: "embed", "attn", "mlp", "norm", "lm_head", ...
@@ -108,6 +113,31 @@ class Model {
   io::ModelConfig config_;
   std::filesystem::path dir_;
   std::vector<DecoderLayer> layers_;
+  // Parameters outside the decoder layers per module type ("embed", "norm", "lm_head").
+  virtual std::vector<std::pair<std::string, std::int64_t>> outer_params() const = 0;
+  // The LM head's input: final norm (+ OPT project_out).  h: [n, d] -> x: [n, p].
+  virtual void final_hidden(const MatrixF& h, MatrixF& x) const = 0;
+  // The LM head weight [V, p]: lm_head.weight, or the token embedding when tied.
+  virtual const MatrixF& lm_head_weight() const = 0;
 };
+
+// Threads of the forward pass (a pool whose idle threads sleep; each runs single-threaded sgemm on
+// its share of a GEMM), and of OpenBLAS outside it. n = 0 uses every core.
+void set_num_threads(int n);
+
+// Wall-clock breakdown of forward passes, for the throughput benchmark (bench/). Off by default;
+// when on, each timed part adds its wall-clock seconds, and the GEMM parts their FLOPs (2 per
+// multiply-add). Only calls from outside the forward's parallel regions are timed.
+struct ForwardProfile {
+  double linear_s = 0, linear_flops = 0;        // Linear::forward (decoder layers, OPT project_in/out)
+  double head_s = 0, head_flops = 0;            // LM head GEMM (in windows_nll: its share of the fused head)
+  double attention_s = 0, attention_flops = 0;  // Q·Kᵀ, causal softmax, ·V (flops: the GEMMs)
+  double nll_s = 0;                             // log-sum-exp and NLL of the head's logits (fused head's share)
+  double other_s = 0;                           // norms, RoPE, activations, embeddings, residual adds
+};
+void set_profiling(bool enabled);
+bool profiling_enabled();
+ForwardProfile forward_profile();
+void reset_forward_profile();
 
 }  // namespace latentllm::model

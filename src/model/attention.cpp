@@ -1,0 +1,82 @@
+#include "model/attention.hpp"
+
+
+#include <algorithm>
+#include <vector>
+
+#include "core/gemm.hpp"
+#include "latentllm/error.hpp"
+#include "model/parallel.hpp"
+#include "model/profile.hpp"
+
+namespace latentllm::model {
+namespace {
+
+// Query rows per block: the scores block [kBlock, T] stays in L2, and keys past the block's last
+// query are never multiplied (about 40 % of the causal square saved at T = 512).
+constexpr int kBlock = 64;
+
+// Softmax of row `row` of the block over its first n_keys entries; the rest of the row is unused.
+void softmax_prefix(float* s, int n_keys) {
+  Eigen::Map<Eigen::ArrayXf> a(s, n_keys);
+  const float mx = a.maxCoeff();
+  a = (a - mx).exp();
+  a *= 1.0f / a.sum();
+}
+
+// One window, one query head: rows [w·T, (w+1)·T) of q/k/v, columns of head h / kv head g.
+void attend_head(const MatrixF& q, const MatrixF& k, const MatrixF& v, const AttentionShape& s, int w, int h,
+                 MatrixF& out, std::vector<float>& scores) {
+  const int g = h / (s.H / s.H_kv);
+  const int ldq = static_cast<int>(q.cols()), ldk = static_cast<int>(k.cols()), ldo = static_cast<int>(out.cols());
+  const std::int64_t row0 = static_cast<std::int64_t>(w) * s.T;
+  const float* qh = q.data() + row0 * ldq + static_cast<std::int64_t>(h) * s.d_h;  // [T, d_h], ld ldq
+  const float* kh = k.data() + row0 * ldk + static_cast<std::int64_t>(g) * s.d_h;  // [T, d_h], ld ldk
+  const float* vh = v.data() + row0 * ldk + static_cast<std::int64_t>(g) * s.d_h;  // [T, d_h], ld ldk
+  float* oh = out.data() + row0 * ldo + static_cast<std::int64_t>(h) * s.d_h;      // [T, d_h], ld ldo
+  scores.resize(static_cast<std::size_t>(kBlock) * s.T);
+  for (int i0 = 0; i0 < s.T; i0 += kBlock) {
+    const int rows = std::min(kBlock, s.T - i0);
+    const int keys = i0 + rows;  // the block's last query sees keys [0, keys)
+    // S: [rows, keys] = scale · Q[i0:i0+rows]·K[0:keys]ᵀ
+    core::sgemm_rm(false, true, rows, keys, s.d_h, s.scale, qh + static_cast<std::int64_t>(i0) * ldq, ldq, kh,
+                   ldk, 0.0f, scores.data(), keys);
+    for (int r = 0; r < rows; ++r) {
+      float* sr = scores.data() + static_cast<std::int64_t>(r) * keys;
+      const int visible = i0 + r + 1;  // causal: query i0+r sees keys [0, i0+r]
+      softmax_prefix(sr, visible);
+      std::fill(sr + visible, sr + keys, 0.0f);
+    }
+    // O[i0:i0+rows] = P: [rows, keys] · V[0:keys]: [keys, d_h]
+    core::sgemm_rm(false, false, rows, s.d_h, keys, 1.0f, scores.data(), keys, vh, ldk, 0.0f,
+                   oh + static_cast<std::int64_t>(i0) * ldo, ldo);
+  }
+}
+
+}  // namespace
+
+void causal_attention(const MatrixF& q, const MatrixF& k, const MatrixF& v, const AttentionShape& s, MatrixF& out) {
+  const std::int64_t n = q.rows();
+  if (s.T <= 0 || s.H <= 0 || s.H_kv <= 0 || s.H % s.H_kv != 0 || n % s.T != 0 ||
+      q.cols() != static_cast<std::int64_t>(s.H) * s.d_h || k.cols() != static_cast<std::int64_t>(s.H_kv) * s.d_h ||
+      v.cols() != k.cols() || k.rows() != n || v.rows() != n) {
+    throw Error(fmt::format("causal_attention: shapes (q [{}, {}], k [{}, {}], v [{}, {}], T {}, H {}, H_kv {}, d_h {})",
+                            q.rows(), q.cols(), k.rows(), k.cols(), v.rows(), v.cols(), s.T, s.H, s.H_kv, s.d_h));
+  }
+  const int n_seq = static_cast<int>(n / s.T);
+  // Multiply-adds of the two GEMMs over the block-causal region, for the profile.
+  double keys_total = 0;
+  for (int i0 = 0; i0 < s.T; i0 += kBlock) keys_total += static_cast<double>(std::min(kBlock, s.T - i0)) * (i0 + std::min(kBlock, s.T - i0));
+  const double flops = 2.0 * 2.0 * keys_total * s.d_h * s.H * n_seq;
+  detail::ProfileScope scope(&ForwardProfile::attention_s, &ForwardProfile::attention_flops, flops);
+
+  out.resize(n, q.cols());
+  const int tasks = n_seq * s.H;
+  BlasSingleThreaded single;
+  parallel_for(tasks, 1, [&](std::int64_t t0, std::int64_t t1) {
+    thread_local std::vector<float> scores;  // [kBlock, T] per thread
+    for (std::int64_t t = t0; t < t1; ++t) attend_head(q, k, v, s, static_cast<int>(t / s.H), static_cast<int>(t % s.H), out, scores);
+  });
+}
+
+}  // namespace latentllm::model

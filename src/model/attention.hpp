@@ -1,0 +1,22 @@
+// Causal multi-head softmax attention over whole windows, shared by every architecture.
+#pragma once
+
+#include "latentllm/tensor.hpp"
+
+namespace latentllm::model {
+
+struct AttentionShape {
+  int T = 0;            // tokens per window
+  int H = 0;            // query heads
+  int H_kv = 0;         // key/value heads (GQA: query head h reads kv head h / (H / H_kv))
+  int d_h = 0;          // head dim
+  float scale = 1.0f;   // multiplies Q·Kᵀ (1/sqrt(d_h), or 1 when the queries are pre-scaled as in OPT)
+};
+
+// out = softmax(scale · Q_h·K_hᵀ + causal mask)·V_h per window and head, heads concatenated.
+// q: [n_seq·T, H·d_h], k, v: [n_seq·T, H_kv·d_h] -> out: [n_seq·T, H·d_h]. Windows are independent
+// (positions restart at 0 in each). Scores and ·V are sgemm calls on row blocks of a window, keys
+// beyond the block's last query skipped; the softmax runs in float with max subtraction.
+void causal_attention(const MatrixF& q, const MatrixF& k, const MatrixF& v, const AttentionShape& s, MatrixF& out);
+
+}  // namespace latentllm::model

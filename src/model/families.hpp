@@ -1,0 +1,30 @@
+// The architecture files' factories, dispatched on by Model::load (model.cpp holds the table).
+#pragma once
+
+#include <filesystem>
+#include <memory>
+
+#include "latentllm/io.hpp"
+#include "latentllm/model.hpp"
+#include "model/weights.hpp"
+
+namespace latentllm::model {
+
+// OPTForCausalLM (opt.cpp).
+std::unique_ptr<Model> make_opt(const io::ModelConfig& config, const std::filesystem::path& dir, WeightLoader& w);
+// LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM (llama.cpp).
+std::unique_ptr<Model> make_llama(const io::ModelConfig& config, const std::filesystem::path& dir, WeightLoader& w);
+
+// The token embedding [V, p] and the LM head [V, p] (empty when tied). Tied per config, and either of
+// the pair stands in for the other when only one is stored (TinyStories-656K stores only lm_head).
+struct EmbedAndHead {
+  MatrixF embed;  // [V, p]
+  MatrixF head;   // [V, p] or empty (tied: the head is `embed`)
+};
+EmbedAndHead load_embed_and_head(const WeightLoader& w, const std::string& embed_name, const std::string& head_name,
+                                 std::int64_t V, std::int64_t p, bool tie);
+
+// Gathers embedding rows: h[i, :] = table[ids[i], :]. Throws FormatError for ids outside [0, rows).
+void gather_rows(const MatrixF& table, std::span<const std::int32_t> ids, MatrixF& h);
+
+}  // namespace latentllm::model

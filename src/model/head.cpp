@@ -1,0 +1,102 @@
+#include "model/head.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <mutex>
+#include <vector>
+
+#include "core/gemm.hpp"
+#include "latentllm/error.hpp"
+#include "model/parallel.hpp"
+
+namespace latentllm::model {
+namespace {
+
+// Rows per task and vocabulary entries per GEMM: the [kRows, kVocab] logits block (512 KiB) stays
+// in L2 between the sgemm that writes it and the log-sum-exp that reads it.
+constexpr std::int64_t kRows = 256;
+constexpr std::int64_t kVocab = 512;
+// Float partial sums of this many exp terms are accumulated in double.
+constexpr std::int64_t kSumBlock = 64;
+
+using Clock = std::chrono::steady_clock;
+
+// Online log-sum-exp of one row: running max m and Σ exp(z − m) in double.
+struct RowLse {
+  float m = -std::numeric_limits<float>::infinity();
+  double s = 0;
+  float target_logit = 0;
+
+  void update(const float* z, std::int64_t len) {
+    Eigen::Map<const Eigen::ArrayXf> a(z, len);
+    const float bm = a.maxCoeff();
+    if (bm > m) {
+      s *= std::exp(static_cast<double>(m) - static_cast<double>(bm));
+      m = bm;
+    }
+    for (std::int64_t j = 0; j < len; j += kSumBlock) {
+      const auto l = std::min(kSumBlock, len - j);
+      s += static_cast<double>((a.segment(j, l) - m).exp().sum());
+    }
+  }
+};
+
+}  // namespace
+
+void fused_head_nll(const MatrixF& x, const MatrixF& w, std::span<const std::int32_t> targets, std::span<double> nll,
+                    HeadCpuTimes* times) {
+  const std::int64_t n = x.rows(), p = x.cols(), V = w.rows();
+  if (w.cols() != p || static_cast<std::int64_t>(targets.size()) != n || static_cast<std::int64_t>(nll.size()) != n) {
+    throw Error(fmt::format("fused_head_nll: shapes (x [{}, {}], w [{}, {}], {} targets, {} outputs)", n, p, V,
+                            w.cols(), targets.size(), nll.size()));
+  }
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (targets[static_cast<std::size_t>(i)] >= V) {
+      throw FormatError(fmt::format("token id at position {} (expected 0..{}, got {})", i + 1, V - 1,
+                                    targets[static_cast<std::size_t>(i)]));
+    }
+  }
+  std::mutex times_mutex;
+  BlasSingleThreaded single;
+  parallel_for(n, kRows, [&](std::int64_t r0, std::int64_t r1) {
+    const std::int64_t rows = r1 - r0;
+    thread_local std::vector<float> logits;  // [rows, kVocab]
+    logits.resize(static_cast<std::size_t>(kRows * kVocab));
+    std::vector<RowLse> lse(static_cast<std::size_t>(rows));
+    double t_gemm = 0, t_lse = 0;
+    for (std::int64_t v0 = 0; v0 < V; v0 += kVocab) {
+      const std::int64_t vb = std::min(kVocab, V - v0);
+      const auto t0 = times ? Clock::now() : Clock::time_point{};
+      // logits: [rows, vb] = x[r0:r1]·W[v0:v0+vb]ᵀ
+      core::sgemm_rm(false, true, static_cast<int>(rows), static_cast<int>(vb), static_cast<int>(p), 1.0f,
+                     x.data() + r0 * p, static_cast<int>(p), w.data() + v0 * p, static_cast<int>(p), 0.0f,
+                     logits.data(), static_cast<int>(vb));
+      const auto t1 = times ? Clock::now() : Clock::time_point{};
+      for (std::int64_t i = 0; i < rows; ++i) {
+        const float* z = logits.data() + i * vb;
+        auto& st = lse[static_cast<std::size_t>(i)];
+        st.update(z, vb);
+        const std::int32_t t = targets[static_cast<std::size_t>(r0 + i)];
+        if (t >= v0 && t < v0 + vb) st.target_logit = z[t - v0];
+      }
+      if (times) {
+        t_gemm += std::chrono::duration<double>(t1 - t0).count();
+        t_lse += std::chrono::duration<double>(Clock::now() - t1).count();
+      }
+    }
+    for (std::int64_t i = 0; i < rows; ++i) {
+      const auto& st = lse[static_cast<std::size_t>(i)];
+      nll[static_cast<std::size_t>(r0 + i)] =
+          targets[static_cast<std::size_t>(r0 + i)] < 0 ? 0.0 : std::log(st.s) + st.m - st.target_logit;
+    }
+    if (times) {
+      std::lock_guard lock(times_mutex);
+      times->gemm += t_gemm;
+      times->lse += t_lse;
+    }
+  });
+}
+
+}  // namespace latentllm::model

@@ -1,0 +1,171 @@
+// Model::load (dispatch on the architecture), the windowed NLL used by perplexity, parameter
+// accounting and the forward profiler.
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+
+#include "latentllm/checkpoint.hpp"
+#include "latentllm/error.hpp"
+#include "latentllm/log.hpp"
+#include "latentllm/model.hpp"
+#include "model/families.hpp"
+#include "model/head.hpp"
+#include "model/parallel.hpp"
+#include "model/profile.hpp"
+
+namespace latentllm::model {
+namespace {
+
+namespace fs = std::filesystem;
+
+using Factory = std::unique_ptr<Model> (*)(const io::ModelConfig&, const fs::path&, WeightLoader&);
+
+struct Family {
+  std::string_view architecture;  // config.json architectures[0]
+  std::string_view model_type;    // config.json model_type
+  Factory make;
+};
+
+constexpr std::array<Family, 4> kFamilies = {{
+    {"OPTForCausalLM", "opt", make_opt},
+    {"LlamaForCausalLM", "llama", make_llama},
+    {"Qwen2ForCausalLM", "qwen2", make_llama},
+    {"MistralForCausalLM", "mistral", make_llama},
+}};
+
+const Family& find_family(const io::ModelConfig& c, const fs::path& config_path) {
+  for (const auto& f : kFamilies)
+    if (c.architecture == f.architecture || (c.architecture.empty() && c.model_type == f.model_type)) return f;
+  std::string supported;
+  for (const auto& f : kFamilies) supported += fmt::format("{}{}", supported.empty() ? "" : ", ", f.architecture);
+  throw ConfigError(fmt::format("{}: architectures (expected one of {}, got {})", config_path.string(), supported,
+                                c.architecture.empty() ? c.model_type : c.architecture));
+}
+
+ForwardProfile g_profile;
+bool g_profiling = false;
+
+}  // namespace
+
+std::unique_ptr<Model> Model::load(const fs::path& dir) {
+  const auto config = io::load_config(dir / "config.json");
+  const Family& family = find_family(config, dir / "config.json");
+  const auto store = io::TensorStore::open(dir);
+  WeightLoader w(store, checkpoint::parse_latent_modules(config.raw, (dir / "config.json").string()));
+  auto m = family.make(config, dir, w);
+  w.check_latent_used();
+  return m;
+}
+
+double Model::windows_nll(std::span<const std::int32_t> ids, int T) const {
+  if (T < 2 || ids.empty() || ids.size() % static_cast<std::size_t>(T) != 0) {
+    throw ConfigError(fmt::format("windows_nll: token count {} is not a positive multiple of the window {} (>= 2)",
+                                  ids.size(), T));
+  }
+  MatrixF h;  // [n_seq·T, d]
+  embed(ids, T, h);
+  for (int i = 0; i < num_layers(); ++i) layer_forward(i, h, T);
+
+  MatrixF x;  // [n, p] the head's input
+  final_hidden(h, x);
+  const std::int64_t n = h.rows();
+  // Row r predicts ids[r + 1] within its window; the last row of a window predicts nothing.
+  std::vector<std::int32_t> targets(static_cast<std::size_t>(n));
+  for (std::int64_t r = 0; r < n; ++r)
+    targets[static_cast<std::size_t>(r)] = r % T == T - 1 ? -1 : ids[static_cast<std::size_t>(r + 1)];
+  std::vector<double> nll(static_cast<std::size_t>(n), 0.0);  // [n]
+  const MatrixF& w = lm_head_weight();                        // [V, p]
+  const bool prof = detail::profile_active();
+  HeadCpuTimes cpu;
+  const auto t0 = std::chrono::steady_clock::now();
+  fused_head_nll(x, w, targets, nll, prof ? &cpu : nullptr);
+  if (prof) {
+    // Wall time of the fused head, split between its GEMMs and its log-sum-exp by their CPU time.
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double share = cpu.gemm / std::max(cpu.gemm + cpu.lse, 1e-12);
+    auto& p = detail::profile_sink();
+    p.head_s += wall * share;
+    p.nll_s += wall * (1.0 - share);
+    p.head_flops += 2.0 * static_cast<double>(w.size()) * static_cast<double>(n);
+  }
+  double total = 0;
+  for (double v : nll) total += v;
+  if (!std::isfinite(total)) throw NumericError(fmt::format("{}: non-finite NLL", dir_.string()));
+  return total;
+}
+
+std::vector<std::pair<std::string, std::int64_t>> Model::param_breakdown() const {
+  std::vector<std::pair<std::string, std::int64_t>> out = {{"embed", 0}, {"attn", 0}, {"mlp", 0}, {"norm", 0}};
+  auto add = [&](const std::string& key, std::int64_t n) {
+    for (auto& [k, v] : out)
+      if (k == key) {
+        v += n;
+        return;
+      }
+    out.emplace_back(key, n);
+  };
+  for (const auto& layer : layers_) {
+    for (const auto& l : layer.linears) {
+      const Site s = layer.site_of(l.name);
+      add(s == Site::AttnIn || s == Site::AttnOut ? "attn" : "mlp", l.num_params());
+    }
+    for (const auto& [name, v] : layer.norms) add("norm", v.size());
+  }
+  for (const auto& [k, v] : outer_params()) add(k, v);
+  return out;
+}
+
+std::int64_t Model::num_params() const {
+  std::int64_t total = 0;
+  for (const auto& [k, v] : param_breakdown()) total += v;
+  return total;
+}
+
+EmbedAndHead load_embed_and_head(const WeightLoader& w, const std::string& embed_name, const std::string& head_name,
+                                 std::int64_t V, std::int64_t p, bool tie) {
+  EmbedAndHead out;
+  const bool has_embed = w.has(embed_name), has_head = w.has(head_name);
+  if (!has_embed && !has_head) w.resolve(embed_name);  // throws "missing tensor"
+  out.embed = w.matrix(has_embed ? embed_name : head_name, V, p);
+  if (!tie && has_embed && has_head) {
+    out.head = w.matrix(head_name, V, p);
+  } else if (!tie) {
+    log_warn("{}: tie_word_embeddings is false but only {} is stored; using it for both", w.dir().string(),
+             has_embed ? embed_name : head_name);
+  }
+  return out;
+}
+
+void Model::head(const MatrixF& h, MatrixF& logits) const {
+  MatrixF x;  // [n, p]
+  final_hidden(h, x);
+  const MatrixF& w = lm_head_weight();  // [V, p]
+  detail::ProfileScope scope(&ForwardProfile::head_s, &ForwardProfile::head_flops,
+                             2.0 * static_cast<double>(w.size()) * static_cast<double>(x.rows()));
+  parallel_xwt(x, w, logits);  // [n, V]
+}
+
+void gather_rows(const MatrixF& table, std::span<const std::int32_t> ids, MatrixF& h) {
+  const auto n = static_cast<std::int64_t>(ids.size());
+  h.resize(n, table.cols());
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int32_t id = ids[static_cast<std::size_t>(i)];
+    if (id < 0 || id >= table.rows()) {
+      throw FormatError(fmt::format("token id at position {} (expected 0..{}, got {})", i, table.rows() - 1, id));
+    }
+    h.row(i) = table.row(id);
+  }
+}
+
+void set_profiling(bool enabled) { g_profiling = enabled; }
+bool profiling_enabled() { return g_profiling; }
+ForwardProfile forward_profile() { return g_profile; }
+void reset_forward_profile() { g_profile = ForwardProfile{}; }
+
+namespace detail {
+ForwardProfile& profile_sink() { return g_profile; }
+bool profile_active() { return g_profiling && !in_parallel_region(); }
+}  // namespace detail
+
+}  // namespace latentllm::model

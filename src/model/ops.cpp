@@ -1,0 +1,150 @@
+#include "model/ops.hpp"
+
+#include <cmath>
+#include <algorithm>
+#include <cstdint>
+
+#include "latentllm/error.hpp"
+#include "model/parallel.hpp"
+
+namespace latentllm::model {
+namespace {
+
+// Elements per chunk of parallel work: small enough to balance, large enough to amortize a hand-out.
+constexpr std::int64_t kChunkElems = 1 << 14;
+
+// f(i) for every row i < n of a [n, width] matrix, in parallel chunks.
+template <typename F>
+void for_rows(std::int64_t n, std::int64_t width, F&& f) {
+  const std::int64_t grain = std::max<std::int64_t>(1, kChunkElems / std::max<std::int64_t>(width, 1));
+  parallel_for(n, grain, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i) f(i);
+  });
+}
+
+// f(p, len) over consecutive spans of a flat array of n elements, in parallel chunks.
+template <typename F>
+void for_spans(std::int64_t n, F&& f) {
+  parallel_for(n, kChunkElems, [&](std::int64_t b, std::int64_t e) { f(b, e); });
+}
+
+float activate(float x, Activation act) {
+  switch (act) {
+    case Activation::Relu: return x > 0.0f ? x : 0.0f;
+    // torch gelu (exact): x·Φ(x).
+    case Activation::Gelu: return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
+    // gelu_new / gelu_pytorch_tanh: the tanh approximation.
+    case Activation::GeluTanh:
+      return 0.5f * x * (1.0f + std::tanh(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+    case Activation::Silu: return x / (1.0f + std::exp(-x));
+  }
+  return x;
+}
+
+}  // namespace
+
+Activation parse_activation(const std::string& name, const std::string& origin) {
+  if (name == "relu") return Activation::Relu;
+  if (name == "gelu") return Activation::Gelu;
+  if (name == "gelu_new" || name == "gelu_pytorch_tanh" || name == "gelu_fast") return Activation::GeluTanh;
+  if (name == "silu" || name == "swish") return Activation::Silu;
+  throw ConfigError(fmt::format("{}: activation (expected one of relu, gelu, gelu_new, gelu_pytorch_tanh, silu, got {})",
+                                origin, name.empty() ? "<none>" : name));
+}
+
+void layer_norm(const MatrixF& x, const VectorF& w, const VectorF& b, float eps, MatrixF& y) {
+  const std::int64_t n = x.rows(), d = x.cols();
+  y.resize(n, d);
+  const bool affine = w.size() == d;
+  const bool has_bias = b.size() == d;
+  for_rows(n, d, [&](std::int64_t i) {
+    const float* xi = x.data() + i * d;
+    float* yi = y.data() + i * d;
+    double sum = 0;
+    for (std::int64_t j = 0; j < d; ++j) sum += xi[j];
+    const double mean = sum / static_cast<double>(d);
+    double sq = 0;
+    for (std::int64_t j = 0; j < d; ++j) sq += (xi[j] - mean) * (xi[j] - mean);
+    const float inv = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(d) + eps));
+    const float m = static_cast<float>(mean);
+    for (std::int64_t j = 0; j < d; ++j) {
+      float v = (xi[j] - m) * inv;
+      if (affine) v *= w[j];
+      if (has_bias) v += b[j];
+      yi[j] = v;
+    }
+  });
+}
+
+void rms_norm(const MatrixF& x, const VectorF& w, float eps, MatrixF& y) {
+  const std::int64_t n = x.rows(), d = x.cols();
+  y.resize(n, d);
+  for_rows(n, d, [&](std::int64_t i) {
+    const float* xi = x.data() + i * d;
+    float* yi = y.data() + i * d;
+    double sq = 0;
+    for (std::int64_t j = 0; j < d; ++j) sq += static_cast<double>(xi[j]) * xi[j];
+    const float inv = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(d) + eps));
+    for (std::int64_t j = 0; j < d; ++j) yi[j] = w[j] * (xi[j] * inv);
+  });
+}
+
+void apply_activation(MatrixF& x, Activation act) {
+  const std::int64_t n = x.size();
+  float* p = x.data();
+  if (act == Activation::Relu) {
+    for_spans(n, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) p[i] = p[i] > 0.0f ? p[i] : 0.0f;
+    });
+    return;
+  }
+  for_spans(n, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i) p[i] = activate(p[i], act);
+  });
+}
+
+void gated_activation(MatrixF& g, const MatrixF& u, Activation act) {
+  if (g.rows() != u.rows() || g.cols() != u.cols()) {
+    throw Error(fmt::format("gated_activation: shapes (expected equal, got [{}, {}] and [{}, {}])", g.rows(),
+                            g.cols(), u.rows(), u.cols()));
+  }
+  const std::int64_t n = g.size();
+  float* pg = g.data();
+  const float* pu = u.data();
+  for_spans(n, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i) pg[i] = activate(pg[i], act) * pu[i];
+  });
+}
+
+void add_inplace(MatrixF& h, const MatrixF& y) {
+  if (h.rows() != y.rows() || h.cols() != y.cols()) {
+    throw Error(fmt::format("add_inplace: shapes (expected equal, got [{}, {}] and [{}, {}])", h.rows(), h.cols(),
+                            y.rows(), y.cols()));
+  }
+  const std::int64_t n = h.size();
+  float* ph = h.data();
+  const float* py = y.data();
+  for_spans(n, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i) ph[i] += py[i];
+  });
+}
+
+void check_finite(const MatrixF& m, const std::string& what) {
+  if (m.allFinite()) return;
+  for (std::int64_t i = 0; i < m.rows(); ++i)
+    for (std::int64_t j = 0; j < m.cols(); ++j)
+      if (!std::isfinite(m(i, j))) {
+        throw NumericError(
+            fmt::format("{}: non-finite value at [{}, {}] (expected finite, got {})", what, i, j, m(i, j)));
+      }
+}
+
+void check_finite(const VectorF& v, const std::string& what) {
+  if (v.allFinite()) return;
+  for (std::int64_t i = 0; i < v.size(); ++i)
+    if (!std::isfinite(v[i])) {
+      throw NumericError(fmt::format("{}: non-finite value at [{}] (expected finite, got {})", what, i, v[i]));
+    }
+}
+
+}  // namespace latentllm::model

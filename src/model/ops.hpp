@@ -1,0 +1,35 @@
+// Row-wise building blocks of the forward pass that are not GEMMs: norms, activations, residual adds.
+// All operate on row-major activations [n_tok, width] and run OpenMP-parallel over rows.
+#pragma once
+
+#include <string>
+
+#include "latentllm/tensor.hpp"
+
+namespace latentllm::model {
+
+enum class Activation { Relu, Gelu, GeluTanh, Silu };
+
+// Parses an HF activation name ("relu", "gelu", "gelu_new", "silu", ...); throws ConfigError with
+// `origin` and the supported names for anything else.
+Activation parse_activation(const std::string& name, const std::string& origin);
+
+// y = (x − mean) / sqrt(var + eps) · w + b per row (torch.nn.LayerNorm, biased variance; mean and
+// variance accumulated in double). w, b: [d] or empty (no affine).  x, y: [n, d].
+void layer_norm(const MatrixF& x, const VectorF& w, const VectorF& b, float eps, MatrixF& y);
+// y = x · rsqrt(mean(x²) + eps) · w per row (HF LlamaRMSNorm). w: [d].  x, y: [n, d].
+void rms_norm(const MatrixF& x, const VectorF& w, float eps, MatrixF& y);
+
+// x = act(x) elementwise.  x: [n, w].
+void apply_activation(MatrixF& x, Activation act);
+// g = act(g) ⊙ u (the gated MLP of the Llama family).  g, u: [n, ffn].
+void gated_activation(MatrixF& g, const MatrixF& u, Activation act);
+// h += y.  h, y: [n, d].
+void add_inplace(MatrixF& h, const MatrixF& y);
+
+// Throws NumericError "<what>: non-finite value at [row, col] (expected finite, got v)" when m holds
+// a NaN or an infinity.
+void check_finite(const MatrixF& m, const std::string& what);
+void check_finite(const VectorF& v, const std::string& what);
+
+}  // namespace latentllm::model

@@ -1,0 +1,219 @@
+// OPT (OPTForCausalLM, HF modeling_opt.py): learned positions with offset 2, LayerNorm before
+// (do_layer_norm_before) or after the residual add, ReLU MLP, biases on every linear, queries scaled
+// by d_h^−½, optional project_in/project_out when word_embed_proj_dim ≠ hidden_size (OPT-350M).
+#include <array>
+#include <cmath>
+
+#include "latentllm/error.hpp"
+#include "model/attention.hpp"
+#include "model/families.hpp"
+#include "model/ops.hpp"
+#include "model/parallel.hpp"
+#include "model/profile.hpp"
+
+namespace latentllm::model {
+namespace {
+
+constexpr float kLayerNormEps = 1e-5f;  // OPT's nn.LayerNorm default
+constexpr int kPositionOffset = 2;      // OPTLearnedPositionalEmbedding: position p uses row p + 2
+
+enum class Dim { Hidden, Ffn };
+
+struct LinearSpec {
+  std::string_view rel;  // HF name relative to the layer
+  Dim in, out;
+};
+
+// The per-layer linear modules, in forward order; the indices below address them.
+constexpr std::array<LinearSpec, 6> kLinears = {{
+    {"self_attn.q_proj", Dim::Hidden, Dim::Hidden},
+    {"self_attn.k_proj", Dim::Hidden, Dim::Hidden},
+    {"self_attn.v_proj", Dim::Hidden, Dim::Hidden},
+    {"self_attn.out_proj", Dim::Hidden, Dim::Hidden},
+    {"fc1", Dim::Hidden, Dim::Ffn},
+    {"fc2", Dim::Ffn, Dim::Hidden},
+}};
+enum : std::size_t { kQ, kK, kV, kOut, kFc1, kFc2 };
+constexpr std::array<std::string_view, 2> kNorms = {"self_attn_layer_norm", "final_layer_norm"};
+
+void check_config(const io::ModelConfig& c, const std::string& origin) {
+  auto positive = [&](std::string_view key, std::int64_t v) {
+    if (v <= 0) throw ConfigError(fmt::format("{}: {} (expected > 0, got {})", origin, key, v));
+  };
+  positive("vocab_size", c.vocab_size);
+  positive("hidden_size", c.hidden_size);
+  positive("num_hidden_layers", c.num_hidden_layers);
+  positive("num_attention_heads", c.num_attention_heads);
+  positive("ffn_dim", c.ffn_dim);
+  positive("max_position_embeddings", c.max_position_embeddings);
+  if (c.hidden_size % c.num_attention_heads != 0) {
+    throw ConfigError(fmt::format("{}: hidden_size {} (expected a multiple of num_attention_heads {})", origin,
+                                  c.hidden_size, c.num_attention_heads));
+  }
+}
+
+class OptModel final : public Model {
+ public:
+  OptModel(const io::ModelConfig& config, const std::filesystem::path& dir, WeightLoader& w) {
+    config_ = config;
+    dir_ = dir;
+    const std::string origin = (dir / "config.json").string();
+    check_config(config_, origin);
+    act_ = parse_activation(config_.hidden_act.empty() ? "relu" : config_.hidden_act, origin + ": activation_function");
+    const std::int64_t d = config_.hidden_size, V = config_.vocab_size;
+    const std::int64_t p = config_.word_embed_proj_dim > 0 ? config_.word_embed_proj_dim : d;
+    // save_pretrained writes "model.decoder.*"; OPTModel checkpoints (and some conversions) "decoder.*".
+    const std::string pre = w.has_prefix("model.decoder.") ? "model.decoder." : "decoder.";
+
+    auto eh = load_embed_and_head(w, pre + "embed_tokens.weight", "lm_head.weight", V, p, config_.tie_word_embeddings);
+    embed_tokens_ = std::move(eh.embed);
+    lm_head_ = std::move(eh.head);
+    embed_positions_ = w.matrix(pre + "embed_positions.weight", config_.max_position_embeddings + kPositionOffset, d);
+    if (p != d) {
+      project_in_ = w.linear(pre + "project_in", p, d, false);
+      project_out_ = w.linear(pre + "project_out", d, p, false);
+    }
+    // HF builds the decoder's final LayerNorm only for pre-LN models (and not _remove_final_layer_norm).
+    has_final_norm_ = config_.do_layer_norm_before && !config_.raw.value("_remove_final_layer_norm", false);
+    if (has_final_norm_ && config_.layer_norm_elementwise_affine) {
+      final_norm_w_ = w.vector(pre + "final_layer_norm.weight", d);
+      final_norm_b_ = w.vector(pre + "final_layer_norm.bias", d);
+    }
+    for (std::int64_t i = 0; i < config_.num_hidden_layers; ++i) layers_.push_back(load_layer(w, pre, i));
+  }
+
+  std::string_view family() const override { return "opt"; }
+
+  void embed(std::span<const std::int32_t> ids, int T, MatrixF& h) const override {
+    detail::ProfileScope scope(&ForwardProfile::other_s);
+    if (T <= 0 || ids.size() % static_cast<std::size_t>(T) != 0 || T > config_.max_position_embeddings) {
+      throw ConfigError(fmt::format("{}: window of {} tokens (expected 1..{} dividing {} ids)", dir_.string(), T,
+                                    config_.max_position_embeddings, ids.size()));
+    }
+    MatrixF e;  // [n, p]
+    gather_rows(embed_tokens_, ids, e);
+    if (project_in_.in > 0) {
+      project_in_.forward(e, h);  // [n, d]
+    } else {
+      h = std::move(e);
+    }
+    for (std::int64_t i = 0; i < h.rows(); ++i) h.row(i) += embed_positions_.row(i % T + kPositionOffset);
+  }
+
+  void layer_forward(int i, MatrixF& h, int T, ForwardObserver* obs) const override {
+    const DecoderLayer& L = layers_.at(static_cast<std::size_t>(i));
+    const bool pre_ln = config_.do_layer_norm_before;
+    const int H = static_cast<int>(config_.num_attention_heads);
+    const int d_h = static_cast<int>(config_.hidden_size / H);
+    check_hidden(h, T);
+    MatrixF x, q, k, v, a, y;  // x: [n, d]; q, k, v, a: [n, d]; y: [n, d]
+    // Self-attention block.
+    if (pre_ln) norm(h, L, 0, x);
+    const MatrixF& x_attn = pre_ln ? x : h;
+    if (obs) obs->on_input(i, Site::AttnIn, x_attn);
+    L.linears[kQ].forward(x_attn, q);
+    L.linears[kK].forward(x_attn, k);
+    L.linears[kV].forward(x_attn, v);
+    // HF scales the q_proj output (bias included) by d_h^−½; folded into the score GEMM.
+    causal_attention(q, k, v, {T, H, H, d_h, 1.0f / std::sqrt(static_cast<float>(d_h))}, a);
+    if (obs) obs->on_input(i, Site::AttnOut, a);
+    L.linears[kOut].forward(a, y);
+    residual_add(h, y);
+    if (!pre_ln) norm(h, L, 0, h);
+    // MLP block.
+    if (pre_ln) norm(h, L, 1, x);
+    const MatrixF& x_mlp = pre_ln ? x : h;
+    if (obs) obs->on_input(i, Site::MlpIn, x_mlp);
+    MatrixF f;  // [n, ffn]
+    L.linears[kFc1].forward(x_mlp, f);
+    {
+      detail::ProfileScope scope(&ForwardProfile::other_s);
+      apply_activation(f, act_);
+    }
+    if (obs) obs->on_input(i, Site::MlpMid, f);
+    L.linears[kFc2].forward(f, y);
+    residual_add(h, y);
+    if (!pre_ln) norm(h, L, 1, h);
+  }
+
+ protected:
+  std::vector<std::pair<std::string, std::int64_t>> outer_params() const override {
+    const std::int64_t embed = embed_tokens_.size() + embed_positions_.size() + project_in_.num_params() +
+                               project_out_.num_params();
+    std::vector<std::pair<std::string, std::int64_t>> out = {
+        {"embed", embed}, {"norm", final_norm_w_.size() + final_norm_b_.size()}};
+    if (lm_head_.size() > 0) out.emplace_back("lm_head", lm_head_.size());
+    return out;
+  }
+
+  void final_hidden(const MatrixF& h, MatrixF& x) const override {
+    MatrixF normed;  // [n, d]
+    const MatrixF* cur = &h;
+    if (has_final_norm_) {
+      detail::ProfileScope scope(&ForwardProfile::other_s);
+      layer_norm(h, final_norm_w_, final_norm_b_, kLayerNormEps, normed);
+      cur = &normed;
+    }
+    if (project_out_.in > 0) {
+      project_out_.forward(*cur, x);  // [n, p]
+    } else {
+      x = *cur;
+    }
+  }
+
+  const MatrixF& lm_head_weight() const override { return lm_head_.size() > 0 ? lm_head_ : embed_tokens_; }
+
+ private:
+  DecoderLayer load_layer(WeightLoader& w, const std::string& pre, std::int64_t i) const {
+    const std::string lp = fmt::format("{}layers.{}.", pre, i);
+    auto dim = [&](Dim d) { return d == Dim::Hidden ? config_.hidden_size : config_.ffn_dim; };
+    DecoderLayer L;
+    for (const auto& s : kLinears)
+      L.linears.push_back(w.linear(lp + std::string(s.rel), dim(s.in), dim(s.out), config_.enable_bias));
+    if (config_.layer_norm_elementwise_affine) {
+      for (const auto n : kNorms) {
+        for (const char* leaf : {".weight", ".bias"}) {
+          const std::string rel = std::string(n) + leaf;
+          L.norms.emplace_back(rel, w.vector(lp + rel, config_.hidden_size));
+        }
+      }
+    }
+    return L;
+  }
+
+  // which = 0: self_attn_layer_norm, 1: final_layer_norm (of the layer).  x, y: [n, d], may alias.
+  void norm(const MatrixF& x, const DecoderLayer& L, int which, MatrixF& y) const {
+    detail::ProfileScope scope(&ForwardProfile::other_s);
+    const std::string n(kNorms[static_cast<std::size_t>(which)]);
+    layer_norm(x, L.norm(n + ".weight"), L.norm(n + ".bias"), kLayerNormEps, y);
+  }
+
+  static void residual_add(MatrixF& h, const MatrixF& y) {
+    detail::ProfileScope scope(&ForwardProfile::other_s);
+    add_inplace(h, y);
+  }
+
+  void check_hidden(const MatrixF& h, int T) const {
+    if (T <= 0 || h.cols() != config_.hidden_size || h.rows() % T != 0) {
+      throw Error(fmt::format("{}: hidden states [{}, {}] (expected [n_seq·{}, {}])", dir_.string(), h.rows(),
+                              h.cols(), T, config_.hidden_size));
+    }
+  }
+
+  Activation act_ = Activation::Relu;
+  MatrixF embed_tokens_;     // [V, p]
+  MatrixF embed_positions_;  // [max_position_embeddings + 2, d]
+  MatrixF lm_head_;          // [V, p]; empty when tied to embed_tokens_
+  Linear project_in_;        // [d, p] (in = 0 when absent)
+  Linear project_out_;       // [p, d] (in = 0 when absent)
+  bool has_final_norm_ = true;
+  VectorF final_norm_w_, final_norm_b_;  // [d] or empty
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_opt(const io::ModelConfig& config, const std::filesystem::path& dir, WeightLoader& w) {
+  return std::make_unique<OptModel>(config, dir, w);
+}
+
+}  // namespace latentllm::model

@@ -1,0 +1,649 @@
+// Forward pass of OPT and the Llama family on tiny synthetic checkpoints, checked against a naive
+// double-precision reference written from the HF modeling files; Linear in all its forms; bad inputs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "latentllm/error.hpp"
+#include "latentllm/io.hpp"
+#include "latentllm/model.hpp"
+#include "test_support.hpp"
+
+namespace latentllm {
+namespace {
+
+using model::Linear;
+using model::Model;
+using Json = nlohmann::json;
+
+// ---------------------------------------------------------------------------------------------
+// Linear
+
+MatrixF random_matrix(std::int64_t r, std::int64_t c, std::mt19937& rng, float scale = 1.0f) {
+  std::normal_distribution<float> n(0.0f, scale);
+  MatrixF m(r, c);
+  for (std::int64_t i = 0; i < m.size(); ++i) m.data()[i] = n(rng);
+  return m;
+}
+
+Linear make_linear(std::string name, std::int64_t in, std::int64_t out) {
+  Linear l;
+  l.name = std::move(name);
+  l.in = in;
+  l.out = out;
+  return l;
+}
+
+MatrixF reference_linear(const MatrixF& x, const Linear& l) {
+  MatrixF y = x * l.dense_weight().transpose();
+  if (l.bias.size() > 0) y.rowwise() += l.bias.transpose();
+  return y;
+}
+
+TEST(Linear, DenseFactoredAndBlockIdentityMatchTheirDenseWeight) {
+  std::mt19937 rng(1);
+  const std::int64_t n = 37, in = 24, out = 18, r = 7;
+  const MatrixF x = random_matrix(n, in, rng);
+  Linear dense = make_linear("dense", in, out);
+  dense.weight = random_matrix(out, in, rng);
+  dense.bias = random_matrix(out, 1, rng).col(0);
+
+  Linear fact = make_linear("fact", in, out);
+  fact.B = random_matrix(out, r, rng);
+  fact.A = random_matrix(r, in, rng);
+  fact.bias = dense.bias;
+
+  Linear block = make_linear("block", in, out);
+  block.B = random_matrix(out, r, rng);
+  block.A = random_matrix(r, in - r, rng);
+  block.block_identity = true;
+  for (std::int32_t j = 0; j < in; ++j) block.perm.push_back((j * 5 + 3) % static_cast<std::int32_t>(in));
+
+  for (const Linear* l : {&dense, &fact, &block}) {
+    MatrixF y;
+    l->forward(x, y);
+    ASSERT_EQ(y.rows(), n);
+    ASSERT_EQ(y.cols(), out);
+    EXPECT_LT((y - reference_linear(x, *l)).norm(), 1e-4f * y.norm()) << l->name;
+  }
+  // The block-identity dense weight really is B·[I | A] on the permuted columns.
+  const MatrixF w = block.dense_weight();
+  for (std::int64_t j = 0; j < r; ++j)
+    EXPECT_LT((w.col(block.perm[static_cast<std::size_t>(j)]) - block.B.col(j)).norm(), 1e-5f);
+  EXPECT_EQ(dense.num_params(), out * in + out);
+  EXPECT_EQ(fact.num_params(), out * r + r * in + out);
+  EXPECT_EQ(block.num_params(), out * r + r * (in - r));
+  EXPECT_EQ(block.rank(), r);
+}
+
+TEST(Linear, WrongInputWidthThrows) {
+  Linear l = make_linear("m.q_proj", 4, 3);
+  l.weight = MatrixF::Ones(3, 4);
+  MatrixF y;
+  EXPECT_THROW(l.forward(MatrixF::Ones(2, 5), y), Error);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Synthetic checkpoints
+
+struct Checkpoint {
+  Json config;
+  std::map<std::string, std::pair<std::vector<std::int64_t>, std::vector<float>>> tensors;
+  std::map<std::string, std::string> metadata;
+
+  void add(const std::string& name, std::vector<std::int64_t> shape, std::mt19937& rng, float scale = 0.3f,
+           float mean = 0.0f) {
+    std::int64_t n = 1;
+    for (auto s : shape) n *= s;
+    std::normal_distribution<float> d(mean, scale);
+    std::vector<float> v(static_cast<std::size_t>(n));
+    for (auto& x : v) x = d(rng);
+    tensors[name] = {std::move(shape), std::move(v)};
+  }
+  std::vector<float>& data(const std::string& name) { return tensors.at(name).second; }
+
+  std::filesystem::path write(const std::string& tag) const {
+    const auto dir = test::make_temp_dir(tag);
+    std::ofstream(dir / "config.json") << config.dump(2);
+    std::vector<io::TensorToWrite> list;
+    for (const auto& [name, t] : tensors) list.push_back({name, DType::F32, t.first, t.second});
+    io::write_safetensors(dir / "model.safetensors", list, metadata);
+    return dir;
+  }
+};
+
+struct OptDims {
+  std::int64_t V = 40, d = 16, H = 2, ffn = 24, layers = 2, pos = 12, p = 16;
+  bool pre_ln = true;
+  std::string prefix = "model.decoder.";
+};
+
+Checkpoint make_opt(const OptDims& s, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  Checkpoint c;
+  c.config = {{"architectures", {"OPTForCausalLM"}}, {"model_type", "opt"}, {"vocab_size", s.V},
+              {"hidden_size", s.d}, {"num_hidden_layers", s.layers}, {"ffn_dim", s.ffn},
+              {"num_attention_heads", s.H}, {"max_position_embeddings", s.pos},
+              {"do_layer_norm_before", s.pre_ln}, {"word_embed_proj_dim", s.p},
+              {"activation_function", "relu"}, {"enable_bias", true}, {"tie_word_embeddings", true}};
+  const std::string& pre = s.prefix;
+  c.add(pre + "embed_tokens.weight", {s.V, s.p}, rng, 1.0f);
+  c.add(pre + "embed_positions.weight", {s.pos + 2, s.d}, rng, 0.5f);
+  if (s.p != s.d) {
+    c.add(pre + "project_in.weight", {s.d, s.p}, rng);
+    c.add(pre + "project_out.weight", {s.p, s.d}, rng);
+  }
+  if (s.pre_ln) {
+    c.add(pre + "final_layer_norm.weight", {s.d}, rng, 0.1f, 1.0f);
+    c.add(pre + "final_layer_norm.bias", {s.d}, rng, 0.1f);
+  }
+  for (std::int64_t i = 0; i < s.layers; ++i) {
+    const std::string lp = pre + "layers." + std::to_string(i) + ".";
+    for (const char* m : {"q_proj", "k_proj", "v_proj", "out_proj"}) {
+      c.add(lp + "self_attn." + m + ".weight", {s.d, s.d}, rng);
+      c.add(lp + "self_attn." + m + ".bias", {s.d}, rng, 0.1f);
+    }
+    c.add(lp + "fc1.weight", {s.ffn, s.d}, rng);
+    c.add(lp + "fc1.bias", {s.ffn}, rng, 0.1f);
+    c.add(lp + "fc2.weight", {s.d, s.ffn}, rng);
+    c.add(lp + "fc2.bias", {s.d}, rng, 0.1f);
+    for (const char* n : {"self_attn_layer_norm", "final_layer_norm"}) {
+      c.add(lp + n + ".weight", {s.d}, rng, 0.1f, 1.0f);
+      c.add(lp + n + ".bias", {s.d}, rng, 0.1f);
+    }
+  }
+  return c;
+}
+
+struct LlamaDims {
+  std::int64_t V = 48, d = 16, H = 4, H_kv = 2, d_h = 6, ffn = 20, layers = 2;
+  std::string arch = "LlamaForCausalLM", type = "llama";
+  bool qkv_bias = false;
+  bool tie = true;
+  bool head_only = false;  // store only lm_head (+ metadata alias), as TinyStories-656K
+};
+
+Checkpoint make_llama(const LlamaDims& s, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  Checkpoint c;
+  c.config = {{"architectures", {s.arch}}, {"model_type", s.type}, {"vocab_size", s.V}, {"hidden_size", s.d},
+              {"num_hidden_layers", s.layers}, {"intermediate_size", s.ffn}, {"num_attention_heads", s.H},
+              {"num_key_value_heads", s.H_kv}, {"head_dim", s.d_h}, {"max_position_embeddings", 64},
+              {"rms_norm_eps", 1e-5}, {"rope_theta", 100.0}, {"hidden_act", "silu"},
+              {"tie_word_embeddings", s.tie}};
+  if (s.head_only) {
+    c.add("lm_head.weight", {s.V, s.d}, rng, 1.0f);
+    c.metadata["model.embed_tokens.weight"] = "lm_head.weight";
+  } else {
+    c.add("model.embed_tokens.weight", {s.V, s.d}, rng, 1.0f);
+    if (!s.tie) c.add("lm_head.weight", {s.V, s.d}, rng, 1.0f);
+  }
+  c.add("model.norm.weight", {s.d}, rng, 0.1f, 1.0f);
+  for (std::int64_t i = 0; i < s.layers; ++i) {
+    const std::string lp = "model.layers." + std::to_string(i) + ".";
+    c.add(lp + "self_attn.q_proj.weight", {s.H * s.d_h, s.d}, rng);
+    c.add(lp + "self_attn.k_proj.weight", {s.H_kv * s.d_h, s.d}, rng);
+    c.add(lp + "self_attn.v_proj.weight", {s.H_kv * s.d_h, s.d}, rng);
+    if (s.qkv_bias) {
+      c.add(lp + "self_attn.q_proj.bias", {s.H * s.d_h}, rng, 0.3f);
+      c.add(lp + "self_attn.k_proj.bias", {s.H_kv * s.d_h}, rng, 0.3f);
+      c.add(lp + "self_attn.v_proj.bias", {s.H_kv * s.d_h}, rng, 0.3f);
+    }
+    c.add(lp + "self_attn.o_proj.weight", {s.d, s.H * s.d_h}, rng);
+    c.add(lp + "mlp.gate_proj.weight", {s.ffn, s.d}, rng);
+    c.add(lp + "mlp.up_proj.weight", {s.ffn, s.d}, rng);
+    c.add(lp + "mlp.down_proj.weight", {s.d, s.ffn}, rng);
+    c.add(lp + "input_layernorm.weight", {s.d}, rng, 0.1f, 1.0f);
+    c.add(lp + "post_attention_layernorm.weight", {s.d}, rng, 0.1f, 1.0f);
+  }
+  return c;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Naive double-precision reference, one window at a time, straight from the HF modeling code.
+
+using Vec = std::vector<double>;
+using Seq = std::vector<Vec>;  // [T][width]
+
+struct Ref {
+  const Checkpoint& c;
+  Vec vec(const std::string& n) const {
+    const auto& v = c.tensors.at(n).second;
+    return Vec(v.begin(), v.end());
+  }
+  bool has(const std::string& n) const { return c.tensors.count(n) > 0; }
+  // y = W x (+ b); W [out, in] row-major.
+  Vec lin(const std::string& m, const Vec& x, bool bias) const {
+    const auto& t = c.tensors.at(m + ".weight");
+    const auto out = t.first[0], in = t.first[1];
+    Vec y(static_cast<std::size_t>(out), 0.0);
+    for (std::int64_t o = 0; o < out; ++o)
+      for (std::int64_t i = 0; i < in; ++i) y[o] += t.second[o * in + i] * x[i];
+    if (bias && has(m + ".bias"))
+      for (std::int64_t o = 0; o < out; ++o) y[o] += c.tensors.at(m + ".bias").second[o];
+    return y;
+  }
+  Vec row(const std::string& n, std::int64_t r) const {
+    const auto& t = c.tensors.at(n);
+    const auto w = t.first[1];
+    return Vec(t.second.begin() + r * w, t.second.begin() + (r + 1) * w);
+  }
+  static Vec layer_norm(const Vec& x, const Vec& w, const Vec& b) {
+    double m = 0, v = 0;
+    for (double e : x) m += e;
+    m /= x.size();
+    for (double e : x) v += (e - m) * (e - m);
+    v /= x.size();
+    Vec y(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) y[i] = (x[i] - m) / std::sqrt(v + 1e-5) * w[i] + b[i];
+    return y;
+  }
+  static Vec rms_norm(const Vec& x, const Vec& w, double eps) {
+    double ms = 0;
+    for (double e : x) ms += e * e;
+    ms /= x.size();
+    Vec y(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) y[i] = x[i] / std::sqrt(ms + eps) * w[i];
+    return y;
+  }
+  // Causal attention; q: [T][H·dh], k, v: [T][Hkv·dh].
+  static Seq attention(const Seq& q, const Seq& k, const Seq& v, int H, int H_kv, int dh, double scale) {
+    const std::size_t T = q.size();
+    Seq out(T, Vec(static_cast<std::size_t>(H * dh), 0.0));
+    for (int h = 0; h < H; ++h) {
+      const int g = h / (H / H_kv);
+      for (std::size_t t = 0; t < T; ++t) {
+        Vec s(t + 1);
+        double mx = -1e300;
+        for (std::size_t u = 0; u <= t; ++u) {
+          double dot = 0;
+          for (int j = 0; j < dh; ++j) dot += q[t][h * dh + j] * k[u][g * dh + j];
+          s[u] = dot * scale;
+          mx = std::max(mx, s[u]);
+        }
+        double z = 0;
+        for (auto& e : s) z += (e = std::exp(e - mx));
+        for (std::size_t u = 0; u <= t; ++u)
+          for (int j = 0; j < dh; ++j) out[t][h * dh + j] += s[u] / z * v[u][g * dh + j];
+      }
+    }
+    return out;
+  }
+  // Σ −log p(ids[t+1] | ids[..t]) from final hidden states through the logits table.
+  double nll(const Seq& x, const std::string& table, const std::vector<std::int32_t>& ids) const {
+    const auto V = c.tensors.at(table).first[0];
+    double total = 0;
+    for (std::size_t t = 0; t + 1 < ids.size(); ++t) {
+      Vec logits(static_cast<std::size_t>(V));
+      for (std::int64_t o = 0; o < V; ++o) {
+        const Vec w = row(table, o);
+        double s = 0;
+        for (std::size_t j = 0; j < w.size(); ++j) s += w[j] * x[t][j];
+        logits[o] = s;
+      }
+      const double mx = *std::max_element(logits.begin(), logits.end());
+      double z = 0;
+      for (double l : logits) z += std::exp(l - mx);
+      total += std::log(z) + mx - logits[static_cast<std::size_t>(ids[t + 1])];
+    }
+    return total;
+  }
+};
+
+double reference_opt_nll(const Checkpoint& c, const OptDims& s, const std::vector<std::int32_t>& ids) {
+  Ref r{c};
+  const std::string& pre = s.prefix;
+  const int T = static_cast<int>(ids.size()), dh = static_cast<int>(s.d / s.H);
+  Seq h(T);
+  for (int t = 0; t < T; ++t) {
+    Vec e = r.row(pre + "embed_tokens.weight", ids[t]);
+    if (s.p != s.d) e = r.lin(pre + "project_in", e, false);
+    const Vec p = r.row(pre + "embed_positions.weight", t + 2);
+    for (std::size_t j = 0; j < e.size(); ++j) e[j] += p[j];
+    h[t] = e;
+  }
+  for (std::int64_t i = 0; i < s.layers; ++i) {
+    const std::string lp = pre + "layers." + std::to_string(i) + ".";
+    auto ln = [&](const Vec& x, const std::string& n) { return Ref::layer_norm(x, r.vec(lp + n + ".weight"), r.vec(lp + n + ".bias")); };
+    Seq q(T), k(T), v(T);
+    for (int t = 0; t < T; ++t) {
+      const Vec x = s.pre_ln ? ln(h[t], "self_attn_layer_norm") : h[t];
+      q[t] = r.lin(lp + "self_attn.q_proj", x, true);
+      for (auto& e : q[t]) e /= std::sqrt(static_cast<double>(dh));  // HF scales q after the bias
+      k[t] = r.lin(lp + "self_attn.k_proj", x, true);
+      v[t] = r.lin(lp + "self_attn.v_proj", x, true);
+    }
+    const Seq a = Ref::attention(q, k, v, static_cast<int>(s.H), static_cast<int>(s.H), dh, 1.0);
+    for (int t = 0; t < T; ++t) {
+      const Vec o = r.lin(lp + "self_attn.out_proj", a[t], true);
+      for (std::size_t j = 0; j < o.size(); ++j) h[t][j] += o[j];
+      if (!s.pre_ln) h[t] = ln(h[t], "self_attn_layer_norm");
+      Vec f = r.lin(lp + "fc1", s.pre_ln ? ln(h[t], "final_layer_norm") : h[t], true);
+      for (auto& e : f) e = std::max(e, 0.0);
+      const Vec y = r.lin(lp + "fc2", f, true);
+      for (std::size_t j = 0; j < y.size(); ++j) h[t][j] += y[j];
+      if (!s.pre_ln) h[t] = ln(h[t], "final_layer_norm");
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    if (s.pre_ln) h[t] = Ref::layer_norm(h[t], r.vec(pre + "final_layer_norm.weight"), r.vec(pre + "final_layer_norm.bias"));
+    if (s.p != s.d) h[t] = r.lin(pre + "project_out", h[t], false);
+  }
+  return r.nll(h, pre + "embed_tokens.weight", ids);
+}
+
+double reference_llama_nll(const Checkpoint& c, const LlamaDims& s, const std::vector<std::int32_t>& ids) {
+  Ref r{c};
+  const int T = static_cast<int>(ids.size()), dh = static_cast<int>(s.d_h), half = dh / 2;
+  const std::string embed = s.head_only ? "lm_head.weight" : "model.embed_tokens.weight";
+  Seq h(T);
+  for (int t = 0; t < T; ++t) h[t] = r.row(embed, ids[t]);
+  auto rope = [&](Vec& x, int t) {  // rotate_half convention, theta 100
+    for (std::size_t h0 = 0; h0 < x.size(); h0 += dh)
+      for (int j = 0; j < half; ++j) {
+        const double ang = t * std::pow(100.0, -2.0 * j / dh);
+        const double x1 = x[h0 + j], x2 = x[h0 + j + half];
+        x[h0 + j] = x1 * std::cos(ang) - x2 * std::sin(ang);
+        x[h0 + j + half] = x2 * std::cos(ang) + x1 * std::sin(ang);
+      }
+  };
+  for (std::int64_t i = 0; i < s.layers; ++i) {
+    const std::string lp = "model.layers." + std::to_string(i) + ".";
+    Seq q(T), k(T), v(T);
+    for (int t = 0; t < T; ++t) {
+      const Vec x = Ref::rms_norm(h[t], r.vec(lp + "input_layernorm.weight"), 1e-5);
+      q[t] = r.lin(lp + "self_attn.q_proj", x, true);
+      k[t] = r.lin(lp + "self_attn.k_proj", x, true);
+      v[t] = r.lin(lp + "self_attn.v_proj", x, true);
+      rope(q[t], t);
+      rope(k[t], t);
+    }
+    const Seq a = Ref::attention(q, k, v, static_cast<int>(s.H), static_cast<int>(s.H_kv), dh, 1.0 / std::sqrt(dh));
+    for (int t = 0; t < T; ++t) {
+      const Vec o = r.lin(lp + "self_attn.o_proj", a[t], false);
+      for (std::size_t j = 0; j < o.size(); ++j) h[t][j] += o[j];
+      const Vec x = Ref::rms_norm(h[t], r.vec(lp + "post_attention_layernorm.weight"), 1e-5);
+      Vec g = r.lin(lp + "mlp.gate_proj", x, false);
+      const Vec u = r.lin(lp + "mlp.up_proj", x, false);
+      for (std::size_t j = 0; j < g.size(); ++j) g[j] = g[j] / (1.0 + std::exp(-g[j])) * u[j];
+      const Vec y = r.lin(lp + "mlp.down_proj", g, false);
+      for (std::size_t j = 0; j < y.size(); ++j) h[t][j] += y[j];
+    }
+  }
+  for (int t = 0; t < T; ++t) h[t] = Ref::rms_norm(h[t], r.vec("model.norm.weight"), 1e-5);
+  return r.nll(h, s.tie ? embed : "lm_head.weight", ids);
+}
+
+std::vector<std::int32_t> random_ids(std::size_t n, std::int64_t V, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<std::int32_t> d(0, static_cast<std::int32_t>(V - 1));
+  std::vector<std::int32_t> ids(n);
+  for (auto& i : ids) i = d(rng);
+  return ids;
+}
+
+// windows_nll over n_seq windows of T must equal the reference summed window by window.
+template <typename RefFn>
+void expect_matches_reference(const Model& m, std::int64_t V, int T, int n_seq, RefFn ref) {
+  const auto ids = random_ids(static_cast<std::size_t>(T * n_seq), V, 7);
+  double expected = 0;
+  for (int w = 0; w < n_seq; ++w) expected += ref(std::vector<std::int32_t>(ids.begin() + w * T, ids.begin() + (w + 1) * T));
+  const double got = m.windows_nll(ids, T);
+  EXPECT_NEAR(got, expected, 1e-4 * std::abs(expected)) << "T=" << T << " n_seq=" << n_seq;
+}
+
+TEST(OptModel, PreLayerNormMatchesReference) {
+  OptDims s;
+  const auto c = make_opt(s, 11);
+  const auto m = Model::load(c.write("opt-pre"));
+  EXPECT_EQ(m->family(), "opt");
+  EXPECT_EQ(m->num_layers(), 2);
+  expect_matches_reference(*m, s.V, 12, 3, [&](const auto& ids) { return reference_opt_nll(c, s, ids); });
+  expect_matches_reference(*m, s.V, 5, 2, [&](const auto& ids) { return reference_opt_nll(c, s, ids); });
+}
+
+TEST(OptModel, PostLayerNormWithProjectionsAndBarePrefixMatchesReference) {
+  OptDims s;
+  s.pre_ln = false;
+  s.p = 10;  // word_embed_proj_dim ≠ hidden_size: project_in / project_out, as OPT-350M
+  s.prefix = "decoder.";
+  const auto c = make_opt(s, 12);
+  const auto m = Model::load(c.write("opt-post"));
+  expect_matches_reference(*m, s.V, 9, 2, [&](const auto& ids) { return reference_opt_nll(c, s, ids); });
+}
+
+TEST(LlamaModel, GqaRopeSwiGluMatchesReference) {
+  LlamaDims s;
+  const auto c = make_llama(s, 21);
+  const auto m = Model::load(c.write("llama"));
+  EXPECT_EQ(m->family(), "llama");
+  // T = 70 spans two attention row blocks (64), so the block-causal path is exercised.
+  expect_matches_reference(*m, s.V, 70, 2, [&](const auto& ids) { return reference_llama_nll(c, s, ids); });
+}
+
+TEST(LlamaModel, Qwen2BiasesAndUntiedHeadMatchReference) {
+  LlamaDims s;
+  s.arch = "Qwen2ForCausalLM";
+  s.type = "qwen2";
+  s.qkv_bias = true;
+  s.tie = false;
+  const auto c = make_llama(s, 22);
+  const auto m = Model::load(c.write("qwen2"));
+  expect_matches_reference(*m, s.V, 8, 3, [&](const auto& ids) { return reference_llama_nll(c, s, ids); });
+  bool has_head = false;
+  for (const auto& [k, v] : m->param_breakdown()) has_head |= k == "lm_head" && v == s.V * s.d;
+  EXPECT_TRUE(has_head);
+}
+
+TEST(LlamaModel, EmbeddingStoredOnlyAsLmHeadIsFound) {
+  LlamaDims s;
+  s.head_only = true;
+  const auto c = make_llama(s, 23);
+  const auto m = Model::load(c.write("headonly"));
+  expect_matches_reference(*m, s.V, 6, 1, [&](const auto& ids) { return reference_llama_nll(c, s, ids); });
+}
+
+TEST(Model, ParameterBreakdownCountsEveryTensorOnce) {
+  OptDims s;
+  const auto c = make_opt(s, 31);
+  const auto m = Model::load(c.write("params"));
+  std::int64_t stored = 0;
+  for (const auto& [name, t] : c.tensors) stored += static_cast<std::int64_t>(t.second.size());
+  EXPECT_EQ(m->num_params(), stored);
+  const auto breakdown = m->param_breakdown();
+  std::map<std::string, std::int64_t> b(breakdown.begin(), breakdown.end());
+  EXPECT_EQ(b["attn"], s.layers * 4 * (s.d * s.d + s.d));
+  EXPECT_EQ(b["mlp"], s.layers * (2 * s.d * s.ffn + s.ffn + s.d));
+  EXPECT_EQ(b["embed"], s.V * s.p + (s.pos + 2) * s.d);
+  EXPECT_EQ(b.count("lm_head"), 0u);  // tied
+}
+
+TEST(Model, FusedHeadNllEqualsLogSoftmaxOfHeadLogits) {
+  OptDims s;
+  s.V = 1500;  // several vocabulary blocks of the fused head
+  const auto m = Model::load(make_opt(s, 32).write("fused"));
+  const int T = 10;
+  const auto ids = random_ids(3 * T, s.V, 4);
+  MatrixF h, logits;
+  m->embed(ids, T, h);
+  for (int i = 0; i < m->num_layers(); ++i) m->layer_forward(i, h, T);
+  m->head(h, logits);
+  ASSERT_EQ(logits.rows(), 3 * T);
+  ASSERT_EQ(logits.cols(), s.V);
+  double expected = 0;
+  for (int r = 0; r < 3 * T; ++r) {
+    if (r % T == T - 1) continue;
+    const double mx = logits.row(r).maxCoeff();
+    double z = 0;
+    for (std::int64_t v = 0; v < s.V; ++v) z += std::exp(logits(r, v) - mx);
+    expected += std::log(z) + mx - logits(r, ids[static_cast<std::size_t>(r + 1)]);
+  }
+  EXPECT_NEAR(m->windows_nll(ids, T), expected, 1e-6 * expected);
+}
+
+TEST(Model, OneAndTwoThreadsGiveTheSameNll) {
+  LlamaDims s;
+  s.V = 700;
+  const auto m = Model::load(make_llama(s, 33).write("threads"));
+  // Enough windows that the GEMMs, the attention and the head are all split.
+  const auto ids = random_ids(12 * 96, s.V, 6);
+  model::set_num_threads(1);
+  const double one = m->windows_nll(ids, 96);
+  model::set_num_threads(2);
+  const double two = m->windows_nll(ids, 96);
+  model::set_num_threads(0);
+  EXPECT_NEAR(one, two, 1e-7 * std::abs(one));  // float GEMM blockings may differ in the last bits
+}
+
+// Records which sites a layer reports, with their widths.
+class SiteRecorder : public model::ForwardObserver {
+ public:
+  void on_input(int layer, model::Site site, const MatrixF& x) override {
+    calls.push_back({layer, site, x.rows(), x.cols()});
+  }
+  struct Call {
+    int layer;
+    model::Site site;
+    std::int64_t rows, cols;
+  };
+  std::vector<Call> calls;
+};
+
+TEST(Model, ObserverSeesEachSiteOnceWithTheModuleInputWidth) {
+  LlamaDims s;
+  const auto m = Model::load(make_llama(s, 41).write("observer"));
+  const auto ids = random_ids(20, s.V, 3);
+  MatrixF h;
+  m->embed(ids, 10, h);
+  SiteRecorder rec;
+  m->layer_forward(1, h, 10, &rec);
+  ASSERT_EQ(rec.calls.size(), 4u);
+  const model::Site order[] = {model::Site::AttnIn, model::Site::AttnOut, model::Site::MlpIn, model::Site::MlpMid};
+  const std::int64_t widths[] = {s.d, s.H * s.d_h, s.d, s.ffn};
+  for (std::size_t k = 0; k < 4; ++k) {
+    EXPECT_EQ(rec.calls[k].layer, 1);
+    EXPECT_EQ(rec.calls[k].site, order[k]);
+    EXPECT_EQ(rec.calls[k].rows, 20);
+    EXPECT_EQ(rec.calls[k].cols, widths[k]);
+    // The module fed by that site has that input width.
+    for (const auto& l : m->layer(1).linears)
+      if (m->layer(1).site_of(l.name) == order[k]) {
+        EXPECT_EQ(l.in, widths[k]) << l.name;
+      }
+  }
+}
+
+TEST(Model, LatentCheckpointRunsTheFactoredModules) {
+  LlamaDims s;
+  auto c = make_llama(s, 51);
+  const auto dense = Model::load(c.write("latent-dense"));
+  // Replace one module by an exact factorization of rank min(in, out) = d and one by a block-identity
+  // factorization B·[I | A] whose dense product we then write as the dense model's weight.
+  std::mt19937 rng(5);
+  const std::int64_t r = 5, in = s.d, out = s.ffn;
+  const MatrixF B = random_matrix(out, r, rng, 0.3f), A = random_matrix(r, in - r, rng, 0.3f);
+  std::vector<std::int32_t> perm;
+  for (std::int32_t j = 0; j < in; ++j) perm.push_back((j * 3 + 1) % static_cast<std::int32_t>(in));
+  Linear bl = make_linear("model.layers.0.mlp.up_proj", in, out);
+  bl.B = B;
+  bl.A = A;
+  bl.perm = perm;
+  bl.block_identity = true;
+  const MatrixF w = bl.dense_weight();
+  c.data("model.layers.0.mlp.up_proj.weight").assign(w.data(), w.data() + w.size());
+  const auto dense2 = Model::load(c.write("latent-dense2"));
+
+  c.tensors.erase("model.layers.0.mlp.up_proj.weight");
+  c.tensors["model.layers.0.mlp.up_proj.B.weight"] = {{out, r}, std::vector<float>(B.data(), B.data() + B.size())};
+  c.tensors["model.layers.0.mlp.up_proj.A.weight"] = {{r, in - r}, std::vector<float>(A.data(), A.data() + A.size())};
+  c.config["latent"] = {{"format", "latentllm"}, {"format_version", 1},
+                        {"modules", {{"model.layers.0.mlp.up_proj",
+                                      {{"rank", r}, {"in", in}, {"out", out}, {"junction", "block-identity"},
+                                       {"perm", perm}}}}}};
+  const auto latent = Model::load(c.write("latent"));
+  const Linear& l = latent->layer(0).linear("mlp.up_proj");
+  EXPECT_TRUE(l.factored());
+  EXPECT_EQ(l.rank(), r);
+  EXPECT_EQ(latent->num_params(), dense2->num_params() - (out * in - (out * r + r * (in - r))));
+  const auto ids = random_ids(24, s.V, 9);
+  EXPECT_NEAR(latent->windows_nll(ids, 12), dense2->windows_nll(ids, 12), 1e-4 * dense2->windows_nll(ids, 12));
+  EXPECT_NE(dense->windows_nll(ids, 12), dense2->windows_nll(ids, 12));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad inputs
+
+template <typename E>
+std::string load_error(const std::filesystem::path& dir) {
+  try {
+    Model::load(dir);
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "wrong exception type: " << e.what();
+    return {};
+  }
+  ADD_FAILURE() << "no exception";
+  return {};
+}
+
+TEST(ModelErrors, MissingTensorIsNamed) {
+  auto c = make_opt(OptDims{}, 61);
+  c.tensors.erase("model.decoder.layers.1.fc2.weight");
+  const auto msg = load_error<FormatError>(c.write("missing"));
+  EXPECT_NE(msg.find("model.decoder.layers.1.fc2.weight"), std::string::npos) << msg;
+}
+
+TEST(ModelErrors, ShapeDisagreeingWithConfigIsNamedWithBothShapes) {
+  LlamaDims s;
+  auto c = make_llama(s, 62);
+  std::mt19937 rng(1);
+  c.add("model.layers.0.self_attn.k_proj.weight", {s.H * s.d_h, s.d}, rng);  // MHA-sized k
+  const auto msg = load_error<FormatError>(c.write("shape"));
+  EXPECT_NE(msg.find("model.layers.0.self_attn.k_proj.weight"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("12, 16"), std::string::npos) << msg;  // expected [H_kv·d_h, d]
+  EXPECT_NE(msg.find("24, 16"), std::string::npos) << msg;
+}
+
+TEST(ModelErrors, NonFiniteWeightIsNamed) {
+  auto c = make_opt(OptDims{}, 63);
+  c.data("model.decoder.layers.0.self_attn.v_proj.weight")[17] = std::nanf("");
+  const auto msg = load_error<NumericError>(c.write("nan"));
+  EXPECT_NE(msg.find("model.decoder.layers.0.self_attn.v_proj.weight"), std::string::npos) << msg;
+}
+
+TEST(ModelErrors, UnsupportedArchitectureListsTheSupportedOnes) {
+  auto c = make_opt(OptDims{}, 64);
+  c.config["architectures"] = {"GPTNeoXForCausalLM"};
+  c.config["model_type"] = "gpt_neox";
+  const auto msg = load_error<ConfigError>(c.write("arch"));
+  EXPECT_NE(msg.find("GPTNeoXForCausalLM"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("OPTForCausalLM"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("LlamaForCausalLM"), std::string::npos) << msg;
+}
+
+TEST(ModelErrors, TokenIdOutOfVocabularyThrows) {
+  OptDims s;
+  const auto m = Model::load(make_opt(s, 65).write("ids"));
+  std::vector<std::int32_t> ids(8, 1);
+  ids[3] = static_cast<std::int32_t>(s.V);
+  EXPECT_THROW(m->windows_nll(ids, 8), FormatError);
+  // Windows longer than OPT's learned positions are refused.
+  EXPECT_THROW(m->windows_nll(std::vector<std::int32_t>(2 * (s.pos + 1), 1), static_cast<int>(s.pos + 1)), ConfigError);
+}
+
+TEST(ModelErrors, LatentModuleWithoutFactorsIsNamed) {
+  auto c = make_opt(OptDims{}, 66);
+  c.config["latent"] = {{"format", "latentllm"}, {"format_version", 1},
+                        {"modules", {{"model.decoder.layers.0.fc1", {{"rank", 4}, {"in", 16}, {"out", 24}}}}}};
+  const auto msg = load_error<FormatError>(c.write("latent-missing"));
+  EXPECT_NE(msg.find("model.decoder.layers.0.fc1.B.weight"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace latentllm
