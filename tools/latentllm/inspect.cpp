@@ -1,12 +1,143 @@
-#include "commands.hpp"
+// `latentllm inspect`: architecture, dimensions, parameters per module type, storage dtype,
+// tokenizer, and for latent checkpoints the rank of every factored module.
+#include <cstdio>
+#include <map>
+#include <string>
 
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
 #include "latentllm/error.hpp"
+#include "latentllm/io.hpp"
+#include "latentllm/model.hpp"
+#include "latentllm/tokenizer.hpp"
 
 namespace latentllm::cli {
+namespace {
+
+struct InspectArgs {
+  std::string model;
+  bool json = false;
+};
+
+// "17,735,936"
+std::string grouped(std::int64_t n) {
+  const std::string digits = std::to_string(n);
+  std::string out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0 && digits[i - 1] != '-') out.push_back(',');
+    out.push_back(digits[i]);
+  }
+  return out;
+}
+
+nlohmann::ordered_json describe(const model::Model& m, const std::string& dir) {
+  const auto& c = m.config();
+  nlohmann::ordered_json j;
+  j["model"] = dir;
+  j["architecture"] = c.architecture;
+  j["model_type"] = c.model_type;
+  j["family"] = m.family();
+  j["dims"] = {{"hidden_size", c.hidden_size},
+               {"num_hidden_layers", c.num_hidden_layers},
+               {"num_attention_heads", c.num_attention_heads},
+               {"num_key_value_heads", c.num_key_value_heads},
+               {"head_dim", c.head_dim},
+               {"ffn", c.ffn_width()},
+               {"vocab_size", c.vocab_size},
+               {"max_position_embeddings", c.max_position_embeddings}};
+  if (c.word_embed_proj_dim != c.hidden_size) j["dims"]["word_embed_proj_dim"] = c.word_embed_proj_dim;
+  nlohmann::ordered_json params = nlohmann::ordered_json::object();
+  for (const auto& [k, v] : m.param_breakdown()) params[k] = v;
+  j["parameters"] = params;
+  j["parameters_total"] = m.num_params();
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+
+  std::map<std::string, int> dtypes;  // stored tensors per dtype
+  const auto store = io::TensorStore::open(dir);
+  for (const auto& name : store.names()) ++dtypes[std::string(dtype_name(store.get(name).dtype))];
+  j["torch_dtype"] = c.torch_dtype;
+  j["stored_dtypes"] = dtypes;
+
+  try {
+    const auto tok = io::load_tokenizer(dir);
+    j["tokenizer"] = {{"format", tok->describe()}, {"vocab_size", tok->vocab_size()}};
+    if (const auto bos = tok->bos_id()) j["tokenizer"]["bos_id"] = *bos;
+  } catch (const Error& e) {
+    j["tokenizer"] = {{"error", e.what()}};
+  }
+
+  nlohmann::ordered_json latent = nlohmann::ordered_json::array();
+  for (int i = 0; i < m.num_layers(); ++i)
+    for (const auto& l : m.layer(i).linears)
+      if (l.factored()) {
+        latent.push_back({{"module", l.name}, {"rank", l.rank()}, {"in", l.in}, {"out", l.out},
+                          {"junction", l.block_identity ? "block-identity" : "none"}, {"params", l.num_params()}});
+      }
+  j["latent_modules"] = latent;
+  return j;
+}
+
+void print_text(const nlohmann::ordered_json& j) {
+  const auto& d = j["dims"];
+  std::printf("model         %s\n", j["model"].get<std::string>().c_str());
+  std::printf("architecture  %s (family %s)\n", j["architecture"].get<std::string>().c_str(),
+              j["family"].get<std::string>().c_str());
+  std::printf("dimensions    d %lld, layers %lld, heads %lld, kv heads %lld, d_h %lld, ffn %lld, vocab %lld, positions %lld",
+              d["hidden_size"].get<long long>(), d["num_hidden_layers"].get<long long>(),
+              d["num_attention_heads"].get<long long>(), d["num_key_value_heads"].get<long long>(),
+              d["head_dim"].get<long long>(), d["ffn"].get<long long>(), d["vocab_size"].get<long long>(),
+              d["max_position_embeddings"].get<long long>());
+  if (d.contains("word_embed_proj_dim")) std::printf(", word_embed_proj_dim %lld", d["word_embed_proj_dim"].get<long long>());
+  std::printf("\nparameters\n");
+  for (const auto& [k, v] : j["parameters"].items())
+    std::printf("  %-10s %14s\n", k.c_str(), grouped(v.get<std::int64_t>()).c_str());
+  std::printf("  %-10s %14s%s\n", "total", grouped(j["parameters_total"].get<std::int64_t>()).c_str(),
+              j["tie_word_embeddings"].get<bool>() ? "  (LM head tied to the embedding)" : "");
+  std::string stored;
+  for (const auto& [k, v] : j["stored_dtypes"].items())
+    stored += (stored.empty() ? "" : ", ") + k + " x" + std::to_string(v.get<int>());
+  std::printf("dtype         %s (torch_dtype), stored: %s\n",
+              j["torch_dtype"].get<std::string>().empty() ? "-" : j["torch_dtype"].get<std::string>().c_str(),
+              stored.c_str());
+  const auto& t = j["tokenizer"];
+  if (t.contains("error")) {
+    std::printf("tokenizer     unavailable: %s\n", t["error"].get<std::string>().c_str());
+  } else {
+    std::printf("tokenizer     %s, vocab %lld, BOS %s\n", t["format"].get<std::string>().c_str(),
+                t["vocab_size"].get<long long>(),
+                t.contains("bos_id") ? std::to_string(t["bos_id"].get<int>()).c_str() : "none");
+  }
+  const auto& latent = j["latent_modules"];
+  if (latent.empty()) {
+    std::printf("latent        none (dense checkpoint)\n");
+    return;
+  }
+  std::printf("latent        %zu factored modules\n", latent.size());
+  for (const auto& e : latent) {
+    std::printf("  %-48s rank %5lld of [%lld, %lld]  %-14s %s params\n", e["module"].get<std::string>().c_str(),
+                e["rank"].get<long long>(), e["out"].get<long long>(), e["in"].get<long long>(),
+                e["junction"].get<std::string>().c_str(), grouped(e["params"].get<std::int64_t>()).c_str());
+  }
+}
+
+}  // namespace
 
 Command add_inspect(CLI::App& app) {
-  auto* sub = app.add_subcommand("inspect", "(not yet implemented)");
-  return {sub, [] () -> int { throw ConfigError("inspect: not yet implemented"); }};
+  auto args = std::make_shared<InspectArgs>();
+  auto* sub = app.add_subcommand("inspect", "Architecture, dimensions, parameters, dtype and tokenizer of a checkpoint");
+  sub->add_option("model", args->model, "Model directory (Hugging Face or latent checkpoint)")->required();
+  sub->add_flag("--json", args->json, "Print one JSON object instead of text");
+  return {sub, [args] {
+            const auto m = model::Model::load(args->model);
+            const auto j = describe(*m, args->model);
+            if (args->json) {
+              std::printf("%s\n", j.dump(2).c_str());
+            } else {
+              print_text(j);
+            }
+            return 0;
+          }};
 }
 
 }  // namespace latentllm::cli

@@ -1,0 +1,64 @@
+// Perplexity by the GPTQ / SparseGPT protocol: tokenize the whole evaluation string once (BOS once at
+// the start, as the model's tokenizer adds it), cut it into nsamples = numel // seqlen
+// non-overlapping windows (tail dropped; C4 first truncated to 256·seqlen tokens), and report
+// ppl = exp(mean NLL of the seqlen − 1 predicted tokens of every window).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "latentllm/dataset.hpp"
+#include "latentllm/model.hpp"
+#include "latentllm/tokenizer.hpp"
+
+namespace latentllm::eval {
+
+struct PplOptions {
+  io::Dataset dataset = io::Dataset::WikiText2;
+  std::filesystem::path data;  // wiki.test.raw, ptb.valid.txt, a C4 JSON-lines file, or any text
+  int seqlen = 0;              // T; 0 = min(2048, max_position_embeddings)
+  int max_windows = 0;         // evaluate only the first K windows; 0 = all
+  int batch = 0;               // windows per forward pass; 0 = about 4096 tokens' worth
+};
+
+struct PplProgress {
+  std::int64_t windows_done = 0, windows_total = 0;
+  double seconds = 0;       // since the first window started
+  double tokens_per_s = 0;  // window tokens (T per window) per second
+  double eta_s = 0;
+};
+using PplProgressFn = std::function<void(const PplProgress&)>;
+
+struct PplResult {
+  double ppl = 0;
+  double mean_nll = 0;            // nats per predicted token
+  std::int64_t tokens = 0;        // tokens of the (truncated) evaluation sequence
+  std::int64_t windows = 0;       // windows evaluated
+  std::int64_t predicted = 0;     // windows · (T − 1)
+  int seqlen = 0;
+  double seconds = 0;             // forward passes only (tokenization excluded)
+  double tokens_per_s = 0;        // windows · T / seconds
+  double tokenize_seconds = 0;
+};
+
+// min(2048, max_position_embeddings).
+int default_seqlen(const io::ModelConfig& config);
+
+// The protocol's token sequence of a dataset file: its evaluation string (io::build_eval_text)
+// encoded once with special tokens, C4 truncated to 256·seqlen tokens.
+std::vector<std::int32_t> eval_ids(const io::Tokenizer& tok, io::Dataset dataset, const std::filesystem::path& file,
+                                   int seqlen);
+
+// Perplexity of `ids` cut into windows of `seqlen`. `origin` names the data in errors: FormatError
+// "<origin>: dataset too short for one window (expected >= T tokens, got N)".
+PplResult perplexity_ids(const model::Model& m, std::span<const std::int32_t> ids, int seqlen, int max_windows,
+                         int batch, const std::string& origin, const PplProgressFn& progress = {});
+
+// eval_ids + perplexity_ids with the options' defaults resolved.
+PplResult perplexity(const model::Model& m, const io::Tokenizer& tok, const PplOptions& opt,
+                     const PplProgressFn& progress = {});
+
+}  // namespace latentllm::eval
