@@ -26,7 +26,7 @@ void softmax_prefix(float* s, int n_keys) {
 
 // One window, one query head: rows [w·T, (w+1)·T) of q/k/v, columns of head h / kv head g.
 void attend_head(const MatrixF& q, const MatrixF& k, const MatrixF& v, const AttentionShape& s, int w, int h,
-                 MatrixF& out, std::vector<float>& scores) {
+                 MatrixF& out, ScratchF& scores) {
   const int g = h / (s.H / s.H_kv);
   const int ldq = static_cast<int>(q.cols()), ldk = static_cast<int>(k.cols()), ldo = static_cast<int>(out.cols());
   const std::int64_t row0 = static_cast<std::int64_t>(w) * s.T;
@@ -74,7 +74,9 @@ void causal_attention(const MatrixF& q, const MatrixF& k, const MatrixF& v, cons
   const int tasks = n_seq * s.H;
   BlasSingleThreaded single;
   parallel_for(tasks, 1, [&](std::int64_t t0, std::int64_t t1) {
-    thread_local std::vector<float> scores;  // [kBlock, T] per thread
+    // Aligned scratch: Eigen's vectorized reductions peel unaligned heads, so their summation order
+    // depends on the address; a fixed alignment keeps results independent of the thread.
+    thread_local ScratchF scores;  // [kBlock, T] per thread
     for (std::int64_t t = t0; t < t1; ++t) attend_head(q, k, v, s, static_cast<int>(t / s.H), static_cast<int>(t % s.H), out, scores);
   });
 }

@@ -62,7 +62,7 @@ void fused_head_nll(const MatrixF& x, const MatrixF& w, std::span<const std::int
   BlasSingleThreaded single;
   parallel_for(n, kRows, [&](std::int64_t r0, std::int64_t r1) {
     const std::int64_t rows = r1 - r0;
-    thread_local std::vector<float> logits;  // [rows, kVocab]
+    thread_local ScratchF logits;  // [rows, kVocab], aligned (see ScratchF)
     logits.resize(static_cast<std::size_t>(kRows * kVocab));
     std::vector<RowLse> lse(static_cast<std::size_t>(rows));
     double t_gemm = 0, t_lse = 0;

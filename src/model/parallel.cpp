@@ -172,7 +172,9 @@ void parallel_xwt(const MatrixF& x, const MatrixF& w, MatrixF& y, bool accumulat
                             y.cols()));
   }
   const double macs = static_cast<double>(n) * static_cast<double>(in) * static_cast<double>(out);
-  if (t_in_pool || forward_threads() == 1 || macs < kParallelMacs || n == 0 || out == 0 || in == 0) {
+  // The split below does not depend on the thread count (one thread runs the same blocks in turn),
+  // so results are bit-identical for any --threads.
+  if (t_in_pool || macs < kParallelMacs || n == 0 || out == 0 || in == 0) {
     core::matmul_xwt(x, w, y, accumulate);
     return;
   }

@@ -9,10 +9,18 @@
 
 #include <cstdint>
 #include <functional>
+#include <vector>
+
+#include <Eigen/Core>
 
 #include "latentllm/tensor.hpp"
 
 namespace latentllm::model {
+
+// Per-thread float scratch aligned like Eigen's own matrices. Eigen's vectorized reductions (sum,
+// max) handle an unaligned head with scalar steps, so their summation order depends on the address
+// alignment; a fixed alignment makes results bit-identical whichever thread runs a task.
+using ScratchF = std::vector<float, Eigen::aligned_allocator<float>>;
 
 // Threads of the forward (the caller included); set by set_num_threads (latentllm/model.hpp).
 int forward_threads();
