@@ -27,7 +27,7 @@ MatrixD InputMoments::augmented() const {
 
 InputMoments moments_of(const MatrixD& x) {
   InputMoments m;
-  m.xtx = x.transpose() * x;  // [d, d]
+  m.xtx = linalg::gram_rows(x.transpose());  // [d, d]
   m.sum = x.colwise().sum().transpose();
   m.n = static_cast<double>(x.rows());
   return m;
@@ -96,7 +96,7 @@ LowRank local_rootcov(const MatrixD& w, const VectorD& bias, const InputMoments&
 RegressionStats regression_stats(const MatrixD& s, const MatrixD& t) {
   RegressionStats st;
   st.cross = t * s.transpose();  // [out, in]
-  st.cov = s * s.transpose();    // [in, in]
+  st.cov = linalg::gram_rows(s);  // [in, in]
   st.sum_s = s.rowwise().sum();
   st.sum_t = t.rowwise().sum();
   st.n = static_cast<double>(s.cols());

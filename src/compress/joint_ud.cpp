@@ -84,7 +84,7 @@ Hidden hidden_of(const MlpDense& w, const MlpFactors& f, const MatrixD& xt) {
 
 InputMoments moments_of_cols(const MatrixD& h) {  // h: [w, n]
   InputMoments m;
-  m.xtx = h * h.transpose();
+  m.xtx = linalg::gram_rows(h);
   m.sum = h.rowwise().sum();
   m.n = static_cast<double>(h.cols());
   return m;

@@ -88,4 +88,11 @@ MatrixD sym_power(const MatrixD& s, double power, std::string_view context, doub
   return e.vectors * f.asDiagonal() * e.vectors.transpose();
 }
 
+MatrixD gram_rows(const MatrixD& x) {
+  MatrixD g = MatrixD::Zero(x.rows(), x.rows());
+  g.selfadjointView<Eigen::Lower>().rankUpdate(x);
+  g.triangularView<Eigen::StrictlyUpper>() = g.transpose();
+  return g;
+}
+
 }  // namespace latentllm::linalg

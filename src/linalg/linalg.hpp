@@ -44,6 +44,10 @@ struct PivotedQr {
 PivotedQr pivoted_qr(const MatrixD& m, std::string_view context);
 
 // Throws NumericError "<context>: <what> contains a non-finite value" if m has NaN/Inf.
+// x·xᵀ ([m, m] from x: [m, n]) as a symmetric rank-k update (dsyrk: half the multiply-adds of a
+// general product), both triangles filled.
+MatrixD gram_rows(const MatrixD& x);
+
 void check_finite(const MatrixD& m, std::string_view context, std::string_view what);
 
 }  // namespace latentllm::linalg
