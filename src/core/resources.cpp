@@ -1,4 +1,4 @@
-#include "core/resources.hpp"
+#include "latentllm/resources.hpp"
 
 #include <sys/resource.h>
 

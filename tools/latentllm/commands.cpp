@@ -13,6 +13,7 @@ std::vector<Command>& registry() {
 void register_commands(CLI::App& app) {
   registry().push_back(add_inspect(app));
   registry().push_back(add_ppl(app));
+  registry().push_back(add_compress(app));
 }
 
 int run_selected(CLI::App& app) {

@@ -20,5 +20,6 @@ int run_selected(CLI::App& app);
 // One per subcommand file (tools/latentllm/<name>.cpp).
 Command add_inspect(CLI::App& app);
 Command add_ppl(CLI::App& app);
+Command add_compress(CLI::App& app);
 
 }  // namespace latentllm::cli

@@ -1,5 +1,4 @@
 // `latentllm ppl`: perplexity of a (dense or latent) checkpoint by the GPTQ / SparseGPT protocol.
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -12,6 +11,7 @@
 #include "latentllm/error.hpp"
 #include "latentllm/eval.hpp"
 #include "latentllm/model.hpp"
+#include "latentllm/resources.hpp"
 #include "latentllm/tokenizer.hpp"
 
 namespace latentllm::cli {
@@ -28,11 +28,7 @@ struct PplArgs {
   bool json = false;
 };
 
-double peak_rss_mib() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
-}
+double peak_rss_mib() { return static_cast<double>(core::peak_rss_bytes()) / 1048576.0; }
 
 // Progress on stderr: one rewritten line on a terminal, a line every 10 s otherwise.
 class ProgressLine {

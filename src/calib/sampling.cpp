@@ -1,0 +1,96 @@
+// Calibration windows (issue 3, item 1): GPTQ/SparseGPT random sampling or contiguous windows.
+#include <random>
+
+#include "latentllm/calib.hpp"
+#include "latentllm/dataset.hpp"
+#include "latentllm/error.hpp"
+#include "latentllm/log.hpp"
+
+namespace latentllm::calib {
+namespace {
+
+// Uniform integer in [0, n) from a 64-bit engine, by rejection: the same sequence on every platform
+// (std::uniform_int_distribution's algorithm is implementation-defined).
+std::uint64_t uniform_below(std::mt19937_64& rng, std::uint64_t n) {
+  const std::uint64_t limit = std::numeric_limits<std::uint64_t>::max() - std::numeric_limits<std::uint64_t>::max() % n;
+  std::uint64_t x;
+  do {
+    x = rng();
+  } while (x >= limit);
+  return x % n;
+}
+
+std::vector<std::string> read_documents(const CalibOptions& opt) {
+  if (opt.source == "c4") return io::read_jsonl_texts(opt.data, 0);
+  if (opt.source == "text") return {io::build_eval_text(io::Dataset::Text, opt.data)};
+  throw ConfigError(fmt::format("--calib: unknown source (expected c4 or text, got {})", opt.source));
+}
+
+// GPTQ get_c4: repeat N times: draw documents until one has more than L tokens, then a random window.
+std::vector<std::int32_t> sample_random(const io::Tokenizer& tok, const CalibOptions& opt,
+                                        const std::vector<std::string>& docs) {
+  std::mt19937_64 rng(opt.seed);
+  const auto L = static_cast<std::size_t>(opt.seqlen);
+  std::vector<std::vector<std::int32_t>> cache(docs.size());
+  std::vector<bool> tokenized(docs.size(), false);
+  std::size_t long_docs = 0, checked = 0;
+  std::vector<std::int32_t> ids;
+  ids.reserve(static_cast<std::size_t>(opt.nsamples) * L);
+  for (int s = 0; s < opt.nsamples; ++s) {
+    std::size_t attempts = 0;
+    for (;;) {
+      const auto d = static_cast<std::size_t>(uniform_below(rng, docs.size()));
+      if (!tokenized[d]) {
+        cache[d] = tok.encode(docs[d]);
+        tokenized[d] = true;
+        ++checked;
+        if (cache[d].size() > L) ++long_docs;
+      }
+      const auto& t = cache[d];
+      if (t.size() > L) {
+        const auto start = static_cast<std::size_t>(uniform_below(rng, t.size() - L));
+        ids.insert(ids.end(), t.begin() + static_cast<std::ptrdiff_t>(start),
+                   t.begin() + static_cast<std::ptrdiff_t>(start + L));
+        break;
+      }
+      // Every document tokenized and none long enough: GPTQ would loop forever; fail instead.
+      if (checked == docs.size() && long_docs == 0) {
+        throw FormatError(fmt::format("{}: no document has more than {} tokens (calibration seqlen)",
+                                      opt.data.string(), L));
+      }
+      if (++attempts > 1000000) throw FormatError(fmt::format("{}: too few long documents", opt.data.string()));
+    }
+  }
+  return ids;
+}
+
+}  // namespace
+
+std::vector<std::int32_t> sample_calibration(const io::Tokenizer& tok, const CalibOptions& opt) {
+  if (opt.nsamples <= 0) throw ConfigError(fmt::format("--nsamples (expected > 0, got {})", opt.nsamples));
+  if (opt.seqlen <= 1) throw ConfigError(fmt::format("--seqlen (expected > 1, got {})", opt.seqlen));
+  const auto docs = read_documents(opt);
+  if (docs.empty()) throw FormatError(fmt::format("{}: empty dataset", opt.data.string()));
+  if (opt.sampling == Sampling::Random) return sample_random(tok, opt, docs);
+
+  // Contiguous: the whole text tokenized once (BOS once at the start, as for perplexity); C4 documents
+  // joined by " " as in the evaluation protocol.
+  std::string text;
+  if (opt.source == "c4") {
+    for (std::size_t i = 0; i < docs.size(); ++i) {
+      if (i) text += ' ';
+      text += docs[i];
+    }
+  } else {
+    text = docs.front();
+  }
+  const auto all = tok.encode(text);
+  const auto need = static_cast<std::size_t>(opt.nsamples) * static_cast<std::size_t>(opt.seqlen);
+  if (all.size() < need) {
+    throw FormatError(fmt::format("{}: too short for {} contiguous calibration windows (expected >= {} tokens, got {})",
+                                  opt.data.string(), opt.nsamples, need, all.size()));
+  }
+  return {all.begin(), all.begin() + static_cast<std::ptrdiff_t>(need)};
+}
+
+}  // namespace latentllm::calib
