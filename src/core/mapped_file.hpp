@@ -1,6 +1,8 @@
 // Read-only memory-mapped file (RAII). Empty files map to an empty span.
 #pragma once
 
+#include "latentllm/files.hpp"
+
 #include <cstddef>
 #include <filesystem>
 #include <span>
@@ -25,11 +27,5 @@ class MappedFile {
   std::size_t size_ = 0;
 };
 
-// Reads a whole file into a string; throws IoError naming the path.
-std::string read_file(const std::filesystem::path& path);
-
-// Writes `data` to `path` atomically: a temporary file in the same directory, fsync, rename.
-// Throws IoError naming the path on any failure and removes the temporary.
-void write_file_atomic(const std::filesystem::path& path, std::span<const std::byte> data);
 
 }  // namespace latentllm::core

@@ -14,6 +14,7 @@ void register_commands(CLI::App& app) {
   registry().push_back(add_inspect(app));
   registry().push_back(add_ppl(app));
   registry().push_back(add_compress(app));
+  registry().push_back(add_sweep(app));
 }
 
 int run_selected(CLI::App& app) {

@@ -21,5 +21,6 @@ int run_selected(CLI::App& app);
 Command add_inspect(CLI::App& app);
 Command add_ppl(CLI::App& app);
 Command add_compress(CLI::App& app);
+Command add_sweep(CLI::App& app);
 
 }  // namespace latentllm::cli

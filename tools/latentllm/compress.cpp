@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "commands.hpp"
+#include "options.hpp"
 #include "latentllm/resources.hpp"
 #include "latentllm/checkpoint.hpp"
 #include "latentllm/compressor.hpp"
@@ -13,41 +14,13 @@ namespace latentllm::cli {
 namespace {
 
 struct CompressArgs {
-  std::string model, out, method = "latentllm", junction = "block-identity", dtype = "f16";
-  std::string calib = "c4", calib_data, sampling = "random", joint = "qk,ud";
-  double ratio = 0.2, lambda_rel = compress::LocalOptions{}.lambda_rel, alpha = 0.5;
-  int nsamples = 64, seqlen = 0, qk_iters = 8, ud_iters = 4, rope_window = 0, threads = 0, batch = 8;
-  std::uint64_t seed = 0;
-  bool dry_run = false, json = false, force = false, no_intra_layer = false;
+  std::string model, out, method = "latentllm", dtype = "f16";
+  double ratio = 0.2;
+  MethodArgs m;
+  CalibArgs c;
+  int threads = 0;
+  bool dry_run = false, json = false, force = false;
 };
-
-compress::CompressOptions to_options(const CompressArgs& a) {
-  compress::CompressOptions o;
-  o.method = a.method;
-  o.ratio = a.ratio;
-  o.local.junction = compress::parse_junction(a.junction);
-  o.local.lambda_rel = a.lambda_rel;
-  o.local.alpha = a.alpha;
-  o.joint_qk = o.joint_vo = o.joint_ud = false;
-  std::string rest = a.joint;
-  while (!rest.empty()) {
-    const auto comma = rest.find(',');
-    const std::string part = rest.substr(0, comma);
-    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
-    if (part == "qk") o.joint_qk = true;
-    else if (part == "vo") o.joint_vo = true;
-    else if (part == "ud") o.joint_ud = true;
-    else if (part == "none" || part.empty()) continue;
-    else throw ConfigError(fmt::format("--joint: unknown part (expected qk, vo, ud or none, got {})", part));
-  }
-  if (o.joint_vo) throw ConfigError("--joint vo: joint V-O is not wired into the pipeline yet (see docs/JOINT.md)");
-  o.qk_iters = a.qk_iters;
-  o.ud_iters = a.ud_iters;
-  o.rope_window = a.rope_window;
-  o.pipeline.sequential_within_layer = !a.no_intra_layer;
-  o.pipeline.batch_windows = a.batch;
-  return o;
-}
 
 void print_plan(const compress::RankPlan& plan, const compress::RankPlan& plain, bool json) {
   if (json) return;
@@ -65,21 +38,12 @@ void print_plan(const compress::RankPlan& plan, const compress::RankPlan& plain,
               100.0 * plain.achieved_ratio(), (long long)plain.n_tok, (long long)plain.macs());
 }
 
-nlohmann::json plan_json(const compress::RankPlan& p) {
-  nlohmann::json mods = nlohmann::json::array();
-  for (const auto& m : p.modules)
-    mods.push_back({{"name", m.name}, {"out", m.out}, {"in", m.in}, {"rank", m.rank}, {"params", m.params},
-                    {"dense_params", m.dense_params}, {"macs", m.macs}, {"dense_macs", m.dense_macs}});
-  return {{"ratio", p.ratio}, {"junction", compress::junction_name(p.junction)}, {"n_tok", p.n_tok},
-          {"params", p.params()}, {"dense_params", p.dense_params()}, {"macs", p.macs()},
-          {"dense_macs", p.dense_macs()}, {"flops", 2 * p.macs()}, {"dense_flops", 2 * p.dense_macs()},
-          {"achieved_ratio", p.achieved_ratio()}, {"modules", mods}};
-}
-
 int run_compress(const CompressArgs& a) {
   if (a.threads < 0) throw ConfigError(fmt::format("--threads (expected >= 0, got {})", a.threads));
   model::set_num_threads(a.threads);
-  auto opt = to_options(a);
+  auto opt = to_compress_options(a.m, a.method, a.ratio);
+  const DType dtype = a.dtype == "f32" ? DType::F32 : a.dtype == "f16" ? DType::F16 : a.dtype == "bf16" ? DType::BF16
+                      : throw ConfigError(fmt::format("--dtype (expected f16, bf16 or f32, got {})", a.dtype));
   auto model = model::Model::load(a.model);
   const auto plan = compress::plan_model(*model, opt);
   auto plain_opt = opt;
@@ -91,39 +55,27 @@ int run_compress(const CompressArgs& a) {
     return 0;
   }
   if (a.out.empty()) throw ConfigError("--out is required (or use --dry-run)");
-  if (a.calib_data.empty()) throw ConfigError("--calib-data is required: the calibration text (c4 JSON lines or a text file)");
   if (!a.force && std::filesystem::exists(a.out)) {
     throw IoError(fmt::format("{}: output directory exists (use --force to replace it)", a.out));
   }
-  calib::CalibOptions co;
-  co.source = a.calib;
-  co.data = a.calib_data;
-  co.nsamples = a.nsamples;
-  co.seqlen = a.seqlen > 0 ? a.seqlen : static_cast<int>(std::min<std::int64_t>(2048, model->config().max_position_embeddings));
-  co.seed = a.seed;
-  if (a.sampling == "random") co.sampling = calib::Sampling::Random;
-  else if (a.sampling == "contiguous") co.sampling = calib::Sampling::Contiguous;
-  else throw ConfigError(fmt::format("--calib-sampling (expected random or contiguous, got {})", a.sampling));
+  const calib::CalibOptions co = to_calib_options(a.c, model->config());
 
   const auto t0 = std::chrono::steady_clock::now();
   const auto tok = io::load_tokenizer(a.model);
   const auto ids = calib::sample_calibration(*tok, co);
   const double sample_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  log_info("calibration: {} windows of {} tokens ({}, seed {}, {:.1f}s)", co.nsamples, co.seqlen, a.calib, co.seed, sample_s);
+  log_info("calibration: {} windows of {} tokens ({}, seed {}, {:.1f}s)", co.nsamples, co.seqlen, co.source, co.seed,
+           sample_s);
 
   auto report = compress::compress_model(*model, ids, co.seqlen, opt);
   report.calib_sample_s = sample_s;
 
   checkpoint::SaveOptions so;
-  so.dtype = a.dtype == "f32" ? DType::F32 : a.dtype == "f16" ? DType::F16 : a.dtype == "bf16" ? DType::BF16
-             : throw ConfigError(fmt::format("--dtype (expected f16, bf16 or f32, got {})", a.dtype));
+  so.dtype = dtype;
   so.overwrite = a.force;
-  so.info = {{"method", a.method}, {"ratio", a.ratio}, {"junction", a.junction}, {"lambda_rel", a.lambda_rel},
-             {"alpha", a.alpha}, {"joint", a.method == "latentllm" ? a.joint : "none"},
-             {"qk_iters", a.qk_iters}, {"ud_iters", a.ud_iters}, {"rope_window", a.rope_window},
-             {"calibration", {{"source", a.calib}, {"data", std::filesystem::path(a.calib_data).filename().string()},
-                              {"nsamples", co.nsamples}, {"seqlen", co.seqlen}, {"seed", co.seed}, {"sampling", a.sampling}}},
-             {"notes", report.notes}};
+  so.info = method_json(a.m, a.method, a.ratio);
+  so.info["calibration"] = calib_json(co, a.c.sampling);
+  so.info["notes"] = report.notes;
   const auto tw = std::chrono::steady_clock::now();
   checkpoint::save(*model, a.out, so);
   const double write_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - tw).count();
@@ -159,24 +111,10 @@ Command add_compress(CLI::App& app) {
       ->capture_default_str()->group("Method");
   sub->add_option("--ratio", a->ratio, "Fraction of each compressed module's weights removed, in (0, 1)")
       ->capture_default_str()->group("Method");
-  sub->add_option("--junction", a->junction, "Junction matrix: block-identity, identity, s-inv, sqrt-s-inv")
-      ->capture_default_str()->group("Method");
-  sub->add_option("--lambda", a->lambda_rel, "Damping relative to the mean diagonal of XXᵀ")->capture_default_str()->group("Method");
-  sub->add_option("--alpha", a->alpha, "Exponent of the diagonal l1 pre-conditioner")->capture_default_str()->group("Method");
-  sub->add_option("--joint", a->joint, "Joint parts of --method latentllm: any of qk,vo,ud, or none")->capture_default_str()->group("Method");
-  sub->add_option("--qk-iters", a->qk_iters, "Joint Q-K alternating updates")->capture_default_str()->group("Method");
-  sub->add_option("--ud-iters", a->ud_iters, "Joint up-down iterations")->capture_default_str()->group("Method");
-  sub->add_option("--rope-window", a->rope_window, "RoPE-aware joint Q-K over offsets 0..w (0 = plain)")->capture_default_str()->group("Method");
+  add_method_options(sub, a->m);
   sub->add_flag("--dry-run", a->dry_run, "Print the rank plan (ranks, parameters, FLOPs/MACs at 128 tokens) and exit")->group("Method");
-  sub->add_option("--calib", a->calib, "Calibration source: c4 (JSON lines) or text")->capture_default_str()->group("Calibration");
-  sub->add_option("--calib-data", a->calib_data, "Calibration file")->group("Calibration");
-  sub->add_option("--nsamples", a->nsamples, "Calibration windows")->capture_default_str()->group("Calibration");
-  sub->add_option("--seqlen", a->seqlen, "Tokens per window (0 = min(2048, max positions))")->capture_default_str()->group("Calibration");
-  sub->add_option("--seed", a->seed, "Sampling seed")->capture_default_str()->group("Calibration");
-  sub->add_option("--calib-sampling", a->sampling, "random (GPTQ) or contiguous")->capture_default_str()->group("Calibration");
-  sub->add_flag("--no-intra-layer", a->no_intra_layer, "Gather all of a layer's statistics on the dense layer (SparseGPT) instead of re-running it after each stage")->group("Calibration");
-  sub->add_option("--batch", a->batch, "Windows per forward call")->capture_default_str()->group("Run");
-  sub->add_option("--threads", a->threads, "BLAS threads (0 = all cores)")->capture_default_str()->group("Run");
+  add_calib_options(sub, a->c);
+  sub->add_option("--threads", a->threads, "Threads of the forward pass and BLAS (0 = all cores)")->capture_default_str()->group("Run");
   sub->add_flag("--json", a->json, "Print the result as JSON")->group("Run");
   return {sub, [a] { return run_compress(*a); }};
 }

@@ -1,0 +1,147 @@
+// `latentllm compress` and `latentllm sweep` end to end on stories260K: the plan, the written latent
+// checkpoint and its provenance, the sweep's tables and files, and one clear error per bad option.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "test_support.hpp"
+
+namespace latentllm {
+namespace {
+
+std::string q(const std::filesystem::path& p) { return "'" + p.string() + "'"; }
+std::string cli() { return test::cli_path().string(); }
+std::filesystem::path model() { return test::shared_path("models/stories260K/hf"); }
+std::filesystem::path stories() {
+  return test::shared_path("data/tinystories/TinyStories-valid.stories0001-0232.clean.txt");
+}
+std::string calib_args() { return " --calib text --calib-data " + q(stories()) + " --nsamples 4 --seqlen 64"; }
+
+std::string read(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Splits stdout (the JSON document) from the log lines on stderr: the last line starting with '{'
+// through the end.
+nlohmann::json json_of(const std::string& out) {
+  const auto pos = out.find("\n{");
+  return nlohmann::json::parse(pos == std::string::npos ? out : out.substr(pos + 1));
+}
+
+TEST(CompressCli, DryRunPlanHoldsTheBudgetWithAndWithoutBlockIdentity) {
+  std::string out;
+  ASSERT_EQ(test::run_command(cli() + " compress --model " + q(model()) + " --ratio 0.3 --dry-run --json 2>/dev/null", out), 0)
+      << out;
+  const auto j = json_of(out);
+  const auto& plan = j.at("plan");
+  EXPECT_EQ(plan.at("junction"), "block-identity");
+  EXPECT_EQ(plan.at("n_tok"), 128);
+  EXPECT_GE(plan.at("achieved_ratio").get<double>(), 0.3);
+  EXPECT_LE(plan.at("params").get<std::int64_t>(), static_cast<std::int64_t>(0.7 * plan.at("dense_params").get<double>()));
+  // stories260K: 5 layers × 7 linear modules.
+  EXPECT_EQ(plan.at("modules").size(), 35u);
+  EXPECT_EQ(plan.at("flops").get<std::int64_t>(), 2 * plan.at("macs").get<std::int64_t>());
+  EXPECT_EQ(j.at("plan_without_block_identity").at("junction"), "identity");
+}
+
+TEST(CompressCli, WritesAReloadableCheckpointWithProvenance) {
+  const auto dir = test::make_temp_dir("ccli") / "out";
+  std::string out;
+  ASSERT_EQ(test::run_command(cli() + " compress --model " + q(model()) + " --method asvd-rootcov --ratio 0.25 --json" +
+                                  calib_args() + " --out " + q(dir) + " 2>/dev/null",
+                              out),
+            0)
+      << out;
+  const auto rep = json_of(out);
+  EXPECT_EQ(rep.at("method"), "asvd-rootcov");
+  EXPECT_GT(rep.at("peak_rss_bytes").get<std::int64_t>(), 0);
+  const auto cfg = nlohmann::json::parse(read(dir / "config.json"));
+  const auto& latent = cfg.at("latent");
+  EXPECT_EQ(latent.at("method"), "asvd-rootcov");
+  EXPECT_EQ(latent.at("calibration").at("nsamples"), 4);
+  EXPECT_EQ(latent.at("lambda_rel"), 1e-4);
+  EXPECT_EQ(latent.at("modules").size(), 35u);
+  // The checkpoint runs: ppl of the latent model on a few windows.
+  ASSERT_EQ(test::run_command(cli() + " ppl --json --model " + q(dir) + " --dataset text --data " + q(stories()) +
+                                  " --seqlen 128 --max-windows 4 2>/dev/null",
+                              out),
+            0)
+      << out;
+  EXPECT_GT(json_of(out).at("ppl").get<double>(), 1.0);
+  // Refuses to overwrite without --force.
+  EXPECT_NE(test::run_command(cli() + " compress --model " + q(model()) + calib_args() + " --out " + q(dir), out), 0);
+  EXPECT_NE(out.find("output directory exists (use --force"), std::string::npos) << out;
+}
+
+struct BadCase {
+  std::string args, message;
+};
+
+TEST(CompressCli, BadOptionsGiveOneClearError) {
+  const auto dir = test::make_temp_dir("ccli-bad") / "out";
+  const std::vector<BadCase> cases = {
+      {" --ratio 1.5 --dry-run", "ratio"},
+      {" --method svd-magic --dry-run", "svd-magic"},
+      {" --junction diagonal --dry-run", "diagonal"},
+      {" --joint qk,xx --dry-run", "--joint: unknown part"},
+      {" --dtype f8" + calib_args() + " --out " + q(dir), "--dtype (expected f16, bf16 or f32, got f8)"},
+      {" --out " + q(dir), "--calib-data is required"},
+      {" --calib-data /nonexistent/c4.jsonl --out " + q(dir), "/nonexistent/c4.jsonl"},
+  };
+  for (const auto& c : cases) {
+    std::string out;
+    const int rc = test::run_command(cli() + " compress --model " + q(model()) + c.args, out);
+    EXPECT_NE(rc, 0) << c.args;
+    EXPECT_NE(out.find(c.message), std::string::npos) << c.args << "\n" << out;
+    EXPECT_EQ(out.find("internal error"), std::string::npos) << out;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir));
+}
+
+TEST(SweepCli, WritesTablesResultsAndPlots) {
+  const auto dir = test::make_temp_dir("sweep") / "grid";
+  std::string out;
+  const std::string cmd = cli() + " sweep --model " + q(model()) + " --methods plain-svd,asvd-rootcov --ratios 0.2,0.4" +
+                          calib_args() + " --datasets text=" + q(stories()) +
+                          " --eval-seqlen 128 --max-windows 8 --json --out " + q(dir) + " 2>/dev/null";
+  ASSERT_EQ(test::run_command(cmd, out), 0) << out;
+  const auto j = json_of(out);
+  ASSERT_EQ(j.at("runs").size(), 5u);  // dense + 2 methods × 2 ratios
+  EXPECT_EQ(j.at("runs")[0].at("method"), "dense");
+  const double dense = j.at("runs")[0].at("ppl").at("text");
+  for (std::size_t i = 1; i < 5; ++i) EXPECT_GT(j.at("runs")[i].at("ppl").at("text").get<double>(), dense);
+  // More compression, fewer parameters.
+  EXPECT_GT(j.at("runs")[1].at("model_params").get<std::int64_t>(), j.at("runs")[3].at("model_params").get<std::int64_t>());
+  const std::string csv = read(dir / "results.csv");
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 6);  // header + 5 rows
+  const std::string t2 = read(dir / "table2.md");
+  EXPECT_NE(t2.find("| 20% | asvd-rootcov |"), std::string::npos) << t2;
+  const std::string t3 = read(dir / "table3.md");
+  EXPECT_NE(t3.find("| 40% | block-identity |"), std::string::npos) << t3;
+  EXPECT_TRUE(std::filesystem::exists(dir / "ppl_text.gp"));
+}
+
+TEST(SweepCli, BadGridIsRejectedBeforeAnyWork) {
+  const auto dir = test::make_temp_dir("sweep-bad") / "grid";
+  const std::vector<BadCase> cases = {
+      {" --ratios 0.2,abc", "--ratios: abc"},
+      {" --ratios 0", "--ratios: 0"},
+      {" --methods plain-svd,nope", "nope"},
+      {" --datasets text", "--datasets: text needs a file"},
+      {" --datasets wikitext2 --data-dir /nonexistent", "dataset file not found"},
+  };
+  for (const auto& c : cases) {
+    std::string out;
+    EXPECT_NE(test::run_command(cli() + " sweep --model " + q(model()) + calib_args() + " --out " + q(dir) + c.args, out), 0);
+    EXPECT_NE(out.find(c.message), std::string::npos) << c.args << "\n" << out;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir));
+}
+
+}  // namespace
+}  // namespace latentllm

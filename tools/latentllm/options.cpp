@@ -1,0 +1,110 @@
+#include "options.hpp"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "latentllm/error.hpp"
+
+namespace latentllm::cli {
+
+void add_method_options(CLI::App* sub, MethodArgs& a) {
+  sub->add_option("--junction", a.junction, "Junction matrix: block-identity, identity, s-inv, sqrt-s-inv")
+      ->capture_default_str()->group("Method");
+  sub->add_option("--lambda", a.lambda_rel, "Damping λ relative to the mean diagonal of XXᵀ")
+      ->capture_default_str()->group("Method");
+  sub->add_option("--alpha", a.alpha, "Exponent of the diagonal l1 pre-conditioner")->capture_default_str()->group("Method");
+  sub->add_option("--joint", a.joint, "Joint parts of --method latentllm: any of qk,vo,ud, or none")
+      ->capture_default_str()->group("Method");
+  sub->add_option("--qk-iters", a.qk_iters, "Joint Q-K alternating updates")->capture_default_str()->group("Method");
+  sub->add_option("--ud-iters", a.ud_iters, "Joint up-down iterations")->capture_default_str()->group("Method");
+  sub->add_option("--rope-window", a.rope_window, "RoPE-aware joint Q-K over offsets 0..w (0 = plain)")
+      ->capture_default_str()->group("Method");
+  sub->add_flag("--no-intra-layer", a.no_intra_layer,
+                "Gather all of a layer's statistics on the dense layer (SparseGPT) instead of re-running it "
+                "after each stage")->group("Calibration");
+  sub->add_option("--batch", a.batch, "Windows per forward call")->capture_default_str()->group("Run");
+}
+
+void add_calib_options(CLI::App* sub, CalibArgs& a) {
+  sub->add_option("--calib", a.source, "Calibration source: c4 (JSON lines) or text")
+      ->check(CLI::IsMember({"c4", "text"}))->capture_default_str()->group("Calibration");
+  sub->add_option("--calib-data", a.data, "Calibration file")->group("Calibration");
+  sub->add_option("--nsamples", a.nsamples, "Calibration windows")->capture_default_str()->group("Calibration");
+  sub->add_option("--seqlen", a.seqlen, "Tokens per calibration window (0 = min(2048, max positions))")
+      ->capture_default_str()->group("Calibration");
+  sub->add_option("--seed", a.seed, "Sampling seed")->capture_default_str()->group("Calibration");
+  sub->add_option("--calib-sampling", a.sampling, "random (GPTQ) or contiguous")
+      ->check(CLI::IsMember({"random", "contiguous"}))->capture_default_str()->group("Calibration");
+}
+
+compress::CompressOptions to_compress_options(const MethodArgs& a, const std::string& method, double ratio) {
+  compress::CompressOptions o;
+  o.method = method;
+  o.ratio = ratio;
+  o.local.junction = compress::parse_junction(a.junction);
+  o.local.lambda_rel = a.lambda_rel;
+  o.local.alpha = a.alpha;
+  o.joint_qk = o.joint_vo = o.joint_ud = false;
+  std::string rest = a.joint;
+  while (!rest.empty()) {
+    const auto comma = rest.find(',');
+    const std::string part = rest.substr(0, comma);
+    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+    if (part == "qk") o.joint_qk = true;
+    else if (part == "vo") o.joint_vo = true;
+    else if (part == "ud") o.joint_ud = true;
+    else if (part != "none" && !part.empty())
+      throw ConfigError(fmt::format("--joint: unknown part (expected qk, vo, ud or none, got {})", part));
+  }
+  if (a.qk_iters < 0 || a.ud_iters < 0 || a.rope_window < 0) {
+    throw ConfigError(fmt::format("--qk-iters/--ud-iters/--rope-window (expected >= 0, got {}/{}/{})", a.qk_iters,
+                                  a.ud_iters, a.rope_window));
+  }
+  if (a.batch <= 0) throw ConfigError(fmt::format("--batch (expected > 0, got {})", a.batch));
+  o.qk_iters = a.qk_iters;
+  o.ud_iters = a.ud_iters;
+  o.rope_window = a.rope_window;
+  o.pipeline.sequential_within_layer = !a.no_intra_layer;
+  o.pipeline.batch_windows = a.batch;
+  return o;
+}
+
+calib::CalibOptions to_calib_options(const CalibArgs& a, const io::ModelConfig& config) {
+  if (a.data.empty()) {
+    throw ConfigError("--calib-data is required: the calibration text (c4 JSON lines or a text file)");
+  }
+  calib::CalibOptions co;
+  co.source = a.source;
+  co.data = a.data;
+  co.nsamples = a.nsamples;
+  co.seqlen = a.seqlen > 0 ? a.seqlen : static_cast<int>(std::min<std::int64_t>(2048, config.max_position_embeddings));
+  co.seed = a.seed;
+  if (a.sampling == "random") co.sampling = calib::Sampling::Random;
+  else if (a.sampling == "contiguous") co.sampling = calib::Sampling::Contiguous;
+  else throw ConfigError(fmt::format("--calib-sampling (expected random or contiguous, got {})", a.sampling));
+  return co;
+}
+
+nlohmann::json method_json(const MethodArgs& a, const std::string& method, double ratio) {
+  return {{"method", method}, {"ratio", ratio}, {"junction", a.junction}, {"lambda_rel", a.lambda_rel},
+          {"alpha", a.alpha}, {"joint", method == "latentllm" ? a.joint : "none"}, {"qk_iters", a.qk_iters},
+          {"ud_iters", a.ud_iters}, {"rope_window", a.rope_window}, {"intra_layer", !a.no_intra_layer}};
+}
+
+nlohmann::json calib_json(const calib::CalibOptions& c, const std::string& sampling) {
+  return {{"source", c.source}, {"data", c.data.filename().string()}, {"nsamples", c.nsamples},
+          {"seqlen", c.seqlen}, {"seed", c.seed}, {"sampling", sampling}};
+}
+
+nlohmann::json plan_json(const compress::RankPlan& p) {
+  nlohmann::json mods = nlohmann::json::array();
+  for (const auto& m : p.modules)
+    mods.push_back({{"name", m.name}, {"out", m.out}, {"in", m.in}, {"rank", m.rank}, {"params", m.params},
+                    {"dense_params", m.dense_params}, {"macs", m.macs}, {"dense_macs", m.dense_macs}});
+  return {{"ratio", p.ratio}, {"junction", compress::junction_name(p.junction)}, {"n_tok", p.n_tok},
+          {"params", p.params()}, {"dense_params", p.dense_params()}, {"macs", p.macs()},
+          {"dense_macs", p.dense_macs()}, {"flops", 2 * p.macs()}, {"dense_flops", 2 * p.dense_macs()},
+          {"achieved_ratio", p.achieved_ratio()}, {"modules", mods}};
+}
+
+}  // namespace latentllm::cli

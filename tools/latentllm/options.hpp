@@ -1,0 +1,44 @@
+// Options shared by `compress` and `sweep`: the method's knobs and the calibration set.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+
+#include "latentllm/calib.hpp"
+#include "latentllm/compressor.hpp"
+#include "latentllm/model.hpp"
+
+namespace latentllm::cli {
+
+struct MethodArgs {
+  std::string junction = "block-identity", joint = "qk,ud";
+  double lambda_rel = compress::LocalOptions{}.lambda_rel, alpha = 0.5;
+  int qk_iters = 8, ud_iters = 4, rope_window = 0, batch = 8;
+  bool no_intra_layer = false;
+};
+
+struct CalibArgs {
+  std::string source = "c4", data, sampling = "random";
+  int nsamples = 64, seqlen = 0;
+  std::uint64_t seed = 0;
+};
+
+// Adds --junction --lambda --alpha --joint --qk-iters --ud-iters --rope-window (group "Method") and
+// --no-intra-layer --batch.
+void add_method_options(CLI::App* sub, MethodArgs& a);
+// Adds --calib --calib-data --nsamples --seqlen --seed --calib-sampling (group "Calibration").
+void add_calib_options(CLI::App* sub, CalibArgs& a);
+
+// CompressOptions for `method` at `ratio`. Throws ConfigError on an unknown --joint part.
+compress::CompressOptions to_compress_options(const MethodArgs& a, const std::string& method, double ratio);
+// The calibration options, seqlen defaulted to min(2048, max positions) of the model.
+calib::CalibOptions to_calib_options(const CalibArgs& a, const io::ModelConfig& config);
+// The method's settings as recorded in a checkpoint's latent.info and in sweep results.
+nlohmann::json method_json(const MethodArgs& a, const std::string& method, double ratio);
+nlohmann::json calib_json(const calib::CalibOptions& c, const std::string& sampling);
+
+// A rank plan as JSON: totals and per-module ranks, parameters and MACs.
+nlohmann::json plan_json(const compress::RankPlan& p);
+
+}  // namespace latentllm::cli
