@@ -53,6 +53,7 @@ struct CompressReport {
   // Per layer (latentllm joint parts): {local, joint} attention-map loss and MLP output loss.
   std::vector<std::pair<double, double>> qk_losses;
   std::vector<std::pair<double, double>> ud_losses;
+  std::vector<std::pair<double, double>> vo_losses;  // own-token-attention block output loss (--joint vo)
   calib::PipelineTimes times;
   double calib_sample_s = 0;        // tokenizing and sampling the calibration set
   double total_s = 0;

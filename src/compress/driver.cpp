@@ -6,6 +6,7 @@
 #include "compress/asvd.hpp"
 #include "compress/joint_qk.hpp"
 #include "compress/joint_ud.hpp"
+#include "compress/joint_vo.hpp"
 #include "latentllm/compressor.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/log.hpp"
@@ -94,12 +95,17 @@ class MethodCompressor : public calib::LayerCompressor {
     auto& layer = m.layer(in.layer);
     if (in.site == model::Site::AttnIn && joint_qk()) {
       compress_qk(in, m);
+    } else if (in.site == model::Site::AttnOut && joint_vo()) {
+      compress_vo(in, m);
     } else if (in.site == model::Site::MlpIn && joint_ud()) {
       compress_mlp(in, m);
       return;
     }
+    if (in.site == model::Site::AttnIn && joint_vo()) attn_in_ = moments(*in.stats);  // for V-O at AttnOut
     for (auto& lin : layer.linears) {
       if (layer.site_of(rel_name(in.layer, lin)) != in.site || lin.factored()) continue;
+      // Joint V-O compresses v_proj with o_proj once the o_proj input statistics exist.
+      if (joint_vo() && lin.name.ends_with("v_proj")) continue;
       compress_local(in, lin);
     }
   }
@@ -107,6 +113,7 @@ class MethodCompressor : public calib::LayerCompressor {
  private:
   bool joint_qk() const { return is_latentllm(opt_) && opt_.joint_qk; }
   bool joint_ud() const { return is_latentllm(opt_) && opt_.joint_ud; }
+  bool joint_vo() const { return is_latentllm(opt_) && opt_.joint_vo; }
 
   std::string rel_name(int, const model::Linear& lin) const {
     // "model.decoder.layers.3.self_attn.q_proj" -> "self_attn.q_proj"
@@ -194,6 +201,41 @@ class MethodCompressor : public calib::LayerCompressor {
     install(k, fk);
   }
 
+  // Joint V-O, attention-aware (appendix "Joint Value-Output Compression"; docs/JOINT.md): v_proj's
+  // input moments from the AttnIn stage, o_proj's input moments from this stage.
+  void compress_vo(const calib::StageInput& in, model::Model& m) {
+    auto& layer = m.layer(in.layer);
+    auto& v = layer.linear("self_attn.v_proj");
+    auto& o = layer.linear(m.family() == "llama" ? "self_attn.o_proj" : "self_attn.out_proj");
+    const VoDense dense{to_double(v.weight), to_double(v.bias), to_double(o.weight), to_double(o.bias)};
+    const InputMoments o_mom = moments(*in.stats);
+    VoOptions vo;
+    vo.r_v = rank_of(v);
+    vo.r_o = rank_of(o);
+    vo.iters = opt_.qk_iters;
+    vo.lambda_rel = opt_.local.lambda_rel;
+    vo.o_moments = &o_mom;
+    const auto s = attn_shape(m);
+    const VoResult res = compress::joint_vo(dense, s, attn_in_, vo, fmt::format("layer {} v_proj/o_proj", in.layer));
+    const VoFactors sep = separate_vo(dense, attn_in_, o_mom, vo.r_v, vo.r_o, vo.lambda_rel, "separate");
+    const double l_joint = vo_output_loss(dense, res.f, s, attn_in_);
+    const double l_local = vo_output_loss(dense, sep, s, attn_in_);
+    log_info("  layer {} V-O output loss (own-token attention): local {:.4e} joint {:.4e} (ratio {:.3f})", in.layer,
+             l_local, l_joint, l_local > 0 ? l_joint / l_local : 0.0);
+    report_.vo_losses.push_back({l_local, l_joint});
+    calib::SiteStats v_stats;  // the AttnIn moments, for the per-module report
+    v_stats.xtx = attn_in_.xtx;
+    v_stats.sum = attn_in_.sum;
+    v_stats.abs_sum = VectorD::Zero(attn_in_.sum.size());
+    v_stats.n = static_cast<std::int64_t>(attn_in_.n);
+    const LowRankFactors fv = with_junction(res.f.v, local_.junction, v.name);
+    const LowRankFactors fo = with_junction(res.f.o, local_.junction, o.name);
+    record(v, fv, v_stats, dense.wv, dense.bv, "joint-vo");
+    record(o, fo, *in.stats, dense.wo, dense.bo, "joint-vo");
+    install(v, fv);
+    install(o, fo);
+  }
+
   void compress_mlp(const calib::StageInput& in, model::Model& m) {
     auto& layer = m.layer(in.layer);
     const bool gated = m.family() == "llama";
@@ -247,6 +289,7 @@ class MethodCompressor : public calib::LayerCompressor {
   LocalOptions local_;
   CompressReport& report_;
   std::map<std::string, std::int64_t> ranks_;
+  InputMoments attn_in_;  // this layer's AttnIn moments while joint V-O waits for the AttnOut stage
 };
 
 std::vector<ModuleShape> module_shapes(const model::Model& m) {
@@ -294,14 +337,16 @@ nlohmann::json CompressReport::to_json() const {
                     {"dense_params", r.dense_params}, {"params", r.params}, {"loss", r.loss},
                     {"loss_rel", r.loss_rel}, {"how", r.how}});
   }
-  nlohmann::json qk = nlohmann::json::array(), ud = nlohmann::json::array();
+  nlohmann::json qk = nlohmann::json::array(), ud = nlohmann::json::array(), vo = nlohmann::json::array();
   for (const auto& [l, j] : qk_losses) qk.push_back({{"local", l}, {"joint", j}});
+  for (const auto& [l, j] : vo_losses) vo.push_back({{"local", l}, {"joint", j}});
   for (const auto& [l, j] : ud_losses) ud.push_back({{"local", l}, {"joint", j}});
   return {{"method", method},
           {"ratio", ratio},
           {"modules", mods},
           {"attention_map_loss", qk},
           {"mlp_output_loss", ud},
+          {"vo_output_loss", vo},
           {"notes", notes},
           {"dense_params", dense_params},
           {"params", params},
