@@ -25,55 +25,16 @@
 #include "latentllm/eval.hpp"
 #include "latentllm/model.hpp"
 #include "latentllm/tokenizer.hpp"
+#include "bench_common.hpp"
 #include "model/parallel.hpp"
 
 namespace {
 
+using latentllm::bench::arg;
+using latentllm::bench::load_average;
+using latentllm::bench::seconds_since;
+using latentllm::bench::sgemm_peak_gflops;
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-// Best sgemm GFLOP/s over square sizes, each the best of several repetitions, run two ways: one
-// OpenBLAS call on all cores (its own threads), and one single-threaded call per core running
-// concurrently (how the forward's thread pool drives sgemm). The peak is the better of the two.
-double sgemm_peak_gflops(nlohmann::json& detail) {
-  double best = 0;
-  const int threads = latentllm::model::forward_threads();
-  for (int n : {1024, 1536, 2048}) {
-    const auto size = static_cast<std::size_t>(n) * n;
-    std::vector<float> a(size, 0.5f), b(size, 0.25f), c(size * threads);
-    double blas = 0, pool = 0;
-    for (int rep = 0; rep < 5; ++rep) {
-      auto t0 = Clock::now();
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-      blas = std::max(blas, 2.0 * n * n * n / seconds_since(t0) / 1e9);
-      latentllm::model::BlasSingleThreaded single;
-      t0 = Clock::now();
-      latentllm::model::parallel_for(threads, 1, [&](std::int64_t t, std::int64_t) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f,
-                    c.data() + static_cast<std::size_t>(t) * size, n);
-      });
-      pool = std::max(pool, 2.0 * n * n * n * threads / seconds_since(t0) / 1e9);
-    }
-    detail[std::to_string(n)] = {{"openblas_threads", blas}, {"per_core_concurrent", pool}};
-    best = std::max({best, blas, pool});
-  }
-  return best;
-}
-
-// The 1-minute load average (other processes compete for the 2 cores and skew every figure).
-double load_average() {
-  std::ifstream f("/proc/loadavg");
-  double l = -1;
-  f >> l;
-  return l;
-}
-
-std::string arg(int argc, char** argv, const std::string& key, const std::string& fallback) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (argv[i] == key) return argv[i + 1];
-  return fallback;
-}
 
 }  // namespace
 

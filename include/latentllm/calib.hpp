@@ -75,7 +75,7 @@ struct PipelineTimes {
   double covariance = 0;  // accumulating SiteStats
   double compress = 0;    // the compressor's decompositions
   double forward_flops = 0;     // linear-layer FLOPs of the forwards (for the fraction of peak)
-  double covariance_flops = 0;  // Σ n·w² ·2 of the accumulations
+  double covariance_flops = 0;  // Σ n·w·(w+1): the triangle dsyrk computes, 2 per multiply-add
 };
 
 struct PipelineOptions {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <span>
 #include <string>
 #include <utility>
@@ -55,6 +56,7 @@ struct CompressReport {
   std::vector<std::pair<double, double>> ud_losses;
   std::vector<std::pair<double, double>> vo_losses;  // own-token-attention block output loss (--joint vo)
   calib::PipelineTimes times;
+  std::map<std::string, double> part_seconds;  // decompositions by part: local, joint-qk, joint-vo, joint-ud
   double calib_sample_s = 0;        // tokenizing and sampling the calibration set
   double total_s = 0;
   std::int64_t dense_params = 0;    // Σ over compressed modules

@@ -132,7 +132,7 @@ PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, 
         times.covariance += tap->seconds;
         for (const auto& st : tap->stats) {
           const double w = static_cast<double>(st.xtx.rows());
-          times.covariance_flops += 2.0 * static_cast<double>(st.n) * w * w;
+          times.covariance_flops += static_cast<double>(st.n) * w * (w + 1);  // dsyrk: one triangle
         }
       }
       const std::size_t k = opt.sequential_within_layer ? 0 : s;

@@ -94,26 +94,35 @@ class MethodCompressor : public calib::LayerCompressor {
   void compress(const calib::StageInput& in, model::Model& m) override {
     auto& layer = m.layer(in.layer);
     if (in.site == model::Site::AttnIn && joint_qk()) {
-      compress_qk(in, m);
+      timed("joint-qk", [&] { compress_qk(in, m); });
     } else if (in.site == model::Site::AttnOut && joint_vo()) {
-      compress_vo(in, m);
+      timed("joint-vo", [&] { compress_vo(in, m); });
     } else if (in.site == model::Site::MlpIn && joint_ud()) {
-      compress_mlp(in, m);
+      timed("joint-ud", [&] { compress_mlp(in, m); });
       return;
     }
     if (in.site == model::Site::AttnIn && joint_vo()) attn_in_ = moments(*in.stats);  // for V-O at AttnOut
-    for (auto& lin : layer.linears) {
-      if (layer.site_of(rel_name(in.layer, lin)) != in.site || lin.factored()) continue;
-      // Joint V-O compresses v_proj with o_proj once the o_proj input statistics exist.
-      if (joint_vo() && lin.name.ends_with("v_proj")) continue;
-      compress_local(in, lin);
-    }
+    timed("local", [&] {
+      for (auto& lin : layer.linears) {
+        if (layer.site_of(rel_name(in.layer, lin)) != in.site || lin.factored()) continue;
+        // Joint V-O compresses v_proj with o_proj once the o_proj input statistics exist.
+        if (joint_vo() && lin.name.ends_with("v_proj")) continue;
+        compress_local(in, lin);
+      }
+    });
   }
 
  private:
   bool joint_qk() const { return is_latentllm(opt_) && opt_.joint_qk; }
   bool joint_ud() const { return is_latentllm(opt_) && opt_.joint_ud; }
   bool joint_vo() const { return is_latentllm(opt_) && opt_.joint_vo; }
+
+  template <typename F>
+  void timed(const std::string& part, F&& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    report_.part_seconds[part] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
 
   std::string rel_name(int, const model::Linear& lin) const {
     // "model.decoder.layers.3.self_attn.q_proj" -> "self_attn.q_proj"
@@ -354,7 +363,8 @@ nlohmann::json CompressReport::to_json() const {
                        {"calibration_sampling", calib_sample_s},
                        {"forward", times.forward},
                        {"covariance", times.covariance},
-                       {"decompositions", times.compress}}},
+                       {"decompositions", times.compress},
+                       {"decompositions_by_part", part_seconds}}},
           {"flops", {{"forward", times.forward_flops}, {"covariance", times.covariance_flops}}}};
 }
 

@@ -1,0 +1,135 @@
+// Compression time of a model (default ../shared/models/opt-tiny at 20 %, 64 C4 windows of 512 tokens)
+// split into calibration sampling, layer forwards, covariance accumulation, decompositions (by part:
+// local, joint Q-K, joint up-down) and writing the checkpoint, with the forward's and the covariance's
+// achieved FLOP rates as fractions of this machine's sgemm and dgemm peaks, measured in this process.
+// Writes <out>.json and <out>.md (speed bars of issues 3 and 4).
+//
+//   compress_time [--shared ../shared] [--model DIR] [--ratio 0.2] [--nsamples 64]
+//                 [--methods asvd-rootcov,latentllm] [--out bench/results/compress_time]
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+#include <string>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "bench_common.hpp"
+#include "latentllm/calib.hpp"
+#include "latentllm/checkpoint.hpp"
+#include "latentllm/compressor.hpp"
+#include "latentllm/files.hpp"
+#include "latentllm/log.hpp"
+#include "latentllm/resources.hpp"
+
+namespace {
+
+using namespace latentllm;
+using bench::Clock;
+using bench::seconds_since;
+
+struct MethodTimes {
+  std::string method;
+  double sample_s = 0, write_s = 0;
+  compress::CompressReport rep;
+};
+
+MethodTimes run_method(const std::string& model_dir, const std::string& c4, const std::string& method, double ratio,
+                       int nsamples) {
+  MethodTimes t;
+  t.method = method;
+  auto m = model::Model::load(model_dir);
+  const auto tok = io::load_tokenizer(model_dir);
+  calib::CalibOptions co;
+  co.data = c4;
+  co.nsamples = nsamples;
+  co.seqlen = static_cast<int>(std::min<std::int64_t>(2048, m->config().max_position_embeddings));
+  auto t0 = Clock::now();
+  const auto ids = calib::sample_calibration(*tok, co);
+  t.sample_s = seconds_since(t0);
+  compress::CompressOptions opt;
+  opt.method = method;
+  opt.ratio = ratio;
+  t.rep = compress::compress_model(*m, ids, co.seqlen, opt);
+  const auto dir = std::filesystem::temp_directory_path() / fmt::format("latentllm-bench-{}", method);
+  checkpoint::SaveOptions so;
+  so.overwrite = true;
+  t0 = Clock::now();
+  checkpoint::save(*m, dir, so);
+  t.write_s = seconds_since(t0);
+  std::filesystem::remove_all(dir);
+  return t;
+}
+
+std::string pct(double x) { return fmt::format("{:.0f} %", 100 * x); }
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  using bench::arg;
+  const std::string shared = arg(argc, argv, "--shared", "../shared");
+  const std::string model_dir = arg(argc, argv, "--model", shared + "/models/opt-tiny");
+  const std::string c4 = arg(argc, argv, "--calib-data", shared + "/data/c4/c4-train.00000-of-01024.first1000.jsonl");
+  const double ratio = std::stod(arg(argc, argv, "--ratio", "0.2"));
+  const int nsamples = std::stoi(arg(argc, argv, "--nsamples", "64"));
+  const std::string methods = arg(argc, argv, "--methods", "asvd-rootcov,latentllm");
+  const std::string out = arg(argc, argv, "--out", "bench/results/compress_time");
+  set_log_callback([](LogLevel, std::string_view) {});
+
+  const double load_before = bench::load_average();
+  nlohmann::json peak_detail;
+  const double speak = bench::sgemm_peak_gflops(peak_detail);
+  const double dpeak = bench::dgemm_peak_gflops();
+  std::fprintf(stderr, "sgemm peak %.1f GFLOP/s, dgemm peak %.1f GFLOP/s\n", speak, dpeak);
+
+  nlohmann::json runs = nlohmann::json::array();
+  std::string md = fmt::format(
+      "# Compression time: {} at {:.0f} %, {} C4 windows\n\nsgemm peak {:.1f} GFLOP/s, dgemm peak {:.1f} GFLOP/s "
+      "(OpenBLAS, measured in the same process). Load average before: {:.2f}.\n\n"
+      "| method | stage | seconds | share | GFLOP/s | fraction of peak |\n|---|---|---:|---:|---:|---:|\n",
+      std::filesystem::path(model_dir).filename().string(), 100 * ratio, nsamples, speak, dpeak, load_before);
+  std::stringstream list(methods);
+  for (std::string method; std::getline(list, method, ',');) {
+    std::fprintf(stderr, "compressing with %s...\n", method.c_str());
+    const auto t = run_method(model_dir, c4, method, ratio, nsamples);
+    const auto& pt = t.rep.times;
+    const double total = t.sample_s + t.rep.total_s + t.write_s;
+    const double fwd_rate = pt.forward_flops / pt.forward / 1e9, cov_rate = pt.covariance_flops / pt.covariance / 1e9;
+    auto row = [&](const std::string& stage, double s, double rate, double peak) {
+      md += fmt::format("| {} | {} | {:.2f} | {} | {} | {} |\n", method, stage, s, pct(s / total),
+                        rate > 0 ? fmt::format("{:.1f}", rate) : "", rate > 0 ? pct(rate / peak) : "");
+    };
+    row("calibration sampling (tokenize C4)", t.sample_s, 0, 1);
+    row("layer forwards (linear FLOPs / wall, vs sgemm)", pt.forward, fwd_rate, speak);
+    row("covariance XXᵀ (dsyrk, vs dgemm)", pt.covariance, cov_rate, dpeak);
+    for (const auto& [part, s] : t.rep.part_seconds) row("decompositions: " + part, s, 0, 1);
+    row("writing the checkpoint (f16)", t.write_s, 0, 1);
+    row("**total**", total, 0, 1);
+    runs.push_back({{"method", method},
+                    {"seconds", {{"sampling", t.sample_s}, {"forward", pt.forward}, {"covariance", pt.covariance},
+                                 {"decompositions", pt.compress}, {"decompositions_by_part", t.rep.part_seconds},
+                                 {"write", t.write_s}, {"total", total}}},
+                    {"forward_gflops", fwd_rate}, {"forward_fraction_of_sgemm_peak", fwd_rate / speak},
+                    {"covariance_gflops", cov_rate}, {"covariance_fraction_of_dgemm_peak", cov_rate / dpeak},
+                    {"covariance_fraction_of_sgemm_peak", cov_rate / speak},
+                    {"attention_map_loss", t.rep.to_json().at("attention_map_loss")},
+                    {"mlp_output_loss", t.rep.to_json().at("mlp_output_loss")}});
+  }
+  md += "\nForward: linear-layer FLOPs of the calibration forwards over their wall time (attention, norms and "
+        "the statistics taps' bookkeeping included in the time), against the float sgemm peak. Covariance: the "
+        "FLOPs of the triangle dsyrk computes, in double, against the dgemm peak. Decompositions are LAPACK "
+        "eigen/SVDs and, for joint up-down, dgemm-bound alternating fits over all calibration tokens.\n";
+  const nlohmann::json j = {{"model", model_dir}, {"ratio", ratio}, {"nsamples", nsamples},
+                            {"sgemm_peak_gflops", speak}, {"sgemm_square_gflops", peak_detail},
+                            {"dgemm_peak_gflops", dpeak}, {"load_average_before", load_before},
+                            {"load_average_after", bench::load_average()}, {"peak_rss_bytes", core::peak_rss_bytes()},
+                            {"runs", runs}};
+  core::write_text_atomic(out + ".json", j.dump(2) + "\n");
+  core::write_text_atomic(out + ".md", md);
+  std::printf("%s", md.c_str());
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "compress_time: %s\n", e.what());
+  return 1;
+}
