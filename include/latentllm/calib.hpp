@@ -83,6 +83,12 @@ struct PipelineOptions {
   // same layer (not only of earlier layers).
   bool sequential_within_layer = true;
   int batch_windows = 8;  // windows per layer_forward call (bounds intermediate memory)
+  // Resume: layers [0, start_layer) are already compressed in the model and *start_hidden holds their
+  // output for the N windows ([N·L, d]).
+  int start_layer = 0;
+  const MatrixF* start_hidden = nullptr;
+  // Called after layer i is compressed and the hidden states propagated through it (progress saving).
+  std::function<void(int layer, const MatrixF& hidden)> layer_done;
 };
 
 // Runs the N calibration windows through the model layer by layer: for layer i and each stage of the

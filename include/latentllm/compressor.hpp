@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <span>
 #include <string>
@@ -34,6 +35,10 @@ struct CompressOptions {
   int ud_iters = 4;            // auxiliary-variable iterations (paper: 4)
   int rope_window = 0;         // RoPE-aware joint Q-K over offsets 0..w (0 = plain)
   calib::PipelineOptions pipeline;
+  // Per-layer progress (src/compress/resume.hpp): when set, the state after every layer is saved
+  // here, and with `resume` a matching state is restored and the run continues after its last layer.
+  std::filesystem::path state_dir;
+  bool resume = false;
 };
 
 // The budget of one module (or joint group) and what it achieved.

@@ -103,13 +103,25 @@ PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, 
   const auto t_start = Clock::now();
   MatrixF hidden;  // [N·L, d]
   auto t0 = Clock::now();
-  m.embed(ids, seqlen, hidden);
+  const int n_layers = m.num_layers();
+  if (opt.start_layer == 0) {
+    m.embed(ids, seqlen, hidden);
+  } else {
+    if (opt.start_layer < 0 || opt.start_layer > n_layers || !opt.start_hidden ||
+        opt.start_hidden->rows() != static_cast<Eigen::Index>(ids.size()) ||
+        opt.start_hidden->cols() != m.config().hidden_size) {
+      throw ConfigError(fmt::format("calibration resume: layer {} with hidden states [{}, {}] (expected layer 0..{} "
+                                    "and [{}, {}])", opt.start_layer, opt.start_hidden ? opt.start_hidden->rows() : 0,
+                                    opt.start_hidden ? opt.start_hidden->cols() : 0, n_layers, ids.size(),
+                                    m.config().hidden_size));
+    }
+    hidden = *opt.start_hidden;
+  }
   times.forward += seconds_since(t0);
   const auto n_tok = hidden.rows();
-  const int n_layers = m.num_layers();
   const auto stages = compressor.stages(m);
 
-  for (int i = 0; i < n_layers; ++i) {
+  for (int i = opt.start_layer; i < n_layers; ++i) {
     const auto t_layer = Clock::now();
     std::unique_ptr<SiteTap> tap;
     for (std::size_t s = 0; s < stages.size(); ++s) {
@@ -158,8 +170,9 @@ PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, 
     if (!hidden.allFinite()) {
       throw NumericError(fmt::format("layer {}: non-finite hidden states after compression", i));
     }
+    if (opt.layer_done) opt.layer_done(i, hidden);
     const double elapsed = seconds_since(t_start);
-    const double eta = elapsed / (i + 1) * (n_layers - i - 1);
+    const double eta = elapsed / (i + 1 - opt.start_layer) * (n_layers - i - 1);
     log_info("layer {}/{} done in {:.1f}s (elapsed {:.1f}s, ETA {:.1f}s)", i + 1, n_layers,
              seconds_since(t_layer), elapsed, eta);
   }

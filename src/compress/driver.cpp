@@ -1,5 +1,8 @@
 // Whole-model compression driver: method dispatch per layer stage (issue 3 item 4, issue 4 item 4).
 #include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <optional>
 #include <cmath>
 #include <map>
 
@@ -7,6 +10,7 @@
 #include "compress/joint_qk.hpp"
 #include "compress/joint_ud.hpp"
 #include "compress/joint_vo.hpp"
+#include "compress/resume.hpp"
 #include "latentllm/compressor.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/log.hpp"
@@ -308,6 +312,13 @@ std::vector<ModuleShape> module_shapes(const model::Model& m) {
   return shapes;
 }
 
+// Test hook of the resume test (tests/golden/test_resume.cpp): LATENTLLM_TEST_KILL_AFTER_LAYER=i
+// kills the process with SIGKILL right after layer i's progress is saved, like an interrupted run.
+void kill_for_test(int layer) {
+  const char* v = std::getenv("LATENTLLM_TEST_KILL_AFTER_LAYER");
+  if (v && std::atoi(v) == layer) std::raise(SIGKILL);
+}
+
 }  // namespace
 
 std::vector<std::string> method_names() {
@@ -330,7 +341,23 @@ CompressReport compress_model(model::Model& m, std::span<const std::int32_t> ids
   report.method = opt.method;
   report.ratio = opt.ratio;
   MethodCompressor compressor(opt, plan, report);
-  report.times = calib::run_layerwise(m, ids, seqlen, compressor, opt.pipeline);
+  calib::PipelineOptions po = opt.pipeline;
+  MatrixF start_hidden;  // [N·L, d] after the restored layers
+  std::optional<ResumeState> state;
+  if (!opt.state_dir.empty()) {
+    state.emplace(opt.state_dir, run_fingerprint(m, ids, seqlen, opt));
+    if (opt.resume) {
+      po.start_layer = state->restore(m, start_hidden, report);
+      po.start_hidden = &start_hidden;
+    } else {
+      std::filesystem::remove_all(opt.state_dir);
+    }
+    po.layer_done = [&](int layer, const MatrixF& hidden) {
+      state->save_layer(m, layer, hidden, report);
+      kill_for_test(layer);
+    };
+  }
+  report.times = calib::run_layerwise(m, ids, seqlen, compressor, po);
   for (const auto& r : report.modules) {
     report.dense_params += r.dense_params;
     report.params += r.params;

@@ -19,7 +19,7 @@ struct CompressArgs {
   MethodArgs m;
   CalibArgs c;
   int threads = 0;
-  bool dry_run = false, json = false, force = false;
+  bool dry_run = false, json = false, force = false, resume = false;
 };
 
 void print_plan(const compress::RankPlan& plan, const compress::RankPlan& plain, bool json) {
@@ -59,6 +59,10 @@ int run_compress(const CompressArgs& a) {
     throw IoError(fmt::format("{}: output directory exists (use --force to replace it)", a.out));
   }
   const calib::CalibOptions co = to_calib_options(a.c, model->config());
+  // Progress after every layer goes to <out>.resume (removed once the checkpoint is written), so that
+  // --resume after a kill continues where the run stopped.
+  opt.state_dir = a.out + ".resume";
+  opt.resume = a.resume;
 
   const auto t0 = std::chrono::steady_clock::now();
   const auto tok = io::load_tokenizer(a.model);
@@ -78,6 +82,7 @@ int run_compress(const CompressArgs& a) {
   so.info["notes"] = report.notes;
   const auto tw = std::chrono::steady_clock::now();
   checkpoint::save(*model, a.out, so);
+  std::filesystem::remove_all(opt.state_dir);
   const double write_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - tw).count();
 
   auto j = report.to_json();
@@ -112,6 +117,9 @@ Command add_compress(CLI::App& app) {
   sub->add_option("--ratio", a->ratio, "Fraction of each compressed module's weights removed, in (0, 1)")
       ->capture_default_str()->group("Method");
   add_method_options(sub, a->m);
+  sub->add_flag("--resume", a->resume,
+                "Continue an interrupted run from its saved progress (<out>.resume); the result is identical "
+                "to an uninterrupted run")->group("Model");
   sub->add_flag("--dry-run", a->dry_run, "Print the rank plan (ranks, parameters, FLOPs/MACs at 128 tokens) and exit")->group("Method");
   add_calib_options(sub, a->c);
   sub->add_option("--threads", a->threads, "Threads of the forward pass and BLAS (0 = all cores)")->capture_default_str()->group("Run");

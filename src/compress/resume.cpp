@@ -1,0 +1,161 @@
+#include "compress/resume.hpp"
+
+#include <fstream>
+#include <vector>
+
+#include "latentllm/error.hpp"
+#include "latentllm/files.hpp"
+#include "latentllm/io.hpp"
+#include "latentllm/log.hpp"
+
+namespace latentllm::compress {
+namespace {
+
+namespace fs = std::filesystem;
+
+// FNV-1a, 64 bit: a stable digest (std::hash is not specified across implementations).
+struct Fnv {
+  std::uint64_t h = 1469598103934665603ull;
+  void add(const void* data, std::size_t n) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    for (std::size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  }
+  void add(const std::string& s) { add(s.data(), s.size() + 1); }
+};
+
+std::vector<float> to_float(const std::vector<std::int32_t>& v) { return {v.begin(), v.end()}; }
+
+// The named 2-D tensor of a state file as a matrix; FormatError when missing or not 2-D.
+MatrixF matrix_of(const io::SafetensorsFile& st, const std::string& name) {
+  const TensorView* t = st.find(name);
+  if (!t || t->shape.size() != 2) {
+    throw FormatError(fmt::format("{}: tensor {} (expected a matrix, got {})", st.path().string(), name,
+                                  t ? "another shape" : "none"));
+  }
+  MatrixF m(t->shape[0], t->shape[1]);
+  t->to_f32(std::span<float>(m.data(), static_cast<std::size_t>(m.size())));
+  return m;
+}
+
+nlohmann::json report_json(const CompressReport& r) {
+  nlohmann::json mods = nlohmann::json::array();
+  for (const auto& m : r.modules) {
+    mods.push_back({{"name", m.name}, {"out", m.out}, {"in", m.in}, {"rank", m.rank},
+                    {"dense_params", m.dense_params}, {"params", m.params}, {"loss", m.loss},
+                    {"loss_rel", m.loss_rel}, {"how", m.how}});
+  }
+  return {{"modules", mods}, {"notes", r.notes}, {"qk", r.qk_losses}, {"ud", r.ud_losses}, {"vo", r.vo_losses},
+          {"part_seconds", r.part_seconds}};
+}
+
+void restore_report(const nlohmann::json& j, CompressReport& r) {
+  for (const auto& m : j.at("modules")) {
+    ModuleReport x;
+    x.name = m.at("name");
+    x.out = m.at("out");
+    x.in = m.at("in");
+    x.rank = m.at("rank");
+    x.dense_params = m.at("dense_params");
+    x.params = m.at("params");
+    x.loss = m.at("loss");
+    x.loss_rel = m.at("loss_rel");
+    x.how = m.at("how");
+    r.modules.push_back(std::move(x));
+  }
+  r.notes = j.at("notes").get<std::vector<std::string>>();
+  r.qk_losses = j.at("qk").get<std::vector<std::pair<double, double>>>();
+  r.ud_losses = j.at("ud").get<std::vector<std::pair<double, double>>>();
+  r.vo_losses = j.at("vo").get<std::vector<std::pair<double, double>>>();
+  r.part_seconds = j.at("part_seconds").get<std::map<std::string, double>>();
+}
+
+void restore_layer(model::Model& m, int i, const fs::path& file) {
+  const io::SafetensorsFile st(file);
+  for (auto& lin : m.layer(i).linears) {
+    if (!st.find(lin.name + ".B")) continue;
+    lin.B = matrix_of(st, lin.name + ".B");
+    lin.A = matrix_of(st, lin.name + ".A");
+    lin.perm.clear();
+    lin.block_identity = false;
+    if (const TensorView* p = st.find(lin.name + ".perm")) {
+      for (float v : p->to_f32()) lin.perm.push_back(static_cast<std::int32_t>(v));
+      lin.block_identity = true;
+    }
+    if (const TensorView* bias = st.find(lin.name + ".bias")) {
+      const auto v = bias->to_f32();
+      lin.bias = Eigen::Map<const VectorF>(v.data(), static_cast<Eigen::Index>(v.size()));
+    }
+    lin.weight.resize(0, 0);
+  }
+}
+
+}  // namespace
+
+std::string run_fingerprint(const model::Model& m, std::span<const std::int32_t> ids, int seqlen,
+                            const CompressOptions& opt) {
+  Fnv f;
+  f.add(ids.data(), ids.size_bytes());
+  f.add(&seqlen, sizeof seqlen);
+  f.add(fs::weakly_canonical(m.dir()).string());
+  f.add(core::read_file(m.dir() / "config.json"));
+  f.add(fmt::format("{} {:.17g} {} {:.17g} {:.17g} {} {} {} {} {} {} {} {} {}", opt.method, opt.ratio,
+                    junction_name(opt.local.junction), opt.local.lambda_rel, opt.local.alpha, opt.joint_qk,
+                    opt.joint_vo, opt.joint_ud, opt.qk_iters, opt.ud_iters, opt.rope_window,
+                    opt.pipeline.sequential_within_layer, opt.pipeline.batch_windows, opt.local.update_bias));
+  return fmt::format("{:016x}", f.h);
+}
+
+ResumeState::ResumeState(fs::path dir, std::string fingerprint)
+    : dir_(std::move(dir)), fingerprint_(std::move(fingerprint)) {}
+
+int ResumeState::restore(model::Model& m, MatrixF& hidden, CompressReport& report) const {
+  const fs::path progress = dir_ / "progress.json";
+  if (!fs::exists(progress)) return 0;
+  const auto j = nlohmann::json::parse(core::read_file(progress), nullptr, false);
+  if (j.is_discarded() || !j.contains("fingerprint") || !j.contains("layers_done")) {
+    throw FormatError(fmt::format("{}: invalid resume state (remove the directory to start over)", progress.string()));
+  }
+  if (j.at("fingerprint") != fingerprint_) {
+    throw ConfigError(fmt::format("{}: resume state of a different run (expected fingerprint {}, got {}): the model, "
+                                  "calibration or options changed; remove the directory or drop --resume",
+                                  progress.string(), fingerprint_, j.at("fingerprint").get<std::string>()));
+  }
+  const int done = j.at("layers_done");
+  if (done <= 0 || done > m.num_layers()) {
+    throw FormatError(fmt::format("{}: layers_done (expected 1..{}, got {})", progress.string(), m.num_layers(), done));
+  }
+  for (int i = 0; i < done; ++i) restore_layer(m, i, dir_ / fmt::format("layer-{}.safetensors", i));
+  hidden = matrix_of(io::SafetensorsFile(dir_ / "hidden.safetensors"), "hidden");
+  restore_report(j.at("report"), report);
+  log_info("resume: layers 0..{} restored from {}", done - 1, dir_.string());
+  return done;
+}
+
+void ResumeState::save_layer(const model::Model& m, int layer, const MatrixF& hidden,
+                             const CompressReport& report) const {
+  fs::create_directories(dir_);
+  std::vector<io::TensorToWrite> tensors;
+  std::vector<std::vector<float>> perms;
+  perms.reserve(m.layer(layer).linears.size());
+  for (const auto& lin : m.layer(layer).linears) {
+    if (!lin.factored()) continue;
+    auto span_of = [](const auto& x) { return std::span<const float>(x.data(), static_cast<std::size_t>(x.size())); };
+    tensors.push_back({lin.name + ".B", DType::F32, {lin.B.rows(), lin.B.cols()}, span_of(lin.B)});
+    tensors.push_back({lin.name + ".A", DType::F32, {lin.A.rows(), lin.A.cols()}, span_of(lin.A)});
+    if (lin.block_identity) {
+      perms.push_back(to_float(lin.perm));
+      tensors.push_back({lin.name + ".perm", DType::F32, {static_cast<std::int64_t>(lin.perm.size())}, perms.back()});
+    }
+    if (lin.bias.size() > 0) tensors.push_back({lin.name + ".bias", DType::F32, {lin.bias.size()}, span_of(lin.bias)});
+  }
+  io::write_safetensors(dir_ / fmt::format("layer-{}.safetensors", layer), tensors);
+  const std::vector<io::TensorToWrite> h = {
+      {"hidden", DType::F32, {hidden.rows(), hidden.cols()},
+       std::span<const float>(hidden.data(), static_cast<std::size_t>(hidden.size()))}};
+  io::write_safetensors(dir_ / "hidden.safetensors", h);
+  const nlohmann::json j = {{"fingerprint", fingerprint_}, {"layers_done", layer + 1},
+                            {"report", report_json(report)}};
+  core::write_text_atomic(dir_ / "progress.json", j.dump(1) + "\n");
+}
+
+}  // namespace latentllm::compress

@@ -1,0 +1,45 @@
+// Per-layer progress of a compression run, so that an interrupted run can resume without redoing
+// finished layers and still produce a bit-identical checkpoint (issue 5, item 4).
+//
+// The state directory holds, after layer i is compressed and the calibration hidden states have been
+// propagated through it:
+//   layer-<i>.safetensors  the factors of layer i's compressed modules (<name>.B, <name>.A,
+//                          <name>.perm as float, <name>.bias), float32 so they reload exactly;
+//   hidden.safetensors     the hidden states after layer i ("hidden" [N·L, d], float32);
+//   progress.json          {fingerprint, layers_done, report so far}, written last.
+// Every file is written atomically, so a kill at any point leaves the previous layer's state valid.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+
+#include "latentllm/compressor.hpp"
+
+namespace latentllm::compress {
+
+// Identifies a run: calibration ids, seqlen, every option that changes the result, and the model.
+std::string run_fingerprint(const model::Model& m, std::span<const std::int32_t> ids, int seqlen,
+                            const CompressOptions& opt);
+
+class ResumeState {
+ public:
+  ResumeState(std::filesystem::path dir, std::string fingerprint);
+
+  // Restores the finished layers into `m` (their factors), the hidden states after the last of them
+  // and the report so far. Returns the number of finished layers (0 when there is no state). Throws
+  // ConfigError when the state belongs to a different run (fingerprint mismatch).
+  int restore(model::Model& m, MatrixF& hidden, CompressReport& report) const;
+
+  // Records layer `layer` as done.
+  void save_layer(const model::Model& m, int layer, const MatrixF& hidden, const CompressReport& report) const;
+
+  const std::filesystem::path& dir() const { return dir_; }
+
+ private:
+  std::filesystem::path dir_;
+  std::string fingerprint_;
+};
+
+}  // namespace latentllm::compress
