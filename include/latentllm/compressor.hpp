@@ -49,6 +49,8 @@ struct ModuleReport {
   double loss = 0;            // output error over the calibration tokens after compression
   double loss_rel = 0;        // loss / output energy
   std::string how;            // "local", "joint-qk", "joint-ud", ...
+  nlohmann::json to_json() const;
+  static ModuleReport from_json(const nlohmann::json& j);
 };
 
 struct CompressReport {

@@ -141,6 +141,19 @@ class MethodCompressor : public calib::LayerCompressor {
     return static_cast<int>(it->second);
   }
 
+  static ModuleReport base_report(const model::Linear& lin, const LowRankFactors& f, const std::string& how) {
+    ModuleReport r;
+    r.name = lin.name;
+    r.out = lin.out;
+    r.in = lin.in;
+    r.rank = f.rank;
+    r.dense_params = lin.out * lin.in;
+    r.params = f.weight_params();
+    r.how = how;
+    return r;
+  }
+
+  // Reports a compressed module with its output error over the calibration inputs `st`.
   void record(const model::Linear& lin, const LowRankFactors& f, const calib::SiteStats& st, const MatrixD& w,
               const VectorD& b, const std::string& how) {
     const InputStats in = input_stats(st);
@@ -149,16 +162,9 @@ class MethodCompressor : public calib::LayerCompressor {
     if (b.size() > 0) delta = b - f.bias;
     const double loss = output_error(e, delta, st.xtx, in.mean, in.n);
     const double energy = output_error(w, b, st.xtx, in.mean, in.n);
-    ModuleReport r;
-    r.name = lin.name;
-    r.out = lin.out;
-    r.in = lin.in;
-    r.rank = f.rank;
-    r.dense_params = lin.out * lin.in;
-    r.params = f.weight_params();
+    ModuleReport r = base_report(lin, f, how);
     r.loss = loss;
     r.loss_rel = energy > 0 ? loss / energy : 0.0;
-    r.how = how;
     log_info("  {} rank {} params {}/{} loss {:.4e} (rel {:.4f}) [{}]", lin.name, r.rank, r.params,
              r.dense_params, r.loss, r.loss_rel, how);
     report_.modules.push_back(std::move(r));
@@ -278,19 +284,17 @@ class MethodCompressor : public calib::LayerCompressor {
     log_info("  layer {} MLP output loss: local {:.4e} joint {:.4e} (rel {:.4f} -> {:.4f})", in.layer,
              res.loss_local, best, res.loss_local / energy, best / energy);
     report_.ud_losses.push_back({res.loss_local, best});
+    // up/gate: output error over their calibration inputs. down: its inputs are the compressed
+    // hidden activations, not tapped; the MLP output loss above is its measure (weight error recorded).
     auto put = [&](model::Linear& lin, const LowRank& lr, const MatrixD& w, const VectorD& b) {
       const LowRankFactors f = with_junction(lr, local_.junction, lin.name);
-      ModuleReport r;
-      r.name = lin.name;
-      r.out = lin.out;
-      r.in = lin.in;
-      r.rank = f.rank;
-      r.dense_params = lin.out * lin.in;
-      r.params = f.weight_params();
-      r.loss = (w - f.product()).squaredNorm();  // weight-space; the MLP loss is logged above
-      r.how = "joint-ud";
-      report_.modules.push_back(std::move(r));
-      (void)b;
+      if (&lin != &down) {
+        record(lin, f, *in.stats, w, b, "joint-ud");
+      } else {
+        ModuleReport r = base_report(lin, f, "joint-ud");
+        r.loss = (w - f.product()).squaredNorm();
+        report_.modules.push_back(std::move(r));
+      }
       install(lin, f);
     };
     put(up, res.f.up, dense.w_up, dense.b_up);
@@ -366,13 +370,28 @@ CompressReport compress_model(model::Model& m, std::span<const std::int32_t> ids
   return report;
 }
 
+nlohmann::json ModuleReport::to_json() const {
+  return {{"name", name}, {"out", out}, {"in", in}, {"rank", rank}, {"dense_params", dense_params},
+          {"params", params}, {"loss", loss}, {"loss_rel", loss_rel}, {"how", how}};
+}
+
+ModuleReport ModuleReport::from_json(const nlohmann::json& j) {
+  ModuleReport r;
+  r.name = j.at("name");
+  r.out = j.at("out");
+  r.in = j.at("in");
+  r.rank = j.at("rank");
+  r.dense_params = j.at("dense_params");
+  r.params = j.at("params");
+  r.loss = j.at("loss");
+  r.loss_rel = j.at("loss_rel");
+  r.how = j.at("how");
+  return r;
+}
+
 nlohmann::json CompressReport::to_json() const {
   nlohmann::json mods = nlohmann::json::array();
-  for (const auto& r : modules) {
-    mods.push_back({{"name", r.name}, {"out", r.out}, {"in", r.in}, {"rank", r.rank},
-                    {"dense_params", r.dense_params}, {"params", r.params}, {"loss", r.loss},
-                    {"loss_rel", r.loss_rel}, {"how", r.how}});
-  }
+  for (const auto& r : modules) mods.push_back(r.to_json());
   nlohmann::json qk = nlohmann::json::array(), ud = nlohmann::json::array(), vo = nlohmann::json::array();
   for (const auto& [l, j] : qk_losses) qk.push_back({{"local", l}, {"joint", j}});
   for (const auto& [l, j] : vo_losses) vo.push_back({{"local", l}, {"joint", j}});

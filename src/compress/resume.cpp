@@ -39,29 +39,13 @@ MatrixF matrix_of(const io::SafetensorsFile& st, const std::string& name) {
 
 nlohmann::json report_json(const CompressReport& r) {
   nlohmann::json mods = nlohmann::json::array();
-  for (const auto& m : r.modules) {
-    mods.push_back({{"name", m.name}, {"out", m.out}, {"in", m.in}, {"rank", m.rank},
-                    {"dense_params", m.dense_params}, {"params", m.params}, {"loss", m.loss},
-                    {"loss_rel", m.loss_rel}, {"how", m.how}});
-  }
+  for (const auto& m : r.modules) mods.push_back(m.to_json());
   return {{"modules", mods}, {"notes", r.notes}, {"qk", r.qk_losses}, {"ud", r.ud_losses}, {"vo", r.vo_losses},
           {"part_seconds", r.part_seconds}};
 }
 
 void restore_report(const nlohmann::json& j, CompressReport& r) {
-  for (const auto& m : j.at("modules")) {
-    ModuleReport x;
-    x.name = m.at("name");
-    x.out = m.at("out");
-    x.in = m.at("in");
-    x.rank = m.at("rank");
-    x.dense_params = m.at("dense_params");
-    x.params = m.at("params");
-    x.loss = m.at("loss");
-    x.loss_rel = m.at("loss_rel");
-    x.how = m.at("how");
-    r.modules.push_back(std::move(x));
-  }
+  for (const auto& m : j.at("modules")) r.modules.push_back(ModuleReport::from_json(m));
   r.notes = j.at("notes").get<std::vector<std::string>>();
   r.qk_losses = j.at("qk").get<std::vector<std::pair<double, double>>>();
   r.ud_losses = j.at("ud").get<std::vector<std::pair<double, double>>>();
