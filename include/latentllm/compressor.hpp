@@ -34,6 +34,9 @@ struct CompressOptions {
   int qk_iters = 8;            // alternating RightSingular updates (paper: 8)
   int ud_iters = 4;            // auxiliary-variable iterations (paper: 4)
   int rope_window = 0;         // RoPE-aware joint Q-K over offsets 0..w (0 = plain)
+  // Joint up-down keeps several [ffn, n] double matrices: above this many calibration tokens it runs
+  // on evenly strided rows (0 = all tokens). 32768 = 64 windows of 512.
+  std::int64_t ud_max_tokens = 32768;
   calib::PipelineOptions pipeline;
   // Per-layer progress (src/compress/resume.hpp): when set, the state after every layer is saved
   // here, and with `resume` a matching state is restored and the run continues after its last layer.

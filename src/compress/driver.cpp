@@ -278,7 +278,17 @@ class MethodCompressor : public calib::LayerCompressor {
     uo.ranks.gate = gate ? rank_of(*gate) : 0;
     uo.iters = opt_.ud_iters;
     uo.lambda_rel = opt_.local.lambda_rel;
-    const UdResult res = compress::joint_ud(dense, *in.activations, uo, fmt::format("layer {} mlp", in.layer));
+    const MatrixF& x_all = *in.activations;  // [N·L, d]
+    MatrixF x_sub;                             // [≤ ud_max_tokens, d] evenly strided rows, when capped
+    if (opt_.ud_max_tokens > 0 && x_all.rows() > opt_.ud_max_tokens) {
+      const std::int64_t stride = (x_all.rows() + opt_.ud_max_tokens - 1) / opt_.ud_max_tokens;
+      x_sub.resize((x_all.rows() + stride - 1) / stride, x_all.cols());
+      for (Eigen::Index i = 0; i < x_sub.rows(); ++i) x_sub.row(i) = x_all.row(i * stride);
+      log_info("  layer {} joint up-down on {} of {} calibration tokens (--ud-tokens)", in.layer, x_sub.rows(),
+               x_all.rows());
+    }
+    const UdResult res = compress::joint_ud(dense, x_sub.size() > 0 ? x_sub : x_all, uo,
+                                            fmt::format("layer {} mlp", in.layer));
     const double energy = res.output_energy > 0 ? res.output_energy : 1.0;
     const double best = res.best_iter >= 0 ? res.loss[static_cast<std::size_t>(res.best_iter)] : res.loss_local;
     log_info("  layer {} MLP output loss: local {:.4e} joint {:.4e} (rel {:.4f} -> {:.4f})", in.layer,

@@ -85,7 +85,8 @@ std::string run_fingerprint(const model::Model& m, std::span<const std::int32_t>
   f.add(fmt::format("{} {:.17g} {} {:.17g} {:.17g} {} {} {} {} {} {} {} {} {}", opt.method, opt.ratio,
                     junction_name(opt.local.junction), opt.local.lambda_rel, opt.local.alpha, opt.joint_qk,
                     opt.joint_vo, opt.joint_ud, opt.qk_iters, opt.ud_iters, opt.rope_window,
-                    opt.pipeline.sequential_within_layer, opt.pipeline.batch_windows, opt.local.update_bias));
+                    opt.pipeline.sequential_within_layer, opt.pipeline.batch_windows, opt.local.update_bias)
+        + fmt::format(" {}", opt.ud_max_tokens));
   return fmt::format("{:016x}", f.h);
 }
 

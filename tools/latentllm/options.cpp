@@ -17,6 +17,9 @@ void add_method_options(CLI::App* sub, MethodArgs& a) {
       ->capture_default_str()->group("Method");
   sub->add_option("--qk-iters", a.qk_iters, "Joint Q-K alternating updates")->capture_default_str()->group("Method");
   sub->add_option("--ud-iters", a.ud_iters, "Joint up-down iterations")->capture_default_str()->group("Method");
+  sub->add_option("--ud-tokens", a.ud_tokens,
+                  "Joint up-down on at most this many calibration tokens (evenly strided; 0 = all): bounds its "
+                  "memory, several [ffn, tokens] double matrices")->capture_default_str()->group("Method");
   sub->add_option("--rope-window", a.rope_window, "RoPE-aware joint Q-K over offsets 0..w (0 = plain)")
       ->capture_default_str()->group("Method");
   sub->add_flag("--no-intra-layer", a.no_intra_layer,
@@ -60,6 +63,8 @@ compress::CompressOptions to_compress_options(const MethodArgs& a, const std::st
     throw ConfigError(fmt::format("--qk-iters/--ud-iters/--rope-window (expected >= 0, got {}/{}/{})", a.qk_iters,
                                   a.ud_iters, a.rope_window));
   }
+  if (a.ud_tokens < 0) throw ConfigError(fmt::format("--ud-tokens (expected >= 0, got {})", a.ud_tokens));
+  o.ud_max_tokens = a.ud_tokens;
   if (a.batch <= 0) throw ConfigError(fmt::format("--batch (expected > 0, got {})", a.batch));
   o.qk_iters = a.qk_iters;
   o.ud_iters = a.ud_iters;
@@ -88,7 +93,8 @@ calib::CalibOptions to_calib_options(const CalibArgs& a, const io::ModelConfig& 
 nlohmann::json method_json(const MethodArgs& a, const std::string& method, double ratio) {
   return {{"method", method}, {"ratio", ratio}, {"junction", a.junction}, {"lambda_rel", a.lambda_rel},
           {"alpha", a.alpha}, {"joint", method == "latentllm" ? a.joint : "none"}, {"qk_iters", a.qk_iters},
-          {"ud_iters", a.ud_iters}, {"rope_window", a.rope_window}, {"intra_layer", !a.no_intra_layer}};
+          {"ud_iters", a.ud_iters}, {"rope_window", a.rope_window}, {"ud_tokens", a.ud_tokens},
+          {"intra_layer", !a.no_intra_layer}};
 }
 
 nlohmann::json calib_json(const calib::CalibOptions& c, const std::string& sampling) {
