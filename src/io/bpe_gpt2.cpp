@@ -20,11 +20,7 @@ Vocab read_vocab(const std::filesystem::path& file) {
   Vocab vocab;
   vocab.reserve(doc.size());
   for (const auto& [tok, id] : doc.items()) {
-    if (!id.is_number_integer() || id.get<std::int64_t>() < 0 || id.get<std::int64_t>() > INT32_MAX) {
-      throw FormatError(fmt::format("{}: token \"{}\": id must be a non-negative integer (got {})", file.string(),
-                                    tok, id.dump()));
-    }
-    vocab.emplace(tok, id.get<std::int32_t>());
+    vocab.emplace(tok, parse_token_id(id, fmt::format("{}: token \"{}\"", file.string(), tok)));
   }
   return vocab;
 }

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/mapped_file.hpp"
+#include "io/json_depth.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/io.hpp"
 
@@ -235,10 +236,11 @@ ModelConfig parse_config(const json& doc, const std::string& origin) {
 
 ModelConfig load_config(const std::filesystem::path& config_json) {
   const std::string text = core::read_file(config_json);
+  check_json_depth(text, config_json.string());
   json doc;
   try {
     doc = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
     throw FormatError(fmt::format("{}: not valid JSON ({})", config_json.string(), e.what()));
   }
   return parse_config(doc, config_json.string());

@@ -21,12 +21,11 @@ HfTokenizer::HfTokenizer(HfTokenizerParts parts) : parts_(std::move(parts)) {
   raw_matcher_ = AddedTokenMatcher(std::move(raw_patterns), std::move(raw_tokens));
   normalized_matcher_ = AddedTokenMatcher(std::move(norm_patterns), std::move(norm_tokens));
 
-  std::int32_t max_id = -1;
-  for (const auto& [tok, id] : parts_.model->vocab()) max_id = std::max(max_id, id);
-  for (const AddedToken& t : parts_.added_tokens) max_id = std::max(max_id, t.id);
-  id_to_token_.resize(static_cast<std::size_t>(max_id + 1));
+  // Ids are in [0, kMaxTokenId] (the loaders check), so the largest + 1 does not overflow.
+  id_to_token_.reserve(parts_.model->vocab().size() + parts_.added_tokens.size());
   for (const auto& [tok, id] : parts_.model->vocab()) id_to_token_[id] = tok;
   for (const AddedToken& t : parts_.added_tokens) id_to_token_[t.id] = t.content;
+  for (const auto& [id, tok] : id_to_token_) vocab_size_ = std::max<std::int64_t>(vocab_size_, std::int64_t{id} + 1);
 }
 
 std::optional<std::int32_t> HfTokenizer::bos_id() const {
@@ -35,8 +34,8 @@ std::optional<std::int32_t> HfTokenizer::bos_id() const {
 }
 
 std::string HfTokenizer::id_to_token(std::int32_t id) const {
-  if (id < 0 || static_cast<std::size_t>(id) >= id_to_token_.size()) return {};
-  return id_to_token_[id];
+  const auto it = id_to_token_.find(id);
+  return it == id_to_token_.end() ? std::string() : it->second;
 }
 
 // Steps 1-2 of the pipeline (tokenizers' AddedVocabulary::extract_and_normalize).

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "io/bpe_model.hpp"
@@ -34,7 +35,7 @@ class HfTokenizer final : public Tokenizer {
 
   std::vector<std::int32_t> encode(std::string_view text, bool add_special_tokens = true) const override;
   std::string describe() const override { return parts_.kind; }
-  std::int64_t vocab_size() const override { return static_cast<std::int64_t>(id_to_token_.size()); }
+  std::int64_t vocab_size() const override { return vocab_size_; }
   std::optional<std::int32_t> bos_id() const override;
   std::string id_to_token(std::int32_t id) const override;
 
@@ -43,7 +44,9 @@ class HfTokenizer final : public Tokenizer {
 
   HfTokenizerParts parts_;
   AddedTokenMatcher raw_matcher_, normalized_matcher_;
-  std::vector<std::string> id_to_token_;
+  // Keyed by id: ids need not be dense, and a file with one id near kMaxTokenId must not cost gigabytes.
+  std::unordered_map<std::int32_t, std::string> id_to_token_;
+  std::int64_t vocab_size_ = 0;  // largest id + 1
 };
 
 }  // namespace latentllm::io

@@ -81,7 +81,8 @@ Regex::Regex(std::string_view pattern, bool literal, const std::string& origin) 
   const std::string rewritten = literal ? std::string(pattern) : rewrite_whitespace_classes(pattern, origin);
   int err = 0;
   PCRE2_SIZE err_offset = 0;
-  const uint32_t options = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0u);
+  // PCRE2_LITERAL admits no PCRE2_UCP (pcre2_compile: "invalid option bits"); a literal needs no classes.
+  const uint32_t options = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
   impl_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(rewritten.data()), rewritten.size(), options, &err,
                               &err_offset, nullptr);
   if (impl_->code == nullptr) {

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/mapped_file.hpp"
+#include "io/json_depth.hpp"
 #include "io/safetensors_header.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/io.hpp"
@@ -103,10 +104,12 @@ namespace {
 // weight_map of an index file, grouped by shard: shard file name -> tensor names it must hold.
 std::map<std::string, std::vector<std::string>> read_weight_map(const fs::path& index_path) {
   const std::string origin = index_path.string();
+  const std::string text = core::read_file(index_path);
+  check_json_depth(text, origin);
   json doc;
   try {
-    doc = json::parse(core::read_file(index_path));
-  } catch (const json::parse_error& e) {
+    doc = json::parse(text);
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
     throw FormatError(fmt::format("{}: not valid JSON ({})", origin, e.what()));
   }
   const auto wm = doc.is_object() ? doc.find("weight_map") : doc.end();

@@ -60,7 +60,7 @@ json parse_header_json(std::string_view text, const std::string& origin) {
   };
   try {
     return json::parse(text.begin(), text.end(), check);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
     throw FormatError(fmt::format("{}: header is not valid JSON ({})", origin, e.what()));
   }
 }

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include "core/mapped_file.hpp"
+#include "io/json_depth.hpp"
 #include "io/tokenizer_loaders.hpp"
 #include "latentllm/error.hpp"
 
@@ -11,6 +12,7 @@ namespace fs = std::filesystem;
 
 nlohmann::json read_json_file(const fs::path& file) {
   const std::string text = core::read_file(file);
+  check_json_depth(text, file.string());
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
@@ -33,6 +35,18 @@ ConfigToken config_token(const nlohmann::json& config, const std::string& key, c
                                   it->dump()));
   }
   return t;
+}
+
+std::int32_t parse_token_id(const nlohmann::json& v, const std::string& what) {
+  // is_number_integer excludes floats, whose conversion to int32 is undefined when out of range.
+  const bool ok = v.is_number_unsigned() ? v.get<std::uint64_t>() <= static_cast<std::uint64_t>(kMaxTokenId)
+                                         : v.is_number_integer() && v.get<std::int64_t>() >= 0 &&
+                                               v.get<std::int64_t>() <= kMaxTokenId;
+  if (!ok) {
+    throw FormatError(fmt::format("{}: id (expected an integer in 0..{}, got {})", what, kMaxTokenId,
+                                  v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
+  }
+  return static_cast<std::int32_t>(v.get<std::int64_t>());
 }
 
 bool config_bool(const nlohmann::json& config, const std::string& key, bool fallback) {

@@ -10,6 +10,7 @@
 
 #include "io/hf_tokenizer.hpp"
 #include "io/tokenizer_loaders.hpp"
+#include "io/unicode.hpp"
 #include "latentllm/error.hpp"
 
 namespace latentllm::io {
@@ -64,6 +65,13 @@ SplitBehavior parse_behavior(const std::string& b, const std::string& where) {
 
 std::unique_ptr<PreTokenizer> parse_metaspace(const json& j, const std::string& where) {
   const std::string replacement = j.value("replacement", std::string("\u2581"));
+  // tokenizers reads a `char`; an empty replacement would also make the split loop stand still.
+  std::size_t first_end = 0;  // byte length of the first character
+  if (!replacement.empty()) next_code_point(replacement, first_end);
+  if (replacement.empty() || first_end != replacement.size()) {
+    throw FormatError(
+        fmt::format("{}: Metaspace replacement (expected one character, got \"{}\")", where, replacement));
+  }
   PrependScheme scheme = PrependScheme::Always;
   if (j.contains("prepend_scheme")) {
     const std::string s = j["prepend_scheme"].get<std::string>();
@@ -108,7 +116,8 @@ std::vector<AddedToken> parse_added_tokens(const json& list) {
       throw FormatError(fmt::format("added token \"{}\": single_word is not supported",
                                     t.at("content").get<std::string>()));
     }
-    out.push_back(AddedToken{t.at("content").get<std::string>(), t.at("id").get<std::int32_t>(),
+    const std::string content = t.at("content").get<std::string>();
+    out.push_back(AddedToken{content, parse_token_id(t.at("id"), fmt::format("added token \"{}\"", content)),
                              t.value("special", false), t.value("normalized", false), t.value("lstrip", false),
                              t.value("rstrip", false)});
   }
@@ -128,7 +137,9 @@ std::unique_ptr<BpeModel> parse_model(const json& m, const std::string& where) {
   }
   Vocab vocab;
   vocab.reserve(m.at("vocab").size());
-  for (const auto& [tok, id] : m.at("vocab").items()) vocab.emplace(tok, id.get<std::int32_t>());
+  for (const auto& [tok, id] : m.at("vocab").items()) {
+    vocab.emplace(tok, parse_token_id(id, fmt::format("{}: vocab \"{}\"", where, tok)));
+  }
   std::vector<std::pair<std::string, std::string>> merges;
   merges.reserve(m.at("merges").size());
   for (const auto& e : m.at("merges")) {
@@ -184,7 +195,7 @@ void parse_post_processor(const json& j, const std::string& where, const TokenRe
     std::vector<std::int32_t> ids;
     const json& specials = j.at("special_tokens");
     if (specials.contains(name)) {
-      ids = specials[name].at("ids").get<std::vector<std::int32_t>>();
+      for (const auto& id : specials[name].at("ids")) ids.push_back(parse_token_id(id, where + ": " + name));
     } else {
       ids.push_back(resolve(name));
     }

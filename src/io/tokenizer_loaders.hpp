@@ -2,6 +2,7 @@
 // tokenizer_config.json + special_tokens_map.json + overrides (an object, possibly empty).
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -28,6 +29,12 @@ struct ConfigToken {
 };
 // Throws FormatError "<origin>: <key>: ..." for any other JSON type.
 ConfigToken config_token(const nlohmann::json& config, const std::string& key, const std::string& origin);
+
+// Token ids of vocabularies, added tokens and templates: integers in [0, kMaxTokenId]. The bound is far
+// above any released vocabulary (~260k) and leaves room for the ids loaders append without overflow.
+inline constexpr std::int32_t kMaxTokenId = (1 << 30) - 1;
+// `v` as a token id; throws FormatError "<what>: id (expected an integer in 0..1073741823, got X)".
+std::int32_t parse_token_id(const nlohmann::json& v, const std::string& what);
 
 // config[key] as a bool, `fallback` if absent or null.
 bool config_bool(const nlohmann::json& config, const std::string& key, bool fallback);

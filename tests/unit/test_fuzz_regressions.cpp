@@ -1,0 +1,181 @@
+// Regression tests for the inputs that crashed the libFuzzer targets in fuzz/ (scripts/fuzz): each
+// input, minimized, must now give the typed exception with a message naming the file. The inputs are
+// also in the seed corpora (fuzz/corpus/<target>/regress-*) so that fuzzing starts from them.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+
+#include "latentllm/dataset.hpp"
+#include "latentllm/error.hpp"
+#include "latentllm/io.hpp"
+#include "latentllm/tokenizer.hpp"
+#include "test_support.hpp"
+
+namespace latentllm {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path write_file(const fs::path& dir, const std::string& name, const std::string& bytes) {
+  const fs::path p = dir / name;
+  std::ofstream f(p, std::ios::binary);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  return p;
+}
+
+std::string le64(std::uint64_t n) {
+  std::string s(8, '\0');
+  for (int i = 0; i < 8; ++i) s[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  return s;
+}
+
+// Runs fn, expects exception type E whose message contains every part.
+template <typename E, typename Fn>
+void expect_error(Fn&& fn, std::initializer_list<std::string> parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "no exception thrown";
+  } catch (const E& e) {
+    const std::string msg = e.what();
+    for (const auto& part : parts) EXPECT_NE(msg.find(part), std::string::npos) << "'" << part << "' not in: " << msg;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "wrong exception type, message: " << e.what();
+  }
+}
+
+// fuzz_config, fuzz_safetensors: a number beyond double range made nlohmann throw out_of_range 406
+// (not parse_error), which escaped the loaders as an untyped exception.
+TEST(FuzzRegression, ConfigNumberOverflowIsFormatError) {
+  const fs::path p = write_file(test::make_temp_dir("fuzz"), "config.json", "507E1507E1");
+  expect_error<FormatError>([&] { io::load_config(p); }, {p.string() + ": not valid JSON", "number overflow"});
+}
+
+TEST(FuzzRegression, SafetensorsHeaderNumberOverflowIsFormatError) {
+  const std::string header = R"({"a":1e999})";
+  const fs::path p = write_file(test::make_temp_dir("fuzz"), "model.safetensors", le64(header.size()) + header);
+  expect_error<FormatError>([&] { io::SafetensorsFile f(p); }, {p.string() + ": header is not valid JSON"});
+}
+
+TEST(FuzzRegression, ShardIndexNumberOverflowIsFormatError) {
+  const fs::path dir = test::make_temp_dir("fuzz");
+  const fs::path p = write_file(dir, "model.safetensors.index.json", "\n83888888888888888888e88563923-46422");
+  expect_error<FormatError>([&] { io::TensorStore::open(dir); }, {p.string() + ": not valid JSON"});
+}
+
+// fuzz_tokenizer_json seed: a Split pre-tokenizer with a {"String": ...} pattern never loaded, because
+// PCRE2 rejects PCRE2_LITERAL together with PCRE2_UCP ("invalid option bits").
+TEST(FuzzRegression, SplitWithStringPatternLoads) {
+  const fs::path dir = test::make_temp_dir("fuzz");
+  write_file(dir, "tokenizer.json",
+             R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "!": 2, "a!": 3}, "merges": ["a !"]},)"
+             R"( "pre_tokenizer": {"type": "Split", "pattern": {"String": "!"}, "behavior": "Isolated",)"
+             R"( "invert": false}})");
+  const auto tok = io::load_tokenizer(dir);
+  EXPECT_EQ(tok->encode("a!b!", false), (std::vector<std::int32_t>{0, 2, 1, 2}));
+}
+
+// A deeply nested document parsed fine (nlohmann's parser is iterative) but then overflowed the stack
+// when copied (ModelConfig::raw) or dumped into an error message: the readers now refuse nesting
+// beyond kMaxJsonDepth before parsing.
+std::string nested(std::size_t depth) { return std::string(depth, '[') + std::string(depth, ']'); }
+
+TEST(FuzzRegression, DeepConfigIsFormatError) {
+  const fs::path p = write_file(test::make_temp_dir("fuzz"), "config.json",
+                                R"({"architectures": ["OPTForCausalLM"], "hidden_size": )" + nested(1000000) + "}");
+  expect_error<FormatError>([&] { io::load_config(p); }, {p.string() + ": JSON nesting too deep", "at most 64"});
+}
+
+TEST(FuzzRegression, DeepShardIndexIsFormatError) {
+  const fs::path dir = test::make_temp_dir("fuzz");
+  const fs::path p = write_file(dir, "model.safetensors.index.json", R"({"weight_map": {"a": )" + nested(100000) + "}}");
+  expect_error<FormatError>([&] { io::TensorStore::open(dir); }, {p.string() + ": JSON nesting too deep"});
+}
+
+TEST(FuzzRegression, DeepTokenizerConfigIsFormatError) {
+  const fs::path dir = test::make_temp_dir("fuzz");
+  write_file(dir, "tokenizer.json", R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})");
+  const fs::path p = write_file(dir, "tokenizer_config.json", R"({"bos_token": )" + nested(100000) + "}");
+  expect_error<FormatError>([&] { io::load_tokenizer(dir); }, {p.string() + ": JSON nesting too deep"});
+}
+
+TEST(FuzzRegression, JsonDepthIgnoresBracketsInStrings) {
+  const fs::path dir = test::make_temp_dir("fuzz");
+  write_file(dir, "tokenizer.json",
+             R"({"model": {"type": "BPE", "vocab": {")" + std::string(100, '[') + R"(\"": 0, "a": 1}, "merges": []}})");
+  EXPECT_EQ(io::load_tokenizer(dir)->encode("a", false), (std::vector<std::int32_t>{1}));
+}
+
+// Token ids straight from JSON: a negative id indexed id_to_token before its start (UBSan), a float
+// beyond int32 was an undefined conversion, an id near INT32_MAX allocated a 64 GB table (ASan
+// out-of-memory) or overflowed `id + 1` (GPT-2 loader).
+fs::path tokenizer_json_with_id(const std::string& id) {
+  const fs::path dir = test::make_temp_dir("fuzz");
+  write_file(dir, "tokenizer.json", R"({"model": {"type": "BPE", "vocab": {"a": )" + id + R"(}, "merges": []}})");
+  return dir;
+}
+
+TEST(FuzzRegression, NegativeTokenIdIsFormatError) {
+  const fs::path dir = tokenizer_json_with_id("-3");
+  expect_error<FormatError>([&] { io::load_tokenizer(dir); },
+                            {(dir / "tokenizer.json").string() + ": model: vocab \"a\": id (expected an integer in "
+                                                                 "0..1073741823, got -3)"});
+}
+
+TEST(FuzzRegression, FloatTokenIdIsFormatError) {
+  const fs::path dir = tokenizer_json_with_id("1e10");
+  expect_error<FormatError>([&] { io::load_tokenizer(dir); }, {"vocab \"a\": id (expected an integer", "got 1"});
+}
+
+TEST(FuzzRegression, HugeTokenIdIsFormatError) {
+  const fs::path dir = tokenizer_json_with_id("2000000000");
+  expect_error<FormatError>([&] { io::load_tokenizer(dir); }, {"got 2000000000)"});
+}
+
+TEST(FuzzRegression, LargestTokenIdLoadsWithoutADenseTable) {
+  const auto tok = io::load_tokenizer(tokenizer_json_with_id("1073741823"));
+  EXPECT_EQ(tok->vocab_size(), 1073741824);
+  EXPECT_EQ(tok->id_to_token(1073741823), "a");
+  EXPECT_EQ(tok->id_to_token(0), "");
+  EXPECT_EQ(tok->encode("aa", false), (std::vector<std::int32_t>{1073741823, 1073741823}));
+}
+
+TEST(FuzzRegression, AddedTokenAndTemplateIdsAreChecked) {
+  const fs::path dir = test::make_temp_dir("fuzz");
+  write_file(dir, "tokenizer.json",
+             R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},)"
+             R"( "added_tokens": [{"id": -1, "content": "<s>"}]})");
+  expect_error<FormatError>([&] { io::load_tokenizer(dir); }, {"added token \"<s>\": id (expected", "got -1)"});
+  write_file(dir, "tokenizer.json",
+             R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "post_processor":)"
+             R"( {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>"}}],)"
+             R"( "special_tokens": {"<s>": {"ids": [3.5e9]}}}})");
+  expect_error<FormatError>([&] { io::load_tokenizer(dir); }, {"post_processor: <s>: id (expected"});
+}
+
+TEST(FuzzRegression, Gpt2MaxIntTokenIdIsFormatError) {
+  const fs::path dir = test::make_temp_dir("fuzz");
+  const fs::path vocab = write_file(dir, "vocab.json", R"({"a": 2147483647})");
+  write_file(dir, "merges.txt", "a b\n");
+  expect_error<FormatError>([&] { io::load_tokenizer(dir); },
+                            {vocab.string() + ": token \"a\": id (expected an integer in 0..1073741823, got "
+                                              "2147483647)"});
+}
+
+// An empty Metaspace replacement made the split loop find "" at the same offset forever (a hang
+// that grew memory); tokenizers itself requires one character.
+TEST(FuzzRegression, EmptyMetaspaceReplacementIsFormatError) {
+  const fs::path dir = test::make_temp_dir("fuzz");
+  write_file(dir, "tokenizer.json",
+             R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},)"
+             R"( "pre_tokenizer": {"type": "Metaspace", "replacement": ""}})");
+  expect_error<FormatError>([&] { io::load_tokenizer(dir); },
+                            {"pre_tokenizer: Metaspace replacement (expected one character, got \"\")"});
+  write_file(dir, "tokenizer.json",
+             R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},)"
+             R"( "pre_tokenizer": {"type": "Metaspace", "replacement": "ab"}})");
+  expect_error<FormatError>([&] { io::load_tokenizer(dir); }, {"got \"ab\")"});
+}
+
+}  // namespace
+}  // namespace latentllm
