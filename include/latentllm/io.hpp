@@ -44,7 +44,9 @@ struct ModelConfig {
   bool qkv_bias = false;
   bool o_bias = false;
   bool mlp_bias = false;                    // also the config key (Llama)
-  std::int64_t sliding_window = 0;          // Mistral / Qwen2 (use_sliding_window) attention window; 0 = none
+  // Mistral: each query attends to the last sliding_window keys, itself included (HF's mask
+  // kv > q − sliding_window); MistralConfig's 4096 when absent, 0 = no window (config null).
+  std::int64_t sliding_window = 0;
   bool tie_word_embeddings = true;
   std::string hidden_act;                   // "relu" (OPT activation_function), "silu", ...
   std::optional<std::int64_t> bos_token_id, eos_token_id, pad_token_id;

@@ -82,6 +82,11 @@ class Keys {
     }
     return v->get<double>();
   }
+  // True when the key is present with the value null (for the few keys where null differs from absent).
+  bool is_null(std::string_view key) const {
+    const auto it = doc_.find(key);
+    return it != doc_.end() && it->is_null();
+  }
   bool boolean_or(std::string_view key, bool fallback) const {
     const json* v = find(key);
     if (v == nullptr) return fallback;
@@ -206,8 +211,8 @@ void parse_llama(const Keys& k, const Architecture& a, ModelConfig& c) {
     if (k.boolean_or("use_sliding_window", false)) {
       throw ConfigError(fmt::format("{}: use_sliding_window is unsupported (expected false, got true)", k.origin()));
     }
-  } else {  // mistral
-    c.sliding_window = k.positive_or("sliding_window", 0);
+  } else {  // mistral: MistralConfig(sliding_window=4096) when absent; an explicit null means no window
+    c.sliding_window = k.is_null("sliding_window") ? 0 : k.positive_or("sliding_window", 4096);
   }
 }
 

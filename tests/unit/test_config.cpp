@@ -187,6 +187,21 @@ TEST(Config, LlamaFamilyDefaultsAndBiases) {
   EXPECT_FALSE(mc.qkv_bias);
 }
 
+// transformers MistralConfig: sliding_window=4096 when the key is absent; an explicit null (as in
+// Mistral-7B-v0.2 and later) disables the window.
+TEST(Config, MistralSlidingWindowDefaultsTo4096AndNullMeansNone) {
+  json m = minimal_llama("MistralForCausalLM", "mistral");
+  EXPECT_EQ(parse_config(m, "config.json").sliding_window, 4096);
+  m["sliding_window"] = nullptr;
+  EXPECT_EQ(parse_config(m, "config.json").sliding_window, 0);
+  m["sliding_window"] = 7;
+  EXPECT_EQ(parse_config(m, "config.json").sliding_window, 7);
+  m["sliding_window"] = 0;
+  expect_contains(config_error(m), {"sliding_window (expected a positive integer, got 0)"});
+  m["sliding_window"] = "4096";
+  expect_contains(config_error(m), {"sliding_window (expected a positive integer, got \"4096\")"});
+}
+
 TEST(Config, ModelTypeAloneSelectsTheArchitecture) {
   json d = minimal_llama("", "qwen2");
   d.erase("architectures");
