@@ -15,8 +15,9 @@ std::unique_ptr<Model> make_opt(const io::ModelConfig& config, const std::filesy
 // LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM (llama.cpp).
 std::unique_ptr<Model> make_llama(const io::ModelConfig& config, const std::filesystem::path& dir, WeightLoader& w);
 
-// The token embedding [V, p] and the LM head [V, p] (empty when tied). Tied per config, and either of
-// the pair stands in for the other when only one is stored (TinyStories-656K stores only lm_head).
+// The token embedding [V, p] and the LM head [V, p] (empty when tied). Tied per config: when tied,
+// either of the pair stands in for the other when only one is stored (TinyStories-656K stores only
+// lm_head); when untied, both must be stored (FormatError naming the missing tensor).
 struct EmbedAndHead {
   MatrixF embed;  // [V, p]
   MatrixF head;   // [V, p] or empty (tied: the head is `embed`)

@@ -7,7 +7,6 @@
 
 #include "latentllm/checkpoint.hpp"
 #include "latentllm/error.hpp"
-#include "latentllm/log.hpp"
 #include "latentllm/model.hpp"
 #include "model/families.hpp"
 #include "model/head.hpp"
@@ -126,14 +125,19 @@ EmbedAndHead load_embed_and_head(const WeightLoader& w, const std::string& embed
                                  std::int64_t V, std::int64_t p, bool tie) {
   EmbedAndHead out;
   const bool has_embed = w.has(embed_name), has_head = w.has(head_name);
+  if (!tie) {
+    // Untied, the head is a parameter of its own: HF would initialise a missing one randomly and run
+    // a silently wrong model, so both must be stored.
+    if (!has_head) {
+      throw FormatError(fmt::format("{}: missing tensor {} (expected with tie_word_embeddings false, got only {})",
+                                    w.dir().string(), head_name, has_embed ? embed_name : "neither"));
+    }
+    out.embed = w.matrix(embed_name, V, p);  // throws "missing tensor" when absent
+    out.head = w.matrix(head_name, V, p);
+    return out;
+  }
   if (!has_embed && !has_head) w.resolve(embed_name);  // throws "missing tensor"
   out.embed = w.matrix(has_embed ? embed_name : head_name, V, p);
-  if (!tie && has_embed && has_head) {
-    out.head = w.matrix(head_name, V, p);
-  } else if (!tie) {
-    log_warn("{}: tie_word_embeddings is false but only {} is stored; using it for both", w.dir().string(),
-             has_embed ? embed_name : head_name);
-  }
   return out;
 }
 

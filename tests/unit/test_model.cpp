@@ -333,6 +333,38 @@ TEST(ModelErrors, UnsupportedArchitectureListsTheSupportedOnes) {
   EXPECT_NE(msg.find("LlamaForCausalLM"), std::string::npos) << msg;
 }
 
+// Untied (tie_word_embeddings false) without lm_head: HF would initialise a random head; we refuse,
+// naming the missing tensor. Tied, the same file loads and uses the embedding as the head.
+TEST(ModelErrors, UntiedModelWithoutLmHeadNamesTheMissingTensor) {
+  LlamaDims s;
+  s.tie = false;
+  auto c = make_llama(s, 67);
+  c.tensors.erase("lm_head.weight");
+  const auto msg = load_error<FormatError>(c.write("untied-nohead"));
+  EXPECT_NE(msg.find("missing tensor lm_head.weight"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("tie_word_embeddings false"), std::string::npos) << msg;
+
+  OptDims o;
+  auto opt = make_opt(o, 68);
+  opt.config["tie_word_embeddings"] = false;
+  const auto opt_msg = load_error<FormatError>(opt.write("opt-untied-nohead"));
+  EXPECT_NE(opt_msg.find("missing tensor lm_head.weight"), std::string::npos) << opt_msg;
+
+  c.config["tie_word_embeddings"] = true;
+  s.tie = true;
+  const auto m = Model::load(c.write("tied-nohead"));
+  expect_matches_reference(*m, s.V, 6, 1, [&](const auto& ids) { return reference_llama_nll(c, s, ids); });
+}
+
+TEST(ModelErrors, UntiedModelWithoutEmbeddingNamesTheMissingTensor) {
+  LlamaDims s;
+  s.tie = false;
+  auto c = make_llama(s, 69);
+  c.tensors.erase("model.embed_tokens.weight");
+  const auto msg = load_error<FormatError>(c.write("untied-noembed"));
+  EXPECT_NE(msg.find("missing tensor model.embed_tokens.weight"), std::string::npos) << msg;
+}
+
 TEST(ModelErrors, TokenIdOutOfVocabularyThrows) {
   OptDims s;
   const auto m = Model::load(make_opt(s, 65).write("ids"));
