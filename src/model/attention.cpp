@@ -16,7 +16,11 @@ namespace {
 // query are never multiplied (about 40 % of the causal square saved at T = 512).
 constexpr int kBlock = 64;
 
-// Softmax of row `row` of the block over its first n_keys entries; the rest of the row is unused.
+// Keys [first_key, end) the query rows [i0, i0 + rows) of a block need together: up to the last
+// query, from the first query's sliding window on (0 without a window).
+int first_key(int i0, int window) { return window > 0 ? std::max(0, i0 - window + 1) : 0; }
+
+// Softmax of the n_keys entries at s; the rest of the row is unused.
 void softmax_prefix(float* s, int n_keys) {
   Eigen::Map<Eigen::ArrayXf> a(s, n_keys);
   const float mx = a.maxCoeff();
@@ -37,19 +41,21 @@ void attend_head(const MatrixF& q, const MatrixF& k, const MatrixF& v, const Att
   scores.resize(static_cast<std::size_t>(kBlock) * s.T);
   for (int i0 = 0; i0 < s.T; i0 += kBlock) {
     const int rows = std::min(kBlock, s.T - i0);
-    const int keys = i0 + rows;  // the block's last query sees keys [0, keys)
-    // S: [rows, keys] = scale · Q[i0:i0+rows]·K[0:keys]ᵀ
-    core::sgemm_rm(false, true, rows, keys, s.d_h, s.scale, qh + static_cast<std::int64_t>(i0) * ldq, ldq, kh,
-                   ldk, 0.0f, scores.data(), keys);
+    const int k0 = first_key(i0, s.window);
+    const int keys = i0 + rows - k0;  // the block's queries see keys [k0, i0 + rows) between them
+    // S: [rows, keys] = scale · Q[i0:i0+rows]·K[k0:k0+keys]ᵀ
+    core::sgemm_rm(false, true, rows, keys, s.d_h, s.scale, qh + static_cast<std::int64_t>(i0) * ldq, ldq,
+                   kh + static_cast<std::int64_t>(k0) * ldk, ldk, 0.0f, scores.data(), keys);
     for (int r = 0; r < rows; ++r) {
       float* sr = scores.data() + static_cast<std::int64_t>(r) * keys;
-      const int visible = i0 + r + 1;  // causal: query i0+r sees keys [0, i0+r]
-      softmax_prefix(sr, visible);
-      std::fill(sr + visible, sr + keys, 0.0f);
+      const int lo = first_key(i0 + r, s.window) - k0, hi = i0 + r + 1 - k0;  // query i0+r sees [lo, hi)
+      std::fill(sr, sr + lo, 0.0f);
+      softmax_prefix(sr + lo, hi - lo);
+      std::fill(sr + hi, sr + keys, 0.0f);
     }
-    // O[i0:i0+rows] = P: [rows, keys] · V[0:keys]: [keys, d_h]
-    core::sgemm_rm(false, false, rows, s.d_h, keys, 1.0f, scores.data(), keys, vh, ldk, 0.0f,
-                   oh + static_cast<std::int64_t>(i0) * ldo, ldo);
+    // O[i0:i0+rows] = P: [rows, keys] · V[k0:k0+keys]: [keys, d_h]
+    core::sgemm_rm(false, false, rows, s.d_h, keys, 1.0f, scores.data(), keys, vh + static_cast<std::int64_t>(k0) * ldk,
+                   ldk, 0.0f, oh + static_cast<std::int64_t>(i0) * ldo, ldo);
   }
 }
 
@@ -57,16 +63,20 @@ void attend_head(const MatrixF& q, const MatrixF& k, const MatrixF& v, const Att
 
 void causal_attention(const MatrixF& q, const MatrixF& k, const MatrixF& v, const AttentionShape& s, MatrixF& out) {
   const std::int64_t n = q.rows();
-  if (s.T <= 0 || s.H <= 0 || s.H_kv <= 0 || s.H % s.H_kv != 0 || n % s.T != 0 ||
+  if (s.T <= 0 || s.H <= 0 || s.H_kv <= 0 || s.H % s.H_kv != 0 || n % s.T != 0 || s.window < 0 ||
       q.cols() != static_cast<std::int64_t>(s.H) * s.d_h || k.cols() != static_cast<std::int64_t>(s.H_kv) * s.d_h ||
       v.cols() != k.cols() || k.rows() != n || v.rows() != n) {
-    throw Error(fmt::format("causal_attention: shapes (q [{}, {}], k [{}, {}], v [{}, {}], T {}, H {}, H_kv {}, d_h {})",
-                            q.rows(), q.cols(), k.rows(), k.cols(), v.rows(), v.cols(), s.T, s.H, s.H_kv, s.d_h));
+    throw Error(fmt::format("causal_attention: shapes (q [{}, {}], k [{}, {}], v [{}, {}], T {}, H {}, H_kv {}, d_h {}, "
+                            "window {})", q.rows(), q.cols(), k.rows(), k.cols(), v.rows(), v.cols(), s.T, s.H, s.H_kv,
+                            s.d_h, s.window));
   }
   const int n_seq = static_cast<int>(n / s.T);
   // Multiply-adds of the two GEMMs over the block-causal region, for the profile.
   double keys_total = 0;
-  for (int i0 = 0; i0 < s.T; i0 += kBlock) keys_total += static_cast<double>(std::min(kBlock, s.T - i0)) * (i0 + std::min(kBlock, s.T - i0));
+  for (int i0 = 0; i0 < s.T; i0 += kBlock) {
+    const int rows = std::min(kBlock, s.T - i0);
+    keys_total += static_cast<double>(rows) * (i0 + rows - first_key(i0, s.window));
+  }
   const double flops = 2.0 * 2.0 * keys_total * s.d_h * s.H * n_seq;
   detail::ProfileScope scope(&ForwardProfile::attention_s, &ForwardProfile::attention_flops, flops);
 

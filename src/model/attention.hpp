@@ -11,12 +11,16 @@ struct AttentionShape {
   int H_kv = 0;         // key/value heads (GQA: query head h reads kv head h / (H / H_kv))
   int d_h = 0;          // head dim
   float scale = 1.0f;   // multiplies Q·Kᵀ (1/sqrt(d_h), or 1 when the queries are pre-scaled as in OPT)
+  // Sliding window (Mistral): query t sees keys (t − window, t], itself included, as HF's mask
+  // kv_idx > q_idx − sliding_window; 0 = plain causal, keys [0, t].
+  int window = 0;
 };
 
-// out = softmax(scale · Q_h·K_hᵀ + causal mask)·V_h per window and head, heads concatenated.
+// out = softmax(scale · Q_h·K_hᵀ + causal (sliding-window) mask)·V_h per window and head, heads concatenated.
 // q: [n_seq·T, H·d_h], k, v: [n_seq·T, H_kv·d_h] -> out: [n_seq·T, H·d_h]. Windows are independent
 // (positions restart at 0 in each). Scores and ·V are sgemm calls on row blocks of a window, keys
-// beyond the block's last query skipped; the softmax runs in float with max subtraction.
+// beyond the block's last query (and before its first query's sliding window) skipped; the softmax
+// runs in float with max subtraction.
 void causal_attention(const MatrixF& q, const MatrixF& k, const MatrixF& v, const AttentionShape& s, MatrixF& out);
 
 }  // namespace latentllm::model

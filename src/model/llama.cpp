@@ -1,10 +1,12 @@
 // The Llama family (HF modeling_llama.py, modeling_qwen2.py, modeling_mistral.py): RMSNorm before
 // attention and MLP, RoPE with the rotate_half convention, grouped-query attention, SwiGLU MLP
-// down(silu(gate·x) ⊙ up·x). Qwen2 adds q/k/v biases; Llama's attention_bias / mlp_bias add theirs.
+// down(silu(gate·x) ⊙ up·x). Qwen2 adds q/k/v biases; Llama's attention_bias / mlp_bias add theirs;
+// Mistral's sliding_window limits each query to the last sliding_window keys.
 // (rope_scaling is refused by io::load_config.)
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "latentllm/error.hpp"
@@ -104,6 +106,8 @@ class LlamaModel final : public Model {
     check_config(config_, origin);
     act_ = parse_activation(config_.hidden_act.empty() ? "silu" : config_.hidden_act, origin + ": hidden_act");
     eps_ = static_cast<float>(config_.rms_norm_eps);
+    // Mistral's sliding window (a window longer than any int window T never masks anything).
+    window_ = static_cast<int>(std::min<std::int64_t>(config_.sliding_window, std::numeric_limits<int>::max()));
     const std::int64_t d = config_.hidden_size;
     auto eh = load_embed_and_head(w, "model.embed_tokens.weight", "lm_head.weight", config_.vocab_size, d,
                                   config_.tie_word_embeddings);
@@ -140,7 +144,7 @@ class LlamaModel final : public Model {
       apply_rope(q, T, d_h, rope);
       apply_rope(k, T, d_h, rope);
     }
-    causal_attention(q, k, v, {T, H, H_kv, d_h, 1.0f / std::sqrt(static_cast<float>(d_h))}, a);
+    causal_attention(q, k, v, {T, H, H_kv, d_h, 1.0f / std::sqrt(static_cast<float>(d_h)), window_}, a);
     if (obs) obs->on_input(i, Site::AttnOut, a);
     L.linears[kO].forward(a, y);
     residual_add(h, y);
@@ -214,15 +218,11 @@ class LlamaModel final : public Model {
       throw Error(fmt::format("{}: hidden states [{}, {}] (expected [n_seq·{}, {}])", dir_.string(), h.rows(),
                               h.cols(), T, config_.hidden_size));
     }
-    // Mistral's sliding-window attention differs from causal attention only beyond the window.
-    if (config_.sliding_window > 0 && T > config_.sliding_window) {
-      throw ConfigError(fmt::format("{}: window of {} tokens exceeds sliding_window {}; sliding-window attention is "
-                                    "not supported", dir_.string(), T, config_.sliding_window));
-    }
   }
 
   Activation act_ = Activation::Silu;
   float eps_ = 1e-6f;
+  int window_ = 0;        // sliding window in tokens (attention.hpp), 0 = none
   MatrixF embed_tokens_;  // [V, d]
   MatrixF lm_head_;       // [V, d]; empty when tied to embed_tokens_
   VectorF norm_;          // [d]

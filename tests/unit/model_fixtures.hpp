@@ -99,6 +99,8 @@ struct LlamaDims {
   bool qkv_bias = false;
   bool tie = true;
   bool head_only = false;  // store only lm_head (+ metadata alias), as TinyStories-656K
+  // Mistral (type "mistral") only: config sliding_window; 0 writes null (no window).
+  std::int64_t sliding_window = 0;
 };
 
 inline Checkpoint make_llama(const LlamaDims& s, std::uint32_t seed) {
@@ -109,6 +111,7 @@ inline Checkpoint make_llama(const LlamaDims& s, std::uint32_t seed) {
               {"num_key_value_heads", s.H_kv}, {"head_dim", s.d_h}, {"max_position_embeddings", 64},
               {"rms_norm_eps", 1e-5}, {"rope_theta", 100.0}, {"hidden_act", "silu"},
               {"tie_word_embeddings", s.tie}};
+  if (s.type == "mistral") c.config["sliding_window"] = s.sliding_window > 0 ? Json(s.sliding_window) : Json(nullptr);
   if (s.head_only) {
     c.add("lm_head.weight", {s.V, s.d}, rng, 1.0f);
     c.metadata["model.embed_tokens.weight"] = "lm_head.weight";
@@ -184,16 +187,20 @@ struct Ref {
     for (std::size_t i = 0; i < x.size(); ++i) y[i] = x[i] / std::sqrt(ms + eps) * w[i];
     return y;
   }
-  // Causal attention; q: [T][H·dh], k, v: [T][Hkv·dh].
-  static Seq attention(const Seq& q, const Seq& k, const Seq& v, int H, int H_kv, int dh, double scale) {
+  // Causal attention; q: [T][H·dh], k, v: [T][Hkv·dh]. window > 0: query t sees keys u with
+  // t − window < u ≤ t (HF's sliding-window mask kv_idx > q_idx − sliding_window).
+  static Seq attention(const Seq& q, const Seq& k, const Seq& v, int H, int H_kv, int dh, double scale,
+                       int window = 0) {
     const std::size_t T = q.size();
     Seq out(T, Vec(static_cast<std::size_t>(H * dh), 0.0));
     for (int h = 0; h < H; ++h) {
       const int g = h / (H / H_kv);
       for (std::size_t t = 0; t < T; ++t) {
-        Vec s(t + 1);
+        const auto w = static_cast<std::size_t>(window);
+        const std::size_t lo = w > 0 && t + 1 > w ? t + 1 - w : 0;
+        Vec s(t + 1, -1e300);  // keys before lo stay masked: exp(−1e300 − max) = 0
         double mx = -1e300;
-        for (std::size_t u = 0; u <= t; ++u) {
+        for (std::size_t u = lo; u <= t; ++u) {
           double dot = 0;
           for (int j = 0; j < dh; ++j) dot += q[t][h * dh + j] * k[u][g * dh + j];
           s[u] = dot * scale;
@@ -296,7 +303,8 @@ inline double reference_llama_nll(const Checkpoint& c, const LlamaDims& s, const
       rope(q[t], t);
       rope(k[t], t);
     }
-    const Seq a = Ref::attention(q, k, v, static_cast<int>(s.H), static_cast<int>(s.H_kv), dh, 1.0 / std::sqrt(dh));
+    const Seq a = Ref::attention(q, k, v, static_cast<int>(s.H), static_cast<int>(s.H_kv), dh, 1.0 / std::sqrt(dh),
+                                 static_cast<int>(s.sliding_window));
     for (int t = 0; t < T; ++t) {
       const Vec o = r.lin(lp + "self_attn.o_proj", a[t], false);
       for (std::size_t j = 0; j < o.size(); ++j) h[t][j] += o[j];

@@ -150,6 +150,52 @@ TEST(LlamaModel, EmbeddingStoredOnlyAsLmHeadIsFound) {
   expect_matches_reference(*m, s.V, 6, 1, [&](const auto& ids) { return reference_llama_nll(c, s, ids); });
 }
 
+LlamaDims mistral_dims(std::int64_t sliding_window) {
+  LlamaDims s;
+  s.arch = "MistralForCausalLM";
+  s.type = "mistral";
+  s.tie = false;
+  s.sliding_window = sliding_window;
+  return s;
+}
+
+TEST(MistralModel, WithoutSlidingWindowMatchesReference) {
+  const LlamaDims s = mistral_dims(0);  // config.json "sliding_window": null
+  const auto c = make_llama(s, 24);
+  const auto m = Model::load(c.write("mistral"));
+  EXPECT_EQ(m->config().sliding_window, 0);
+  expect_matches_reference(*m, s.V, 70, 2, [&](const auto& ids) { return reference_llama_nll(c, s, ids); });
+}
+
+// Windows longer than sliding_window: each query attends to its last sliding_window keys, as HF's
+// mask. T = 70 spans two attention row blocks, so the second block starts its keys past 0.
+TEST(MistralModel, SlidingWindowMasksOlderKeysAsTheReference) {
+  for (const std::int64_t w : {5, 40}) {
+    const LlamaDims s = mistral_dims(w);
+    const auto c = make_llama(s, 25);
+    const auto m = Model::load(c.write("mistral-swa"));
+    EXPECT_EQ(m->config().sliding_window, w);
+    expect_matches_reference(*m, s.V, 70, 2, [&](const auto& ids) { return reference_llama_nll(c, s, ids); });
+    expect_matches_reference(*m, s.V, 12, 3, [&](const auto& ids) { return reference_llama_nll(c, s, ids); });
+    // The mask matters here: without it the reference differs, so ignoring the window would fail above.
+    const auto ids = random_ids(70, s.V, 7);
+    const double windowed = reference_llama_nll(c, s, ids), plain = reference_llama_nll(c, mistral_dims(0), ids);
+    EXPECT_GT(std::abs(windowed - plain), 1e-3 * std::abs(plain)) << "window " << w;
+  }
+}
+
+// T ≤ sliding_window: the window masks nothing, bit-identical to the same weights without a window.
+TEST(MistralModel, WindowsWithinSlidingWindowEqualPlainCausalAttention) {
+  auto c = make_llama(mistral_dims(12), 26);
+  const auto windowed = Model::load(c.write("mistral-w12"));
+  c.config["sliding_window"] = nullptr;
+  const auto plain = Model::load(c.write("mistral-nowindow"));
+  const auto ids = random_ids(3 * 12, 48, 8);
+  EXPECT_EQ(windowed->windows_nll(ids, 12), plain->windows_nll(ids, 12));
+  // T = 14: query 12 no longer sees key 0 (query 13's output predicts nothing), so the NLL changes.
+  EXPECT_NE(windowed->windows_nll(std::span(ids).first(28), 14), plain->windows_nll(std::span(ids).first(28), 14));
+}
+
 TEST(Model, ParameterBreakdownCountsEveryTensorOnce) {
   OptDims s;
   const auto c = make_opt(s, 31);
