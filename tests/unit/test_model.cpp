@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <random>
 
@@ -80,6 +81,45 @@ TEST(Linear, DenseFactoredAndBlockIdentityMatchTheirDenseWeight) {
   EXPECT_EQ(fact.num_params(), out * r + r * in + out);
   EXPECT_EQ(block.num_params(), out * r + r * (in - r));
   EXPECT_EQ(block.rank(), r);
+}
+
+// The block-identity forward is y = B·(x[:, perm[:r]] + x[:, perm[r:]]·A₂ᵀ) with A stored as A₂ only
+// ([r, in − r]): it copies the identity block's inputs instead of multiplying by I, and never forms
+// B·A. Both are observable in float: B·A₂ overflows here while B·(A₂·x) does not, and an infinite
+// input in an identity column gives ±∞ outputs, where a product with a dense [I | A₂] would give
+// 0·∞ = NaN in every latent coordinate.
+TEST(Linear, BlockIdentityForwardNeverMultipliesByTheIdentityNorFormsBA) {
+  std::mt19937 rng(3);
+  const std::int64_t n = 5, in = 12, out = 9, r = 4;
+  Linear l = make_linear("block", in, out);
+  l.block_identity = true;
+  for (std::int32_t j = 0; j < in; ++j) l.perm.push_back((j * 7 + 2) % static_cast<std::int32_t>(in));
+  l.B = random_matrix(out, r, rng, 1e20f);     // [out, r]
+  l.A = random_matrix(r, in - r, rng, 1e20f);  // [r, in − r]: A₂ alone
+  MatrixF x = random_matrix(n, in, rng);       // [n, in]
+  for (std::int64_t j = r; j < in; ++j) x.col(l.perm[static_cast<std::size_t>(j)]) *= 1e-20f;
+  EXPECT_FALSE(l.dense_weight().allFinite());  // B·A overflows float
+
+  Eigen::MatrixXd z(n, r);  // [n, r] x_head + x_tail·A₂ᵀ, in double
+  for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t k = 0; k < r; ++k) {
+      double s = x(i, l.perm[static_cast<std::size_t>(k)]);
+      for (std::int64_t t = 0; t < in - r; ++t) s += double(l.A(k, t)) * x(i, l.perm[static_cast<std::size_t>(r + t)]);
+      z(i, k) = s;
+    }
+  const Eigen::MatrixXd expected = z * l.B.cast<double>().transpose();  // [n, out]
+  MatrixF y;
+  l.forward(x, y);
+  ASSERT_TRUE(y.allFinite());
+  EXPECT_LT((y.cast<double>() - expected).norm(), 1e-5 * expected.norm());
+
+  x(0, l.perm[0]) = std::numeric_limits<float>::infinity();  // identity column 0 of row 0
+  l.forward(x, y);
+  for (std::int64_t o = 0; o < out; ++o) {
+    ASSERT_FALSE(std::isnan(y(0, o))) << o;
+    EXPECT_EQ(y(0, o), std::copysign(std::numeric_limits<float>::infinity(), l.B(o, 0))) << o;
+  }
+  EXPECT_TRUE(y.bottomRows(n - 1).allFinite());
 }
 
 TEST(Linear, WrongInputWidthThrows) {
@@ -321,6 +361,9 @@ TEST(Model, LatentCheckpointRunsTheFactoredModules) {
   const Linear& l = latent->layer(0).linear("mlp.up_proj");
   EXPECT_TRUE(l.factored());
   EXPECT_EQ(l.rank(), r);
+  EXPECT_EQ(l.weight.size(), 0);  // no dense copy kept
+  EXPECT_EQ(l.A.rows(), r);       // A₂ only: the identity block is not stored
+  EXPECT_EQ(l.A.cols(), in - r);
   EXPECT_EQ(latent->num_params(), dense2->num_params() - (out * in - (out * r + r * (in - r))));
   const auto ids = random_ids(24, s.V, 9);
   EXPECT_NEAR(latent->windows_nll(ids, 12), dense2->windows_nll(ids, 12), 1e-4 * dense2->windows_nll(ids, 12));
