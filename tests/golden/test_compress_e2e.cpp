@@ -12,6 +12,7 @@
 #include "latentllm/error.hpp"
 #include "latentllm/log.hpp"
 #include "latentllm/model.hpp"
+#include "latentllm/tensor.hpp"
 #include "latentllm/tokenizer.hpp"
 #include "test_support.hpp"
 
@@ -81,6 +82,41 @@ double heldout_nll(const model::Model& m) {
   return m.windows_nll(ids, 256) / (16.0 * 255.0);
 }
 
+// Writes m with `dtype` and loads it back.
+std::unique_ptr<model::Model> save_and_reload(const model::Model& m, DType dtype, const std::string& tag) {
+  const auto dir = test::make_temp_dir(tag) / "latent";
+  checkpoint::SaveOptions so;
+  so.dtype = dtype;
+  checkpoint::save(m, dir, so);
+  return model::Model::load(dir);
+}
+
+// The reloaded module that corresponds to `lin` of layer i.
+const model::Linear& reloaded(const model::Model& re, int i, const model::Linear& lin) {
+  return re.layer(i).linear(lin.name.substr(lin.name.find(".layers.") + 8 + std::to_string(i).size() + 1));
+}
+
+// Logits [n, V] of the windows of T tokens in ids.
+MatrixF logits_of(const model::Model& m, const std::vector<std::int32_t>& ids, int T) {
+  MatrixF h, logits;  // [n, d], [n, V]
+  m.embed(ids, T, h);
+  for (int i = 0; i < m.num_layers(); ++i) m.layer_forward(i, h, T);
+  m.head(h, logits);
+  return logits;
+}
+
+std::vector<std::int32_t> probe_ids() {
+  std::vector<std::int32_t> ids(2 * 64);
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int32_t>((i * 37 + 5) % 512);
+  return ids;
+}
+
+template <typename M>
+M f16_rounded(M x) {
+  for (Eigen::Index k = 0; k < x.size(); ++k) x.data()[k] = f16_to_f32(f32_to_f16(x.data()[k]));
+  return x;
+}
+
 TEST_F(CompressE2E, PlanHoldsTheBudgetAndCheckpointReloadsExactly) {
   compress::CompressReport rep;
   auto m = compressed("asvd-rootcov", 0.3, &rep);
@@ -91,23 +127,45 @@ TEST_F(CompressE2E, PlanHoldsTheBudgetAndCheckpointReloadsExactly) {
       EXPECT_TRUE(lin.factored()) << lin.name;
       EXPECT_TRUE(lin.block_identity) << lin.name;
     }
-  const auto dir = test::make_temp_dir("e2e") / "latent";
-  checkpoint::SaveOptions so;
-  so.dtype = DType::F32;
-  checkpoint::save(*m, dir, so);
-  auto re = model::Model::load(dir);
-  std::vector<std::int32_t> ids(2 * 64);
-  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int32_t>((i * 37 + 5) % 512);
+  auto re = save_and_reload(*m, DType::F32, "e2e");
   for (int i = 0; i < m->num_layers(); ++i)
     for (const auto& lin : m->layer(i).linears) {
-      const auto& r = re->layer(i).linear(lin.name.substr(lin.name.find(".layers.") + 8 + std::to_string(i).size() + 1));
+      const auto& r = reloaded(*re, i, lin);
       EXPECT_EQ(lin.B, r.B) << lin.name;
       EXPECT_EQ(lin.A, r.A) << lin.name;
       EXPECT_EQ(lin.bias, r.bias) << lin.name;
       EXPECT_EQ(lin.perm, r.perm) << lin.name;
     }
-  EXPECT_EQ(m->windows_nll(ids, 64), m->windows_nll(ids, 64));
-  EXPECT_EQ(m->windows_nll(ids, 64), re->windows_nll(ids, 64));  // bit-identical
+  // The written-then-loaded f32 checkpoint runs the same computation: bit-identical logits and NLL.
+  const auto ids = probe_ids();
+  const MatrixF a = logits_of(*m, ids, 64), b = logits_of(*re, ids, 64);
+  ASSERT_EQ(a.rows(), b.rows());
+  ASSERT_EQ(a.cols(), b.cols());
+  EXPECT_TRUE(a == b) << "max |Δlogit| " << (a - b).cwiseAbs().maxCoeff();
+  EXPECT_EQ(m->windows_nll(ids, 64), re->windows_nll(ids, 64));
+  EXPECT_EQ(re->num_params(), m->num_params());
+}
+
+// f16 storage: the reloaded factors and biases are exactly the in-memory ones rounded to half
+// (nearest even), and the NLL moves by no more than that rounding explains.
+TEST_F(CompressE2E, F16CheckpointHoldsTheHalfRoundedFactors) {
+  auto m = compressed("asvd-rootcov", 0.3, nullptr);
+  auto re = save_and_reload(*m, DType::F16, "e2e-f16");
+  bool any_rounded = false;
+  for (int i = 0; i < m->num_layers(); ++i)
+    for (const auto& lin : m->layer(i).linears) {
+      const auto& r = reloaded(*re, i, lin);
+      EXPECT_EQ(f16_rounded(lin.B), r.B) << lin.name;
+      EXPECT_EQ(f16_rounded(lin.A), r.A) << lin.name;
+      EXPECT_EQ(f16_rounded(lin.bias), r.bias) << lin.name;
+      EXPECT_EQ(lin.perm, r.perm) << lin.name;
+      any_rounded |= lin.B != r.B;
+    }
+  EXPECT_TRUE(any_rounded);  // the file really is f16
+  const auto ids = probe_ids();
+  const double nll = m->windows_nll(ids, 64), nll16 = re->windows_nll(ids, 64);
+  EXPECT_NE(nll, nll16);
+  EXPECT_NEAR(nll16, nll, 1e-3 * nll);
   EXPECT_EQ(re->num_params(), m->num_params());
 }
 

@@ -107,6 +107,8 @@ TEST(PplCli, JsonResultMatchesTheLibrary) {
   const auto j = nlohmann::json::parse(out);
   EXPECT_EQ(j.at("windows"), 3);
   EXPECT_EQ(j.at("predicted_tokens"), 3 * 127);
+  EXPECT_GT(j.at("tokens_per_s").get<double>(), 0.0);
+  EXPECT_TRUE(std::isfinite(j.at("tokens_per_s").get<double>()));
   const auto m = model::Model::load(tiny_model());
   const auto tok = io::load_tokenizer(tiny_model());
   eval::PplOptions opt;
