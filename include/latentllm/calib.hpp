@@ -42,7 +42,8 @@ struct SiteStats {
   std::int64_t n = 0;
 
   void reset(int width);
-  void add(const MatrixF& x);  // x: [n_tok, w]
+  // x: [n_tok, w]. Throws NumericError naming the token (first_token + row) and feature of a NaN/Inf.
+  void add(const MatrixF& x, std::int64_t first_token = 0);
   VectorD mean() const;        // [w]
   VectorD abs_mean() const;    // [w]
   // Σ (x−μ)(x−μ)ᵀ = XXᵀ − n·μμᵀ  (for the bias-update solutions)
@@ -90,6 +91,11 @@ struct PipelineOptions {
   // Called after layer i is compressed and the hidden states propagated through it (progress saving).
   std::function<void(int layer, const MatrixF& hidden)> layer_done;
 };
+
+// The HF name of decoder layer i ("model.layers.3", "model.decoder.layers.3"), from its modules' names.
+std::string layer_name(const model::DecoderLayer& layer, int i);
+// The modules a site feeds, for messages: "model.layers.3.self_attn.q_proj, k_proj, v_proj".
+std::string site_modules(const model::DecoderLayer& layer, int i, model::Site site);
 
 // Runs the N calibration windows through the model layer by layer: for layer i and each stage of the
 // compressor, gathers the stage's input statistics on the current hidden states (which already

@@ -62,6 +62,19 @@ struct LocalOptions {
   bool update_bias = true;
 };
 
+// A numerical fallback taken while compressing (issue 5): where the plain formula would fail or be
+// undefined on degenerate inputs (singular covariance, rank-deficient factor, ...), the compressor
+// does something well defined instead, logs a warning and records one of these. `compress` writes them
+// into the checkpoint's config.json (latent.numerics.notes, docs/FORMAT.md); docs/ERRORS.md lists
+// every kind.
+struct NumericNote {
+  std::string module;  // HF module name(s) it concerns, or "calibration" for the whole run
+  std::string kind;    // pinv-drop, eigenvalue-clamp, zero-covariance, rank-reduced, joint-skipped, few-tokens
+  std::string detail;  // what happened and what was done, with the numbers
+  std::string message() const { return module + ": " + detail; }
+  bool operator==(const NumericNote&) const = default;
+};
+
 // ---- Rank planning ---------------------------------------------------------------------------
 // A module of `ratio` R keeps (1 − R)·d'·d weights: the largest r with params(r) ≤ (1 − R)·d'·d, where
 // params(r) = r·(d' + d), or r·(d' + d) − r² with the block-identity junction. Bias parameters are kept

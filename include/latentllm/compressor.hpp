@@ -60,7 +60,10 @@ struct CompressReport {
   std::string method;
   double ratio = 0;
   std::vector<ModuleReport> modules;
-  std::vector<std::string> notes;   // numerical fallbacks, damping escalations, ...
+  // Numerical fallbacks in the order they happened (NumericNote, latentllm/compress.hpp); written to
+  // the checkpoint as latent.notes.
+  std::vector<NumericNote> notes;
+  void add_note(const NumericNote& n);  // appends unless an identical note is already there
   // Per layer (latentllm joint parts): {local, joint} attention-map loss and MLP output loss.
   std::vector<std::pair<double, double>> qk_losses;
   std::vector<std::pair<double, double>> ud_losses;
@@ -73,6 +76,10 @@ struct CompressReport {
   std::int64_t params = 0;
   nlohmann::json to_json() const;
 };
+
+// NumericNote <-> {"module", "kind", "detail"} (config.json latent.notes, the resume state).
+nlohmann::json note_to_json(const NumericNote& n);
+NumericNote note_from_json(const nlohmann::json& j);
 
 // The ranks `method` at `ratio` gives each module of `m`, without touching data (for --dry-run and for
 // the plan printed before work starts). n_tok: tokens the MACs are counted for.

@@ -18,11 +18,13 @@ double seconds_since(Clock::time_point t0) {
 }
 
 // Taps sites of one layer: accumulates their statistics and, if asked, keeps the activations.
+// Statistics errors (non-finite activations) name the modules the site feeds.
 class SiteTap : public model::ForwardObserver {
  public:
-  SiteTap(int layer, std::vector<model::Site> sites, std::vector<bool> keep, std::int64_t total_rows)
-      : layer_(layer), sites_(std::move(sites)), keep_(std::move(keep)), total_rows_(total_rows),
-        stats(sites_.size()), activations(sites_.size()), rows_(sites_.size(), 0) {}
+  SiteTap(const model::DecoderLayer& layer_modules, int layer, std::vector<model::Site> sites, std::vector<bool> keep,
+          std::int64_t total_rows)
+      : layer_modules_(layer_modules), layer_(layer), sites_(std::move(sites)), keep_(std::move(keep)),
+        total_rows_(total_rows), stats(sites_.size()), activations(sites_.size()), rows_(sites_.size(), 0) {}
 
   void on_input(int layer, model::Site site, const MatrixF& x) override {
     if (layer != layer_) return;
@@ -30,7 +32,8 @@ class SiteTap : public model::ForwardObserver {
       if (sites_[k] != site) continue;
       const auto t0 = Clock::now();
       if (stats[k].xtx.size() == 0) stats[k].reset(static_cast<int>(x.cols()));
-      stats[k].add(x);
+      with_context(site_modules(layer_modules_, layer_, site), [&] { stats[k].add(x, rows_seen_[k]); });
+      rows_seen_[k] += x.rows();
       if (keep_[k]) {
         if (activations[k].size() == 0) activations[k].resize(total_rows_, x.cols());
         activations[k].middleRows(rows_[k], x.rows()) = x;
@@ -41,6 +44,7 @@ class SiteTap : public model::ForwardObserver {
   }
 
  private:
+  const model::DecoderLayer& layer_modules_;
   int layer_;
   std::vector<model::Site> sites_;
   std::vector<bool> keep_;
@@ -53,6 +57,7 @@ class SiteTap : public model::ForwardObserver {
 
  private:
   std::vector<std::int64_t> rows_;
+  std::vector<std::int64_t> rows_seen_ = std::vector<std::int64_t>(sites_.size(), 0);  // tokens tapped so far
 };
 
 const char* site_name(model::Site s) {
@@ -92,6 +97,30 @@ void forward_layer_batched(const model::Model& m, int i, MatrixF& h, int seqlen,
 }
 
 }  // namespace
+
+std::string layer_name(const model::DecoderLayer& layer, int i) {
+  for (const auto& lin : layer.linears) {
+    const auto pos = lin.name.find(".layers.");
+    if (pos == std::string::npos) continue;
+    return lin.name.substr(0, lin.name.find('.', pos + 8));
+  }
+  return fmt::format("layer {}", i);
+}
+
+std::string site_modules(const model::DecoderLayer& layer, int i, model::Site site) {
+  const std::string prefix = layer_name(layer, i);
+  std::string out;
+  for (const auto& lin : layer.linears) {
+    if (layer.site_of(lin.name) != site) continue;
+    if (out.empty()) {
+      out = lin.name;
+    } else {
+      out += ", ";
+      out += lin.name.substr(lin.name.rfind('.') + 1);
+    }
+  }
+  return out.empty() ? fmt::format("{} ({})", prefix, site_name(site)) : out;
+}
 
 PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, int seqlen,
                             LayerCompressor& compressor, const PipelineOptions& opt) {
@@ -135,7 +164,7 @@ PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, 
           sites.push_back(stages[k]);
           keep.push_back(compressor.needs_activations(stages[k]));
         }
-        tap = std::make_unique<SiteTap>(i, sites, keep, n_tok);
+        tap = std::make_unique<SiteTap>(m.layer(i), i, sites, keep, n_tok);
         MatrixF scratch = hidden;
         t0 = Clock::now();
         forward_layer_batched(m, i, scratch, seqlen, opt.batch_windows, tap.get());
@@ -168,7 +197,10 @@ PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, 
     times.forward += seconds_since(t0);
     times.forward_flops += layer_linear_flops(m.layer(i), n_tok);
     if (!hidden.allFinite()) {
-      throw NumericError(fmt::format("layer {}: non-finite hidden states after compression", i));
+      Eigen::Index t = 0, f = 0;
+      (!hidden.array().isFinite()).cast<int>().maxCoeff(&t, &f);
+      throw NumericError(fmt::format("{}: non-finite hidden states after compression (expected finite values, got "
+                                     "{} at token {}, feature {})", layer_name(m.layer(i), i), hidden(t, f), t, f));
     }
     if (opt.layer_done) opt.layer_done(i, hidden);
     const double elapsed = seconds_since(t_start);

@@ -13,12 +13,17 @@ void SiteStats::reset(int width) {
   n = 0;
 }
 
-void SiteStats::add(const MatrixF& x) {
+void SiteStats::add(const MatrixF& x, std::int64_t first_token) {
   const auto w = x.cols();
   if (w != xtx.rows()) {
     throw Error(fmt::format("calibration statistics: input width (expected {}, got {})", xtx.rows(), w));
   }
-  if (!x.allFinite()) throw NumericError("calibration activations contain a non-finite value");
+  if (!x.allFinite()) {
+    Eigen::Index t = 0, f = 0;
+    (!x.array().isFinite()).cast<int>().maxCoeff(&t, &f);
+    throw NumericError(fmt::format("non-finite calibration input (expected finite activations, got {} at token {}, "
+                                   "feature {})", x(t, f), first_token + t, f));
+  }
   core::accumulate_xtx(x.data(), static_cast<int>(x.rows()), static_cast<int>(w), static_cast<int>(w), xtx);
   // Column sums in double: one pass over rows (row-major), vectorizes over w.
   for (Eigen::Index t = 0; t < x.rows(); ++t) {

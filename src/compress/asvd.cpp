@@ -6,6 +6,7 @@
 
 #include <Eigen/LU>
 
+#include "compress/notes.hpp"
 #include "latentllm/error.hpp"
 #include "linalg/linalg.hpp"
 
@@ -75,6 +76,27 @@ void check_inputs(const MatrixD& w, const VectorD& bias, const InputStats& st, c
   if (st.mean.size() != 0) linalg::check_finite(st.mean, context, "input mean");
 }
 
+// A: [r, d] of numerical rank k < r (A·Π = Q·R with |R(j, j)| ≤ kRankTol·|R(0, 0)| for j ≥ k). Then
+// A ≈ Q_k·R_k·Πᵀ with Q_k = A·Π[:, :k]·R₁₁⁻¹ (R₁₁ = R[:k, :k]), so B·A = (B·Q_k)·(R_k·Πᵀ) with a rank-k
+// compression factor that has an identity block. The rows dropped carry nothing (their part of R is
+// below the tolerance): B·A is unchanged and (r − k)·(d' + d) − (r² − k²) weights are saved.
+LowRankFactors reduced_to_block_identity(const MatrixD& b, const MatrixD& a, const linalg::PivotedQr& qr,
+                                         Eigen::Index k, std::string_view context) {
+  const auto r = a.rows(), d = a.cols();
+  const MatrixD r11 = qr.r.topLeftCorner(k, k);                                    // [k, k] upper
+  const MatrixD apk = gather_columns(a, qr.perm, 0, static_cast<std::size_t>(k));  // [r, k]
+  // Q_k·R₁₁ = A·Π[:, :k]  ⇔  R₁₁ᵀ·Q_kᵀ = (A·Π[:, :k])ᵀ
+  const MatrixD qk = r11.transpose().triangularView<Eigen::Lower>().solve(apk.transpose()).transpose();  // [r, k]
+  MatrixD ak(k, d);  // [k, d]  R_k·Πᵀ
+  for (Eigen::Index j = 0; j < d; ++j) ak.col(qr.perm[static_cast<std::size_t>(j)]) = qr.r.block(0, j, k, 1);
+  record_note(context, "rank-reduced",
+              fmt::format("rank {} instead of {}: the compression factor A has only {} independent rows "
+                          "(pivoted QR, |R(j, j)| > {:g}·|R(0, 0)|), as the weight times the pre-conditioner has "
+                          "rank {} on the calibration data; B·A is unchanged, with fewer weights", k, r, k,
+                          kRankTol, k));
+  return to_block_identity(b * qk, ak, context);
+}
+
 }  // namespace
 
 std::string_view junction_name(Junction j) {
@@ -120,12 +142,14 @@ LowRankFactors to_block_identity(const MatrixD& b, const MatrixD& a, std::string
                                   "A [{}, {}])", context, b.rows(), b.cols(), r, d));
   }
   linalg::PivotedQr qr = linalg::pivoted_qr(a, context);
-  const double r00 = std::abs(qr.r(0, 0)), rlast = std::abs(qr.r(r - 1, r - 1));
-  if (!(rlast > kRankTol * r00)) {
-    throw NumericError(fmt::format("{}: compression factor is rank-deficient, no identity block exists (expected "
-                                   "|R(r−1, r−1)| / |R(0, 0)| > {}, got {:.3g})", context, kRankTol,
-                                   r00 > 0 ? rlast / r00 : 0.0));
+  const double r00 = std::abs(qr.r(0, 0));
+  Eigen::Index k = 0;  // numerical rank of A
+  while (k < r && std::abs(qr.r(k, k)) > kRankTol * r00) ++k;
+  if (k == 0) {
+    throw NumericError(fmt::format("{}: compression factor is zero, no identity block exists (expected rank >= 1, "
+                                   "got 0)", context));
   }
+  if (k < r) return reduced_to_block_identity(b, a, qr, k, context);
   std::vector<int> perm = std::move(qr.perm);
   const auto n = static_cast<std::size_t>(d), rr = static_cast<std::size_t>(r);
   {

@@ -53,8 +53,9 @@ LowRankFactors apply_junction(const MatrixD& u, const VectorD& s, const MatrixD&
 // Rewrites any B: [d', r], A: [r, d] (rank(A) = r) as B'·[I_r | A₂]·Πᵀ with B'·A' = B·A: the identity
 // columns are chosen by column-pivoted QR of A, then refined by "maxvol" swaps until every entry of
 // A₂ has magnitude ≤ 1.05 (so A₂ is bounded and the r×r block J = A[:, perm[0..r)] is as well
-// conditioned as the greedy choice allows); B' = B·J, A₂ = J⁻¹·A[:, perm[r..d)]. Throws NumericError
-// when A is numerically rank-deficient.
+// conditioned as the greedy choice allows); B' = B·J, A₂ = J⁻¹·A[:, perm[r..d)]. When A has numerical
+// rank k < r (a singular pre-conditioner or weight), B·A is first rewritten exactly with a rank-k A and
+// the result has rank k (a "rank-reduced" note, compress/notes.hpp); throws NumericError when A is zero.
 LowRankFactors to_block_identity(const MatrixD& b, const MatrixD& a, std::string_view context);
 
 // b̂ = b + (W − B·A)·μ: keeps the mean output over the calibration set (optimal for a free bias).

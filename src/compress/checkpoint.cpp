@@ -1,12 +1,19 @@
 // Writer and `latent` section parser of latent checkpoints (docs/FORMAT.md).
 #include "latentllm/checkpoint.hpp"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
 #include <unistd.h>
 
-#include <fstream>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <limits>
 #include <set>
 
 #include "core/mapped_file.hpp"
+#include "latentllm/files.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/io.hpp"
 #include "latentllm/log.hpp"
@@ -20,12 +27,32 @@ const char* const kTokenizerFiles[] = {"tokenizer.json",   "tokenizer_config.jso
                                        "vocab.json",       "merges.txt",            "tokenizer.model",
                                        "generation_config.json"};
 
+// A finite float that the storage type cannot hold would be written as ±Inf: a silently broken
+// model. Refuse it, naming the tensor and the element.
+void check_representable(const std::string& name, DType dtype, const std::vector<std::int64_t>& shape,
+                         const std::vector<float>& data) {
+  if (dtype == DType::F32) return;
+  const float limit = dtype == DType::F16 ? 65504.0f : std::numeric_limits<float>::max();
+  for (std::size_t i = 0; i < data.size(); ++i) {
+    const float x = data[i];
+    if (!std::isfinite(x) || std::abs(x) <= limit) continue;
+    const float back = dtype == DType::F16 ? f16_to_f32(f32_to_f16(x)) : bf16_to_f32(f32_to_bf16(x));
+    if (std::isfinite(back)) continue;  // rounds down to the largest finite value
+    const std::size_t cols = shape.size() == 2 ? static_cast<std::size_t>(shape[1]) : 0;
+    const std::string where = cols > 0 ? fmt::format("[{}, {}]", i / cols, i % cols) : fmt::format("[{}]", i);
+    throw NumericError(fmt::format("{}: value at {} overflows {} (expected |x| <= {:g}, got {:g}); store the "
+                                   "checkpoint with --dtype f32{}", name, where, dtype_name(dtype), limit, x,
+                                   dtype == DType::F16 ? " or bf16" : ""));
+  }
+}
+
 // Owned float copies of the tensors to write (TensorToWrite holds spans into these).
 struct Staged {
   std::vector<std::vector<float>> buffers;
   std::vector<io::TensorToWrite> tensors;
 
   void add(std::string name, DType dtype, std::vector<std::int64_t> shape, std::vector<float> data) {
+    check_representable(name, dtype, shape, data);
     buffers.push_back(std::move(data));
     tensors.push_back({std::move(name), dtype, std::move(shape), std::span<const float>(buffers.back())});
   }
@@ -41,7 +68,92 @@ nlohmann::json module_entry(const model::Linear& lin) {
   return e;
 }
 
+fs::path normalized(const fs::path& p) {
+  fs::path out = fs::absolute(p).lexically_normal();
+  if (!out.has_filename()) out = out.parent_path();  // "out/" names the directory "out"
+  return out;
+}
+
+fs::path partial_dir(const fs::path& out, long pid) {
+  return out.parent_path() / fmt::format("{}.partial-{}", out.filename().string(), pid);
+}
+
+// <out>.partial-<pid> left by a run that was killed while writing (its process is gone): remove, so
+// interrupted runs do not pile up multi-gigabyte debris.
+void remove_stale_partials(const fs::path& out) {
+  const std::string prefix = out.filename().string() + ".partial-";
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(out.parent_path(), ec)) {
+    const std::string name = e.path().filename().string();
+    if (!name.starts_with(prefix) || name.size() == prefix.size()) continue;
+    const std::string pid_text = name.substr(prefix.size());
+    if (pid_text.find_first_not_of("0123456789") != std::string::npos || pid_text.size() > 9) continue;
+    const long pid = std::stol(pid_text);
+    if (pid == ::getpid() || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    std::error_code rm;
+    fs::remove_all(e.path(), rm);
+    if (!rm) log_info("removed {} (left by an interrupted run)", e.path().string());
+  }
+}
+
+// fsync of a directory, so the entries (files created in it, renames) survive a crash.
+void sync_directory(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw IoError(fmt::format("{}: cannot open ({})", dir.string(), std::strerror(errno)));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) throw IoError(fmt::format("{}: sync failed ({})", dir.string(), std::strerror(err)));
+}
+
+// Renames the complete directory `tmp` to `out`. An existing `out` (--force) is swapped out in one
+// step (renameat2 RENAME_EXCHANGE), so `out` always holds a complete checkpoint, old or new; where the
+// file system cannot exchange, the old one is moved aside first.
+void move_into_place(const fs::path& tmp, const fs::path& out) {
+  std::error_code ec;
+  if (fs::exists(out)) {
+    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, out.c_str(), RENAME_EXCHANGE) == 0) {
+      fs::remove_all(tmp, ec);  // now the old checkpoint
+      sync_directory(out.parent_path());
+      return;
+    }
+    const fs::path old = out.parent_path() / fmt::format("{}.old-{}", out.filename().string(), ::getpid());
+    fs::rename(out, old, ec);
+    if (ec) throw IoError(fmt::format("{}: cannot move the existing directory aside ({})", out.string(), ec.message()));
+    fs::rename(tmp, out, ec);
+    if (ec) {
+      std::error_code back;
+      fs::rename(old, out, back);
+      throw IoError(fmt::format("{}: cannot rename into place ({})", out.string(), ec.message()));
+    }
+    fs::remove_all(old, ec);
+  } else {
+    fs::rename(tmp, out, ec);
+    if (ec) throw IoError(fmt::format("{}: cannot rename into place ({})", out.string(), ec.message()));
+  }
+  sync_directory(out.parent_path());
+}
+
 }  // namespace
+
+void check_output_writable(const fs::path& out_dir) {
+  const fs::path out = normalized(out_dir);
+  const fs::path parent = out.parent_path();
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  if (ec) {
+    throw IoError(fmt::format("{}: cannot create the parent directory {} ({})", out.string(), parent.string(),
+                              ec.message()));
+  }
+  const fs::path probe = parent / fmt::format(".{}.probe-{}", out.filename().string(), ::getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    throw IoError(fmt::format("{}: output directory is not writable (cannot create a file in {}: {})", out.string(),
+                              parent.string(), std::strerror(errno)));
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
 
 std::map<std::string, LatentModule> parse_latent_modules(const nlohmann::json& config, const std::string& origin) {
   std::map<std::string, LatentModule> out;
@@ -136,11 +248,13 @@ void save(const model::Model& m, const fs::path& out_dir, const SaveOptions& opt
   config["torch_dtype"] = opt.dtype == DType::F32 ? "float32" : opt.dtype == DType::F16 ? "float16" : "bfloat16";
 
   // Build everything in a temporary sibling, then rename it into place.
-  const fs::path out = fs::absolute(out_dir).lexically_normal();
+  const fs::path out = normalized(out_dir);
   if (fs::exists(out) && !opt.overwrite) {
     throw IoError(fmt::format("{}: output directory exists (use --force to replace it)", out.string()));
   }
-  const fs::path tmp = out.parent_path() / (out.filename().string() + ".partial-" + std::to_string(::getpid()));
+  check_output_writable(out);
+  remove_stale_partials(out);
+  const fs::path tmp = partial_dir(out, ::getpid());
   std::error_code ec;
   fs::remove_all(tmp, ec);
   if (!fs::create_directories(tmp, ec) || ec) {
@@ -151,14 +265,10 @@ void save(const model::Model& m, const fs::path& out_dir, const SaveOptions& opt
     const std::string text = config.dump(2) + "\n";
     core::write_file_atomic(tmp / "config.json", std::as_bytes(std::span(text)));
     for (const char* f : kTokenizerFiles) {
-      if (fs::exists(m.dir() / f)) {
-        fs::copy_file(m.dir() / f, tmp / f, fs::copy_options::overwrite_existing, ec);
-        if (ec) throw IoError(fmt::format("{}: cannot copy ({})", (tmp / f).string(), ec.message()));
-      }
+      if (fs::exists(m.dir() / f)) core::write_text_atomic(tmp / f, core::read_file(m.dir() / f));  // fsynced copy
     }
-    if (fs::exists(out)) fs::remove_all(out);
-    fs::rename(tmp, out, ec);
-    if (ec) throw IoError(fmt::format("{}: cannot rename into place ({})", out.string(), ec.message()));
+    sync_directory(tmp);
+    move_into_place(tmp, out);
   } catch (...) {
     fs::remove_all(tmp, ec);
     throw;

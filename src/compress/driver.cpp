@@ -4,12 +4,17 @@
 #include <cstdlib>
 #include <optional>
 #include <cmath>
+#include <algorithm>
 #include <map>
+
+#include <fmt/ranges.h>
 
 #include "compress/asvd.hpp"
 #include "compress/joint_qk.hpp"
 #include "compress/joint_ud.hpp"
 #include "compress/joint_vo.hpp"
+#include "compress/notes.hpp"
+#include "model/ops.hpp"
 #include "compress/resume.hpp"
 #include "latentllm/compressor.hpp"
 #include "latentllm/error.hpp"
@@ -31,8 +36,12 @@ VectorD to_double(const VectorF& v) { return v.cast<double>(); }
 
 // Writes factors into a model Linear (float), replacing its dense weight.
 void install(model::Linear& lin, const LowRankFactors& f) {
-  lin.B = f.B.cast<float>();
-  lin.A = f.A.cast<float>();
+  MatrixF b = f.B.cast<float>(), a = f.A.cast<float>();  // [out, r], [r, in or in − r]
+  // Factors beyond the float range (from weights near it) would poison every later layer.
+  model::check_finite(b, lin.name + ".B.weight");
+  model::check_finite(a, lin.name + ".A.weight");
+  lin.B = std::move(b);
+  lin.A = std::move(a);
   lin.block_identity = f.junction == Junction::BlockIdentity;
   lin.perm.assign(f.perm.begin(), f.perm.end());
   if (f.bias.size() > 0) lin.bias = f.bias.cast<float>();
@@ -96,6 +105,13 @@ class MethodCompressor : public calib::LayerCompressor {
   bool needs_activations(model::Site site) const override { return joint_ud() && site == model::Site::MlpIn; }
 
   void compress(const calib::StageInput& in, model::Model& m) override {
+    NoteCollector notes;  // the numerical fallbacks of this stage, into the report in order
+    compress_stage(in, m);
+    for (const NumericNote& n : notes.notes()) report_.add_note(n);
+  }
+
+ private:
+  void compress_stage(const calib::StageInput& in, model::Model& m) {
     auto& layer = m.layer(in.layer);
     if (in.site == model::Site::AttnIn && joint_qk()) {
       timed("joint-qk", [&] { compress_qk(in, m); });
@@ -116,7 +132,6 @@ class MethodCompressor : public calib::LayerCompressor {
     });
   }
 
- private:
   bool joint_qk() const { return is_latentllm(opt_) && opt_.joint_qk; }
   bool joint_ud() const { return is_latentllm(opt_) && opt_.joint_ud; }
   bool joint_vo() const { return is_latentllm(opt_) && opt_.joint_vo; }
@@ -133,6 +148,20 @@ class MethodCompressor : public calib::LayerCompressor {
     const auto pos = lin.name.find(".layers.");
     const auto dot = lin.name.find('.', pos + 8);
     return lin.name.substr(dot + 1);
+  }
+
+  // "model.layers.0.self_attn.q_proj, k_proj": the modules a joint part compresses together.
+  static std::string joined_name(std::initializer_list<const model::Linear*> mods) {
+    std::string out;
+    for (const model::Linear* lin : mods) out += out.empty() ? lin->name : ", " + lin->name.substr(lin->name.rfind('.') + 1);
+    return out;
+  }
+
+  // A computation only compared against (its factors are not kept): its numerical notes are dropped.
+  template <typename F>
+  static auto compared(F&& f) {
+    NoteCollector discard(/*silent=*/true);
+    return f();
   }
 
   int rank_of(const model::Linear& lin) const {
@@ -205,8 +234,9 @@ class MethodCompressor : public calib::LayerCompressor {
     qo.rope.window = opt_.rope_window;
     const auto s = attn_shape(m);
     const InputMoments mom = moments(*in.stats);
-    const QkResult res = compress::joint_qk(dense, s, mom, qo, fmt::format("layer {} q_proj/k_proj", in.layer));
-    const QkFactors sep = separate_qk(dense, mom, qo.r_q, qo.r_k, qo.lambda_rel, "separate");
+    const std::string ctx = joined_name({&q, &k});
+    const QkResult res = compress::joint_qk(dense, s, mom, qo, ctx);
+    const QkFactors sep = compared([&] { return separate_qk(dense, mom, qo.r_q, qo.r_k, qo.lambda_rel, ctx); });
     const double l_joint = qk_attention_loss(dense, res.f, s, mom, qo.rope);
     const double l_local = qk_attention_loss(dense, sep, s, mom, qo.rope);
     log_info("  layer {} attention-map loss: local {:.4e} joint {:.4e} (ratio {:.3f}){}", in.layer, l_local,
@@ -235,8 +265,10 @@ class MethodCompressor : public calib::LayerCompressor {
     vo.lambda_rel = opt_.local.lambda_rel;
     vo.o_moments = &o_mom;
     const auto s = attn_shape(m);
-    const VoResult res = compress::joint_vo(dense, s, attn_in_, vo, fmt::format("layer {} v_proj/o_proj", in.layer));
-    const VoFactors sep = separate_vo(dense, attn_in_, o_mom, vo.r_v, vo.r_o, vo.lambda_rel, "separate");
+    const std::string ctx = joined_name({&v, &o});
+    const VoResult res = compress::joint_vo(dense, s, attn_in_, vo, ctx);
+    const VoFactors sep =
+        compared([&] { return separate_vo(dense, attn_in_, o_mom, vo.r_v, vo.r_o, vo.lambda_rel, ctx); });
     const double l_joint = vo_output_loss(dense, res.f, s, attn_in_);
     const double l_local = vo_output_loss(dense, sep, s, attn_in_);
     log_info("  layer {} V-O output loss (own-token attention): local {:.4e} joint {:.4e} (ratio {:.3f})", in.layer,
@@ -288,7 +320,7 @@ class MethodCompressor : public calib::LayerCompressor {
                x_all.rows());
     }
     const UdResult res = compress::joint_ud(dense, x_sub.size() > 0 ? x_sub : x_all, uo,
-                                            fmt::format("layer {} mlp", in.layer));
+                                            gate ? joined_name({gate, &up, &down}) : joined_name({&up, &down}));
     const double energy = res.output_energy > 0 ? res.output_energy : 1.0;
     const double best = res.best_iter >= 0 ? res.loss[static_cast<std::size_t>(res.best_iter)] : res.loss_local;
     log_info("  layer {} MLP output loss: local {:.4e} joint {:.4e} (rel {:.4f} -> {:.4f})", in.layer,
@@ -326,6 +358,38 @@ std::vector<ModuleShape> module_shapes(const model::Model& m) {
   return shapes;
 }
 
+// Fewer calibration tokens than a module has input features: its input covariance is singular and
+// only the damping (or, without it, the pseudo-inverse) makes the pre-conditioner defined. Recorded
+// once per run, for the widest input.
+void note_few_tokens(const model::Model& m, std::int64_t n_tok, const CompressOptions& opt, CompressReport& report) {
+  const model::Linear* widest = nullptr;
+  int short_modules = 0, modules = 0;
+  for (int i = 0; i < m.num_layers(); ++i) {
+    for (const auto& lin : m.layer(i).linears) {
+      ++modules;
+      if (lin.in <= n_tok) continue;
+      ++short_modules;
+      if (!widest || lin.in > widest->in) widest = &lin;
+    }
+  }
+  if (!widest) return;
+  const bool damped = opt.local.lambda_rel > 0 && local_options(opt).preconditioner != Preconditioner::DiagL1 &&
+                      local_options(opt).preconditioner != Preconditioner::DiagL2;
+  const std::string how = damped ? fmt::format("the damping λ = {:g}·mean(diag C) (--lambda) keeps the "
+                                               "pre-conditioners invertible", opt.local.lambda_rel)
+                                 : "directions the calibration never excited are left out of the pre-conditioners "
+                                   "(their pseudo-inverse; see the pinv-drop, eigenvalue-clamp and rank-reduced "
+                                   "notes)";
+  NumericNote n{"calibration", "few-tokens",
+                fmt::format("{} calibration tokens for {} of {} modules with more input features (up to {} in {}): "
+                            "their input covariances are singular; {}", n_tok, short_modules, modules, widest->in,
+                            widest->name, how)};
+  if (std::find(report.notes.begin(), report.notes.end(), n) == report.notes.end()) {
+    log_warn("numerics [{}]: {}", n.kind, n.message());
+    report.add_note(n);
+  }
+}
+
 // Test hook of the resume test (tests/golden/test_resume.cpp): LATENTLLM_TEST_KILL_AFTER_LAYER=i
 // kills the process with SIGKILL right after layer i's progress is saved, like an interrupted run.
 void kill_for_test(int layer) {
@@ -343,7 +407,11 @@ std::vector<std::string> method_names() {
 }
 
 RankPlan plan_model(const model::Model& m, const CompressOptions& opt, std::int64_t n_tok) {
-  if (!is_latentllm(opt)) (void)parse_preconditioner(opt.method);  // validates the name
+  const auto names = method_names();
+  if (std::find(names.begin(), names.end(), opt.method) == names.end()) {
+    throw ConfigError(fmt::format("--method: unknown method (expected one of {}, got {})", fmt::join(names, ", "),
+                                  opt.method));
+  }
   return plan_ranks(module_shapes(m), opt.ratio, opt.local.junction, n_tok);
 }
 
@@ -364,13 +432,17 @@ CompressReport compress_model(model::Model& m, std::span<const std::int32_t> ids
       po.start_layer = state->restore(m, start_hidden, report);
       po.start_hidden = &start_hidden;
     } else {
-      std::filesystem::remove_all(opt.state_dir);
+      std::error_code ec;
+      std::filesystem::remove_all(opt.state_dir, ec);
+      if (ec) throw IoError(fmt::format("{}: cannot remove the old progress ({})", opt.state_dir.string(), ec.message()));
     }
+    state->create();
     po.layer_done = [&](int layer, const MatrixF& hidden) {
       state->save_layer(m, layer, hidden, report);
       kill_for_test(layer);
     };
   }
+  note_few_tokens(m, static_cast<std::int64_t>(ids.size()), opt, report);  // after a restore: deduplicated
   report.times = calib::run_layerwise(m, ids, seqlen, compressor, po);
   for (const auto& r : report.modules) {
     report.dense_params += r.dense_params;
@@ -378,6 +450,18 @@ CompressReport compress_model(model::Model& m, std::span<const std::int32_t> ids
   }
   report.total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return report;
+}
+
+void CompressReport::add_note(const NumericNote& n) {
+  if (std::find(notes.begin(), notes.end(), n) == notes.end()) notes.push_back(n);
+}
+
+nlohmann::json note_to_json(const NumericNote& n) {
+  return {{"module", n.module}, {"kind", n.kind}, {"detail", n.detail}};
+}
+
+NumericNote note_from_json(const nlohmann::json& j) {
+  return {j.at("module").get<std::string>(), j.at("kind").get<std::string>(), j.at("detail").get<std::string>()};
 }
 
 nlohmann::json ModuleReport::to_json() const {
@@ -406,13 +490,15 @@ nlohmann::json CompressReport::to_json() const {
   for (const auto& [l, j] : qk_losses) qk.push_back({{"local", l}, {"joint", j}});
   for (const auto& [l, j] : vo_losses) vo.push_back({{"local", l}, {"joint", j}});
   for (const auto& [l, j] : ud_losses) ud.push_back({{"local", l}, {"joint", j}});
+  nlohmann::json notes_json = nlohmann::json::array();
+  for (const auto& n : notes) notes_json.push_back(note_to_json(n));
   return {{"method", method},
           {"ratio", ratio},
           {"modules", mods},
           {"attention_map_loss", qk},
           {"mlp_output_loss", ud},
           {"vo_output_loss", vo},
-          {"notes", notes},
+          {"notes", notes_json},
           {"dense_params", dense_params},
           {"params", params},
           {"seconds", {{"total", total_s},

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "compress/notes.hpp"
 #include "latentllm/error.hpp"
 #include "linalg/linalg.hpp"
 
@@ -44,17 +45,29 @@ RootCov root_cov(const MatrixD& c, double lambda_rel, std::string_view context) 
   s.diagonal().array() += damping(c, lambda_rel);
   const linalg::SymEig e = linalg::sym_eig(s, context);
   const double wmax = d > 0 ? std::max(e.values(0), 0.0) : 0.0;
+  RootCov out;
   if (d > 0 && wmax <= 0.0) {
-    throw NumericError(fmt::format("{}: covariance is zero (expected a positive eigenvalue, got {})", context, wmax));
+    // No signal: every map has zero loss on these inputs; P = I keeps the solvers well defined.
+    record_note(context, "zero-covariance", zero_covariance_detail("input covariance"));
+    out.p = out.p_inv = MatrixD::Identity(d, d);
+    return out;
   }
+  constexpr double kFloorRel = 1e-12;  // as linalg::sym_power's pseudo-inverse floor
   VectorD half(d), inv_half(d);
+  int clamped = 0;
   for (Eigen::Index i = 0; i < d; ++i) {
-    // Same floor as linalg::sym_power for the inverse root (pseudo-inverse beyond 1e-12 · max).
+    // P keeps the (non-negative part of the) spectrum; P⁻¹ clamps eigenvalues below the floor to it,
+    // so it stays finite on directions the calibration never excited.
     const double w = std::max(e.values(i), 0.0);
     half(i) = std::sqrt(w);
-    inv_half(i) = 1.0 / std::sqrt(std::max(w, 1e-12 * wmax));
+    if (w < kFloorRel * wmax) ++clamped;
+    inv_half(i) = 1.0 / std::sqrt(std::max(w, kFloorRel * wmax));
   }
-  RootCov out;
+  if (clamped > 0) {
+    record_note(context, "eigenvalue-clamp",
+                fmt::format("{} of {} eigenvalues of C + λI below {:g} x the largest (never excited by the "
+                            "calibration data) clamped to that floor in P⁻¹", clamped, d, kFloorRel));
+  }
   out.p = e.vectors * half.asDiagonal() * e.vectors.transpose();
   out.p_inv = e.vectors * inv_half.asDiagonal() * e.vectors.transpose();
   return out;

@@ -6,6 +6,7 @@
 
 #include <Eigen/QR>
 
+#include "compress/notes.hpp"
 #include "latentllm/error.hpp"
 #include "linalg/linalg.hpp"
 
@@ -215,6 +216,7 @@ void extension_iterations(const Ctx& c, MlpFactors cur, double cur_loss, Best& b
   for (int it = 1; it <= o.iters; ++it) {
     const Hidden hd = hidden_of(c.w, cur, c.xt);
     const double gain = cur.down.dense().squaredNorm() / cur.down.rank();  // relative β as in the paper path
+    if (!(gain > 0 && std::isfinite(gain))) break;  // a zero down factor: no ridge step (joint_ud notes it)
     const MatrixD hstar =
         ridge_hidden(cur.down, target_minus_bias(c.y, cur.down), hd.h, o.alpha, o.beta * gain, c.context);
     bool accepted = false;
@@ -312,7 +314,20 @@ UdResult joint_ud(const MlpDense& w, const MatrixD& x, const UdOptions& opt, std
     best.offer(cur, cur_loss, 0);
   }
   out.loss.push_back(cur_loss);
+  // The ridge step's β, γ are relative to the mean squared singular value of the down factor; when it
+  // is zero (a zero down_proj, or hidden activations that are all zero) the step is undefined and
+  // nothing can improve on the local solution: keep it.
   const bool paper = opt.paper_admm && w.act == Activation::Relu && !w.gated;
+  const LowRank& first_down = paper ? start.down : cur.down;  // where each path starts
+  const double gain = first_down.dense().squaredNorm() / first_down.rank();
+  if (opt.iters > 0 && !(gain > 0 && std::isfinite(gain))) {
+    record_note(context, "joint-skipped",
+                fmt::format("joint up-down iterations skipped: the compressed down projection is zero (squared "
+                            "norm per rank {:g}), so the local solution is kept", gain));
+    out.f = std::move(best.f);
+    out.best_iter = best.iter;
+    return out;
+  }
   if (paper) paper_iterations(c, start, best, out);  // the paper starts from the local solution
   else extension_iterations(c, cur, cur_loss, best, out);
   out.f = std::move(best.f);

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "latentllm/error.hpp"
+#include "compress/notes.hpp"
 #include "linalg/linalg.hpp"
 
 namespace latentllm::compress {
@@ -44,8 +45,29 @@ void check_options(const LocalOptions& opt, std::string_view context) {
   }
 }
 
-[[noreturn]] void throw_zero(std::string_view context, std::string_view what) {
-  throw NumericError(fmt::format("{}: {} is zero (expected a positive value somewhere)", context, what));
+// No calibration signal reaches the module (all its inputs zero, or all equal for a centered
+// covariance): every factorization has zero activation loss, so P = I (the plain SVD of W) is as good
+// as any and well defined.
+void set_identity(PreconditionerMatrix& out, Eigen::Index d) {
+  out.diag = VectorD::Ones(d);
+  out.diag_pinv = VectorD::Ones(d);
+  out.dense.resize(0, 0);
+  out.dense_pinv.resize(0, 0);
+  out.dropped = 0;
+}
+
+void note_zero(PreconditionerMatrix& out, Eigen::Index d, std::string_view context, std::string_view what) {
+  set_identity(out, d);
+  out.zero_fallback = true;
+  record_note(context, "zero-covariance", zero_covariance_detail(what));
+}
+
+void note_dropped(int dropped, Eigen::Index d, double floor_rel, std::string_view context, std::string_view what) {
+  if (dropped == 0) return;
+  record_note(context, "pinv-drop",
+              fmt::format("{} of {} {} at or below {:g} x the largest (never excited by the calibration data): "
+                          "dropped from P and its pseudo-inverse, B·A does not act on them", dropped, d, what,
+                          floor_rel));
 }
 
 // P = diag(p) with p_i = f(q_i) for the kept q_i (q in "C units"), 0 for the dropped ones.
@@ -53,7 +75,8 @@ template <typename Fn>
 void set_diagonal(PreconditionerMatrix& out, const VectorD& q, double floor_rel, Fn&& f, std::string_view context,
                   std::string_view what) {
   const Kept k = keep_above_floor(q, floor_rel);
-  if (k.dropped == q.size()) throw_zero(context, what);
+  if (k.dropped == q.size()) return note_zero(out, q.size(), context, what);
+  note_dropped(k.dropped, q.size(), floor_rel, context, fmt::format("entries of the {}", what));
   out.diag = VectorD::Zero(q.size());
   out.diag_pinv = VectorD::Zero(q.size());
   for (Eigen::Index i = 0; i < q.size(); ++i) {
@@ -64,10 +87,12 @@ void set_diagonal(PreconditionerMatrix& out, const VectorD& q, double floor_rel,
   out.dropped = k.dropped;
 }
 
-// Eigendecomposition of C + λI with the floor applied.
+// Eigendecomposition of C + λI with the floor applied. `zero` is set (and P = I, see note_zero) when
+// C + λI has no eigenvalue above the floor.
 struct DampedEig {
   linalg::SymEig eig;
   Kept kept;
+  bool zero = false;
 };
 DampedEig damped_eig(PreconditionerMatrix& out, const MatrixD& c, const LocalOptions& opt, std::string_view context) {
   out.lambda = absolute_damping(c, opt.lambda_rel);
@@ -75,8 +100,13 @@ DampedEig damped_eig(PreconditionerMatrix& out, const MatrixD& c, const LocalOpt
   s.diagonal().array() += out.lambda;
   DampedEig e{linalg::sym_eig(s, context), {}};
   e.kept = keep_above_floor(e.eig.values, opt.pinv_floor_rel);
-  if (e.kept.dropped == s.rows()) throw_zero(context, "input covariance");
+  if (e.kept.dropped == s.rows()) {
+    note_zero(out, s.rows(), context, "input covariance");
+    e.zero = true;
+    return e;
+  }
   out.dropped = e.kept.dropped;
+  note_dropped(e.kept.dropped, s.rows(), opt.pinv_floor_rel, context, "eigenvalues of C + λI");
   return e;
 }
 
@@ -93,6 +123,7 @@ MatrixD spectral(const DampedEig& e, Fn&& f) {
 // diag[(C + λI)⁺]^{-1/2}: h_i = Σ_j V_ij² / w_j over the kept eigenpairs.
 void set_diag_hessian(PreconditionerMatrix& out, const MatrixD& c, const LocalOptions& opt, std::string_view context) {
   const DampedEig e = damped_eig(out, c, opt, context);
+  if (e.zero) return;
   const auto d = c.rows();
   VectorD inv_w = VectorD::Zero(d);
   for (Eigen::Index j = 0; j < d; ++j) {
@@ -196,12 +227,14 @@ PreconditionerMatrix make_preconditioner(Preconditioner kind, const MatrixD& c, 
     case Preconditioner::DiagHessian: set_diag_hessian(out, c, opt, context); break;
     case Preconditioner::Covariance: {
       const DampedEig e = damped_eig(out, c, opt, context);
+      if (e.zero) break;
       out.dense = spectral(e, [](double w) { return w; });
       out.dense_pinv = spectral(e, [](double w) { return 1.0 / w; });
       break;
     }
     case Preconditioner::RootCovariance: {
       const DampedEig e = damped_eig(out, c, opt, context);
+      if (e.zero) break;
       out.dense = spectral(e, [](double w) { return std::sqrt(w); });
       out.dense_pinv = spectral(e, [](double w) { return 1.0 / std::sqrt(w); });
       break;

@@ -36,6 +36,7 @@ struct PreconditionerMatrix {
   MatrixD dense_pinv;   // [d, d] P⁺
   double lambda = 0;    // the absolute damping added to C (0 for kinds without damping)
   int dropped = 0;      // directions below the pseudo-inverse floor (dropped from P and P⁺)
+  bool zero_fallback = false;  // C (+ λI) was zero: P = I instead (a "zero-covariance" note)
 
   bool diagonal() const { return dense.size() == 0; }
   MatrixD right_multiply(const MatrixD& w) const;       // W·P:  w [m, d] -> [m, d]
@@ -47,8 +48,10 @@ struct PreconditionerMatrix {
 // Builds P from the covariance `c` ([d, d]; the caller passes the centered one for bias modules) and,
 // for DiagL1, the per-feature mean absolute activation `abs_mean` ([d]; empty otherwise; uncentered
 // even for bias modules, as the calibration accumulates it). The pseudo-inverse floor is applied in
-// units of C: to the eigenvalues of C + λI, to diag C (DiagL2) and to abs_mean² (DiagL1). Throws
-// ConfigError for a missing/mis-shaped input and NumericError for a non-finite or all-zero covariance.
+// units of C: to the eigenvalues of C + λI, to diag C (DiagL2) and to abs_mean² (DiagL1); dropped
+// directions are recorded as a "pinv-drop" note, and an all-zero input gives P = I with a
+// "zero-covariance" note (compress/notes.hpp). Throws ConfigError for a missing/mis-shaped input and
+// NumericError for a non-finite covariance.
 PreconditionerMatrix make_preconditioner(Preconditioner kind, const MatrixD& c, const VectorD& abs_mean,
                                          const LocalOptions& opt, std::string_view context);
 

@@ -40,13 +40,16 @@ MatrixF matrix_of(const io::SafetensorsFile& st, const std::string& name) {
 nlohmann::json report_json(const CompressReport& r) {
   nlohmann::json mods = nlohmann::json::array();
   for (const auto& m : r.modules) mods.push_back(m.to_json());
-  return {{"modules", mods}, {"notes", r.notes}, {"qk", r.qk_losses}, {"ud", r.ud_losses}, {"vo", r.vo_losses},
+  nlohmann::json notes = nlohmann::json::array();
+  for (const auto& n : r.notes) notes.push_back(note_to_json(n));
+  return {{"modules", mods}, {"notes", notes}, {"qk", r.qk_losses}, {"ud", r.ud_losses}, {"vo", r.vo_losses},
           {"part_seconds", r.part_seconds}};
 }
 
 void restore_report(const nlohmann::json& j, CompressReport& r) {
   for (const auto& m : j.at("modules")) r.modules.push_back(ModuleReport::from_json(m));
-  r.notes = j.at("notes").get<std::vector<std::string>>();
+  r.notes.clear();
+  for (const auto& n : j.at("notes")) r.notes.push_back(note_from_json(n));
   r.qk_losses = j.at("qk").get<std::vector<std::pair<double, double>>>();
   r.ud_losses = j.at("ud").get<std::vector<std::pair<double, double>>>();
   r.vo_losses = j.at("vo").get<std::vector<std::pair<double, double>>>();
@@ -109,8 +112,12 @@ int ResumeState::restore(model::Model& m, MatrixF& hidden, CompressReport& repor
   if (done <= 0 || done > m.num_layers()) {
     throw FormatError(fmt::format("{}: layers_done (expected 1..{}, got {})", progress.string(), m.num_layers(), done));
   }
+  if (!j.contains("hidden") || !j.at("hidden").is_string() || j.at("hidden") != hidden_file(done - 1)) {
+    throw FormatError(fmt::format("{}: hidden (expected \"{}\"; a state of another version: remove the directory "
+                                  "to start over)", progress.string(), hidden_file(done - 1)));
+  }
   for (int i = 0; i < done; ++i) restore_layer(m, i, dir_ / fmt::format("layer-{}.safetensors", i));
-  hidden = matrix_of(io::SafetensorsFile(dir_ / "hidden.safetensors"), "hidden");
+  hidden = matrix_of(io::SafetensorsFile(dir_ / hidden_file(done - 1)), "hidden");
   restore_report(j.at("report"), report);
   log_info("resume: layers 0..{} restored from {}", done - 1, dir_.string());
   return done;
@@ -118,7 +125,7 @@ int ResumeState::restore(model::Model& m, MatrixF& hidden, CompressReport& repor
 
 void ResumeState::save_layer(const model::Model& m, int layer, const MatrixF& hidden,
                              const CompressReport& report) const {
-  fs::create_directories(dir_);
+  create();
   std::vector<io::TensorToWrite> tensors;
   std::vector<std::vector<float>> perms;
   perms.reserve(m.layer(layer).linears.size());
@@ -137,10 +144,22 @@ void ResumeState::save_layer(const model::Model& m, int layer, const MatrixF& hi
   const std::vector<io::TensorToWrite> h = {
       {"hidden", DType::F32, {hidden.rows(), hidden.cols()},
        std::span<const float>(hidden.data(), static_cast<std::size_t>(hidden.size()))}};
-  io::write_safetensors(dir_ / "hidden.safetensors", h);
-  const nlohmann::json j = {{"fingerprint", fingerprint_}, {"layers_done", layer + 1},
+  // The hidden states get a file per layer: progress.json (written last) names the one that matches
+  // layers_done, so a kill between the two writes leaves the previous layer's state consistent.
+  io::write_safetensors(dir_ / hidden_file(layer), h);
+  const nlohmann::json j = {{"fingerprint", fingerprint_}, {"layers_done", layer + 1}, {"hidden", hidden_file(layer)},
                             {"report", report_json(report)}};
   core::write_text_atomic(dir_ / "progress.json", j.dump(1) + "\n");
+  std::error_code ec;
+  if (layer > 0) fs::remove(dir_ / hidden_file(layer - 1), ec);
 }
+
+void ResumeState::create() const {
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  if (ec) throw IoError(fmt::format("{}: cannot create the progress directory ({})", dir_.string(), ec.message()));
+}
+
+std::string ResumeState::hidden_file(int layer) { return fmt::format("hidden-{}.safetensors", layer); }
 
 }  // namespace latentllm::compress

@@ -5,9 +5,11 @@
 // propagated through it:
 //   layer-<i>.safetensors  the factors of layer i's compressed modules (<name>.B, <name>.A,
 //                          <name>.perm as float, <name>.bias), float32 so they reload exactly;
-//   hidden.safetensors     the hidden states after layer i ("hidden" [N·L, d], float32);
-//   progress.json          {fingerprint, layers_done, report so far}, written last.
-// Every file is written atomically, so a kill at any point leaves the previous layer's state valid.
+//   hidden-<i>.safetensors the hidden states after layer i ("hidden" [N·L, d], float32); the one of
+//                          layer i − 1 is removed once progress.json names layer i's;
+//   progress.json          {fingerprint, layers_done, hidden (the file name), report so far}, written last.
+// Every file is written atomically and a layer's files never overwrite the previous layer's, so a kill
+// at any point leaves the previous layer's state valid.
 #pragma once
 
 #include <cstdint>
@@ -32,8 +34,13 @@ class ResumeState {
   // ConfigError when the state belongs to a different run (fingerprint mismatch).
   int restore(model::Model& m, MatrixF& hidden, CompressReport& report) const;
 
-  // Records layer `layer` as done.
+  // Records layer `layer` as done. Throws IoError when the state cannot be written.
   void save_layer(const model::Model& m, int layer, const MatrixF& hidden, const CompressReport& report) const;
+
+  // Creates the state directory (IoError naming it when impossible), so an unwritable location fails
+  // before the first layer's work rather than after it.
+  void create() const;
+  static std::string hidden_file(int layer);  // "hidden-<layer>.safetensors"
 
   const std::filesystem::path& dir() const { return dir_; }
 

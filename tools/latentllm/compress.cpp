@@ -55,13 +55,18 @@ int run_compress(const CompressArgs& a) {
     return 0;
   }
   if (a.out.empty()) throw ConfigError("--out is required (or use --dry-run)");
-  if (!a.force && std::filesystem::exists(a.out)) {
-    throw IoError(fmt::format("{}: output directory exists (use --force to replace it)", a.out));
+  // "dir/" names the directory "dir" (its progress is "dir.resume", not "dir/.resume").
+  std::filesystem::path out_path = std::filesystem::path(a.out).lexically_normal();
+  if (!out_path.has_filename() && out_path.has_parent_path()) out_path = out_path.parent_path();
+  const std::string out = out_path.string();
+  if (!a.force && std::filesystem::exists(out)) {
+    throw IoError(fmt::format("{}: output directory exists (use --force to replace it)", out));
   }
+  checkpoint::check_output_writable(out);  // fail now, not after the compression
   const calib::CalibOptions co = to_calib_options(a.c, model->config());
   // Progress after every layer goes to <out>.resume (removed once the checkpoint is written), so that
   // --resume after a kill continues where the run stopped.
-  opt.state_dir = a.out + ".resume";
+  opt.state_dir = out + ".resume";
   opt.resume = a.resume;
 
   const auto t0 = std::chrono::steady_clock::now();
@@ -79,16 +84,18 @@ int run_compress(const CompressArgs& a) {
   so.overwrite = a.force;
   so.info = method_json(a.m, a.method, a.ratio);
   so.info["calibration"] = calib_json(co, a.c.sampling);
-  so.info["notes"] = report.notes;
+  so.info["notes"] = report.to_json().at("notes");
   const auto tw = std::chrono::steady_clock::now();
-  checkpoint::save(*model, a.out, so);
-  std::filesystem::remove_all(opt.state_dir);
+  checkpoint::save(*model, out, so);
+  std::error_code ec;
+  std::filesystem::remove_all(opt.state_dir, ec);
+  if (ec) log_warn("{}: cannot remove the progress directory ({})", opt.state_dir.string(), ec.message());
   const double write_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - tw).count();
 
   auto j = report.to_json();
   j["seconds"]["write"] = write_s;
   j["peak_rss_bytes"] = core::peak_rss_bytes();
-  j["out"] = a.out;
+  j["out"] = out;
   j["plan"] = plan_json(plan);
   if (a.json) {
     std::printf("%s\n", j.dump(2).c_str());
@@ -98,7 +105,7 @@ int run_compress(const CompressArgs& a) {
     std::printf("time: total %.1fs = sampling %.1fs + forward %.1fs + covariance %.1fs + decompositions %.1fs + write %.1fs\n",
                 report.total_s + sample_s + write_s, sample_s, report.times.forward, report.times.covariance,
                 report.times.compress, write_s);
-    std::printf("peak memory: %.1f MiB\nwrote %s\n", core::peak_rss_bytes() / 1048576.0, a.out.c_str());
+    std::printf("peak memory: %.1f MiB\nwrote %s\n", core::peak_rss_bytes() / 1048576.0, out.c_str());
   }
   return 0;
 }

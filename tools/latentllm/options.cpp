@@ -1,6 +1,7 @@
 #include "options.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "latentllm/error.hpp"
@@ -46,6 +47,15 @@ compress::CompressOptions to_compress_options(const MethodArgs& a, const std::st
   o.ratio = ratio;
   o.local.junction = compress::parse_junction(a.junction);
   o.local.lambda_rel = a.lambda_rel;
+  if (!(ratio > 0.0 && ratio < 1.0)) {  // also NaN
+    throw ConfigError(fmt::format("--ratio: compression ratio out of range (expected 0 < R < 1, got {})", ratio));
+  }
+  if (!(a.lambda_rel >= 0.0 && std::isfinite(a.lambda_rel))) {
+    throw ConfigError(fmt::format("--lambda (expected a finite number >= 0, got {})", a.lambda_rel));
+  }
+  if (!(a.alpha > 0.0 && std::isfinite(a.alpha))) {
+    throw ConfigError(fmt::format("--alpha (expected a finite number > 0, got {})", a.alpha));
+  }
   o.local.alpha = a.alpha;
   o.joint_qk = o.joint_vo = o.joint_ud = false;
   std::string rest = a.joint;

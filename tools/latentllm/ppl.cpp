@@ -73,7 +73,7 @@ int run_ppl(const PplArgs& a) {
                               {"predicted_tokens", r.predicted}, {"ppl", r.ppl},
                               {"mean_nll", r.mean_nll},   {"seconds", r.seconds},
                               {"tokens_per_s", r.tokens_per_s}, {"tokenize_seconds", r.tokenize_seconds},
-                              {"peak_rss_mib", peak_mib}};
+                              {"peak_rss_bytes", core::peak_rss_bytes()}, {"peak_rss_mib", peak_mib}};
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
