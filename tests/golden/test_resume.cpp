@@ -58,6 +58,27 @@ TEST(Resume, KilledRunResumesToABitIdenticalCheckpoint) {
   EXPECT_FALSE(fs::exists(cut.string() + ".resume"));
 }
 
+TEST(Resume, NumericalNotesSurviveAResume) {
+  // One window of 8 tokens, undamped: every module records notes (and gets a reduced rank); the notes of
+  // the layers done before the kill come back from the progress, in order, without duplicates.
+  const auto tmp = test::make_temp_dir("resume-notes");
+  const auto cmd = [](const fs::path& out) {
+    return test::cli_path().string() + " compress --model " + q(test::shared_path("models/stories260K/hf")) +
+           " --method asvd-rootcov --lambda 0 --ratio 0.3 --dtype f32 --calib text --calib-data " +
+           q(test::shared_path("data/tinystories/TinyStories-valid.stories0001-0232.clean.txt")) +
+           " --nsamples 1 --seqlen 8 --out " + q(out);
+  };
+  std::string out;
+  ASSERT_EQ(test::run_command(cmd(tmp / "full"), out), 0) << out;
+  EXPECT_NE(test::run_command("LATENTLLM_TEST_KILL_AFTER_LAYER=1 " + cmd(tmp / "cut"), out), 0);
+  ASSERT_EQ(test::run_command(cmd(tmp / "cut") + " --resume", out), 0) << out;
+  EXPECT_NE(out.find("resume: layers 0..1 restored"), std::string::npos) << out;
+  const std::string config = read(tmp / "full" / "config.json");
+  EXPECT_NE(config.find("\"rank-reduced\""), std::string::npos);
+  EXPECT_EQ(read(tmp / "cut" / "config.json"), config);
+  EXPECT_EQ(digest(tmp / "cut" / "model.safetensors"), digest(tmp / "full" / "model.safetensors"));
+}
+
 TEST(Resume, StateOfADifferentRunIsRefused) {
   const auto tmp = test::make_temp_dir("resume-mismatch");
   const fs::path cut = tmp / "cut";
