@@ -1,0 +1,87 @@
+// docs/ERRORS.md in sync with the code (tests/support/errors_doc.hpp): the `compress` options and the
+// output/resource errors, each produced by running the CLI on stories260K (exit status 1, one message).
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "compress/resume.hpp"
+#include "errors_doc.hpp"
+
+namespace latentllm::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
+std::string model() { return q(shared_path("models/stories260K/hf")); }
+std::string calib() {
+  return " --calib text --calib-data " + q(shared_path("data/tinystories/TinyStories-valid.stories0001-0232.clean.txt")) +
+         " --nsamples 4 --seqlen 64";
+}
+CaseFn compress(const std::string& args) { return cli("compress --model " + model() + " " + args); }
+
+TEST(ErrorsDoc, CompressOptions) {
+  const std::string out = " --out " + q(make_temp_dir("err-opt") / "out");
+  check_section("Compress options (`latentllm compress`)",
+                {
+                    {"opt-ratio",
+                     {compress("--ratio 0 --dry-run"), compress("--ratio 1 --dry-run"), compress("--ratio 1.5 --dry-run"),
+                      compress("--ratio=-0.1 --dry-run"), compress("--ratio -0.1 --dry-run"),
+                      compress("--ratio nan --dry-run")}},
+                    {"opt-ratio-rank", {compress("--ratio 0.999 --dry-run")}},
+                    {"opt-method", {compress("--method svd-magic --dry-run")}},
+                    {"opt-junction", {compress("--junction diagonal --dry-run")}},
+                    {"opt-joint", {compress("--joint qk,xx --dry-run")}},
+                    {"opt-lambda", {compress("--lambda=-1 --dry-run"), compress("--lambda inf --dry-run")}},
+                    {"opt-alpha", {compress("--alpha 0 --dry-run")}},
+                    {"opt-iters", {compress("--qk-iters=-1 --dry-run"), compress("--rope-window=-2 --dry-run")}},
+                    {"opt-ud-tokens", {compress("--ud-tokens=-5 --dry-run")}},
+                    {"opt-batch", {compress("--batch 0 --dry-run")}},
+                    {"opt-threads", {compress("--threads=-2 --dry-run")}},
+                    {"opt-dtype", {compress("--dtype f8 --dry-run")}},
+                    {"opt-out", {compress(calib())}},
+                    {"opt-calib-data", {compress(out)}},
+                });
+}
+
+TEST(ErrorsDoc, OutputAndResources) {
+  const fs::path tmp = make_temp_dir("err-out");
+  std::ofstream(tmp / "file") << "x";
+  fs::create_directories(tmp / "exists");
+  // A damaged and a foreign progress directory for --resume.
+  fs::create_directories(tmp / "damaged.resume");
+  std::ofstream(tmp / "damaged.resume" / "progress.json") << "garbage";
+  fs::create_directories(tmp / "other.resume");
+  std::ofstream(tmp / "other.resume" / "progress.json")
+      << R"({"fingerprint": "0000000000000000", "layers_done": 1, "hidden": "hidden-0.safetensors", "report": {}})";
+  // A file size limit (as root, permissions do not stop writes; RLIMIT_FSIZE does): 256 KiB holds the
+  // per-layer progress but not the checkpoint. SIGXFSZ ignored, so the write fails with EFBIG.
+  const CaseFn too_large = [&] {
+    std::string o;
+    const std::string cmd = "bash -c \"trap '' XFSZ; ulimit -f 256; exec " + cli_path().string() + " compress --model " +
+                            model() + calib() + " --dtype f32 --out " + q(tmp / "big") + "\"";
+    const int rc = run_command(cmd, o);
+    const auto pos = o.rfind("latentllm: error: ");
+    if (rc != 1 || pos == std::string::npos) return Outcome{fmt::format("exit status {}", rc), o};
+    return Outcome{"*", cli_error_line(o, pos + 18)};
+  };
+  check_section(
+      "Output and resources (`latentllm compress`, `checkpoint::save`)",
+      {
+          {"out-exists", {compress(calib() + " --out " + q(tmp / "exists"))}},
+          {"out-parent", {compress(calib() + " --out " + q(tmp / "file" / "out"))}},
+          {"out-unwritable", {compress(calib() + " --out /proc/latentllm-errors-test")}},
+          {"out-write", {too_large}},
+          {"out-progress-dir", {lib([&] { compress::ResumeState(tmp / "file" / "out.resume", "fp").create(); })}},
+          {"out-resume-invalid", {compress(calib() + " --resume --out " + q(tmp / "damaged"))}},
+          {"out-resume-other", {compress(calib() + " --resume --out " + q(tmp / "other"))}},
+      });
+  // Nothing partial is left behind by the failed write.
+  EXPECT_FALSE(fs::exists(tmp / "big"));
+  for (const auto& e : fs::directory_iterator(tmp)) {
+    EXPECT_EQ(e.path().filename().string().find(".partial-"), std::string::npos) << e.path();
+  }
+}
+
+}  // namespace
+}  // namespace latentllm::test

@@ -1,0 +1,150 @@
+// docs/ERRORS.md in sync with the code (tests/support/errors_doc.hpp): config.json, tokenizer files,
+// datasets and calibration text, one bad input per catalogued row.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "errors_doc.hpp"
+#include "latentllm/calib.hpp"
+#include "latentllm/dataset.hpp"
+#include "latentllm/io.hpp"
+#include "latentllm/tokenizer.hpp"
+
+namespace latentllm::test {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+fs::path put(const fs::path& p, const std::string& bytes) {
+  std::ofstream(p, std::ios::binary) << bytes;
+  return p;
+}
+
+json llama() {
+  return {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"vocab_size", 32},
+          {"hidden_size", 64},  {"intermediate_size", 128},               {"num_hidden_layers", 2},
+          {"num_attention_heads", 8}, {"max_position_embeddings", 64}};
+}
+
+// parse_config of the Llama config with `key` set to `value` (null value: key removed).
+CaseFn config_with(std::vector<std::pair<std::string, json>> edits) {
+  return lib([=] {
+    json c = llama();
+    for (const auto& [k, v] : edits) {
+      if (v.is_null()) c.erase(k);
+      else c[k] = v;
+    }
+    (void)io::parse_config(c, "dir/config.json");
+  });
+}
+
+TEST(ErrorsDoc, ConfigJson) {
+  check_section(
+      "config.json (`io::load_config`, `io::parse_config`)",
+      {
+          {"cfg-open", {lib([] { (void)io::load_config(make_temp_dir("err-cfg") / "config.json"); })}},
+          {"cfg-json", {lib([] { (void)io::load_config(put(make_temp_dir("err-cfg") / "config.json", "{")); })}},
+          {"cfg-type", {lib([] { (void)io::parse_config(json::array(), "dir/config.json"); })}},
+          {"cfg-arch", {config_with({{"architectures", {"GPT2LMHeadModel"}}})}},
+          {"cfg-model-type", {config_with({{"architectures", nullptr}, {"model_type", "gpt2"}})}},
+          {"cfg-no-arch", {config_with({{"architectures", nullptr}, {"model_type", nullptr}})}},
+          {"cfg-archs-type", {config_with({{"architectures", "x"}}), config_with({{"architectures", json::array()}})}},
+          {"cfg-type-mismatch", {config_with({{"model_type", "opt"}})}},
+          {"cfg-missing", {config_with({{"hidden_size", nullptr}})}},
+          {"cfg-size", {config_with({{"hidden_size", "256"}})}},
+          {"cfg-number", {config_with({{"rms_norm_eps", 0}})}},
+          {"cfg-bool", {config_with({{"tie_word_embeddings", 1}})}},
+          {"cfg-string", {config_with({{"hidden_act", 3}})}},
+          {"cfg-token-id", {config_with({{"eos_token_id", "2"}})}},
+          {"cfg-heads", {config_with({{"hidden_size", 60}})}},
+          {"cfg-kv-heads", {config_with({{"num_key_value_heads", 3}})}},
+          {"cfg-rope-scaling", {config_with({{"rope_scaling", {{"type", "linear"}, {"factor", 2}}}})}},
+          {"cfg-sliding",
+           {config_with({{"architectures", {"Qwen2ForCausalLM"}}, {"model_type", "qwen2"}, {"use_sliding_window", true}})}},
+      });
+}
+
+// load_tokenizer of a directory holding `files` (name -> content).
+CaseFn tokenizer_dir(std::vector<std::pair<std::string, std::string>> files) {
+  return lib([=] {
+    const fs::path dir = make_temp_dir("err-tok");
+    for (const auto& [name, content] : files) put(dir / name, content);
+    (void)io::load_tokenizer(dir);
+  });
+}
+
+TEST(ErrorsDoc, Tokenizers) {
+  check_section("Tokenizers (`io::load_tokenizer`)",
+                {
+                    {"tok-dir", {lib([] { (void)io::load_tokenizer(put(make_temp_dir("err-tok") / "f", "x")); })}},
+                    {"tok-none", {tokenizer_dir({})}},
+                    {"tok-gpt2-half", {tokenizer_dir({{"vocab.json", R"({"a":0})"}})}},
+                    {"tok-json",
+                     {tokenizer_dir({{"tokenizer.json", "{"}}),
+                      tokenizer_dir({{"tokenizer.json", "{}"}, {"tokenizer_config.json", "{"}})}},
+                    {"tok-json-model", {tokenizer_dir({{"tokenizer.json", "{}"}})}},
+                    {"tok-config-type", {tokenizer_dir({{"tokenizer.json", "{}"}, {"tokenizer_config.json", "[]"}})}},
+                    {"tok-vocab", {tokenizer_dir({{"vocab.json", "[]"}, {"merges.txt", "#version: 0.2\na b\n"}})}},
+                    {"tok-merges", {tokenizer_dir({{"vocab.json", R"({"a":0,"b":1})"}, {"merges.txt", "a b c\n"}})}},
+                    {"tok-spm", {tokenizer_dir({{"tokenizer.model", "not a protobuf"}})}},
+                });
+}
+
+calib::CalibOptions calib_text(const fs::path& file, int nsamples, int seqlen) {
+  calib::CalibOptions co;
+  co.source = "text";
+  co.data = file;
+  co.nsamples = nsamples;
+  co.seqlen = seqlen;
+  return co;
+}
+
+// sample_calibration with the stories260K tokenizer.
+CaseFn sample(std::function<calib::CalibOptions(const fs::path& tmp)> make) {
+  return lib([=] {
+    const auto tok = io::load_tokenizer(shared_path("models/stories260K/hf"));
+    (void)calib::sample_calibration(*tok, make(make_temp_dir("err-calib")));
+  });
+}
+
+TEST(ErrorsDoc, DatasetsAndCalibrationText) {
+  const auto text = [](const std::string& content) {
+    return lib([=] { (void)io::build_eval_text(io::Dataset::Text, put(make_temp_dir("err-data") / "t.txt", content)); });
+  };
+  const auto jsonl = [](const std::string& content) {
+    return lib([=] { (void)io::read_jsonl_texts(put(make_temp_dir("err-data") / "c4.jsonl", content), 0); });
+  };
+  check_section(
+      "Datasets and calibration text (`io::read_jsonl_texts`, `io::build_eval_text`, `calib::sample_calibration`)",
+      {
+          {"data-open", {lib([] { (void)io::read_jsonl_texts(make_temp_dir("err-data") / "none.jsonl", 0); })}},
+          {"data-utf8", {text("ok \xff"), jsonl("\xc3")}},
+          {"data-empty", {text(" \n\n"), jsonl("\n\n")}},
+          {"data-jsonl", {jsonl("{\"text\": \"a\"}\n{\n")}},
+          {"data-jsonl-text", {jsonl("{\"x\": 1}\n"), jsonl("[1]\n")}},
+          {"data-name", {lib([] { (void)io::parse_dataset("wiki"); })}},
+          {"calib-source", {sample([](const fs::path& t) {
+             auto co = calib_text(put(t / "t.txt", "Once upon a time"), 1, 8);
+             co.source = "xx";
+             return co;
+           })}},
+          {"calib-nsamples", {sample([](const fs::path& t) { return calib_text(t / "t.txt", 0, 8); })}},
+          {"calib-seqlen", {sample([](const fs::path& t) { return calib_text(t / "t.txt", 1, 1); })}},
+          {"calib-short-docs", {sample([](const fs::path& t) {
+             auto co = calib_text(put(t / "c4.jsonl", "{\"text\": \"Once upon a time\"}\n"), 1, 64);
+             co.source = "c4";
+             return co;
+           })}},
+          {"calib-contiguous", {sample([](const fs::path& t) {
+             auto co = calib_text(put(t / "t.txt", "Once upon a time there was a dog."), 4, 8);
+             co.sampling = calib::Sampling::Contiguous;
+             return co;
+           })}},
+      });
+}
+
+}  // namespace
+}  // namespace latentllm::test
