@@ -95,6 +95,7 @@ void TensorView::to_f32(std::span<float> out) const {
   if (out.size() != n) {
     throw Error(fmt::format("{}: to_f32 buffer size (expected {}, got {})", name, n, out.size()));
   }
+  if (n == 0) return;  // an empty tensor: out.data() may be null, which memcpy must never get
   switch (dtype) {
     case DType::F32:
       std::memcpy(out.data(), data, n * 4);

@@ -88,7 +88,8 @@ TEST(FuzzRegression, DeepConfigIsFormatError) {
 
 TEST(FuzzRegression, DeepShardIndexIsFormatError) {
   const fs::path dir = test::make_temp_dir("fuzz");
-  const fs::path p = write_file(dir, "model.safetensors.index.json", R"({"weight_map": {"a": )" + nested(100000) + "}}");
+  const fs::path p =
+      write_file(dir, "model.safetensors.index.json", R"({"weight_map": {"a": )" + nested(100000) + "}}");
   expect_error<FormatError>([&] { io::TensorStore::open(dir); }, {p.string() + ": JSON nesting too deep"});
 }
 
@@ -175,6 +176,19 @@ TEST(FuzzRegression, EmptyMetaspaceReplacementIsFormatError) {
              R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},)"
              R"( "pre_tokenizer": {"type": "Metaspace", "replacement": "ab"}})");
   expect_error<FormatError>([&] { io::load_tokenizer(dir); }, {"got \"ab\")"});
+}
+
+// fuzz_safetensors: widening an empty F32 tensor (shape [0, 3]) passed the null data() of an empty
+// vector to memcpy (UBSan: null pointer passed as argument 1). Meaningful under scripts/sanitize.
+TEST(FuzzRegression, EmptyF32TensorWidensToNothing) {
+  const std::string header =
+      R"({"s":{"dtype":"F32","shape":[],"data_offsets":[0,4]},"e":{"dtype":"F32","shape":[0,3],"data_offsets":[4,4]}})";
+  const fs::path p =
+      write_file(test::make_temp_dir("fuzz"), "model.safetensors", le64(header.size()) + header + std::string(4, '\0'));
+  const io::SafetensorsFile f(p);
+  ASSERT_NE(f.find("e"), nullptr);
+  EXPECT_TRUE(f.find("e")->to_f32().empty());
+  EXPECT_EQ(f.find("s")->to_f32(), std::vector<float>{0.0f});
 }
 
 }  // namespace
