@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -47,6 +48,32 @@ TEST(CompressCli, DryRunPlanHoldsTheBudgetWithAndWithoutBlockIdentity) {
   EXPECT_EQ(plan.at("modules").size(), 35u);
   EXPECT_EQ(plan.at("flops").get<std::int64_t>(), 2 * plan.at("macs").get<std::int64_t>());
   EXPECT_EQ(j.at("plan_without_block_identity").at("junction"), "identity");
+}
+
+// The text plan's two summary lines carry the same figures as the JSON plan: params, MACs and FLOPs
+// (2 per multiply-add) at 128 tokens, with and without block identity.
+TEST(CompressCli, DryRunTextPrintsParamsMacsAndFlopsWithAndWithoutBlockIdentity) {
+  const std::string base = cli() + " compress --model " + q(model()) + " --ratio 0.3 --dry-run";
+  std::string text, js;
+  ASSERT_EQ(test::run_command(base + " 2>/dev/null", text), 0) << text;
+  ASSERT_EQ(test::run_command(base + " --json 2>/dev/null", js), 0) << js;
+  const auto j = json_of(js);
+  auto line = [&](const nlohmann::json& p, const std::string& lead) {
+    return fmt::format("{}params {} of {} ({:.2f}% removed), MACs@128 {} of {}, FLOPs {} of {}\n", lead,
+                       p.at("params").get<std::int64_t>(), p.at("dense_params").get<std::int64_t>(),
+                       100.0 * p.at("achieved_ratio").get<double>(), p.at("macs").get<std::int64_t>(),
+                       p.at("dense_macs").get<std::int64_t>(), p.at("flops").get<std::int64_t>(),
+                       p.at("dense_flops").get<std::int64_t>());
+  };
+  const auto& bi = j.at("plan");
+  const auto& plain = j.at("plan_without_block_identity");
+  for (const auto* p : {&bi, &plain}) {
+    EXPECT_EQ(p->at("flops").get<std::int64_t>(), 2 * p->at("macs").get<std::int64_t>());
+    EXPECT_LT(p->at("flops").get<std::int64_t>(), p->at("dense_flops").get<std::int64_t>());
+  }
+  EXPECT_NE(text.find(line(bi, "total: ")), std::string::npos) << line(bi, "total: ") << text;
+  EXPECT_NE(text.find(line(plain, "without block identity: ")), std::string::npos)
+      << line(plain, "without block identity: ") << text;
 }
 
 TEST(CompressCli, WritesAReloadableCheckpointWithProvenance) {

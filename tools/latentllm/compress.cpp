@@ -34,8 +34,10 @@ void print_plan(const compress::RankPlan& plan, const compress::RankPlan& plain,
               (long long)plan.params(), (long long)plan.dense_params(), 100.0 * plan.achieved_ratio(),
               (long long)plan.n_tok, (long long)plan.macs(), (long long)plan.dense_macs(),
               (long long)(2 * plan.macs()), (long long)(2 * plan.dense_macs()));
-  std::printf("without block identity: params %lld (%.2f%% removed), MACs@%lld %lld\n", (long long)plain.params(),
-              100.0 * plain.achieved_ratio(), (long long)plain.n_tok, (long long)plain.macs());
+  std::printf("without block identity: params %lld of %lld (%.2f%% removed), MACs@%lld %lld of %lld, FLOPs %lld of %lld\n",
+              (long long)plain.params(), (long long)plain.dense_params(), 100.0 * plain.achieved_ratio(),
+              (long long)plain.n_tok, (long long)plain.macs(), (long long)plain.dense_macs(),
+              (long long)(2 * plain.macs()), (long long)(2 * plain.dense_macs()));
 }
 
 int run_compress(const CompressArgs& a) {
