@@ -129,8 +129,8 @@ EmbedAndHead load_embed_and_head(const WeightLoader& w, const std::string& embed
     // Untied, the head is a parameter of its own: HF would initialise a missing one randomly and run
     // a silently wrong model, so both must be stored.
     if (!has_head) {
-      throw FormatError(fmt::format("{}: missing tensor {} (expected with tie_word_embeddings false, got only {})",
-                                    w.dir().string(), head_name, has_embed ? embed_name : "neither"));
+      throw FormatError(fmt::format("{}: missing tensor {} (expected with tie_word_embeddings false, got {})",
+                                    w.dir().string(), head_name, has_embed ? "only " + embed_name : "neither"));
     }
     out.embed = w.matrix(embed_name, V, p);  // throws "missing tensor" when absent
     out.head = w.matrix(head_name, V, p);
