@@ -76,6 +76,13 @@ void check_inputs(const MatrixD& w, const VectorD& bias, const InputStats& st, c
   if (st.mean.size() != 0) linalg::check_finite(st.mean, context, "input mean");
 }
 
+// J⁻¹·F for the junction J [r, r] and F [r, d − r]. At full rank (r = d) F is empty, and Eigen's
+// BLAS-backed solve would take &F(0, 0) of it (undefined behaviour, UBSan): the answer is [r, 0].
+MatrixD solve_junction(const MatrixD& j, const MatrixD& f) {
+  if (f.cols() == 0) return MatrixD(j.rows(), 0);
+  return Eigen::PartialPivLU<MatrixD>(j).solve(f);
+}
+
 // A: [r, d] of numerical rank k < r (A·Π = Q·R with |R(j, j)| ≤ kRankTol·|R(0, 0)| for j ≥ k). Then
 // A ≈ Q_k·R_k·Πᵀ with Q_k = A·Π[:, :k]·R₁₁⁻¹ (R₁₁ = R[:k, :k]), so B·A = (B·Q_k)·(R_k·Πᵀ) with a rank-k
 // compression factor that has an identity block. The rows dropped carry nothing (their part of R is
@@ -154,13 +161,13 @@ LowRankFactors to_block_identity(const MatrixD& b, const MatrixD& a, std::string
   const auto n = static_cast<std::size_t>(d), rr = static_cast<std::size_t>(r);
   {
     const MatrixD j = gather_columns(a, perm, 0, rr);  // [r, r]
-    MatrixD f = Eigen::PartialPivLU<MatrixD>(j).solve(gather_columns(a, perm, rr, n));  // [r, d − r]
+    MatrixD f = solve_junction(j, gather_columns(a, perm, rr, n));  // [r, d − r]
     maxvol_refine(f, perm, static_cast<int>(r));
   }
   const MatrixD j = gather_columns(a, perm, 0, rr);  // [r, r] the junction J
   LowRankFactors out;
-  out.A = Eigen::PartialPivLU<MatrixD>(j).solve(gather_columns(a, perm, rr, n));  // [r, d − r]
-  out.B = b * j;                                                                     // [d', r]
+  out.A = solve_junction(j, gather_columns(a, perm, rr, n));  // [r, d − r]
+  out.B = b * j;                                              // [d', r]
   out.perm = std::move(perm);
   out.junction = Junction::BlockIdentity;
   out.rank = static_cast<int>(r);
