@@ -37,16 +37,16 @@ void add_calib_options(CLI::App* sub, CalibArgs& a) {
   sub->add_option("--seqlen", a.seqlen, "Tokens per calibration window (0 = min(2048, max positions))")
       ->capture_default_str()->group("Calibration");
   sub->add_option("--seed", a.seed, "Sampling seed")->capture_default_str()->group("Calibration");
-  sub->add_option("--calib-sampling", a.sampling, "random (GPTQ) or contiguous")
+  sub->add_option("--calib-sampling", a.sampling,
+                  "random (GPTQ: a random document with more than --seqlen tokens, a random window of it; each "
+                  "document tokenized on its own, with the tokenizer's BOS) or contiguous (window i = tokens "
+                  "[i·L, (i+1)·L) of the whole data tokenized once, BOS once at the very start as the model's "
+                  "tokenizer adds it, so only window 0 begins with BOS; c4 joins the text of every document of "
+                  "the file by \" \", text takes the file as it is; --seed is unused)")
       ->check(CLI::IsMember({"random", "contiguous"}))->capture_default_str()->group("Calibration");
 }
 
 compress::CompressOptions to_compress_options(const MethodArgs& a, const std::string& method, double ratio) {
-  compress::CompressOptions o;
-  o.method = method;
-  o.ratio = ratio;
-  o.local.junction = compress::parse_junction(a.junction);
-  o.local.lambda_rel = a.lambda_rel;
   if (!(ratio > 0.0 && ratio < 1.0)) {  // also NaN
     throw ConfigError(fmt::format("--ratio: compression ratio out of range (expected 0 < R < 1, got {})", ratio));
   }
@@ -56,6 +56,11 @@ compress::CompressOptions to_compress_options(const MethodArgs& a, const std::st
   if (!(a.alpha > 0.0 && std::isfinite(a.alpha))) {
     throw ConfigError(fmt::format("--alpha (expected a finite number > 0, got {})", a.alpha));
   }
+  compress::CompressOptions o;
+  o.method = method;
+  o.ratio = ratio;
+  o.local.junction = compress::parse_junction(a.junction);
+  o.local.lambda_rel = a.lambda_rel;
   o.local.alpha = a.alpha;
   o.joint_qk = o.joint_vo = o.joint_ud = false;
   std::string rest = a.joint;
