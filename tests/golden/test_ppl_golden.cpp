@@ -90,7 +90,9 @@ TEST(PplGoldenCoverage, EveryReferenceEntryIsTested) {
   std::set<std::pair<std::string, std::string>> listed;
   for (const auto& c : kCases) listed.emplace(c.model, c.key);
   for (const char* model : kModels) {
-    for (const auto& [key, entry] : reference(model).at("ppl").items()) {
+    // Named: a range-for over a member of the temporary reference(model) would outlive it (C++20).
+    const auto ref = reference(model);
+    for (const auto& [key, entry] : ref.at("ppl").items()) {
       EXPECT_TRUE(listed.count({model, key})) << model << " " << key << " has no golden test";
     }
   }
