@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <sstream>
 #include <string>
 
@@ -16,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_common.hpp"
+#include "blas_counters.hpp"
 #include "latentllm/calib.hpp"
 #include "latentllm/checkpoint.hpp"
 #include "latentllm/compressor.hpp"
@@ -33,6 +35,7 @@ struct MethodTimes {
   std::string method;
   double sample_s = 0, write_s = 0;
   compress::CompressReport rep;
+  std::map<std::string, bench::BlasSnapshot> part_blas;  // BLAS FLOPs / BLAS and LAPACK seconds per part
 };
 
 MethodTimes run_method(const std::string& model_dir, const std::string& c4, const std::string& method, double ratio,
@@ -51,6 +54,11 @@ MethodTimes run_method(const std::string& model_dir, const std::string& c4, cons
   compress::CompressOptions opt;
   opt.method = method;
   opt.ratio = ratio;
+  bench::BlasSnapshot at_begin;
+  opt.part_observer = [&](std::string_view part, bool begin) {
+    if (begin) at_begin = bench::BlasSnapshot::now();
+    else t.part_blas[std::string(part)] += bench::BlasSnapshot::now() - at_begin;
+  };
   t.rep = compress::compress_model(*m, ids, co.seqlen, opt);
   const auto dir = std::filesystem::temp_directory_path() / fmt::format("latentllm-bench-{}", method);
   checkpoint::SaveOptions so;
@@ -87,7 +95,8 @@ int main(int argc, char** argv) try {
   std::string md = fmt::format(
       "# Compression time: {} at {:.0f} %, {} C4 windows\n\nsgemm peak {:.1f} GFLOP/s, dgemm peak {:.1f} GFLOP/s "
       "(OpenBLAS, measured in the same process). Load average before: {:.2f}.\n\n"
-      "| method | stage | seconds | share | GFLOP/s | fraction of peak |\n|---|---|---:|---:|---:|---:|\n",
+      "| method | stage | seconds | share | GFLOP/s | fraction of peak | time in BLAS | time in LAPACK |\n"
+      "|---|---|---:|---:|---:|---:|---:|---:|\n",
       std::filesystem::path(model_dir).filename().string(), 100 * ratio, nsamples, speak, dpeak, load_before);
   std::stringstream list(methods);
   for (std::string method; std::getline(list, method, ',');) {
@@ -96,14 +105,24 @@ int main(int argc, char** argv) try {
     const auto& pt = t.rep.times;
     const double total = t.sample_s + t.rep.total_s + t.write_s;
     const double fwd_rate = pt.forward_flops / pt.forward / 1e9, cov_rate = pt.covariance_flops / pt.covariance / 1e9;
-    auto row = [&](const std::string& stage, double s, double rate, double peak) {
-      md += fmt::format("| {} | {} | {:.2f} | {} | {} | {} |\n", method, stage, s, pct(s / total),
-                        rate > 0 ? fmt::format("{:.1f}", rate) : "", rate > 0 ? pct(rate / peak) : "");
+    auto row = [&](const std::string& stage, double s, double rate, double peak, const bench::BlasSnapshot* b = nullptr) {
+      md += fmt::format("| {} | {} | {:.2f} | {} | {} | {} | {} | {} |\n", method, stage, s, pct(s / total),
+                        rate > 0 ? fmt::format("{:.1f}", rate) : "", rate > 0 ? pct(rate / peak) : "",
+                        b ? pct(b->blas_s / s) : "", b ? pct(b->lapack_s / s) : "");
     };
     row("calibration sampling (tokenize C4)", t.sample_s, 0, 1);
     row("layer forwards (linear FLOPs / wall, vs sgemm)", pt.forward, fwd_rate, speak);
     row("covariance XXᵀ (dsyrk, vs dgemm)", pt.covariance, cov_rate, dpeak);
-    for (const auto& [part, s] : t.rep.part_seconds) row("decompositions: " + part, s, 0, 1);
+    nlohmann::json parts = nlohmann::json::object();
+    for (const auto& [part, s] : t.rep.part_seconds) {
+      const bench::BlasSnapshot b = t.part_blas.count(part) ? t.part_blas.at(part) : bench::BlasSnapshot{};
+      const double rate = (b.flops_d + b.flops_s) / s / 1e9;  // all of a part's BLAS FLOPs over its wall time
+      row("decompositions: " + part + " (BLAS FLOPs / wall, vs dgemm)", s, rate, dpeak, &b);
+      parts[part] = {{"seconds", s}, {"blas_flops_double", b.flops_d}, {"blas_flops_single", b.flops_s},
+                     {"blas_seconds", b.blas_s}, {"lapack_seconds", b.lapack_s}, {"gflops", rate},
+                     {"fraction_of_dgemm_peak", rate / dpeak}, {"fraction_of_sgemm_peak", rate / speak},
+                     {"blas_gflops", b.blas_s > 0 ? (b.flops_d + b.flops_s) / b.blas_s / 1e9 : 0.0}};
+    }
     row("writing the checkpoint (f16)", t.write_s, 0, 1);
     row("**total**", total, 0, 1);
     runs.push_back({{"method", method},
@@ -112,14 +131,18 @@ int main(int argc, char** argv) try {
                                  {"write", t.write_s}, {"total", total}}},
                     {"forward_gflops", fwd_rate}, {"forward_fraction_of_sgemm_peak", fwd_rate / speak},
                     {"covariance_gflops", cov_rate}, {"covariance_fraction_of_dgemm_peak", cov_rate / dpeak},
-                    {"covariance_fraction_of_sgemm_peak", cov_rate / speak},
+                    {"covariance_fraction_of_sgemm_peak", cov_rate / speak}, {"decomposition_parts", parts},
                     {"attention_map_loss", t.rep.to_json().at("attention_map_loss")},
                     {"mlp_output_loss", t.rep.to_json().at("mlp_output_loss")}});
   }
   md += "\nForward: linear-layer FLOPs of the calibration forwards over their wall time (attention, norms and "
         "the statistics taps' bookkeeping included in the time), against the float sgemm peak. Covariance: the "
         "FLOPs of the triangle dsyrk computes, in double, against the dgemm peak. Decompositions are LAPACK "
-        "eigen/SVDs and, for joint up-down, dgemm-bound alternating fits over all calibration tokens.\n";
+        "eigen/SVDs and, for joint up-down, dgemm-bound alternating fits over all calibration tokens. Their rate is every "
+        "BLAS FLOP the part issued (GEMM, SYRK, TRSM, GEMV; counted by link-time wrappers, bench/blas_counters.hpp) over "
+        "the part's wall time; the two last columns say where that time goes: inside BLAS, inside LAPACK (dsyevd, "
+        "dgesdd, dgeqp3, whose internal FLOPs are not counted), and the rest is Eigen element-wise work and "
+        "bookkeeping.\n";
   const nlohmann::json j = {{"model", model_dir}, {"ratio", ratio}, {"nsamples", nsamples},
                             {"sgemm_peak_gflops", speak}, {"sgemm_square_gflops", peak_detail},
                             {"dgemm_peak_gflops", dpeak}, {"load_average_before", load_before},

@@ -4,9 +4,11 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -42,6 +44,10 @@ struct CompressOptions {
   // here, and with `resume` a matching state is restored and the run continues after its last layer.
   std::filesystem::path state_dir;
   bool resume = false;
+  // Called on entering (begin = true) and leaving each decomposition part ("local", "joint-qk",
+  // "joint-vo", "joint-ud") of every layer, on the calling thread; parts never nest. For profilers
+  // (bench/compress_time attributes BLAS FLOPs and LAPACK time to parts); empty = no calls.
+  std::function<void(std::string_view part, bool begin)> part_observer;
 };
 
 // The budget of one module (or joint group) and what it achieved.

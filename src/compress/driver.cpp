@@ -138,8 +138,10 @@ class MethodCompressor : public calib::LayerCompressor {
 
   template <typename F>
   void timed(const std::string& part, F&& f) {
+    if (opt_.part_observer) opt_.part_observer(part, true);
     const auto t0 = std::chrono::steady_clock::now();
     f();
+    if (opt_.part_observer) opt_.part_observer(part, false);
     report_.part_seconds[part] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
 
