@@ -3,7 +3,7 @@
 # paper's Table 1 and latentllm) at ratios 10-40 % on opt-tiny (WikiText-2, PTB), stories260K and
 # TinyStories-656K (WikiText-2), 64 calibration windows of C4 (seqlen = the model's maximum, <= 2048),
 # seed 0, as the paper. Writes bench/results/quality/<model>/{table2.md,table3.md,results.*,ppl_*.png}
-# and bench/results/quality/SUMMARY.md.
+# (bench/results/quality/SUMMARY.md reads them, with the in-domain and opt-tiny diagnosis runs).
 #   bench/run_quality.sh [model ...]      (default: all three)
 set -euo pipefail
 cd "$(dirname "$0")/.."
