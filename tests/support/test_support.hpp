@@ -1,10 +1,25 @@
 // Helpers shared by the test executables.
 #pragma once
 
+#include <exception>
 #include <filesystem>
 #include <string>
 
 namespace latentllm::test {
+
+// The message of the exception `f` throws if it is an E; otherwise "wrong exception type: <what>" or
+// "no exception", so an EXPECT_EQ on the message also checks the type.
+template <typename E, typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("wrong exception type: ") + e.what();
+  }
+  return "no exception";
+}
 
 // ../shared/<rel> (models, data). Throws std::runtime_error if it does not exist, so a missing
 // ../shared fails the test instead of silently skipping it.

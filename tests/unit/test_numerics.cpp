@@ -16,6 +16,7 @@
 #include "latentllm/calib.hpp"
 #include "latentllm/error.hpp"
 #include "linalg/linalg.hpp"
+#include "test_support.hpp"
 
 namespace latentllm::compress {
 namespace {
@@ -66,18 +67,7 @@ double optimal_loss(const MatrixD& w, const MatrixD& s, int r) {
   return d.s.tail(d.s.size() - r).squaredNorm();
 }
 
-// The message of the Error `f` throws, and that it is of type E.
-template <typename E, typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("wrong exception type: ") + e.what();
-  }
-  return "no exception";
-}
+using test::error_of;
 
 std::vector<std::string> kinds(const NoteCollector& c) {
   std::vector<std::string> k;

@@ -13,6 +13,7 @@
 #include "latentllm/log.hpp"
 #include "latentllm/model.hpp"
 #include "model_fixtures.hpp"
+#include "test_support.hpp"
 
 namespace latentllm {
 namespace {
@@ -40,17 +41,7 @@ compress::CompressOptions options(const std::string& method, double ratio = 0.3)
   return o;
 }
 
-template <typename E, typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("wrong exception type: ") + e.what();
-  }
-  return "no exception";
-}
+using test::error_of;
 
 bool has_note(const compress::CompressReport& r, const std::string& module, const std::string& kind) {
   for (const auto& n : r.notes)
