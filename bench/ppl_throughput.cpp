@@ -6,7 +6,8 @@
 //                  [--windows K] [--out bench/results/ppl_throughput]
 // Paths default relative to the repository root (bench/run_ppl_bench.sh runs it from there).
 //
-// Peak: the best of OpenBLAS sgemm (all cores, its own threads) over square sizes 1024..2048.
+// Peak: bench::sgemm_peak_gflops, the best over square sizes 1024..2048 of one OpenBLAS sgemm on all
+// cores and of one single-threaded sgemm per core run concurrently (how the forward drives it).
 // Breakdown: latentllm::model's forward profiler (wall-clock per part; the fused head's time split
 // between its GEMMs and its log-sum-exp by their CPU time).
 #include <cblas.h>
