@@ -8,6 +8,9 @@
 // chunks that start at a "\n", which gives the same ids: see chunking_is_exact().
 #include <sentencepiece_processor.h>
 
+#include <exception>
+#include <new>
+
 #include <fmt/format.h>
 
 #include "core/mapped_file.hpp"
@@ -64,6 +67,25 @@ bool for_each_field(std::string_view b, Fn&& fn) {
   return true;
 }
 
+// Why ModelProto.pieces (field 1; SentencePiece.piece = 1) cannot be loaded, or "" if they can.
+// libsentencepiece hands the pieces to its bundled darts-clone as C strings, so a piece with a NUL
+// byte becomes a shorter key: an empty one makes the trie builder throw an exception the library
+// does not catch, a shorter one would silently map text to the wrong piece.
+std::string bad_piece(std::string_view model) {
+  std::int64_t index = 0;
+  std::string why;
+  for_each_field(model, [&](std::uint64_t field, int wire, std::uint64_t, std::string_view bytes) {
+    if (field != 1 || wire != 2) return;
+    for_each_field(bytes, [&](std::uint64_t f, int w, std::uint64_t, std::string_view b) {
+      if (f != 1 || w != 2 || !why.empty()) return;
+      if (b.empty()) why = fmt::format("piece {} is empty", index);
+      if (b.find('\0') != std::string_view::npos) why = fmt::format("piece {} contains a NUL byte", index);
+    });
+    ++index;
+  });
+  return why;
+}
+
 NormalizerSpec read_normalizer_spec(std::string_view model) {
   NormalizerSpec spec;
   for_each_field(model, [&](std::uint64_t field, int wire, std::uint64_t, std::string_view bytes) {
@@ -84,7 +106,10 @@ class SentencePieceTokenizer final : public Tokenizer {
  public:
   SentencePieceTokenizer(const std::filesystem::path& file, const nlohmann::json& config) : origin_(file.string()) {
     const std::string bytes = core::read_file(file);
-    const auto status = sp_.LoadFromSerializedProto(bytes);
+    if (const std::string why = bad_piece(bytes); !why.empty()) {
+      throw FormatError(fmt::format("{}: not a readable SentencePiece model ({})", origin_, why));
+    }
+    const auto status = guarded("loading", [&] { return sp_.LoadFromSerializedProto(bytes); });
     if (!status.ok()) {
       throw FormatError(fmt::format("{}: not a readable SentencePiece model ({})", origin_, status.ToString()));
     }
@@ -138,8 +163,21 @@ class SentencePieceTokenizer final : public Tokenizer {
     return model_id;
   }
 
+  // Runs a libsentencepiece call; an exception from inside it (its bundled darts-clone throws on
+  // inputs it does not expect) becomes the typed error instead of escaping untyped.
+  template <typename Fn>
+  sentencepiece::util::Status guarded(const char* what, Fn&& fn) const {
+    try {
+      return fn();
+    } catch (const std::bad_alloc&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw FormatError(fmt::format("{}: not a readable SentencePiece model ({} failed: {})", origin_, what, e.what()));
+    }
+  }
+
   void encode_raw(std::string_view text, std::vector<int>& ids) const {
-    const auto status = sp_.Encode(text, &ids);
+    const auto status = guarded("encoding", [&] { return sp_.Encode(text, &ids); });
     if (!status.ok()) throw FormatError(fmt::format("{}: encoding failed ({})", origin_, status.ToString()));
   }
 

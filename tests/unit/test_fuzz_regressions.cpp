@@ -191,5 +191,36 @@ TEST(FuzzRegression, EmptyF32TensorWidensToNothing) {
   EXPECT_EQ(f.find("s")->to_f32(), std::vector<float>{0.0f});
 }
 
+// fuzz_tokenizer_spm (found by CI): a unigram model with a piece starting with a NUL byte made
+// libsentencepiece's bundled darts-clone (which takes the pieces as C strings) throw
+// Darts::Details::Exception ("zero-length key") out of LoadFromSerializedProto; untyped, it
+// terminated the process. A NUL later in a piece would silently shorten it.
+std::string proto_field(int field, const std::string& bytes) {  // length-delimited, short messages only
+  return std::string{static_cast<char>(field << 3 | 2), static_cast<char>(bytes.size())} + bytes;
+}
+std::string proto_varint(int field, int value) {
+  return std::string{static_cast<char>(field << 3), static_cast<char>(value)};
+}
+std::string spm_piece(const std::string& text, int type) {  // SentencePiece {piece, score, type}
+  return proto_field(1, proto_field(1, text) + std::string{0x15, 0, 0, 0, 0} + proto_varint(3, type));
+}
+
+TEST(FuzzRegression, SentencePieceNulPieceIsFormatError) {
+  const fs::path dir = test::make_temp_dir("fuzz");
+  // pieces: <unk> (UNKNOWN = 2), "a" and "\0b" (NORMAL = 1); trainer_spec.model_type = UNIGRAM (1).
+  const std::string nul_b{'\0', 'b'};
+  const fs::path p = write_file(dir, "tokenizer.model", spm_piece("<unk>", 2) + spm_piece("a", 1) +
+                                                            spm_piece(nul_b, 1) + proto_field(2, proto_varint(3, 1)));
+  expect_error<FormatError>([&] { io::load_tokenizer(dir); },
+                            {p.string() + ": not a readable SentencePiece model (piece 2 contains a NUL byte)"});
+  write_file(dir, "tokenizer.model", spm_piece("<unk>", 2) + spm_piece("a", 1) + spm_piece("a" + nul_b, 1) +
+                                         proto_field(2, proto_varint(3, 1)));
+  expect_error<FormatError>([&] { io::load_tokenizer(dir); }, {"(piece 2 contains a NUL byte)"});
+  // The same model without the empty piece loads and encodes (the test's proto encoding is right).
+  write_file(dir, "tokenizer.model", spm_piece("<unk>", 2) + spm_piece("a", 1) + spm_piece("\u2581", 1) +
+                                         proto_field(2, proto_varint(3, 1)));
+  EXPECT_EQ(io::load_tokenizer(dir)->encode("a", false), (std::vector<std::int32_t>{2, 1}));
+}
+
 }  // namespace
 }  // namespace latentllm
