@@ -75,6 +75,7 @@ std::string pct(double x) { return fmt::format("{:.0f} %", 100 * x); }
 }  // namespace
 
 int main(int argc, char** argv) try {
+  latentllm::core::reuse_large_allocations();  // as the CLI does (latentllm/resources.hpp)
   using bench::arg;
   const std::string shared = arg(argc, argv, "--shared", "../shared");
   const std::string model_dir = arg(argc, argv, "--model", shared + "/models/opt-tiny");

@@ -25,6 +25,7 @@
 #include "latentllm/dataset.hpp"
 #include "latentllm/eval.hpp"
 #include "latentllm/model.hpp"
+#include "latentllm/resources.hpp"
 #include "latentllm/tokenizer.hpp"
 #include "bench_common.hpp"
 #include "model/parallel.hpp"
@@ -40,6 +41,7 @@ using Clock = std::chrono::steady_clock;
 }  // namespace
 
 int main(int argc, char** argv) try {
+  latentllm::core::reuse_large_allocations();  // as the CLI does (latentllm/resources.hpp)
   using namespace latentllm;
   const std::string shared = arg(argc, argv, "--shared", "../shared");
   const std::string model_dir = arg(argc, argv, "--model", shared + "/models/opt-tiny");

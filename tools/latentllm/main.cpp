@@ -1,6 +1,5 @@
 // latentllm command-line entry point: parses the subcommand, installs the stderr logger, and turns
 // library exceptions into one message and a non-zero exit. Only this file exits.
-#include <malloc.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -8,13 +7,10 @@
 
 #include "commands.hpp"
 #include "latentllm/error.hpp"
+#include "latentllm/resources.hpp"
 
 int main(int argc, char** argv) {
-  // Compression allocates many short-lived [f, n] double matrices of tens of MiB. glibc serves
-  // blocks above its mmap threshold (at most 32 MiB by default) with fresh zeroed pages each time,
-  // so the kernel's page faults dominated; keep such blocks in the heap for reuse instead.
-  mallopt(M_MMAP_THRESHOLD, 1 << 30);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  latentllm::core::reuse_large_allocations();  // page faults otherwise dominate joint up-down
   CLI::App app{"latentllm: training-free compression of Hugging Face LLMs into latent models"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "latentllm 0.1.0");
