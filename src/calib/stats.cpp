@@ -1,10 +1,23 @@
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/gemm.hpp"
 #include "latentllm/calib.hpp"
 #include "latentllm/error.hpp"
+#include "model/parallel.hpp"
 
 namespace latentllm::calib {
+namespace {
+
+[[noreturn]] void throw_non_finite(const MatrixF& x, std::int64_t first_token) {
+  Eigen::Index t = 0, f = 0;
+  (!x.array().isFinite()).cast<int>().maxCoeff(&t, &f);
+  throw NumericError(fmt::format("non-finite calibration input (expected finite activations, got {} at token {}, "
+                                 "feature {})", x(t, f), first_token + t, f));
+}
+
+}  // namespace
 
 void SiteStats::reset(int width) {
   xtx = MatrixD::Zero(width, width);
@@ -18,19 +31,41 @@ void SiteStats::add(const MatrixF& x, std::int64_t first_token) {
   if (w != xtx.rows()) {
     throw Error(fmt::format("calibration statistics: input width (expected {}, got {})", xtx.rows(), w));
   }
-  if (!x.allFinite()) {
-    Eigen::Index t = 0, f = 0;
-    (!x.array().isFinite()).cast<int>().maxCoeff(&t, &f);
-    throw NumericError(fmt::format("non-finite calibration input (expected finite activations, got {} at token {}, "
-                                   "feature {})", x(t, f), first_token + t, f));
+  // Chunks of rows are widened to double on the forward's threads, in blocks whose partial sums are
+  // added in block order (bit-identical for any thread count), then one dsyrk per chunk: with a long
+  // inner dimension it runs near its peak, and the widening no longer waits on one core.
+  constexpr Eigen::Index kChunk = 4096, kBlock = 256;
+  const Eigen::Index chunk = std::min(kChunk, x.rows());
+  std::vector<double> buf(static_cast<std::size_t>(chunk * w));  // [rows, w] row-major
+  MatrixD part(2 * w, (chunk + kBlock - 1) / kBlock);  // per block: Σ x, then Σ |x|
+  for (Eigen::Index r0 = 0; r0 < x.rows(); r0 += kChunk) {
+    const Eigen::Index rows = std::min(kChunk, x.rows() - r0);
+    const Eigen::Index blocks = (rows + kBlock - 1) / kBlock;
+    model::parallel_for(blocks, 1, [&](std::int64_t b0, std::int64_t b1) {
+      for (auto b = b0; b < b1; ++b) {
+        double* s = part.col(b).data();
+        double* a = s + w;
+        std::fill(s, s + 2 * w, 0.0);
+        for (Eigen::Index t = b * kBlock; t < std::min(rows, (b + 1) * kBlock); ++t) {
+          const float* src = x.data() + (r0 + t) * w;
+          double* dst = buf.data() + t * w;
+          for (Eigen::Index j = 0; j < w; ++j) {
+            dst[j] = src[j];
+            s[j] += dst[j];
+            a[j] += std::abs(dst[j]);
+          }
+        }
+      }
+    });
+    // A NaN or Inf anywhere makes its block's Σ|x| non-finite (floats cannot overflow it in double).
+    if (!part.leftCols(blocks).bottomRows(w).allFinite()) throw_non_finite(x, first_token);
+    for (Eigen::Index b = 0; b < blocks; ++b) {
+      sum += part.col(b).head(w);
+      abs_sum += part.col(b).tail(w);
+    }
+    core::syrk_upper_add(buf.data(), static_cast<int>(rows), static_cast<int>(w), xtx);
   }
-  core::accumulate_xtx(x.data(), static_cast<int>(x.rows()), static_cast<int>(w), static_cast<int>(w), xtx);
-  // Column sums in double: one pass over rows (row-major), vectorizes over w.
-  for (Eigen::Index t = 0; t < x.rows(); ++t) {
-    const auto row = x.row(t).cast<double>();
-    sum += row.transpose();
-    abs_sum += row.cwiseAbs().transpose();
-  }
+  core::mirror_upper(xtx);
   n += x.rows();
 }
 

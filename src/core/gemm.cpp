@@ -35,27 +35,17 @@ void matmul_xwt(const MatrixF& x, const MatrixF& w, MatrixF& y, bool accumulate)
            accumulate ? 1.0f : 0.0f, y.data(), static_cast<int>(y.cols()));
 }
 
-void accumulate_xtx(const float* x, int n, int d, int ldx, MatrixD& c) {
+void syrk_upper_add(const double* x, int n, int d, MatrixD& c) {
   if (c.rows() != d || c.cols() != d) {
-    throw Error(fmt::format("accumulate_xtx: accumulator shape (expected [{}, {}], got [{}, {}])", d, d,
-                            c.rows(), c.cols()));
+    throw Error(fmt::format("syrk_upper_add: accumulator shape (expected [{}, {}], got [{}, {}])", d, d, c.rows(),
+                            c.cols()));
   }
-  constexpr int kChunk = 512;
-  std::vector<double> buf(static_cast<std::size_t>(kChunk) * d);
-  for (int r0 = 0; r0 < n; r0 += kChunk) {
-    const int rows = std::min(kChunk, n - r0);
-    for (int i = 0; i < rows; ++i) {
-      const float* src = x + static_cast<std::size_t>(r0 + i) * ldx;
-      double* dst = buf.data() + static_cast<std::size_t>(i) * d;
-      for (int j = 0; j < d; ++j) dst[j] = src[j];
-    }
-    // C (column-major, symmetric) += bufᵀ·buf; buf is row-major [rows, d] = column-major [d, rows].
-    cblas_dsyrk(CblasColMajor, CblasUpper, CblasNoTrans, d, rows, 1.0, buf.data(), d, 1.0, c.data(), d);
-  }
-  // dsyrk updated the upper triangle only; mirror it.
-  for (int j = 0; j < d; ++j)
-    for (int i = j + 1; i < d; ++i) c(i, j) = c(j, i);
+  if (n == 0 || d == 0) return;
+  // x row-major [n, d] is column-major [d, n]: C += x_cmᵀ... i.e. x_cm · x_cmᵀ, upper triangle.
+  cblas_dsyrk(CblasColMajor, CblasUpper, CblasNoTrans, d, n, 1.0, x, d, 1.0, c.data(), d);
 }
+
+void mirror_upper(MatrixD& c) { c.triangularView<Eigen::StrictlyLower>() = c.transpose(); }
 
 void set_blas_threads(int n) {
   if (n > 0) openblas_set_num_threads(n);

@@ -11,9 +11,10 @@ void matmul_xwt(const MatrixF& x, const MatrixF& w, MatrixF& y, bool accumulate 
 // Same on raw row-major blocks with leading dimensions (for per-head slices).
 void sgemm_rm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
               const float* b, int ldb, float beta, float* c, int ldc);
-// C += xᵀ·x in double, from a float block x: [n, d] (row-major, leading dim ldx). C: [d, d], both
-// triangles updated. Widens x in chunks so the product runs in dgemm (dsyrk), not a scalar loop.
-void accumulate_xtx(const float* x, int n, int d, int ldx, MatrixD& c);
+// Upper triangle of C += xᵀ·x (dsyrk), x: [n, d] row-major double, C: [d, d] (column-major). The
+// strict lower triangle is not touched: mirror_upper copies the upper one there.
+void syrk_upper_add(const double* x, int n, int d, MatrixD& c);
+void mirror_upper(MatrixD& c);
 
 // Sets the number of BLAS threads (0 = all cores).
 void set_blas_threads(int n);

@@ -60,14 +60,16 @@ TEST(Gemm, MatmulMatchesEigen) {
   EXPECT_LT((y - ref).cwiseAbs().maxCoeff(), 1e-5f);
 }
 
-TEST(Gemm, AccumulateXtxMatchesDoubleProduct) {
-  MatrixF x = MatrixF::Random(1100, 13);
-  MatrixD c = MatrixD::Zero(13, 13);
-  core::accumulate_xtx(x.data(), 600, 13, 13, c);
-  core::accumulate_xtx(x.data() + 600 * 13, 500, 13, 13, c);
-  MatrixD xd = x.cast<double>();
-  MatrixD ref = xd.transpose() * xd;
-  EXPECT_LT((c - ref).cwiseAbs().maxCoeff(), 1e-9);
+TEST(Gemm, SyrkUpperAddThenMirrorIsTheGram) {
+  MatrixD x = MatrixD::Random(37, 13);  // [n, d] column-major; the row-major copy is xᵀ's storage
+  const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> xr = x;
+  MatrixD c = MatrixD::Identity(13, 13);
+  core::syrk_upper_add(xr.data(), 37, 13, c);
+  EXPECT_EQ(c(5, 2), 0.0);  // the strict lower triangle is untouched
+  core::mirror_upper(c);
+  const MatrixD ref = MatrixD::Identity(13, 13) + x.transpose() * x;
+  EXPECT_LT((c - ref).cwiseAbs().maxCoeff(), 1e-12 * ref.cwiseAbs().maxCoeff());
+  EXPECT_EQ(c, c.transpose());
 }
 
 TEST(Support, Sha256KnownVector) {

@@ -4,12 +4,14 @@
 // independently from the final model, and they differ from the dense model's.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <map>
 #include <vector>
 
 #include <Eigen/SVD>
 
 #include "latentllm/calib.hpp"
+#include "latentllm/error.hpp"
 #include "latentllm/model.hpp"
 #include "model_fixtures.hpp"
 
@@ -158,6 +160,46 @@ TEST(Pipeline, WithoutIntraLayerStagesSeeTheDenseLayerAfterTheCompressedOnes) {
     if (st.layer > 0) {
       EXPECT_GT(rel_diff(st.xtx, gram(dense)), 1e-2);
     }
+  }
+}
+
+// SiteStats::add widens in parallel blocks and runs one dsyrk per chunk of 4096 rows: the moments
+// equal the double-precision sums, and are bit-identical for 1 and 2 threads.
+TEST(SiteStats, MomentsMatchDoubleSumsForAnyThreadCount) {
+  const MatrixF x = MatrixF::Random(10100, 13);  // three chunks, the last one partial
+  const MatrixD xd = x.cast<double>();
+  calib::SiteStats one, two;
+  model::set_num_threads(1);
+  one.reset(13);
+  one.add(x.topRows(600));
+  one.add(x.bottomRows(9500));
+  model::set_num_threads(2);
+  two.reset(13);
+  two.add(x.topRows(600));
+  two.add(x.bottomRows(9500));
+  model::set_num_threads(0);
+  const MatrixD ref = xd.transpose() * xd;
+  EXPECT_LT((one.xtx - ref).cwiseAbs().maxCoeff(), 1e-12 * ref.cwiseAbs().maxCoeff());
+  EXPECT_EQ(one.xtx, one.xtx.transpose());
+  EXPECT_LT((one.sum - xd.colwise().sum().transpose()).cwiseAbs().maxCoeff(), 1e-9);
+  EXPECT_LT((one.abs_sum - xd.cwiseAbs().colwise().sum().transpose()).cwiseAbs().maxCoeff(), 1e-9);
+  EXPECT_EQ(one.n, 10100);
+  EXPECT_EQ(one.xtx, two.xtx);
+  EXPECT_EQ(one.sum, two.sum);
+  EXPECT_EQ(one.abs_sum, two.abs_sum);
+}
+
+TEST(SiteStats, NonFiniteInALaterChunkNamesItsToken) {
+  MatrixF x = MatrixF::Ones(9000, 4);
+  x(8500, 3) = std::numeric_limits<float>::quiet_NaN();
+  calib::SiteStats s;
+  s.reset(4);
+  try {
+    s.add(x, 100);
+    ADD_FAILURE() << "no exception";
+  } catch (const NumericError& e) {
+    EXPECT_STREQ(e.what(), "non-finite calibration input (expected finite activations, got nan at token 8600, "
+                           "feature 3)");
   }
 }
 
