@@ -57,7 +57,18 @@ class ForwardObserver {
   virtual ~ForwardObserver() = default;
   // x: [n_seq·T, width of the site]; called once per site per layer_forward call.
   virtual void on_input(int layer, Site site, const MatrixF& x) = 0;
+  // True if nothing after `site` (in forward order) is needed from this layer: layer_forward then
+  // returns right after reporting it and leaves h unspecified. For observers that only collect
+  // inputs on a scratch copy of the hidden states (calibration taps).
+  virtual bool done_after(Site /*site*/) const { return false; }
 };
+
+// Reports x to obs (if any); true if the layer forward should stop here (ForwardObserver::done_after).
+inline bool report_input(ForwardObserver* obs, int layer, Site site, const MatrixF& x) {
+  if (obs == nullptr) return false;
+  obs->on_input(layer, site, x);
+  return obs->done_after(site);
+}
 
 // One decoder layer's modules. Linear modules are addressed by their name relative to the layer,
 // exactly as in the HF checkpoint: "self_attn.q_proj", "self_attn.out_proj" (OPT) / "self_attn.o_proj",

@@ -1,7 +1,9 @@
 // The sequential layer-by-layer calibration pipeline (SparseGPT style; paper section "Calibration").
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "latentllm/calib.hpp"
@@ -43,6 +45,12 @@ class SiteTap : public model::ForwardObserver {
     }
   }
 
+  // The taps need nothing past the last tapped site: the layer forward on the scratch copy stops
+  // there (for the first stage of a sequential pass, right after the layer norm).
+  bool done_after(model::Site site) const override { return site == last_site(); }
+
+  model::Site last_site() const { return *std::max_element(sites_.begin(), sites_.end()); }
+
  private:
   const model::DecoderLayer& layer_modules_;
   int layer_;
@@ -70,10 +78,13 @@ const char* site_name(model::Site s) {
   return "?";
 }
 
-// Linear-layer FLOPs of one layer forward over n_tok tokens (2 per multiply-add).
-double layer_linear_flops(const model::DecoderLayer& layer, std::int64_t n_tok) {
+// Linear-layer FLOPs of one layer forward over n_tok tokens (2 per multiply-add); with `until`, of
+// the modules that run before the forward stops at that site (those whose input comes earlier).
+double layer_linear_flops(const model::DecoderLayer& layer, std::int64_t n_tok,
+                          std::optional<model::Site> until = std::nullopt) {
   double macs = 0;
   for (const auto& lin : layer.linears) {
+    if (until && !(layer.site_of(lin.name) < *until)) continue;
     if (lin.factored()) {
       macs += static_cast<double>(lin.B.size() + lin.A.size());
     } else {
@@ -169,7 +180,7 @@ PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, 
         t0 = Clock::now();
         forward_layer_batched(m, i, scratch, seqlen, opt.batch_windows, tap.get());
         times.forward += seconds_since(t0) - tap->seconds;
-        times.forward_flops += layer_linear_flops(m.layer(i), n_tok);
+        times.forward_flops += layer_linear_flops(m.layer(i), n_tok, tap->last_site());
         times.covariance += tap->seconds;
         for (const auto& st : tap->stats) {
           const double w = static_cast<double>(st.xtx.rows());

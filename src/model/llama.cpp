@@ -134,7 +134,7 @@ class LlamaModel final : public Model {
     check_window(h, T);
     MatrixF x, q, k, v, a, y;  // x: [n, d]; q, a: [n, H·d_h]; k, v: [n, H_kv·d_h]; y: [n, d]
     norm(h, L.norm(kNorms[0]), x);
-    if (obs) obs->on_input(i, Site::AttnIn, x);
+    if (report_input(obs, i, Site::AttnIn, x)) return;
     L.linears[kQ].forward(x, q);
     L.linears[kK].forward(x, k);
     L.linears[kV].forward(x, v);
@@ -145,12 +145,12 @@ class LlamaModel final : public Model {
       apply_rope(k, T, d_h, rope);
     }
     causal_attention(q, k, v, {T, H, H_kv, d_h, 1.0f / std::sqrt(static_cast<float>(d_h)), window_}, a);
-    if (obs) obs->on_input(i, Site::AttnOut, a);
+    if (report_input(obs, i, Site::AttnOut, a)) return;
     L.linears[kO].forward(a, y);
     residual_add(h, y);
 
     norm(h, L.norm(kNorms[1]), x);
-    if (obs) obs->on_input(i, Site::MlpIn, x);
+    if (report_input(obs, i, Site::MlpIn, x)) return;
     MatrixF g, u;  // [n, ffn]
     L.linears[kGate].forward(x, g);
     L.linears[kUp].forward(x, u);
@@ -158,7 +158,7 @@ class LlamaModel final : public Model {
       detail::ProfileScope scope(&ForwardProfile::other_s);
       gated_activation(g, u, act_);
     }
-    if (obs) obs->on_input(i, Site::MlpMid, g);
+    if (report_input(obs, i, Site::MlpMid, g)) return;
     L.linears[kDown].forward(g, y);
     residual_add(h, y);
   }

@@ -110,27 +110,27 @@ class OptModel final : public Model {
     // Self-attention block.
     if (pre_ln) norm(h, L, 0, x);
     const MatrixF& x_attn = pre_ln ? x : h;
-    if (obs) obs->on_input(i, Site::AttnIn, x_attn);
+    if (report_input(obs, i, Site::AttnIn, x_attn)) return;
     L.linears[kQ].forward(x_attn, q);
     L.linears[kK].forward(x_attn, k);
     L.linears[kV].forward(x_attn, v);
     // HF scales the q_proj output (bias included) by d_h^−½; folded into the score GEMM.
     causal_attention(q, k, v, {T, H, H, d_h, 1.0f / std::sqrt(static_cast<float>(d_h))}, a);
-    if (obs) obs->on_input(i, Site::AttnOut, a);
+    if (report_input(obs, i, Site::AttnOut, a)) return;
     L.linears[kOut].forward(a, y);
     residual_add(h, y);
     if (!pre_ln) norm(h, L, 0, h);
     // MLP block.
     if (pre_ln) norm(h, L, 1, x);
     const MatrixF& x_mlp = pre_ln ? x : h;
-    if (obs) obs->on_input(i, Site::MlpIn, x_mlp);
+    if (report_input(obs, i, Site::MlpIn, x_mlp)) return;
     MatrixF f;  // [n, ffn]
     L.linears[kFc1].forward(x_mlp, f);
     {
       detail::ProfileScope scope(&ForwardProfile::other_s);
       apply_activation(f, act_);
     }
-    if (obs) obs->on_input(i, Site::MlpMid, f);
+    if (report_input(obs, i, Site::MlpMid, f)) return;
     L.linears[kFc2].forward(f, y);
     residual_add(h, y);
     if (!pre_ln) norm(h, L, 1, h);
