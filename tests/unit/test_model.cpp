@@ -330,6 +330,44 @@ TEST(Model, ObserverSeesEachSiteOnceWithTheModuleInputWidth) {
   }
 }
 
+// A recorder that asks the forward to stop after `last` (ForwardObserver::done_after).
+class StoppingRecorder : public SiteRecorder {
+ public:
+  explicit StoppingRecorder(model::Site last) : last_(last) {}
+  bool done_after(model::Site site) const override { return site == last_; }
+
+ private:
+  model::Site last_;
+};
+
+void expect_stops_after_each_site(const Model& m, std::int64_t vocab) {
+  const auto ids = random_ids(20, vocab, 4);
+  MatrixF h0;
+  m.embed(ids, 10, h0);
+  const model::Site order[] = {model::Site::AttnIn, model::Site::AttnOut, model::Site::MlpIn, model::Site::MlpMid};
+  for (std::size_t k = 0; k < 4; ++k) {
+    MatrixF h = h0;
+    StoppingRecorder rec(order[k]);
+    m.layer_forward(0, h, 10, &rec);
+    ASSERT_EQ(rec.calls.size(), k + 1) << m.family();
+    EXPECT_EQ(rec.calls.back().site, order[k]) << m.family();
+  }
+  // Without a stop the whole layer runs: every site, and the same output as with no observer.
+  MatrixF h = h0, ref = h0;
+  SiteRecorder all;
+  m.layer_forward(0, h, 10, &all);
+  m.layer_forward(0, ref, 10);
+  EXPECT_EQ(all.calls.size(), 4u) << m.family();
+  EXPECT_EQ(h, ref) << m.family();
+}
+
+TEST(Model, ObserverCanStopTheLayerAfterItsLastSite) {
+  LlamaDims ls;
+  expect_stops_after_each_site(*Model::load(make_llama(ls, 42).write("observer-stop-llama")), ls.V);
+  OptDims os;
+  expect_stops_after_each_site(*Model::load(make_opt(os, 43).write("observer-stop-opt")), os.V);
+}
+
 TEST(Model, LatentCheckpointRunsTheFactoredModules) {
   LlamaDims s;
   auto c = make_llama(s, 51);
