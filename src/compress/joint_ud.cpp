@@ -9,6 +9,7 @@
 #include "compress/notes.hpp"
 #include "latentllm/error.hpp"
 #include "linalg/linalg.hpp"
+#include "model/parallel.hpp"
 
 namespace latentllm::compress {
 
@@ -48,11 +49,27 @@ double activate_slope(Activation a, double z) {
 
 namespace {
 
+// out(i, j) = f(column j of the inputs, i) for every element, over column blocks on the forward's
+// threads: these [f, n] passes over all calibration tokens are memory-bound, and any split gives the
+// same result. fn(c0, c1) fills columns [c0, c1).
+template <typename Fn>
+void for_column_blocks(Eigen::Index cols, Fn&& fn) {
+  model::parallel_for(cols, 1024, [&](std::int64_t c0, std::int64_t c1) { fn(c0, c1 - c0); });
+}
+
 MatrixD act_of(Activation a, const MatrixD& z) {
-  return z.unaryExpr([a](double v) { return activate(a, v); });
+  MatrixD out(z.rows(), z.cols());
+  for_column_blocks(z.cols(), [&](Eigen::Index c0, Eigen::Index nc) {
+    out.middleCols(c0, nc) = z.middleCols(c0, nc).unaryExpr([a](double v) { return activate(a, v); });
+  });
+  return out;
 }
 MatrixD slope_of(Activation a, const MatrixD& z) {
-  return z.unaryExpr([a](double v) { return activate_slope(a, v); });
+  MatrixD out(z.rows(), z.cols());
+  for_column_blocks(z.cols(), [&](Eigen::Index c0, Eigen::Index nc) {
+    out.middleCols(c0, nc) = z.middleCols(c0, nc).unaryExpr([a](double v) { return activate_slope(a, v); });
+  });
+  return out;
 }
 
 // y = W·x + b for the columns of xt: [in, n] -> [out, n].
@@ -120,16 +137,18 @@ MatrixD ridge_hidden(const LowRank& down, const MatrixD& t, const MatrixD& h0, d
 // z ≥ 0 (σ(z) = z) and z ≤ 0 (σ(z) = 0), each a clipped quadratic.
 MatrixD relu_case_split(const MatrixD& zp, const MatrixD& w, double beta, double gamma) {
   MatrixD z(zp.rows(), zp.cols());
-  for (Eigen::Index j = 0; j < z.cols(); ++j) {
-    for (Eigen::Index i = 0; i < z.rows(); ++i) {
-      const double p = zp(i, j), u = w(i, j);
-      const double zpos = std::max(0.0, (beta * p + gamma * u) / (beta + gamma));
-      const double cpos = beta * (p - zpos) * (p - zpos) + gamma * (zpos - u) * (zpos - u);
-      const double zneg = std::min(u, 0.0);
-      const double cneg = beta * p * p + gamma * (zneg - u) * (zneg - u);
-      z(i, j) = cpos <= cneg ? zpos : zneg;
+  for_column_blocks(z.cols(), [&](Eigen::Index c0, Eigen::Index nc) {
+    for (Eigen::Index j = c0; j < c0 + nc; ++j) {
+      for (Eigen::Index i = 0; i < z.rows(); ++i) {
+        const double p = zp(i, j), u = w(i, j);
+        const double zpos = std::max(0.0, (beta * p + gamma * u) / (beta + gamma));
+        const double cpos = beta * (p - zpos) * (p - zpos) + gamma * (zpos - u) * (zpos - u);
+        const double zneg = std::min(u, 0.0);
+        const double cneg = beta * p * p + gamma * (zneg - u) * (zneg - u);
+        z(i, j) = cpos <= cneg ? zpos : zneg;
+      }
     }
-  }
+  });
   return z;
 }
 
@@ -205,8 +224,13 @@ void paper_iterations(const Ctx& c, MlpFactors cur, Best& best, UdResult& out) {
 // Gauss-Newton target for a pre-activation: z + η·s(h* − h)/(s² + ε), ε relative to mean s².
 MatrixD gn_target(const MatrixD& z, const MatrixD& s, const MatrixD& dh, double eta) {
   const double eps = 1e-2 * std::max(s.squaredNorm() / static_cast<double>(std::max<Eigen::Index>(1, s.size())), 1e-300);
-  const MatrixD denom = s.array().square() + eps;
-  return z + eta * (s.cwiseProduct(dh).array() / denom.array()).matrix();
+  MatrixD out(z.rows(), z.cols());
+  for_column_blocks(z.cols(), [&](Eigen::Index c0, Eigen::Index nc) {
+    const auto sc = s.middleCols(c0, nc).array();
+    out.middleCols(c0, nc) =
+        (z.middleCols(c0, nc).array() + eta * (sc * dh.middleCols(c0, nc).array() / (sc.square() + eps))).matrix();
+  });
+  return out;
 }
 
 // The extension (any activation, gated or not): see the header and docs/JOINT.md.
