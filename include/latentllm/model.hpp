@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -70,6 +71,17 @@ inline bool report_input(ForwardObserver* obs, int layer, Site site, const Matri
   return obs->done_after(site);
 }
 
+// A decoder layer's forward stopped at a site, so that it can resume there: calibration runs each
+// module of a layer once across its stages instead of re-running the layer from its input.
+struct LayerState {
+  // Where the forward stands: at `at`, whose input is x; or, when empty, at the layer's input
+  // (resid = the layer's input hidden states). A layer run to its end leaves `at` empty and resid =
+  // its output: the next layer's input state.
+  std::optional<Site> at;
+  MatrixF resid;  // [n_seq·T, d] the residual stream: the layer's input up to the attention block's add, then its sum
+  MatrixF x;      // [n_seq·T, width of `at`] the input of site `at`; empty when `at` is
+};
+
 // One decoder layer's modules. Linear modules are addressed by their name relative to the layer,
 // exactly as in the HF checkpoint: "self_attn.q_proj", "self_attn.out_proj" (OPT) / "self_attn.o_proj",
 // "fc1", "fc2" (OPT), "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj" (Llama family).
@@ -106,7 +118,14 @@ class Model {
   // ids: [n_seq·T] (n_seq windows of T tokens, positions restart at 0 in each) -> h: [n_seq·T, d].
   virtual void embed(std::span<const std::int32_t> ids, int T, MatrixF& h) const = 0;
   // Applies decoder layer i in place to h: [n_seq·T, d]; causal attention within each window.
-  virtual void layer_forward(int i, MatrixF& h, int T, ForwardObserver* obs = nullptr) const = 0;
+  void layer_forward(int i, MatrixF& h, int T, ForwardObserver* obs = nullptr) const;
+  // Runs decoder layer i from where s stands to the layer's end, or until obs is done_after a site
+  // (then s.at = that site, s.x = its input). Sites at or before the starting s.at are not reported
+  // again; the sites' inputs are bit-identical to those of an uninterrupted layer_forward.
+  virtual void layer_resume(int i, LayerState& s, int T, ForwardObserver* obs = nullptr) const = 0;
+  // FLOPs of the attention GEMMs (Q·Kᵀ and ·V over the block-causal region the forward computes, 2
+  // per multiply-add) of one layer over n_tok tokens in windows of T.
+  virtual double attention_flops(int T, std::int64_t n_tok) const = 0;
   // Final norm (+ OPT project_out) and LM head: h: [n, d] -> logits: [n, V].
   virtual void head(const MatrixF& h, MatrixF& logits) const;
 

@@ -1,6 +1,5 @@
 #include "model/attention.hpp"
 
-
 #include <algorithm>
 #include <vector>
 
@@ -61,6 +60,15 @@ void attend_head(const MatrixF& q, const MatrixF& k, const MatrixF& v, const Att
 
 }  // namespace
 
+double causal_attention_flops(const AttentionShape& s, std::int64_t n_seq) {
+  double keys_total = 0;  // Σ over row blocks of rows × keys multiplied
+  for (int i0 = 0; i0 < s.T; i0 += kBlock) {
+    const int rows = std::min(kBlock, s.T - i0);
+    keys_total += static_cast<double>(rows) * (i0 + rows - first_key(i0, s.window));
+  }
+  return 2.0 * 2.0 * keys_total * s.d_h * s.H * static_cast<double>(n_seq);
+}
+
 void causal_attention(const MatrixF& q, const MatrixF& k, const MatrixF& v, const AttentionShape& s, MatrixF& out) {
   const std::int64_t n = q.rows();
   if (s.T <= 0 || s.H <= 0 || s.H_kv <= 0 || s.H % s.H_kv != 0 || n % s.T != 0 || s.window < 0 ||
@@ -71,14 +79,8 @@ void causal_attention(const MatrixF& q, const MatrixF& k, const MatrixF& v, cons
                             s.d_h, s.window));
   }
   const int n_seq = static_cast<int>(n / s.T);
-  // Multiply-adds of the two GEMMs over the block-causal region, for the profile.
-  double keys_total = 0;
-  for (int i0 = 0; i0 < s.T; i0 += kBlock) {
-    const int rows = std::min(kBlock, s.T - i0);
-    keys_total += static_cast<double>(rows) * (i0 + rows - first_key(i0, s.window));
-  }
-  const double flops = 2.0 * 2.0 * keys_total * s.d_h * s.H * n_seq;
-  detail::ProfileScope scope(&ForwardProfile::attention_s, &ForwardProfile::attention_flops, flops);
+  detail::ProfileScope scope(&ForwardProfile::attention_s, &ForwardProfile::attention_flops,
+                             causal_attention_flops(s, n_seq));
 
   out.resize(n, q.cols());
   const int tasks = n_seq * s.H;

@@ -23,4 +23,8 @@ struct AttentionShape {
 // runs in float with max subtraction.
 void causal_attention(const MatrixF& q, const MatrixF& k, const MatrixF& v, const AttentionShape& s, MatrixF& out);
 
+// FLOPs of causal_attention's two GEMMs for n_seq windows (2 per multiply-add; the block-causal
+// region it multiplies, not the full T×T square). H_kv and scale do not enter.
+double causal_attention_flops(const AttentionShape& s, std::int64_t n_seq);
+
 }  // namespace latentllm::model

@@ -15,6 +15,13 @@ std::unique_ptr<Model> make_opt(const io::ModelConfig& config, const std::filesy
 // LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM (llama.cpp).
 std::unique_ptr<Model> make_llama(const io::ModelConfig& config, const std::filesystem::path& dir, WeightLoader& w);
 
+// The layer forward reached `site` (whose input is s.x): records it in s and reports it to obs;
+// true if the forward should stop there (ForwardObserver::done_after).
+inline bool reach(LayerState& s, Site site, ForwardObserver* obs, int layer) {
+  s.at = site;
+  return report_input(obs, layer, site, s.x);
+}
+
 // The token embedding [V, p] and the LM head [V, p] (empty when tied). Tied per config: when tied,
 // either of the pair stands in for the other when only one is stored (TinyStories-656K stores only
 // lm_head); when untied, both must be stored (FormatError naming the missing tensor).

@@ -127,40 +127,47 @@ class LlamaModel final : public Model {
     gather_rows(embed_tokens_, ids, h);  // [n, d]
   }
 
-  void layer_forward(int i, MatrixF& h, int T, ForwardObserver* obs) const override {
+  // Each block runs from the site the state stands at to the next (layer_resume in model.hpp).
+  void layer_resume(int i, LayerState& s, int T, ForwardObserver* obs) const override {
     const DecoderLayer& L = layers_.at(static_cast<std::size_t>(i));
-    const int H = static_cast<int>(config_.num_attention_heads), H_kv = static_cast<int>(config_.num_key_value_heads);
-    const int d_h = static_cast<int>(config_.head_dim);
+    MatrixF& h = s.resid;  // [n, d]
+    MatrixF& x = s.x;      // [n, width of s.at]
     check_window(h, T);
-    MatrixF x, q, k, v, a, y;  // x: [n, d]; q, a: [n, H·d_h]; k, v: [n, H_kv·d_h]; y: [n, d]
-    norm(h, L.norm(kNorms[0]), x);
-    if (report_input(obs, i, Site::AttnIn, x)) return;
-    L.linears[kQ].forward(x, q);
-    L.linears[kK].forward(x, k);
-    L.linears[kV].forward(x, v);
-    {
-      detail::ProfileScope scope(&ForwardProfile::other_s);
-      const RopeTable rope = rope_table(T, d_h, config_.rope_theta);
-      apply_rope(q, T, d_h, rope);
-      apply_rope(k, T, d_h, rope);
+    MatrixF y;  // [n, d] a module's output
+    if (!s.at) {
+      norm(h, L.norm(kNorms[0]), x);
+      if (reach(s, Site::AttnIn, obs, i)) return;
     }
-    causal_attention(q, k, v, {T, H, H_kv, d_h, 1.0f / std::sqrt(static_cast<float>(d_h)), window_}, a);
-    if (report_input(obs, i, Site::AttnOut, a)) return;
-    L.linears[kO].forward(a, y);
+    if (s.at == Site::AttnIn) {
+      attention(L, x, T, y);  // [n, H·d_h]
+      x.swap(y);
+      if (reach(s, Site::AttnOut, obs, i)) return;
+    }
+    if (s.at == Site::AttnOut) {
+      L.linears[kO].forward(x, y);
+      residual_add(h, y);
+      norm(h, L.norm(kNorms[1]), x);
+      if (reach(s, Site::MlpIn, obs, i)) return;
+    }
+    if (s.at == Site::MlpIn) {
+      MatrixF u;  // [n, ffn]
+      L.linears[kGate].forward(x, y);
+      L.linears[kUp].forward(x, u);
+      {
+        detail::ProfileScope scope(&ForwardProfile::other_s);
+        gated_activation(y, u, act_);
+      }
+      x.swap(y);
+      if (reach(s, Site::MlpMid, obs, i)) return;
+    }
+    L.linears[kDown].forward(x, y);
     residual_add(h, y);
+    s.at.reset();
+    x.resize(0, 0);
+  }
 
-    norm(h, L.norm(kNorms[1]), x);
-    if (report_input(obs, i, Site::MlpIn, x)) return;
-    MatrixF g, u;  // [n, ffn]
-    L.linears[kGate].forward(x, g);
-    L.linears[kUp].forward(x, u);
-    {
-      detail::ProfileScope scope(&ForwardProfile::other_s);
-      gated_activation(g, u, act_);
-    }
-    if (report_input(obs, i, Site::MlpMid, g)) return;
-    L.linears[kDown].forward(g, y);
-    residual_add(h, y);
+  double attention_flops(int T, std::int64_t n_tok) const override {
+    return causal_attention_flops(attention_shape(T), n_tok / T);
   }
 
  protected:
@@ -201,6 +208,28 @@ class LlamaModel final : public Model {
       L.linears.push_back(w.linear(lp + std::string(s.rel), dim(s.in), dim(s.out), has_bias(s.bias)));
     for (const auto n : kNorms) L.norms.emplace_back(std::string(n), w.vector(lp + std::string(n), config_.hidden_size));
     return L;
+  }
+
+  AttentionShape attention_shape(int T) const {
+    const int H = static_cast<int>(config_.num_attention_heads), H_kv = static_cast<int>(config_.num_key_value_heads);
+    const int d_h = static_cast<int>(config_.head_dim);
+    return {T, H, H_kv, d_h, 1.0f / std::sqrt(static_cast<float>(d_h)), window_};
+  }
+
+  // x: [n, d] the attention block's input -> a: [n, H·d_h] the concatenated head outputs.
+  void attention(const DecoderLayer& L, const MatrixF& x, int T, MatrixF& a) const {
+    const int d_h = static_cast<int>(config_.head_dim);
+    MatrixF q, k, v;  // q: [n, H·d_h]; k, v: [n, H_kv·d_h]
+    L.linears[kQ].forward(x, q);
+    L.linears[kK].forward(x, k);
+    L.linears[kV].forward(x, v);
+    {
+      detail::ProfileScope scope(&ForwardProfile::other_s);
+      const RopeTable rope = rope_table(T, d_h, config_.rope_theta);
+      apply_rope(q, T, d_h, rope);
+      apply_rope(k, T, d_h, rope);
+    }
+    causal_attention(q, k, v, attention_shape(T), a);
   }
 
   void norm(const MatrixF& x, const VectorF& weight, MatrixF& y) const {

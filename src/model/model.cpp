@@ -57,6 +57,18 @@ std::unique_ptr<Model> Model::load(const fs::path& dir) {
   return m;
 }
 
+void Model::layer_forward(int i, MatrixF& h, int T, ForwardObserver* obs) const {
+  LayerState s;
+  s.resid.swap(h);
+  try {
+    layer_resume(i, s, T, obs);
+  } catch (...) {
+    h.swap(s.resid);  // unchanged when the layer threw before its first residual add
+    throw;
+  }
+  h.swap(s.resid);
+}
+
 double Model::windows_nll(std::span<const std::int32_t> ids, int T) const {
   if (T < 2 || ids.empty() || ids.size() % static_cast<std::size_t>(T) != 0) {
     throw ConfigError(fmt::format("windows_nll: token count {} is not a positive multiple of the window {} (>= 2)",

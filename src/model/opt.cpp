@@ -100,40 +100,56 @@ class OptModel final : public Model {
     for (std::int64_t i = 0; i < h.rows(); ++i) h.row(i) += embed_positions_.row(i % T + kPositionOffset);
   }
 
-  void layer_forward(int i, MatrixF& h, int T, ForwardObserver* obs) const override {
+  // Each block runs from the site the state stands at to the next (layer_resume in model.hpp).
+  void layer_resume(int i, LayerState& s, int T, ForwardObserver* obs) const override {
     const DecoderLayer& L = layers_.at(static_cast<std::size_t>(i));
     const bool pre_ln = config_.do_layer_norm_before;
-    const int H = static_cast<int>(config_.num_attention_heads);
-    const int d_h = static_cast<int>(config_.hidden_size / H);
+    MatrixF& h = s.resid;  // [n, d]
+    MatrixF& x = s.x;      // [n, width of s.at]
     check_hidden(h, T);
-    MatrixF x, q, k, v, a, y;  // x: [n, d]; q, k, v, a: [n, d]; y: [n, d]
-    // Self-attention block.
-    if (pre_ln) norm(h, L, 0, x);
-    const MatrixF& x_attn = pre_ln ? x : h;
-    if (report_input(obs, i, Site::AttnIn, x_attn)) return;
-    L.linears[kQ].forward(x_attn, q);
-    L.linears[kK].forward(x_attn, k);
-    L.linears[kV].forward(x_attn, v);
-    // HF scales the q_proj output (bias included) by d_h^−½; folded into the score GEMM.
-    causal_attention(q, k, v, {T, H, H, d_h, 1.0f / std::sqrt(static_cast<float>(d_h))}, a);
-    if (report_input(obs, i, Site::AttnOut, a)) return;
-    L.linears[kOut].forward(a, y);
-    residual_add(h, y);
-    if (!pre_ln) norm(h, L, 0, h);
-    // MLP block.
-    if (pre_ln) norm(h, L, 1, x);
-    const MatrixF& x_mlp = pre_ln ? x : h;
-    if (report_input(obs, i, Site::MlpIn, x_mlp)) return;
-    MatrixF f;  // [n, ffn]
-    L.linears[kFc1].forward(x_mlp, f);
-    {
-      detail::ProfileScope scope(&ForwardProfile::other_s);
-      apply_activation(f, act_);
+    MatrixF y;  // [n, d] a module's output
+    if (!s.at) {
+      if (pre_ln) {
+        norm(h, L, 0, x);
+      } else {
+        x = h;
+      }
+      if (reach(s, Site::AttnIn, obs, i)) return;
     }
-    if (report_input(obs, i, Site::MlpMid, f)) return;
-    L.linears[kFc2].forward(f, y);
+    if (s.at == Site::AttnIn) {
+      attention(L, x, T, y);
+      x.swap(y);
+      if (reach(s, Site::AttnOut, obs, i)) return;
+    }
+    if (s.at == Site::AttnOut) {
+      L.linears[kOut].forward(x, y);
+      residual_add(h, y);
+      if (!pre_ln) norm(h, L, 0, h);
+      if (pre_ln) {
+        norm(h, L, 1, x);
+      } else {
+        x = h;
+      }
+      if (reach(s, Site::MlpIn, obs, i)) return;
+    }
+    if (s.at == Site::MlpIn) {
+      L.linears[kFc1].forward(x, y);  // [n, ffn]
+      {
+        detail::ProfileScope scope(&ForwardProfile::other_s);
+        apply_activation(y, act_);
+      }
+      x.swap(y);
+      if (reach(s, Site::MlpMid, obs, i)) return;
+    }
+    L.linears[kFc2].forward(x, y);
     residual_add(h, y);
     if (!pre_ln) norm(h, L, 1, h);
+    s.at.reset();
+    x.resize(0, 0);
+  }
+
+  double attention_flops(int T, std::int64_t n_tok) const override {
+    return causal_attention_flops(attention_shape(T), n_tok / T);
   }
 
  protected:
@@ -179,6 +195,22 @@ class OptModel final : public Model {
       }
     }
     return L;
+  }
+
+  AttentionShape attention_shape(int T) const {
+    const int H = static_cast<int>(config_.num_attention_heads);
+    const int d_h = static_cast<int>(config_.hidden_size / H);
+    // HF scales the q_proj output (bias included) by d_h^−½; folded into the score GEMM.
+    return {T, H, H, d_h, 1.0f / std::sqrt(static_cast<float>(d_h))};
+  }
+
+  // x: [n, d] the attention block's input -> a: [n, d] the concatenated head outputs.
+  void attention(const DecoderLayer& L, const MatrixF& x, int T, MatrixF& a) const {
+    MatrixF q, k, v;  // [n, d]
+    L.linears[kQ].forward(x, q);
+    L.linears[kK].forward(x, k);
+    L.linears[kV].forward(x, v);
+    causal_attention(q, k, v, attention_shape(T), a);
   }
 
   // which = 0: self_attn_layer_norm, 1: final_layer_norm (of the layer).  x, y: [n, d], may alias.

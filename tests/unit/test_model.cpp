@@ -6,6 +6,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -366,6 +367,67 @@ TEST(Model, ObserverCanStopTheLayerAfterItsLastSite) {
   expect_stops_after_each_site(*Model::load(make_llama(ls, 42).write("observer-stop-llama")), ls.V);
   OptDims os;
   expect_stops_after_each_site(*Model::load(make_opt(os, 43).write("observer-stop-opt")), os.V);
+}
+
+// Keeps the inputs a layer reports, and stops after `last` when given.
+class InputCapture : public model::ForwardObserver {
+ public:
+  explicit InputCapture(std::optional<model::Site> last = std::nullopt) : last_(last) {}
+  void on_input(int, model::Site site, const MatrixF& x) override { inputs.emplace_back(site, x); }
+  bool done_after(model::Site site) const override { return last_ == site; }
+  std::vector<std::pair<model::Site, MatrixF>> inputs;
+
+ private:
+  std::optional<model::Site> last_;
+};
+
+// A layer forward resumed from every site in turn (Model::layer_resume), or from the layer's input
+// straight to MlpIn and then to the end, reports each site once with bit-identical inputs, and ends
+// at the uninterrupted forward's output.
+void expect_resume_matches_whole_forward(const Model& m, std::int64_t vocab) {
+  const auto ids = random_ids(30, vocab, 6);
+  MatrixF h0;
+  m.embed(ids, 10, h0);
+  MatrixF ref = h0;
+  InputCapture whole;
+  m.layer_forward(0, ref, 10, &whole);
+  ASSERT_EQ(whole.inputs.size(), 4u);
+
+  model::LayerState s;
+  s.resid = h0;
+  for (const auto& [site, x] : whole.inputs) {
+    InputCapture step(site);
+    m.layer_resume(0, s, 10, &step);
+    ASSERT_EQ(step.inputs.size(), 1u) << m.family();
+    EXPECT_EQ(step.inputs[0].first, site) << m.family();
+    EXPECT_EQ(step.inputs[0].second, x) << m.family();
+    ASSERT_EQ(s.at, site) << m.family();
+    EXPECT_EQ(s.x, x) << m.family();
+  }
+  InputCapture rest;
+  m.layer_resume(0, s, 10, &rest);
+  EXPECT_TRUE(rest.inputs.empty()) << m.family();
+  EXPECT_FALSE(s.at.has_value()) << m.family();
+  EXPECT_EQ(s.resid, ref) << m.family();
+
+  model::LayerState skip;
+  skip.resid = h0;
+  InputCapture to_mlp(model::Site::MlpIn);
+  m.layer_resume(0, skip, 10, &to_mlp);
+  EXPECT_EQ(to_mlp.inputs.size(), 3u) << m.family();
+  EXPECT_EQ(skip.x, whole.inputs[2].second) << m.family();
+  m.layer_resume(0, skip, 10);
+  EXPECT_EQ(skip.resid, ref) << m.family();
+}
+
+TEST(Model, LayerResumedAtEverySiteMatchesTheWholeForward) {
+  LlamaDims ls;
+  ls.H_kv = 1;
+  expect_resume_matches_whole_forward(*Model::load(make_llama(ls, 44).write("resume-llama")), ls.V);
+  OptDims os;
+  expect_resume_matches_whole_forward(*Model::load(make_opt(os, 45).write("resume-opt")), os.V);
+  os.pre_ln = false;  // OPT-350M style: the norms after the residual adds
+  expect_resume_matches_whole_forward(*Model::load(make_opt(os, 46).write("resume-opt-post-ln")), os.V);
 }
 
 TEST(Model, LatentCheckpointRunsTheFactoredModules) {
