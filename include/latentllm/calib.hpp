@@ -56,7 +56,6 @@ struct StageInput {
   model::Site site = model::Site::AttnIn;
   const SiteStats* stats = nullptr;       // statistics of this site's input
   const MatrixF* activations = nullptr;   // [N·L, w] this site's inputs, if the compressor asked for them
-  const MatrixF* layer_input = nullptr;   // [N·L, d] the layer's input hidden states
   int seqlen = 0;
 };
 
@@ -67,6 +66,10 @@ class LayerCompressor {
   virtual ~LayerCompressor() = default;
   virtual std::vector<model::Site> stages(const model::Model& m) const = 0;
   virtual bool needs_activations(model::Site) const { return false; }
+  // The sites whose modules compress() may rewrite at stage `site` (default: that site's own). The
+  // pipeline resumes the next pass from this stage's one only if none of them comes before `site`
+  // (a rewritten earlier module changes every later site's input).
+  virtual std::vector<model::Site> rewrites(model::Site site) const { return {site}; }
   virtual void compress(const StageInput& in, model::Model& m) = 0;
 };
 
@@ -76,6 +79,7 @@ struct PipelineTimes {
   double covariance = 0;  // accumulating SiteStats
   double compress = 0;    // the compressor's decompositions
   double forward_flops = 0;     // linear-layer FLOPs of the forwards (for the fraction of peak)
+  double attention_flops = 0;   // attention GEMM FLOPs of the forwards (Q·Kᵀ and ·V, block-causal)
   double covariance_flops = 0;  // Σ n·w·(w+1): the triangle dsyrk computes, 2 per multiply-add
 };
 
@@ -84,6 +88,14 @@ struct PipelineOptions {
   // same layer (not only of earlier layers).
   bool sequential_within_layer = true;
   int batch_windows = 8;  // windows per layer_forward call (bounds intermediate memory)
+  // Each stage's pass resumes where the previous one stopped (model::LayerState over all N·L rows),
+  // so every module runs once per layer; off, each pass re-runs the layer from its input (the
+  // results are bit-identical either way).
+  bool resume_passes = true;
+  // Most bytes the resumable state may hold ([N·L, d] residual + a site's [N·L, w] input, and the
+  // previous site's while the width changes); a pass whose state would not fit runs on per-batch
+  // copies instead and the next one starts from the last state kept. -1: a quarter of physical memory.
+  std::int64_t resume_limit_bytes = -1;
   // Resume: layers [0, start_layer) are already compressed in the model and *start_hidden holds their
   // output for the N windows ([N·L, d]).
   int start_layer = 0;
@@ -101,7 +113,8 @@ std::string site_modules(const model::DecoderLayer& layer, int i, model::Site si
 // compressor, gathers the stage's input statistics on the current hidden states (which already
 // passed through the compressed layers 0..i−1), lets the compressor rewrite the layer, then
 // propagates the hidden states through the compressed layer. Memory: the hidden states of the N
-// windows (plus one site's activations when asked for), never the whole model's activations.
+// windows twice (the layer's input and its running residual) plus one site's inputs (two while a
+// pass widens them, within resume_limit_bytes), never the whole model's activations.
 PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, int seqlen,
                             LayerCompressor& compressor, const PipelineOptions& opt = {});
 

@@ -9,6 +9,7 @@
 #include "latentllm/calib.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/log.hpp"
+#include "latentllm/resources.hpp"
 
 namespace latentllm::calib {
 namespace {
@@ -78,33 +79,63 @@ const char* site_name(model::Site s) {
   return "?";
 }
 
-// Linear-layer FLOPs of one layer forward over n_tok tokens (2 per multiply-add); with `until`, of
-// the modules that run before the forward stops at that site (those whose input comes earlier).
-double layer_linear_flops(const model::DecoderLayer& layer, std::int64_t n_tok,
-                          std::optional<model::Site> until = std::nullopt) {
+// GEMM FLOPs (2 per multiply-add) of a layer pass over n_tok tokens from state `from` (empty: the
+// layer's input) to site `until` (empty: the layer's end): the modules fed by sites in [from, until).
+struct PassFlops {
+  double linear = 0, attention = 0;
+};
+PassFlops pass_flops(const model::Model& m, int i, std::optional<model::Site> from, std::optional<model::Site> until,
+                     int seqlen, std::int64_t n_tok) {
+  auto runs = [&](model::Site site) { return (!from || *from <= site) && (!until || site < *until); };
+  const model::DecoderLayer& layer = m.layer(i);
   double macs = 0;
   for (const auto& lin : layer.linears) {
-    if (until && !(layer.site_of(lin.name) < *until)) continue;
-    if (lin.factored()) {
-      macs += static_cast<double>(lin.B.size() + lin.A.size());
-    } else {
-      macs += static_cast<double>(lin.weight.size());
-    }
+    if (!runs(layer.site_of(lin.name))) continue;
+    macs += static_cast<double>(lin.factored() ? lin.B.size() + lin.A.size() : lin.weight.size());
   }
-  return 2.0 * macs * static_cast<double>(n_tok);
+  PassFlops f;
+  f.linear = 2.0 * macs * static_cast<double>(n_tok);
+  if (runs(model::Site::AttnIn)) f.attention = m.attention_flops(seqlen, n_tok);  // between AttnIn and AttnOut
+  return f;
 }
 
-// h: [N·L, d] through layer i in batches of windows; obs may be null.
-void forward_layer_batched(const model::Model& m, int i, MatrixF& h, int seqlen, int batch_windows,
-                           model::ForwardObserver* obs) {
-  const std::int64_t rows_per_batch = static_cast<std::int64_t>(batch_windows) * seqlen;
-  MatrixF chunk;
-  for (std::int64_t r0 = 0; r0 < h.rows(); r0 += rows_per_batch) {
-    const auto rows = std::min(rows_per_batch, h.rows() - r0);
-    chunk = h.middleRows(r0, rows);
-    m.layer_forward(i, chunk, seqlen, obs);
-    h.middleRows(r0, rows) = chunk;
+// Input width of a site in layer i (of the modules it feeds).
+std::int64_t site_width(const model::DecoderLayer& layer, model::Site site) {
+  for (const auto& lin : layer.linears)
+    if (layer.site_of(lin.name) == site) return lin.in;
+  return 0;
+}
+
+// A layer's forward over all N·L rows, one state per batch of windows (batches run in place, so
+// resuming copies nothing).
+using BatchStates = std::vector<model::LayerState>;
+
+// States at the layer's input: hidden's rows in batches of rows_per_batch.
+BatchStates input_states(const MatrixF& hidden, std::int64_t rows_per_batch) {
+  BatchStates st;
+  for (std::int64_t r0 = 0; r0 < hidden.rows(); r0 += rows_per_batch) {
+    st.emplace_back().resid = hidden.middleRows(r0, std::min(rows_per_batch, hidden.rows() - r0));
   }
+  return st;
+}
+
+// Runs layer i on every batch from where it stands to obs's last site (or the end without obs). In
+// place, the states end where the forward stopped; otherwise each batch runs on a copy and the
+// states are left as they were (obs keeps what it needs).
+void advance(const model::Model& m, int i, BatchStates& st, int seqlen, model::ForwardObserver* obs, bool in_place) {
+  model::LayerState copy;
+  for (model::LayerState& b : st) {
+    if (in_place) {
+      m.layer_resume(i, b, seqlen, obs);
+    } else {
+      copy = b;
+      m.layer_resume(i, copy, seqlen, obs);
+    }
+  }
+}
+
+std::int64_t resume_limit(const PipelineOptions& opt) {
+  return opt.resume_limit_bytes >= 0 ? opt.resume_limit_bytes : core::physical_memory_bytes() / 4;
 }
 
 }  // namespace
@@ -161,26 +192,42 @@ PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, 
   const auto n_tok = hidden.rows();
   const auto stages = compressor.stages(m);
 
+  const std::int64_t limit = resume_limit(opt);
+  const std::int64_t d = m.config().hidden_size;
+  const std::int64_t rows_per_batch = static_cast<std::int64_t>(opt.batch_windows) * seqlen;
+
   for (int i = opt.start_layer; i < n_layers; ++i) {
     const auto t_layer = Clock::now();
+    const model::DecoderLayer& layer = m.layer(i);
     std::unique_ptr<SiteTap> tap;
+    // This layer's forward as far as the passes so far took it (resume_passes), valid while no
+    // stage rewrote a module before where it stands.
+    BatchStates state;
+    bool state_valid = false;
     for (std::size_t s = 0; s < stages.size(); ++s) {
-      // Inputs of this stage: run the (partly compressed) layer on a copy, tapping the site(s). Without
-      // sequential_within_layer one pass over the dense layer taps every stage at once.
+      // Inputs of this stage: run the (partly compressed) layer to the stage's site, tapping it.
+      // Without sequential_within_layer one pass over the dense layer taps every stage at once.
       if (s == 0 || opt.sequential_within_layer) {
         std::vector<model::Site> sites;
-        std::vector<bool> keep;
         for (std::size_t k = opt.sequential_within_layer ? s : 0;
              k < (opt.sequential_within_layer ? s + 1 : stages.size()); ++k) {
           sites.push_back(stages[k]);
-          keep.push_back(compressor.needs_activations(stages[k]));
         }
-        tap = std::make_unique<SiteTap>(m.layer(i), i, sites, keep, n_tok);
-        MatrixF scratch = hidden;
+        const model::Site until = *std::max_element(sites.begin(), sites.end());
+        const bool in_place = opt.resume_passes && opt.sequential_within_layer &&
+                              4 * n_tok * (d + site_width(layer, until)) <= limit;
+        if (!state_valid) state = input_states(hidden, rows_per_batch);
+        std::vector<bool> keep;
+        for (const model::Site site : sites) keep.push_back(compressor.needs_activations(site));
+        tap = std::make_unique<SiteTap>(layer, i, sites, keep, n_tok);
+        const auto from = state.front().at;
         t0 = Clock::now();
-        forward_layer_batched(m, i, scratch, seqlen, opt.batch_windows, tap.get());
+        advance(m, i, state, seqlen, tap.get(), in_place);
         times.forward += seconds_since(t0) - tap->seconds;
-        times.forward_flops += layer_linear_flops(m.layer(i), n_tok, tap->last_site());
+        state_valid = state_valid || in_place;  // a pass on copies leaves a valid state where it was
+        const PassFlops f = pass_flops(m, i, from, until, seqlen, n_tok);
+        times.forward_flops += f.linear;
+        times.attention_flops += f.attention;
         times.covariance += tap->seconds;
         for (const auto& st : tap->stats) {
           const double w = static_cast<double>(st.xtx.rows());
@@ -196,17 +243,26 @@ PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, 
       in.site = stages[s];
       in.stats = &tap->stats[k];
       in.activations = compressor.needs_activations(stages[s]) ? &tap->activations[k] : nullptr;
-      in.layer_input = &hidden;
       in.seqlen = seqlen;
       t0 = Clock::now();
       with_context(fmt::format("layer {} ({})", i, site_name(stages[s])), [&] { compressor.compress(in, m); });
       times.compress += seconds_since(t0);
+      for (const model::Site r : compressor.rewrites(stages[s])) {
+        if (state_valid && state.front().at && r < *state.front().at) state_valid = false;  // stale inputs
+      }
     }
     // Propagate through the compressed layer: the next layer sees compressed outputs.
+    if (!state_valid) state = input_states(hidden, rows_per_batch);
+    const auto from = state.front().at;
     t0 = Clock::now();
-    forward_layer_batched(m, i, hidden, seqlen, opt.batch_windows, nullptr);
+    advance(m, i, state, seqlen, nullptr, /*in_place=*/true);
+    for (std::size_t b = 0; b < state.size(); ++b) {
+      hidden.middleRows(static_cast<std::int64_t>(b) * rows_per_batch, state[b].resid.rows()) = state[b].resid;
+    }
     times.forward += seconds_since(t0);
-    times.forward_flops += layer_linear_flops(m.layer(i), n_tok);
+    const PassFlops f = pass_flops(m, i, from, std::nullopt, seqlen, n_tok);
+    times.forward_flops += f.linear;
+    times.attention_flops += f.attention;
     if (!hidden.allFinite()) {
       Eigen::Index t = 0, f = 0;
       (!hidden.array().isFinite()).cast<int>().maxCoeff(&t, &f);

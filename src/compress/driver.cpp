@@ -104,6 +104,14 @@ class MethodCompressor : public calib::LayerCompressor {
 
   bool needs_activations(model::Site site) const override { return joint_ud() && site == model::Site::MlpIn; }
 
+  // Joint V-O rewrites v_proj (fed by AttnIn) at the o_proj stage; joint up-down rewrites the down
+  // projection (MlpMid) at the MlpIn stage.
+  std::vector<model::Site> rewrites(model::Site site) const override {
+    if (site == model::Site::AttnOut && joint_vo()) return {model::Site::AttnIn, site};
+    if (site == model::Site::MlpIn && joint_ud()) return {site, model::Site::MlpMid};
+    return {site};
+  }
+
   void compress(const calib::StageInput& in, model::Model& m) override {
     NoteCollector notes;  // the numerical fallbacks of this stage, into the report in order
     compress_stage(in, m);
