@@ -10,11 +10,44 @@
 namespace latentllm::calib {
 namespace {
 
+constexpr Eigen::Index kRowSplitMaxWidth = 2048;  // the second half's accumulator: at most 32 MiB
+
 [[noreturn]] void throw_non_finite(const MatrixF& x, std::int64_t first_token) {
   Eigen::Index t = 0, f = 0;
   (!x.array().isFinite()).cast<int>().maxCoeff(&t, &f);
   throw NumericError(fmt::format("non-finite calibration input (expected finite activations, got {} at token {}, "
                                  "feature {})", x(t, f), first_token + t, f));
+}
+
+// C's upper triangle += xᵀ·x (x: [rows, w] row-major double) on the forward's threads with
+// single-threaded BLAS. OpenBLAS's own threads stay asleep: woken by a threaded dsyrk, they spin
+// (sched_yield) for a while after it returns and take cycles from the next batch's forward on a
+// small machine (measured on 2 cores: the calibration forward's GEMMs at 44 % of the sgemm peak
+// with them spinning, 59 % without). Narrow sites split the rows in two halves, the second one
+// into `half` (a [w, w] accumulator the caller adds once); wide ones split the triangle's columns
+// into 4 blocks of equal area. Both splits are fixed, so results do not depend on the thread count.
+void syrk_on_forward_threads(const double* x, Eigen::Index rows, Eigen::Index w, MatrixD& c, MatrixD& half) {
+  const int n = static_cast<int>(rows), d = static_cast<int>(w);
+  model::BlasSingleThreaded single;
+  if (w <= kRowSplitMaxWidth) {
+    if (half.rows() != w) half = MatrixD::Zero(w, w);
+    const int n0 = n / 2;
+    model::parallel_for(2, 1, [&](std::int64_t t0, std::int64_t t1) {
+      for (auto t = t0; t < t1; ++t) {
+        if (t == 0) core::syrk_upper_add_columns(x, n0, d, 0, d, c);
+        else core::syrk_upper_add_columns(x + static_cast<std::int64_t>(n0) * d, n - n0, d, 0, d, half);
+      }
+    });
+    return;
+  }
+  constexpr int kBlocks = 4;
+  model::parallel_for(kBlocks, 1, [&](std::int64_t t0, std::int64_t t1) {
+    for (auto t = t0; t < t1; ++t) {
+      const auto edge = [&](std::int64_t k) { return static_cast<int>(std::lround(d * std::sqrt(double(k) / kBlocks))); };
+      const std::int64_t b = kBlocks - 1 - t;  // the last columns first: the narrowest blocks finish the load
+      core::syrk_upper_add_columns(x, n, d, edge(b), edge(b + 1), c);
+    }
+  });
 }
 
 }  // namespace
@@ -38,6 +71,7 @@ void SiteStats::add(const MatrixF& x, std::int64_t first_token) {
   const Eigen::Index chunk = std::min(kChunk, x.rows());
   std::vector<double> buf(static_cast<std::size_t>(chunk * w));  // [rows, w] row-major
   MatrixD part(2 * w, (chunk + kBlock - 1) / kBlock);  // per block: Σ x, then Σ |x|
+  MatrixD half;  // [w, w] the second halves' upper triangle (syrk_on_forward_threads)
   for (Eigen::Index r0 = 0; r0 < x.rows(); r0 += kChunk) {
     const Eigen::Index rows = std::min(kChunk, x.rows() - r0);
     const Eigen::Index blocks = (rows + kBlock - 1) / kBlock;
@@ -63,8 +97,9 @@ void SiteStats::add(const MatrixF& x, std::int64_t first_token) {
       sum += part.col(b).head(w);
       abs_sum += part.col(b).tail(w);
     }
-    core::syrk_upper_add(buf.data(), static_cast<int>(rows), static_cast<int>(w), xtx);
+    syrk_on_forward_threads(buf.data(), rows, w, xtx, half);
   }
+  if (half.size() > 0) xtx.triangularView<Eigen::Upper>() += half;
   core::mirror_upper(xtx);
   n += x.rows();
 }

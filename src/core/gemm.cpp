@@ -35,14 +35,16 @@ void matmul_xwt(const MatrixF& x, const MatrixF& w, MatrixF& y, bool accumulate)
            accumulate ? 1.0f : 0.0f, y.data(), static_cast<int>(y.cols()));
 }
 
-void syrk_upper_add(const double* x, int n, int d, MatrixD& c) {
-  if (c.rows() != d || c.cols() != d) {
-    throw Error(fmt::format("syrk_upper_add: accumulator shape (expected [{}, {}], got [{}, {}])", d, d, c.rows(),
-                            c.cols()));
+void syrk_upper_add_columns(const double* x, int n, int d, int j0, int j1, MatrixD& c) {
+  if (c.rows() != d || c.cols() != d || j0 < 0 || j1 > d || j0 > j1) {
+    throw Error(fmt::format("syrk_upper_add_columns: accumulator [{}, {}], columns [{}, {}) (expected [{}, {}] and "
+                            "0 <= j0 <= j1 <= {})", c.rows(), c.cols(), j0, j1, d, d, d));
   }
-  if (n == 0 || d == 0) return;
-  // x row-major [n, d] is column-major [d, n]: C += x_cmᵀ... i.e. x_cm · x_cmᵀ, upper triangle.
-  cblas_dsyrk(CblasColMajor, CblasUpper, CblasNoTrans, d, n, 1.0, x, d, 1.0, c.data(), d);
+  if (n == 0 || j0 == j1) return;
+  // x row-major [n, d] is the column-major [d, n] matrix X, and C += X·Xᵀ.
+  double* cj = c.data() + static_cast<std::int64_t>(j0) * d;  // column j0 of C
+  if (j0 > 0) cblas_dgemm(CblasColMajor, CblasNoTrans, CblasTrans, j0, j1 - j0, n, 1.0, x, d, x + j0, d, 1.0, cj, d);
+  cblas_dsyrk(CblasColMajor, CblasUpper, CblasNoTrans, j1 - j0, n, 1.0, x + j0, d, 1.0, cj + j0, d);
 }
 
 void mirror_upper(MatrixD& c) { c.triangularView<Eigen::StrictlyLower>() = c.transpose(); }

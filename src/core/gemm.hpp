@@ -11,9 +11,12 @@ void matmul_xwt(const MatrixF& x, const MatrixF& w, MatrixF& y, bool accumulate 
 // Same on raw row-major blocks with leading dimensions (for per-head slices).
 void sgemm_rm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
               const float* b, int ldb, float beta, float* c, int ldc);
-// Upper triangle of C += xᵀ·x (dsyrk), x: [n, d] row-major double, C: [d, d] (column-major). The
-// strict lower triangle is not touched: mirror_upper copies the upper one there.
-void syrk_upper_add(const double* x, int n, int d, MatrixD& c);
+// Columns [j0, j1) of the upper triangle of C += xᵀ·x, x: [n, d] row-major double, C: [d, d]
+// (column-major): C[0:j1, j0:j1] (its upper part) += x[:, 0:j1]ᵀ·x[:, j0:j1], one dgemm above the
+// diagonal block and one dsyrk on it. Disjoint column ranges can run on different threads (each
+// with single-threaded BLAS). The strict lower triangle is not touched: mirror_upper copies the
+// upper one there.
+void syrk_upper_add_columns(const double* x, int n, int d, int j0, int j1, MatrixD& c);
 void mirror_upper(MatrixD& c);
 
 // Sets the number of BLAS threads (0 = all cores).

@@ -60,12 +60,16 @@ TEST(Gemm, MatmulMatchesEigen) {
   EXPECT_LT((y - ref).cwiseAbs().maxCoeff(), 1e-5f);
 }
 
-TEST(Gemm, SyrkUpperAddThenMirrorIsTheGram) {
+// Column blocks of the upper triangle, added in any order, then mirrored: the Gram matrix.
+TEST(Gemm, SyrkUpperAddColumnsThenMirrorIsTheGram) {
   MatrixD x = MatrixD::Random(37, 13);  // [n, d] column-major; the row-major copy is xᵀ's storage
   const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> xr = x;
   MatrixD c = MatrixD::Identity(13, 13);
-  core::syrk_upper_add(xr.data(), 37, 13, c);
+  for (const auto& [j0, j1] : {std::pair{8, 13}, std::pair{0, 3}, std::pair{3, 8}, std::pair{5, 5}}) {
+    core::syrk_upper_add_columns(xr.data(), 37, 13, j0, j1, c);
+  }
   EXPECT_EQ(c(5, 2), 0.0);  // the strict lower triangle is untouched
+  EXPECT_THROW(core::syrk_upper_add_columns(xr.data(), 37, 13, 4, 14, c), Error);
   core::mirror_upper(c);
   const MatrixD ref = MatrixD::Identity(13, 13) + x.transpose() * x;
   EXPECT_LT((c - ref).cwiseAbs().maxCoeff(), 1e-12 * ref.cwiseAbs().maxCoeff());
