@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <array>
 
+#include "core/gemm.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/model.hpp"
 #include "model/parallel.hpp"
@@ -24,14 +25,11 @@ constexpr std::array<std::pair<std::string_view, Site>, 10> kSites = {{
     {"mlp.down_proj", Site::MlpMid},
 }};
 
+// Rows per task of the latent (factored) forward.
+constexpr std::int64_t kLatentRowBlock = 256;
+
 bool ends_with_module(std::string_view name, std::string_view rel) {
   return name.size() > rel.size() && name.ends_with(rel) && name[name.size() - rel.size() - 1] == '.';
-}
-
-// y[i, :] = b for every row (y: [n, out]), so that the GEMM can accumulate onto it.
-void fill_bias(MatrixF& y, std::int64_t n, const VectorF& b) {
-  y.resize(n, b.size());
-  y.rowwise() = b.transpose();
 }
 
 double linear_macs(const Linear& l) {
@@ -53,29 +51,44 @@ void Linear::forward(const MatrixF& x, MatrixF& y) const {
   detail::ProfileScope scope(&ForwardProfile::linear_s, &ForwardProfile::linear_flops,
                              2.0 * linear_macs(*this) * static_cast<double>(n));
   const bool has_bias = bias.size() > 0;
-  if (has_bias) fill_bias(y, n, bias);
   if (!factored()) {
-    parallel_xwt(x, weight, y, has_bias);  // [n, out]
+    parallel_xwt(x, weight, y, false, has_bias ? &bias : nullptr);  // [n, out]
     return;
   }
+  // Latent forward by row blocks, each on one thread: the latent z block stays in cache between the
+  // two GEMMs, and the block-identity gather runs in parallel with them. Blocks are fixed, so the
+  // result does not depend on the thread count.
   const std::int64_t r = B.cols();
-  MatrixF z;  // [n, r] latent
-  if (!block_identity) {
-    parallel_xwt(x, A, z);
-  } else {
-    // A_dense = [I_r | A] on the columns perm: z = x[:, perm[:r]] + x[:, perm[r:]]·Aᵀ.
-    MatrixF rest(n, in - r);  // [n, in − r]
-    z.resize(n, r);
-    for (std::int64_t i = 0; i < n; ++i) {
-      const float* xi = x.data() + i * in;
-      float* zi = z.data() + i * r;
-      float* ri = rest.data() + i * (in - r);
-      for (std::int64_t j = 0; j < r; ++j) zi[j] = xi[perm[static_cast<std::size_t>(j)]];
-      for (std::int64_t j = r; j < in; ++j) ri[j - r] = xi[perm[static_cast<std::size_t>(j)]];
+  y.resize(n, out);
+  BlasSingleThreaded single;
+  parallel_for(n, kLatentRowBlock, [&](std::int64_t r0, std::int64_t r1) {
+    thread_local ScratchF z, rest;  // [rows, r] latent, [rows, in − r] non-identity inputs
+    const int rows = static_cast<int>(r1 - r0);
+    z.resize(static_cast<std::size_t>(rows) * r);
+    const float* xb = x.data() + r0 * in;  // [rows, in]
+    if (!block_identity) {
+      core::sgemm_rm(false, true, rows, static_cast<int>(r), static_cast<int>(in), 1.0f, xb, static_cast<int>(in),
+                     A.data(), static_cast<int>(in), 0.0f, z.data(), static_cast<int>(r));
+    } else {
+      // A_dense = [I_r | A] on the columns perm: z = x[:, perm[:r]] + x[:, perm[r:]]·Aᵀ.
+      const std::int64_t k = in - r;
+      rest.resize(static_cast<std::size_t>(rows) * k);
+      for (int i = 0; i < rows; ++i) {
+        const float* xi = xb + i * in;
+        float* zi = z.data() + i * r;
+        float* ri = rest.data() + i * k;
+        for (std::int64_t j = 0; j < r; ++j) zi[j] = xi[perm[static_cast<std::size_t>(j)]];
+        for (std::int64_t j = r; j < in; ++j) ri[j - r] = xi[perm[static_cast<std::size_t>(j)]];
+      }
+      if (k > 0) {
+        core::sgemm_rm(false, true, rows, static_cast<int>(r), static_cast<int>(k), 1.0f, rest.data(),
+                       static_cast<int>(k), A.data(), static_cast<int>(k), 1.0f, z.data(), static_cast<int>(r));
+      }
     }
-    parallel_xwt(rest, A, z, /*accumulate=*/true);
-  }
-  parallel_xwt(z, B, y, has_bias);  // [n, out]
+    if (has_bias) fill_bias_rows(y, r0, r1, bias);
+    core::sgemm_rm(false, true, rows, static_cast<int>(out), static_cast<int>(r), 1.0f, z.data(), static_cast<int>(r),
+                   B.data(), static_cast<int>(r), has_bias ? 1.0f : 0.0f, y.data() + r0 * out, static_cast<int>(out));
+  });
 }
 
 MatrixF Linear::dense_weight() const {
