@@ -28,6 +28,32 @@ void for_spans(std::int64_t n, F&& f) {
   parallel_for(n, kChunkElems, [&](std::int64_t b, std::int64_t e) { f(b, e); });
 }
 
+// Σ x_j and Σ (x_j − c)² over a row in double, with 8 independent partial sums (added in a fixed
+// order): one serial chain of double adds per row kept the norms latency-bound.
+constexpr int kLanes = 8;
+
+double row_sum(const float* x, std::int64_t d) {
+  double acc[kLanes] = {};
+  std::int64_t j = 0;
+  for (; j + kLanes <= d; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) acc[l] += x[j + l];
+  for (; j < d; ++j) acc[0] += x[j];
+  double s = 0;
+  for (double a : acc) s += a;
+  return s;
+}
+
+double row_sq_dev(const float* x, std::int64_t d, double c) {
+  double acc[kLanes] = {};
+  std::int64_t j = 0;
+  for (; j + kLanes <= d; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) acc[l] += (x[j + l] - c) * (x[j + l] - c);
+  for (; j < d; ++j) acc[0] += (x[j] - c) * (x[j] - c);
+  double s = 0;
+  for (double a : acc) s += a;
+  return s;
+}
+
 float activate(float x, Activation act) {
   switch (act) {
     case Activation::Relu: return x > 0.0f ? x : 0.0f;
@@ -60,11 +86,8 @@ void layer_norm(const MatrixF& x, const VectorF& w, const VectorF& b, float eps,
   for_rows(n, d, [&](std::int64_t i) {
     const float* xi = x.data() + i * d;
     float* yi = y.data() + i * d;
-    double sum = 0;
-    for (std::int64_t j = 0; j < d; ++j) sum += xi[j];
-    const double mean = sum / static_cast<double>(d);
-    double sq = 0;
-    for (std::int64_t j = 0; j < d; ++j) sq += (xi[j] - mean) * (xi[j] - mean);
+    const double mean = row_sum(xi, d) / static_cast<double>(d);
+    const double sq = row_sq_dev(xi, d, mean);
     const float inv = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(d) + eps));
     const float m = static_cast<float>(mean);
     for (std::int64_t j = 0; j < d; ++j) {
@@ -82,8 +105,7 @@ void rms_norm(const MatrixF& x, const VectorF& w, float eps, MatrixF& y) {
   for_rows(n, d, [&](std::int64_t i) {
     const float* xi = x.data() + i * d;
     float* yi = y.data() + i * d;
-    double sq = 0;
-    for (std::int64_t j = 0; j < d; ++j) sq += static_cast<double>(xi[j]) * xi[j];
+    const double sq = row_sq_dev(xi, d, 0.0);
     const float inv = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(d) + eps));
     for (std::int64_t j = 0; j < d; ++j) yi[j] = w[j] * (xi[j] * inv);
   });
