@@ -263,7 +263,7 @@ PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, 
     const PassFlops f = pass_flops(m, i, from, std::nullopt, seqlen, n_tok);
     times.forward_flops += f.linear;
     times.attention_flops += f.attention;
-    if (!hidden.allFinite()) {
+    if (!std::isfinite((hidden.array() * 0.0f).sum())) {  // NaN iff a non-finite entry (vectorized sum)
       Eigen::Index t = 0, f = 0;
       (!hidden.array().isFinite()).cast<int>().maxCoeff(&t, &f);
       throw NumericError(fmt::format("{}: non-finite hidden states after compression (expected finite values, got "

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include "core/gemm.hpp"
@@ -69,7 +70,7 @@ void SiteStats::add(const MatrixF& x, std::int64_t first_token) {
   // inner dimension it runs near its peak, and the widening no longer waits on one core.
   constexpr Eigen::Index kChunk = 4096, kBlock = 256;
   const Eigen::Index chunk = std::min(kChunk, x.rows());
-  std::vector<double> buf(static_cast<std::size_t>(chunk * w));  // [rows, w] row-major
+  const std::unique_ptr<double[]> buf(new double[static_cast<std::size_t>(chunk * w)]);  // [rows, w] row-major, not zeroed
   MatrixD part(2 * w, (chunk + kBlock - 1) / kBlock);  // per block: Σ x, then Σ |x|
   MatrixD half;  // [w, w] the second halves' upper triangle (syrk_on_forward_threads)
   for (Eigen::Index r0 = 0; r0 < x.rows(); r0 += kChunk) {
@@ -82,7 +83,7 @@ void SiteStats::add(const MatrixF& x, std::int64_t first_token) {
         std::fill(s, s + 2 * w, 0.0);
         for (Eigen::Index t = b * kBlock; t < std::min(rows, (b + 1) * kBlock); ++t) {
           const float* src = x.data() + (r0 + t) * w;
-          double* dst = buf.data() + t * w;
+          double* dst = buf.get() + t * w;
           for (Eigen::Index j = 0; j < w; ++j) {
             dst[j] = src[j];
             s[j] += dst[j];
@@ -97,7 +98,7 @@ void SiteStats::add(const MatrixF& x, std::int64_t first_token) {
       sum += part.col(b).head(w);
       abs_sum += part.col(b).tail(w);
     }
-    syrk_on_forward_threads(buf.data(), rows, w, xtx, half);
+    syrk_on_forward_threads(buf.get(), rows, w, xtx, half);
   }
   if (half.size() > 0) xtx.triangularView<Eigen::Upper>() += half;
   core::mirror_upper(xtx);
