@@ -19,12 +19,13 @@ constexpr int kBlock = 64;
 // query, from the first query's sliding window on (0 without a window).
 int first_key(int i0, int window) { return window > 0 ? std::max(0, i0 - window + 1) : 0; }
 
-// Softmax of the n_keys entries at s; the rest of the row is unused.
-void softmax_prefix(float* s, int n_keys) {
+// exp(s − max) over the n_keys entries at s, in place; returns their sum. The division by it is
+// applied to the block's output rows (d_h entries) instead of to the probabilities (up to T).
+float exp_prefix(float* s, int n_keys) {
   Eigen::Map<Eigen::ArrayXf> a(s, n_keys);
   const float mx = a.maxCoeff();
   a = (a - mx).exp();
-  a *= 1.0f / a.sum();
+  return a.sum();
 }
 
 // One window, one query head: rows [w·T, (w+1)·T) of q/k/v, columns of head h / kv head g.
@@ -45,16 +46,19 @@ void attend_head(const MatrixF& q, const MatrixF& k, const MatrixF& v, const Att
     // S: [rows, keys] = scale · Q[i0:i0+rows]·K[k0:k0+keys]ᵀ
     core::sgemm_rm(false, true, rows, keys, s.d_h, s.scale, qh + static_cast<std::int64_t>(i0) * ldq, ldq,
                    kh + static_cast<std::int64_t>(k0) * ldk, ldk, 0.0f, scores.data(), keys);
+    float inv_sum[kBlock];
     for (int r = 0; r < rows; ++r) {
       float* sr = scores.data() + static_cast<std::int64_t>(r) * keys;
       const int lo = first_key(i0 + r, s.window) - k0, hi = i0 + r + 1 - k0;  // query i0+r sees [lo, hi)
       std::fill(sr, sr + lo, 0.0f);
-      softmax_prefix(sr + lo, hi - lo);
+      inv_sum[r] = 1.0f / exp_prefix(sr + lo, hi - lo);
       std::fill(sr + hi, sr + keys, 0.0f);
     }
-    // O[i0:i0+rows] = P: [rows, keys] · V[k0:k0+keys]: [keys, d_h]
+    // O[i0:i0+rows] = P: [rows, keys] · V[k0:k0+keys]: [keys, d_h], then each row / its softmax sum.
+    float* ob = oh + static_cast<std::int64_t>(i0) * ldo;
     core::sgemm_rm(false, false, rows, s.d_h, keys, 1.0f, scores.data(), keys, vh + static_cast<std::int64_t>(k0) * ldk,
-                   ldk, 0.0f, oh + static_cast<std::int64_t>(i0) * ldo, ldo);
+                   ldk, 0.0f, ob, ldo);
+    for (int r = 0; r < rows; ++r) Eigen::Map<Eigen::ArrayXf>(ob + static_cast<std::int64_t>(r) * ldo, s.d_h) *= inv_sum[r];
   }
 }
 
