@@ -165,11 +165,12 @@ struct Ctx {
   const UdOptions& opt;
   std::string_view context;
 
-  double loss(const MlpFactors& f) const { return (y - mlp_forward(w, f, xt)).squaredNorm(); }
+  // True output loss of f, given its hidden activations h = hidden_of(w, f, xt).h: [f, n].
+  double loss(const MlpFactors& f, const MatrixD& h) const { return (y - apply(f.down, h)).squaredNorm(); }
   // Output-aware refit of the down projection: rank-r_d regression of the DENSE output Y on the
-  // compressed hidden activations, so it absorbs the upstream (up/gate) error.
-  LowRank refit_down(const MlpFactors& f) const {
-    return fit(hidden_of(w, f, xt).h, y, opt.ranks.down, w.b_down.size() > 0, opt.lambda_rel, context);
+  // compressed hidden activations h, so it absorbs the upstream (up/gate) error.
+  LowRank refit_down(const MatrixD& h) const {
+    return fit(h, y, opt.ranks.down, w.b_down.size() > 0, opt.lambda_rel, context);
   }
 };
 
@@ -187,7 +188,8 @@ struct Best {
   }
 };
 
-// The paper's auxiliary-variable iterations (ReLU, not gated).
+// The paper's auxiliary-variable iterations (ReLU, not gated). Ŵ_u·X and the hidden activations
+// of each iterate are computed once and shared by the Z update, the losses and the down refit.
 void paper_iterations(const Ctx& c, MlpFactors cur, Best& best, UdResult& out) {
   UdOptions o = c.opt;
   // β, γ are relative to the mean squared singular value of the starting Ŵ_d, so the trade-off of
@@ -196,24 +198,29 @@ void paper_iterations(const Ctx& c, MlpFactors cur, Best& best, UdResult& out) {
   o.beta *= gain;
   o.gamma *= gain;
   const bool bu = c.w.b_up.size() > 0, bd = c.w.b_down.size() > 0;
-  MatrixD z = apply(cur.up, c.xt);        // [f, n]
-  MatrixD zp = act_of(Activation::Relu, z);
-  out.aux_loss.push_back(o.alpha * (c.y - apply(cur.down, zp)).squaredNorm());
+  MatrixD ux = apply(cur.up, c.xt);  // [f, n] Ŵ_u·X of the current up factor
+  MatrixD z = ux;                    // [f, n]
+  MatrixD zp;                        // [f, n]
+  if (o.track_aux_loss) out.aux_loss.push_back(o.alpha * (c.y - apply(cur.down, act_of(Activation::Relu, z))).squaredNorm());
   for (int it = 1; it <= o.iters; ++it) {
     zp = ridge_hidden(cur.down, target_minus_bias(c.y, cur.down), act_of(Activation::Relu, z), o.alpha, o.beta,
                       c.context);
-    z = relu_case_split(zp, apply(cur.up, c.xt), o.beta, o.gamma);
+    z = relu_case_split(zp, ux, o.beta, o.gamma);
     cur.up = fit(c.xt, z, o.ranks.up, bu, o.lambda_rel, c.context);
     cur.down = fit(zp, c.y, o.ranks.down, bd, o.lambda_rel, c.context);
-    out.aux_loss.push_back(o.alpha * (c.y - apply(cur.down, zp)).squaredNorm() +
-                           o.beta * (zp - act_of(Activation::Relu, z)).squaredNorm() +
-                           o.gamma * (z - apply(cur.up, c.xt)).squaredNorm());
-    double l = c.loss(cur);
+    ux = apply(cur.up, c.xt);
+    if (o.track_aux_loss) {
+      out.aux_loss.push_back(o.alpha * (c.y - apply(cur.down, zp)).squaredNorm() +
+                             o.beta * (zp - act_of(Activation::Relu, z)).squaredNorm() +
+                             o.gamma * (z - ux).squaredNorm());
+    }
+    const MatrixD h = act_of(Activation::Relu, ux);  // hidden activations of cur
+    double l = c.loss(cur, h);
     best.offer(cur, l, it);
     if (o.refit_down) {
       MlpFactors r = cur;
-      r.down = c.refit_down(r);
-      const double lr = c.loss(r);
+      r.down = c.refit_down(h);
+      const double lr = c.loss(r, h);
       best.offer(r, lr, it);
       l = std::min(l, lr);
     }
@@ -233,20 +240,20 @@ MatrixD gn_target(const MatrixD& z, const MatrixD& s, const MatrixD& dh, double 
   return out;
 }
 
-// The extension (any activation, gated or not): see the header and docs/JOINT.md.
-void extension_iterations(const Ctx& c, MlpFactors cur, double cur_loss, Best& best, UdResult& out) {
+// The extension (any activation, gated or not): see the header and docs/JOINT.md. `hd` holds the
+// hidden activations of `cur`; each candidate's are computed once for its down refit and its loss.
+void extension_iterations(const Ctx& c, MlpFactors cur, double cur_loss, Hidden hd, Best& best, UdResult& out) {
   const UdOptions& o = c.opt;
   const bool bu = c.w.b_up.size() > 0, bg = c.w.b_gate.size() > 0;
   for (int it = 1; it <= o.iters; ++it) {
-    const Hidden hd = hidden_of(c.w, cur, c.xt);
     const double gain = cur.down.dense().squaredNorm() / cur.down.rank();  // relative β as in the paper path
     if (!(gain > 0 && std::isfinite(gain))) break;  // a zero down factor: no ridge step (joint_ud notes it)
     const MatrixD hstar =
         ridge_hidden(cur.down, target_minus_bias(c.y, cur.down), hd.h, o.alpha, o.beta * gain, c.context);
+    const MatrixD su = c.w.gated ? act_of(c.w.act, hd.zg) : slope_of(c.w.act, hd.zu);  // ∂h/∂z_u
     bool accepted = false;
     for (double eta : {1.0, 0.5, 0.25}) {
       MlpFactors cand = cur;
-      const MatrixD su = c.w.gated ? act_of(c.w.act, hd.zg) : slope_of(c.w.act, hd.zu);  // ∂h/∂z_u
       cand.up = fit(c.xt, gn_target(hd.zu, su, hstar - hd.h, eta), o.ranks.up, bu, o.lambda_rel, c.context);
       if (c.w.gated) {
         const MatrixD zu = apply(cand.up, c.xt);
@@ -254,10 +261,12 @@ void extension_iterations(const Ctx& c, MlpFactors cur, double cur_loss, Best& b
         const MatrixD sg = slope_of(c.w.act, hd.zg).cwiseProduct(zu);  // ∂h/∂z_g
         cand.gate = fit(c.xt, gn_target(hd.zg, sg, hstar - h, eta), o.ranks.gate, bg, o.lambda_rel, c.context);
       }
-      cand.down = c.refit_down(cand);
-      const double l = c.loss(cand);
+      Hidden hc = hidden_of(c.w, cand, c.xt);
+      cand.down = c.refit_down(hc.h);
+      const double l = c.loss(cand, hc.h);
       if (l < cur_loss) {
         cur = std::move(cand);
+        hd = std::move(hc);
         cur_loss = l;
         accepted = true;
         break;
@@ -328,13 +337,14 @@ UdResult joint_ud(const MlpDense& w, const MatrixD& x, const UdOptions& opt, std
   out.output_energy = (y.colwise() - y.rowwise().mean()).squaredNorm();
   Best best;
   MlpFactors start = local_mlp(w, x, opt.ranks, opt.lambda_rel, true, context);
-  out.loss_local = c.loss(start);
+  Hidden hd = hidden_of(w, start, xt);  // of start, and of cur (the same up and gate)
+  out.loss_local = c.loss(start, hd.h);
   best.offer(start, out.loss_local, -1);
   MlpFactors cur = start;
   double cur_loss = out.loss_local;
   if (opt.refit_down) {
-    cur.down = c.refit_down(cur);
-    cur_loss = c.loss(cur);
+    cur.down = c.refit_down(hd.h);
+    cur_loss = c.loss(cur, hd.h);
     best.offer(cur, cur_loss, 0);
   }
   out.loss.push_back(cur_loss);
@@ -353,7 +363,7 @@ UdResult joint_ud(const MlpDense& w, const MatrixD& x, const UdOptions& opt, std
     return out;
   }
   if (paper) paper_iterations(c, start, best, out);  // the paper starts from the local solution
-  else extension_iterations(c, cur, cur_loss, best, out);
+  else extension_iterations(c, cur, cur_loss, std::move(hd), best, out);
   out.f = std::move(best.f);
   out.best_iter = best.iter;
   return out;

@@ -70,6 +70,7 @@ struct UdOptions {
   double lambda_rel = kDefaultLambdaRel;   // damping of every covariance
   bool refit_down = true;                  // also try the output-aware down refit of each iterate
   bool paper_admm = true;                  // ReLU, not gated: use the paper's auxiliary updates
+  bool track_aux_loss = false;             // paper path: record the auxiliary objective (three more [f, n] passes per iteration)
 };
 
 struct UdResult {
@@ -78,7 +79,7 @@ struct UdResult {
   double loss_local = 0;          // true output loss of the local root-cov start
   std::vector<double> loss;       // true output loss of each iteration's best candidate: [0] = start
                                   // (after the down refit, if enabled), then one per iteration
-  std::vector<double> aux_loss;   // paper path: auxiliary objective, [0] = start, one per iteration
+  std::vector<double> aux_loss;   // paper path with track_aux_loss: auxiliary objective, [0] = start, one per iteration
   int best_iter = -1;             // index into `loss` of the returned solution; −1 = the local start
 };
 

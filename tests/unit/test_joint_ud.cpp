@@ -49,7 +49,15 @@ TEST(JointUd, ReluPaperUpdatesMonotoneAndBeatLocal) {
     for (int r : {6, 12, 20}) {
       UdOptions opt;
       opt.ranks = {r, 0, r};
+      opt.track_aux_loss = true;
       const UdResult res = joint_ud(c.w, c.x, opt, "test");
+      // Tracking the auxiliary objective is a diagnostic only: the same factors without it.
+      opt.track_aux_loss = false;
+      const UdResult untracked = joint_ud(c.w, c.x, opt, "test");
+      EXPECT_TRUE(untracked.aux_loss.empty());
+      EXPECT_EQ(untracked.f.up.a, res.f.up.a);
+      EXPECT_EQ(untracked.f.down.b, res.f.down.b);
+      EXPECT_EQ(untracked.loss, res.loss);
       const MlpFactors local = local_mlp(c.w, c.x, opt.ranks, opt.lambda_rel, true, "test");
       const double ll = mlp_output_loss(c.w, local, c.x);
       EXPECT_NEAR(res.loss_local, ll, 1e-9 * ll);
