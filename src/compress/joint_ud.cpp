@@ -115,7 +115,9 @@ LowRank fit(const MatrixD& src, const MatrixD& tgt, int r, bool bias, double lam
 
 // argmin_H α‖T − Ŵ·H‖² + β‖H − H0‖² for the factored Ŵ = B·A (rank r), T: [d, n], H0: [f, n].
 // With Ŵ = U·S·Vᵀ (thin, from QRs of B and Aᵀ): (αŴᵀŴ + βI)⁻¹ = (I − V·diag(αs²/(αs²+β))·Vᵀ)/β,
-// so the [f, f] system is never formed (ridge step of the paper's Z' update).
+// so the [f, f] system is never formed (ridge step of the paper's Z' update). With R = αŴᵀT + βH0 =
+// V·C + βH0 (C = α·S·UᵀT) and VᵀV = I: H = H0 + V·(C − k ⊙ (C + β·VᵀH0))/β, k = αs²/(αs²+β) —
+// two [f, r]×[r, n] products instead of three, and R is never formed.
 MatrixD ridge_hidden(const LowRank& down, const MatrixD& t, const MatrixD& h0, double alpha, double beta,
                      std::string_view context) {
   const int r = down.rank();
@@ -127,10 +129,13 @@ MatrixD ridge_hidden(const LowRank& down, const MatrixD& t, const MatrixD& h0, d
   const linalg::Svd core = linalg::svd(r_b * r_a.transpose(), context);  // [r, r]
   const MatrixD u = q_b * core.u, v = q_a * core.v;                     // [d, r], [f, r]
   const VectorD s2 = core.s.array().square();
-  MatrixD rhs = v * (alpha * core.s.asDiagonal() * (u.transpose() * t)) + beta * h0;  // [f, n]
   const VectorD shrink = (alpha * s2.array() / (alpha * s2.array() + beta)).matrix();
-  rhs -= v * (shrink.asDiagonal() * (v.transpose() * rhs));
-  return rhs / beta;
+  const MatrixD c = alpha * core.s.asDiagonal() * (u.transpose() * t);    // [r, n]
+  const MatrixD g = v.transpose() * h0;                                   // [r, n]
+  const MatrixD step = (c - shrink.asDiagonal() * (c + beta * g)) / beta;  // [r, n]
+  MatrixD h = h0;
+  h.noalias() += v * step;  // [f, n]
+  return h;
 }
 
 // Paper's Z update for ReLU, per element: min β(z' − σ(z))² + γ(z − w)², the better of the branches
