@@ -163,19 +163,37 @@ MatrixD target_minus_bias(const MatrixD& y, const LowRank& down) {
   return t;
 }
 
+// Σ_t ‖y_t − (Ŵ·h_t + b)‖² for the factored Ŵ = B·A and bias b of `down`, from the regression
+// stats of (H, Y) and yy = ‖Y‖²: the square expanded, so no [d, n] residual is formed. The
+// expansion cancels about log10(‖Y‖² / loss) of double's 16 digits (3 for a 0.1 % loss).
+double loss_from_stats(const RegressionStats& st, double yy, const LowRank& down) {
+  const MatrixD w = down.dense();                                     // [d, f]
+  double l = yy - 2.0 * (w.array() * st.cross.array()).sum() + (w * st.cov).cwiseProduct(w).sum();
+  if (down.bias.size() > 0) {
+    const VectorD& b = down.bias;
+    l += -2.0 * b.dot(st.sum_t) + 2.0 * b.dot(w * st.sum_s) + st.n * b.squaredNorm();
+  }
+  return std::max(l, 0.0);
+}
+
 struct Ctx {
   const MlpDense& w;
   const MatrixD& xt;  // [d, n]
   const MatrixD& y;   // [d, n] dense output
   const UdOptions& opt;
   std::string_view context;
+  double yy = y.squaredNorm();  // ‖Y‖²
 
   // True output loss of f, given its hidden activations h = hidden_of(w, f, xt).h: [f, n].
   double loss(const MlpFactors& f, const MatrixD& h) const { return (y - apply(f.down, h)).squaredNorm(); }
+  // The down projection's view of hidden activations h: the regression stats of (h, Y), from which
+  // the output-aware refit and the loss of any down factor on h follow without another [f, n] pass.
+  RegressionStats on_hidden(const MatrixD& h) const { return regression_stats(h, y); }
+  double loss(const LowRank& down, const RegressionStats& st) const { return loss_from_stats(st, yy, down); }
   // Output-aware refit of the down projection: rank-r_d regression of the DENSE output Y on the
-  // compressed hidden activations h, so it absorbs the upstream (up/gate) error.
-  LowRank refit_down(const MatrixD& h) const {
-    return fit(h, y, opt.ranks.down, w.b_down.size() > 0, opt.lambda_rel, context);
+  // compressed hidden activations, so it absorbs the upstream (up/gate) error.
+  LowRank refit_down(const RegressionStats& st) const {
+    return reduced_rank_regression(st, opt.ranks.down, w.b_down.size() > 0, opt.lambda_rel, context);
   }
 };
 
@@ -220,16 +238,20 @@ void paper_iterations(const Ctx& c, MlpFactors cur, Best& best, UdResult& out) {
                              o.gamma * (z - ux).squaredNorm());
     }
     const MatrixD h = act_of(Activation::Relu, ux);  // hidden activations of cur
-    double l = c.loss(cur, h);
-    best.offer(cur, l, it);
-    if (o.refit_down) {
-      MlpFactors r = cur;
-      r.down = c.refit_down(h);
-      const double lr = c.loss(r, h);
-      best.offer(r, lr, it);
-      l = std::min(l, lr);
+    if (!o.refit_down) {
+      const double l = c.loss(cur, h);
+      best.offer(cur, l, it);
+      out.loss.push_back(l);
+      continue;
     }
-    out.loss.push_back(l);
+    const RegressionStats st = c.on_hidden(h);
+    const double l = c.loss(cur.down, st);
+    best.offer(cur, l, it);
+    MlpFactors r = cur;
+    r.down = c.refit_down(st);
+    const double lr = c.loss(r.down, st);
+    best.offer(r, lr, it);
+    out.loss.push_back(std::min(l, lr));
   }
 }
 
@@ -267,8 +289,9 @@ void extension_iterations(const Ctx& c, MlpFactors cur, double cur_loss, Hidden 
         cand.gate = fit(c.xt, gn_target(hd.zg, sg, hstar - h, eta), o.ranks.gate, bg, o.lambda_rel, c.context);
       }
       Hidden hc = hidden_of(c.w, cand, c.xt);
-      cand.down = c.refit_down(hc.h);
-      const double l = c.loss(cand, hc.h);
+      const RegressionStats st = c.on_hidden(hc.h);
+      cand.down = c.refit_down(st);
+      const double l = c.loss(cand.down, st);
       if (l < cur_loss) {
         cur = std::move(cand);
         hd = std::move(hc);
@@ -343,13 +366,14 @@ UdResult joint_ud(const MlpDense& w, const MatrixD& x, const UdOptions& opt, std
   Best best;
   MlpFactors start = local_mlp(w, x, opt.ranks, opt.lambda_rel, true, context);
   Hidden hd = hidden_of(w, start, xt);  // of start, and of cur (the same up and gate)
-  out.loss_local = c.loss(start, hd.h);
+  const RegressionStats st = c.on_hidden(hd.h);
+  out.loss_local = c.loss(start.down, st);
   best.offer(start, out.loss_local, -1);
   MlpFactors cur = start;
   double cur_loss = out.loss_local;
   if (opt.refit_down) {
-    cur.down = c.refit_down(hd.h);
-    cur_loss = c.loss(cur, hd.h);
+    cur.down = c.refit_down(st);
+    cur_loss = c.loss(cur.down, st);
     best.offer(cur, cur_loss, 0);
   }
   out.loss.push_back(cur_loss);
