@@ -44,7 +44,9 @@ void syrk_on_forward_threads(const double* x, Eigen::Index rows, Eigen::Index w,
   constexpr int kBlocks = 4;
   model::parallel_for(kBlocks, 1, [&](std::int64_t t0, std::int64_t t1) {
     for (auto t = t0; t < t1; ++t) {
-      const auto edge = [&](std::int64_t k) { return static_cast<int>(std::lround(d * std::sqrt(double(k) / kBlocks))); };
+      const auto edge = [&](std::int64_t k) {
+        return static_cast<int>(std::lround(d * std::sqrt(static_cast<double>(k) / kBlocks)));
+      };
       const std::int64_t b = kBlocks - 1 - t;  // the last columns first: the narrowest blocks finish the load
       core::syrk_upper_add_columns(x, n, d, edge(b), edge(b + 1), c);
     }
@@ -70,7 +72,8 @@ void SiteStats::add(const MatrixF& x, std::int64_t first_token) {
   // inner dimension it runs near its peak, and the widening no longer waits on one core.
   constexpr Eigen::Index kChunk = 4096, kBlock = 256;
   const Eigen::Index chunk = std::min(kChunk, x.rows());
-  const std::unique_ptr<double[]> buf(new double[static_cast<std::size_t>(chunk * w)]);  // [rows, w] row-major, not zeroed
+  // [rows, w] row-major; not zero-filled (every entry is written before it is read).
+  const std::unique_ptr<double[]> buf(new double[static_cast<std::size_t>(chunk * w)]);
   MatrixD part(2 * w, (chunk + kBlock - 1) / kBlock);  // per block: Σ x, then Σ |x|
   MatrixD half;  // [w, w] the second halves' upper triangle (syrk_on_forward_threads)
   for (Eigen::Index r0 = 0; r0 < x.rows(); r0 += kChunk) {

@@ -224,7 +224,9 @@ void paper_iterations(const Ctx& c, MlpFactors cur, Best& best, UdResult& out) {
   MatrixD ux = apply(cur.up, c.xt);  // [f, n] Ŵ_u·X of the current up factor
   MatrixD z = ux;                    // [f, n]
   MatrixD zp;                        // [f, n]
-  if (o.track_aux_loss) out.aux_loss.push_back(o.alpha * (c.y - apply(cur.down, act_of(Activation::Relu, z))).squaredNorm());
+  if (o.track_aux_loss) {
+    out.aux_loss.push_back(o.alpha * (c.y - apply(cur.down, act_of(Activation::Relu, z))).squaredNorm());
+  }
   for (int it = 1; it <= o.iters; ++it) {
     zp = ridge_hidden(cur.down, target_minus_bias(c.y, cur.down), act_of(Activation::Relu, z), o.alpha, o.beta,
                       c.context);

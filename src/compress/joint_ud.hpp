@@ -70,7 +70,8 @@ struct UdOptions {
   double lambda_rel = kDefaultLambdaRel;   // damping of every covariance
   bool refit_down = true;                  // also try the output-aware down refit of each iterate
   bool paper_admm = true;                  // ReLU, not gated: use the paper's auxiliary updates
-  bool track_aux_loss = false;             // paper path: record the auxiliary objective (three more [f, n] passes per iteration)
+  // Paper path: record the auxiliary objective per iteration (three more [f, n] passes each).
+  bool track_aux_loss = false;
 };
 
 struct UdResult {

@@ -58,7 +58,9 @@ void attend_head(const MatrixF& q, const MatrixF& k, const MatrixF& v, const Att
     float* ob = oh + static_cast<std::int64_t>(i0) * ldo;
     core::sgemm_rm(false, false, rows, s.d_h, keys, 1.0f, scores.data(), keys, vh + static_cast<std::int64_t>(k0) * ldk,
                    ldk, 0.0f, ob, ldo);
-    for (int r = 0; r < rows; ++r) Eigen::Map<Eigen::ArrayXf>(ob + static_cast<std::int64_t>(r) * ldo, s.d_h) *= inv_sum[r];
+    for (int r = 0; r < rows; ++r) {
+      Eigen::Map<Eigen::ArrayXf>(ob + static_cast<std::int64_t>(r) * ldo, s.d_h) *= inv_sum[r];
+    }
   }
 }
 
