@@ -138,6 +138,78 @@ std::int64_t resume_limit(const PipelineOptions& opt) {
   return opt.resume_limit_bytes >= 0 ? opt.resume_limit_bytes : core::physical_memory_bytes() / 4;
 }
 
+// The calibration passes of one layer over all N·L rows (batch states, see BatchStates), and their
+// times. With resume_passes, each pass starts where the previous one stopped while no stage has
+// rewritten a module before that point.
+class LayerPasses {
+ public:
+  LayerPasses(const model::Model& m, int layer, const MatrixF& hidden, int seqlen, const PipelineOptions& opt,
+              PipelineTimes& times)
+      : m_(m), layer_(layer), hidden_(hidden), seqlen_(seqlen), opt_(opt), times_(times),
+        rows_per_batch_(static_cast<std::int64_t>(opt.batch_windows) * seqlen) {}
+
+  // Runs the layer to the last of `sites`, tapping them; returns the tap (statistics, activations).
+  std::unique_ptr<SiteTap> tap(const std::vector<model::Site>& sites, const std::vector<bool>& keep,
+                               std::int64_t limit) {
+    const auto n_tok = hidden_.rows();
+    const model::Site until = *std::max_element(sites.begin(), sites.end());
+    const bool in_place = opt_.resume_passes && opt_.sequential_within_layer &&
+                          4 * n_tok * (m_.config().hidden_size + site_width(m_.layer(layer_), until)) <= limit;
+    if (!valid_) state_ = input_states(hidden_, rows_per_batch_);
+    auto tap = std::make_unique<SiteTap>(m_.layer(layer_), layer_, sites, keep, n_tok);
+    const auto from = state_.front().at;
+    const auto t0 = Clock::now();
+    advance(m_, layer_, state_, seqlen_, tap.get(), in_place);
+    times_.forward += seconds_since(t0) - tap->seconds;
+    valid_ = valid_ || in_place;  // a pass on copies leaves a valid state where it was
+    add_flops(from, until);
+    times_.covariance += tap->seconds;
+    for (const auto& st : tap->stats) {
+      const double w = static_cast<double>(st.xtx.rows());
+      times_.covariance_flops += static_cast<double>(st.n) * w * (w + 1);  // dsyrk: one triangle
+    }
+    return tap;
+  }
+
+  // A stage rewrote the modules of these sites: inputs of later sites computed before are stale.
+  void rewritten(const std::vector<model::Site>& sites) {
+    for (const model::Site r : sites) {
+      if (valid_ && state_.front().at && r < *state_.front().at) valid_ = false;
+    }
+  }
+
+  // Runs the (compressed) layer to its end and writes its output for the N·L rows to `out`, which
+  // may be the layer's input matrix itself (the batch states hold copies of it).
+  void finish(MatrixF& out) {
+    if (!valid_) state_ = input_states(hidden_, rows_per_batch_);
+    const auto from = state_.front().at;
+    const auto t0 = Clock::now();
+    advance(m_, layer_, state_, seqlen_, nullptr, /*in_place=*/true);
+    for (std::size_t b = 0; b < state_.size(); ++b) {
+      out.middleRows(static_cast<std::int64_t>(b) * rows_per_batch_, state_[b].resid.rows()) = state_[b].resid;
+    }
+    times_.forward += seconds_since(t0);
+    add_flops(from, std::nullopt);
+  }
+
+ private:
+  void add_flops(std::optional<model::Site> from, std::optional<model::Site> until) {
+    const PassFlops pf = pass_flops(m_, layer_, from, until, seqlen_, hidden_.rows());
+    times_.forward_flops += pf.linear;
+    times_.attention_flops += pf.attention;
+  }
+
+  const model::Model& m_;
+  int layer_;
+  const MatrixF& hidden_;  // [N·L, d] the layer's input
+  int seqlen_;
+  const PipelineOptions& opt_;
+  PipelineTimes& times_;
+  std::int64_t rows_per_batch_;
+  BatchStates state_;
+  bool valid_ = false;
+};
+
 }  // namespace
 
 std::string layer_name(const model::DecoderLayer& layer, int i) {
@@ -189,50 +261,26 @@ PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, 
     hidden = *opt.start_hidden;
   }
   times.forward += seconds_since(t0);
-  const auto n_tok = hidden.rows();
   const auto stages = compressor.stages(m);
 
   const std::int64_t limit = resume_limit(opt);
-  const std::int64_t d = m.config().hidden_size;
-  const std::int64_t rows_per_batch = static_cast<std::int64_t>(opt.batch_windows) * seqlen;
 
   for (int i = opt.start_layer; i < n_layers; ++i) {
     const auto t_layer = Clock::now();
-    const model::DecoderLayer& layer = m.layer(i);
+    LayerPasses passes(m, i, hidden, seqlen, opt, times);
     std::unique_ptr<SiteTap> tap;
-    // This layer's forward as far as the passes so far took it (resume_passes), valid while no
-    // stage rewrote a module before where it stands.
-    BatchStates state;
-    bool state_valid = false;
     for (std::size_t s = 0; s < stages.size(); ++s) {
       // Inputs of this stage: run the (partly compressed) layer to the stage's site, tapping it.
       // Without sequential_within_layer one pass over the dense layer taps every stage at once.
       if (s == 0 || opt.sequential_within_layer) {
         std::vector<model::Site> sites;
+        std::vector<bool> keep;
         for (std::size_t k = opt.sequential_within_layer ? s : 0;
              k < (opt.sequential_within_layer ? s + 1 : stages.size()); ++k) {
           sites.push_back(stages[k]);
+          keep.push_back(compressor.needs_activations(stages[k]));
         }
-        const model::Site until = *std::max_element(sites.begin(), sites.end());
-        const bool in_place = opt.resume_passes && opt.sequential_within_layer &&
-                              4 * n_tok * (d + site_width(layer, until)) <= limit;
-        if (!state_valid) state = input_states(hidden, rows_per_batch);
-        std::vector<bool> keep;
-        for (const model::Site site : sites) keep.push_back(compressor.needs_activations(site));
-        tap = std::make_unique<SiteTap>(layer, i, sites, keep, n_tok);
-        const auto from = state.front().at;
-        t0 = Clock::now();
-        advance(m, i, state, seqlen, tap.get(), in_place);
-        times.forward += seconds_since(t0) - tap->seconds;
-        state_valid = state_valid || in_place;  // a pass on copies leaves a valid state where it was
-        const PassFlops f = pass_flops(m, i, from, until, seqlen, n_tok);
-        times.forward_flops += f.linear;
-        times.attention_flops += f.attention;
-        times.covariance += tap->seconds;
-        for (const auto& st : tap->stats) {
-          const double w = static_cast<double>(st.xtx.rows());
-          times.covariance_flops += static_cast<double>(st.n) * w * (w + 1);  // dsyrk: one triangle
-        }
+        tap = passes.tap(sites, keep, limit);
       }
       const std::size_t k = opt.sequential_within_layer ? 0 : s;
       if (tap->stats[k].n == 0) {
@@ -247,22 +295,10 @@ PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, 
       t0 = Clock::now();
       with_context(fmt::format("layer {} ({})", i, site_name(stages[s])), [&] { compressor.compress(in, m); });
       times.compress += seconds_since(t0);
-      for (const model::Site r : compressor.rewrites(stages[s])) {
-        if (state_valid && state.front().at && r < *state.front().at) state_valid = false;  // stale inputs
-      }
+      passes.rewritten(compressor.rewrites(stages[s]));
     }
     // Propagate through the compressed layer: the next layer sees compressed outputs.
-    if (!state_valid) state = input_states(hidden, rows_per_batch);
-    const auto from = state.front().at;
-    t0 = Clock::now();
-    advance(m, i, state, seqlen, nullptr, /*in_place=*/true);
-    for (std::size_t b = 0; b < state.size(); ++b) {
-      hidden.middleRows(static_cast<std::int64_t>(b) * rows_per_batch, state[b].resid.rows()) = state[b].resid;
-    }
-    times.forward += seconds_since(t0);
-    const PassFlops f = pass_flops(m, i, from, std::nullopt, seqlen, n_tok);
-    times.forward_flops += f.linear;
-    times.attention_flops += f.attention;
+    passes.finish(hidden);
     if (!std::isfinite((hidden.array() * 0.0f).sum())) {  // NaN iff a non-finite entry (vectorized sum)
       Eigen::Index t = 0, f = 0;
       (!hidden.array().isFinite()).cast<int>().maxCoeff(&t, &f);
