@@ -5,6 +5,7 @@
 #include "core/gemm.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/model.hpp"
+#include "model/linear_fused.hpp"
 #include "model/parallel.hpp"
 #include "model/profile.hpp"
 
@@ -25,8 +26,8 @@ constexpr std::array<std::pair<std::string_view, Site>, 10> kSites = {{
     {"mlp.down_proj", Site::MlpMid},
 }};
 
-// Rows per task of the latent (factored) forward.
-constexpr std::int64_t kLatentRowBlock = 256;
+// Rows per task of the linear forward (also the sgemm's M).
+constexpr std::int64_t kRowBlock = 256;
 
 bool ends_with_module(std::string_view name, std::string_view rel) {
   return name.size() > rel.size() && name.ends_with(rel) && name[name.size() - rel.size() - 1] == '.';
@@ -43,51 +44,75 @@ std::int64_t Linear::num_params() const {
   return w + bias.size();
 }
 
-void Linear::forward(const MatrixF& x, MatrixF& y) const {
-  if (x.cols() != in) {
-    throw Error(fmt::format("{}: input width (expected {}, got {})", name, in, x.cols()));
-  }
-  const std::int64_t n = x.rows();
-  detail::ProfileScope scope(&ForwardProfile::linear_s, &ForwardProfile::linear_flops,
-                             2.0 * linear_macs(*this) * static_cast<double>(n));
-  const bool has_bias = bias.size() > 0;
-  if (!factored()) {
-    parallel_xwt(x, weight, y, false, has_bias ? &bias : nullptr);  // [n, out]
+void Linear::forward(const MatrixF& x, MatrixF& y) const { linear_forward(*this, x, y); }
+
+namespace {
+
+// z: [rows, r] = xb: [rows, in] · Aᵀ for the factored l (block identity: the gathered identity
+// columns plus the other columns · A).
+void latent_block(const Linear& l, const float* xb, int rows, ScratchF& z, ScratchF& rest) {
+  const std::int64_t r = l.B.cols(), in = l.in;
+  z.resize(static_cast<std::size_t>(rows) * r);
+  if (!l.block_identity) {
+    core::sgemm_rm(false, true, rows, static_cast<int>(r), static_cast<int>(in), 1.0f, xb, static_cast<int>(in),
+                   l.A.data(), static_cast<int>(in), 0.0f, z.data(), static_cast<int>(r));
     return;
   }
-  // Latent forward by row blocks, each on one thread: the latent z block stays in cache between the
-  // two GEMMs, and the block-identity gather runs in parallel with them. Blocks are fixed, so the
-  // result does not depend on the thread count.
-  const std::int64_t r = B.cols();
-  y.resize(n, out);
+  // A_dense = [I_r | A] on the columns perm: z = x[:, perm[:r]] + x[:, perm[r:]]·Aᵀ.
+  const std::int64_t k = in - r;
+  rest.resize(static_cast<std::size_t>(rows) * k);
+  for (int i = 0; i < rows; ++i) {
+    const float* xi = xb + i * in;
+    float* zi = z.data() + i * r;
+    float* ri = rest.data() + i * k;
+    for (std::int64_t j = 0; j < r; ++j) zi[j] = xi[l.perm[static_cast<std::size_t>(j)]];
+    for (std::int64_t j = r; j < in; ++j) ri[j - r] = xi[l.perm[static_cast<std::size_t>(j)]];
+  }
+  if (k > 0) {
+    core::sgemm_rm(false, true, rows, static_cast<int>(r), static_cast<int>(k), 1.0f, rest.data(), static_cast<int>(k),
+                   l.A.data(), static_cast<int>(k), 1.0f, z.data(), static_cast<int>(r));
+  }
+}
+
+}  // namespace
+
+void linear_forward(const Linear& l, const MatrixF& x, MatrixF& y, const Epilogue& e) {
+  const std::int64_t n = x.rows(), in = l.in, out = l.out;
+  if (x.cols() != in) throw Error(fmt::format("{}: input width (expected {}, got {})", l.name, in, x.cols()));
+  if ((e.accumulate && (y.rows() != n || y.cols() != out)) ||
+      (e.times != nullptr && (e.times->rows() != n || e.times->cols() != out))) {
+    throw Error(fmt::format("{}: output shape (expected [{}, {}], got [{}, {}])", l.name, n, out,
+                            e.accumulate ? y.rows() : e.times->rows(), e.accumulate ? y.cols() : e.times->cols()));
+  }
+  detail::ProfileScope scope(&ForwardProfile::linear_s, &ForwardProfile::linear_flops,
+                             2.0 * linear_macs(l) * static_cast<double>(n));
+  if (!e.accumulate) y.resize(n, out);
+  const bool has_bias = l.bias.size() > 0;
+  // Row blocks, each on one thread: a factored module's latent block stays in cache between its
+  // two GEMMs, and the block-identity gather and the epilogue run in parallel with them.
   BlasSingleThreaded single;
-  parallel_for(n, kLatentRowBlock, [&](std::int64_t r0, std::int64_t r1) {
-    thread_local ScratchF z, rest;  // [rows, r] latent, [rows, in − r] non-identity inputs
+  parallel_for(n, kRowBlock, [&](std::int64_t r0, std::int64_t r1) {
     const int rows = static_cast<int>(r1 - r0);
-    z.resize(static_cast<std::size_t>(rows) * r);
-    const float* xb = x.data() + r0 * in;  // [rows, in]
-    if (!block_identity) {
-      core::sgemm_rm(false, true, rows, static_cast<int>(r), static_cast<int>(in), 1.0f, xb, static_cast<int>(in),
-                     A.data(), static_cast<int>(in), 0.0f, z.data(), static_cast<int>(r));
-    } else {
-      // A_dense = [I_r | A] on the columns perm: z = x[:, perm[:r]] + x[:, perm[r:]]·Aᵀ.
-      const std::int64_t k = in - r;
-      rest.resize(static_cast<std::size_t>(rows) * k);
-      for (int i = 0; i < rows; ++i) {
-        const float* xi = xb + i * in;
-        float* zi = z.data() + i * r;
-        float* ri = rest.data() + i * k;
-        for (std::int64_t j = 0; j < r; ++j) zi[j] = xi[perm[static_cast<std::size_t>(j)]];
-        for (std::int64_t j = r; j < in; ++j) ri[j - r] = xi[perm[static_cast<std::size_t>(j)]];
-      }
-      if (k > 0) {
-        core::sgemm_rm(false, true, rows, static_cast<int>(r), static_cast<int>(k), 1.0f, rest.data(),
-                       static_cast<int>(k), A.data(), static_cast<int>(k), 1.0f, z.data(), static_cast<int>(r));
-      }
+    float* yb = y.data() + r0 * out;  // [rows, out]
+    auto yrows = y.middleRows(r0, rows);
+    if (has_bias && e.accumulate) {
+      yrows.rowwise() += l.bias.transpose();
+    } else if (has_bias) {
+      yrows.rowwise() = l.bias.transpose();
     }
-    if (has_bias) fill_bias_rows(y, r0, r1, bias);
-    core::sgemm_rm(false, true, rows, static_cast<int>(out), static_cast<int>(r), 1.0f, z.data(), static_cast<int>(r),
-                   B.data(), static_cast<int>(r), has_bias ? 1.0f : 0.0f, y.data() + r0 * out, static_cast<int>(out));
+    const float beta = e.accumulate || has_bias ? 1.0f : 0.0f;
+    if (!l.factored()) {
+      core::sgemm_rm(false, true, rows, static_cast<int>(out), static_cast<int>(in), 1.0f, x.data() + r0 * in,
+                     static_cast<int>(in), l.weight.data(), static_cast<int>(in), beta, yb, static_cast<int>(out));
+    } else {
+      thread_local ScratchF z, rest;  // [rows, r] latent, [rows, in − r] non-identity inputs
+      latent_block(l, x.data() + r0 * in, rows, z, rest);
+      const int r = static_cast<int>(l.B.cols());
+      core::sgemm_rm(false, true, rows, static_cast<int>(out), r, 1.0f, z.data(), r, l.B.data(), r, beta, yb,
+                     static_cast<int>(out));
+    }
+    if (e.act) activate_span(yb, static_cast<std::int64_t>(rows) * out, *e.act);
+    if (e.times != nullptr) yrows.array() *= e.times->middleRows(r0, rows).array();
   });
 }
 

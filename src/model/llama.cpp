@@ -12,6 +12,7 @@
 #include "latentllm/error.hpp"
 #include "model/attention.hpp"
 #include "model/families.hpp"
+#include "model/linear_fused.hpp"
 #include "model/ops.hpp"
 #include "model/parallel.hpp"
 #include "model/profile.hpp"
@@ -144,24 +145,18 @@ class LlamaModel final : public Model {
       if (reach(s, Site::AttnOut, obs, i)) return;
     }
     if (s.at == Site::AttnOut) {
-      L.linears[kO].forward(x, y);
-      residual_add(h, y);
+      linear_forward(L.linears[kO], x, h, accumulated());  // the residual add, fused
       norm(h, L.norm(kNorms[1]), x);
       if (reach(s, Site::MlpIn, obs, i)) return;
     }
     if (s.at == Site::MlpIn) {
       MatrixF u;  // [n, ffn]
-      L.linears[kGate].forward(x, y);
       L.linears[kUp].forward(x, u);
-      {
-        detail::ProfileScope scope(&ForwardProfile::other_s);
-        gated_activation(y, u, act_);
-      }
+      linear_forward(L.linears[kGate], x, y, activated(act_, &u));  // σ(gate) ⊙ up, fused
       x.swap(y);
       if (reach(s, Site::MlpMid, obs, i)) return;
     }
-    L.linears[kDown].forward(x, y);
-    residual_add(h, y);
+    linear_forward(L.linears[kDown], x, h, accumulated());
     s.at.reset();
     x.resize(0, 0);
   }
@@ -235,11 +230,6 @@ class LlamaModel final : public Model {
   void norm(const MatrixF& x, const VectorF& weight, MatrixF& y) const {
     detail::ProfileScope scope(&ForwardProfile::other_s);
     rms_norm(x, weight, eps_, y);
-  }
-
-  static void residual_add(MatrixF& h, const MatrixF& y) {
-    detail::ProfileScope scope(&ForwardProfile::other_s);
-    add_inplace(h, y);
   }
 
   void check_window(const MatrixF& h, int T) const {

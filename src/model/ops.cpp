@@ -111,18 +111,17 @@ void rms_norm(const MatrixF& x, const VectorF& w, float eps, MatrixF& y) {
   });
 }
 
-void apply_activation(MatrixF& x, Activation act) {
-  const std::int64_t n = x.size();
-  float* p = x.data();
+void activate_span(float* p, std::int64_t n, Activation act) {
   if (act == Activation::Relu) {
-    for_spans(n, [&](std::int64_t b, std::int64_t e) {
-      for (std::int64_t i = b; i < e; ++i) p[i] = p[i] > 0.0f ? p[i] : 0.0f;
-    });
+    for (std::int64_t i = 0; i < n; ++i) p[i] = p[i] > 0.0f ? p[i] : 0.0f;
     return;
   }
-  for_spans(n, [&](std::int64_t b, std::int64_t e) {
-    for (std::int64_t i = b; i < e; ++i) p[i] = activate(p[i], act);
-  });
+  for (std::int64_t i = 0; i < n; ++i) p[i] = activate(p[i], act);
+}
+
+void apply_activation(MatrixF& x, Activation act) {
+  float* p = x.data();
+  for_spans(x.size(), [&](std::int64_t b, std::int64_t e) { activate_span(p + b, e - b, act); });
 }
 
 void gated_activation(MatrixF& g, const MatrixF& u, Activation act) {

@@ -2,6 +2,7 @@
 // All operate on row-major activations [n_tok, width] and run OpenMP-parallel over rows.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "latentllm/tensor.hpp"
@@ -22,6 +23,8 @@ void rms_norm(const MatrixF& x, const VectorF& w, float eps, MatrixF& y);
 
 // x = act(x) elementwise.  x: [n, w].
 void apply_activation(MatrixF& x, Activation act);
+// p[i] = act(p[i]) for i < n, on the calling thread.
+void activate_span(float* p, std::int64_t n, Activation act);
 // g = act(g) ⊙ u (the gated MLP of the Llama family).  g, u: [n, ffn].
 void gated_activation(MatrixF& g, const MatrixF& u, Activation act);
 // h += y.  h, y: [n, d].

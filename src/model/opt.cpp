@@ -7,6 +7,7 @@
 #include "latentllm/error.hpp"
 #include "model/attention.hpp"
 #include "model/families.hpp"
+#include "model/linear_fused.hpp"
 #include "model/ops.hpp"
 #include "model/parallel.hpp"
 #include "model/profile.hpp"
@@ -122,8 +123,7 @@ class OptModel final : public Model {
       if (reach(s, Site::AttnOut, obs, i)) return;
     }
     if (s.at == Site::AttnOut) {
-      L.linears[kOut].forward(x, y);
-      residual_add(h, y);
+      linear_forward(L.linears[kOut], x, h, accumulated());  // the residual add, fused
       if (!pre_ln) norm(h, L, 0, h);
       if (pre_ln) {
         norm(h, L, 1, x);
@@ -133,16 +133,11 @@ class OptModel final : public Model {
       if (reach(s, Site::MlpIn, obs, i)) return;
     }
     if (s.at == Site::MlpIn) {
-      L.linears[kFc1].forward(x, y);  // [n, ffn]
-      {
-        detail::ProfileScope scope(&ForwardProfile::other_s);
-        apply_activation(y, act_);
-      }
+      linear_forward(L.linears[kFc1], x, y, activated(act_));  // [n, ffn] the activation, fused
       x.swap(y);
       if (reach(s, Site::MlpMid, obs, i)) return;
     }
-    L.linears[kFc2].forward(x, y);
-    residual_add(h, y);
+    linear_forward(L.linears[kFc2], x, h, accumulated());
     if (!pre_ln) norm(h, L, 1, h);
     s.at.reset();
     x.resize(0, 0);
@@ -218,11 +213,6 @@ class OptModel final : public Model {
     detail::ProfileScope scope(&ForwardProfile::other_s);
     const std::string n(kNorms[static_cast<std::size_t>(which)]);
     layer_norm(x, L.norm(n + ".weight"), L.norm(n + ".bias"), kLayerNormEps, y);
-  }
-
-  static void residual_add(MatrixF& h, const MatrixF& y) {
-    detail::ProfileScope scope(&ForwardProfile::other_s);
-    add_inplace(h, y);
   }
 
   void check_hidden(const MatrixF& h, int T) const {

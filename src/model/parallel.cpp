@@ -162,16 +162,9 @@ BlasSingleThreaded::~BlasSingleThreaded() {
   if (saved_ > 1) openblas_set_num_threads(saved_);
 }
 
-void fill_bias_rows(MatrixF& y, std::int64_t r0, std::int64_t r1, const VectorF& b) {
-  y.middleRows(r0, r1 - r0).rowwise() = b.transpose();
-}
-
-void parallel_xwt(const MatrixF& x, const MatrixF& w, MatrixF& y, bool accumulate, const VectorF* bias) {
+void parallel_xwt(const MatrixF& x, const MatrixF& w, MatrixF& y, bool accumulate) {
   const std::int64_t n = x.rows(), in = x.cols(), out = w.rows();
   if (w.cols() != in) throw Error(fmt::format("parallel_xwt: inner dimension (expected {}, got {})", w.cols(), in));
-  if (bias != nullptr && (accumulate || bias->size() != out)) {
-    throw Error(fmt::format("parallel_xwt: bias of {} (expected {}, and no accumulation)", bias->size(), out));
-  }
   if (!accumulate) {
     y.resize(n, out);
   } else if (y.rows() != n || y.cols() != out) {
@@ -182,22 +175,19 @@ void parallel_xwt(const MatrixF& x, const MatrixF& w, MatrixF& y, bool accumulat
   // The split below does not depend on the thread count (one thread runs the same blocks in turn),
   // so results are bit-identical for any --threads.
   if (t_in_pool || macs < kParallelMacs || n == 0 || out == 0 || in == 0) {
-    if (bias != nullptr) fill_bias_rows(y, 0, n, *bias);
-    core::matmul_xwt(x, w, y, accumulate || bias != nullptr);
+    core::matmul_xwt(x, w, y, accumulate);
     return;
   }
-  const float beta = accumulate || bias != nullptr ? 1.0f : 0.0f;
+  const float beta = accumulate ? 1.0f : 0.0f;
   const int ld_in = static_cast<int>(in), ld_out = static_cast<int>(out);
   BlasSingleThreaded single;
   // Tall x (the decoder's linears): row blocks. Short x with a wide W (the LM head): column blocks.
   if (n >= 2 * kRowBlock) {
     parallel_for(n, kRowBlock, [&](std::int64_t r0, std::int64_t r1) {
-      if (bias != nullptr) fill_bias_rows(y, r0, r1, *bias);
       core::sgemm_rm(false, true, static_cast<int>(r1 - r0), ld_out, ld_in, 1.0f, x.data() + r0 * in, ld_in,
                      w.data(), ld_in, beta, y.data() + r0 * out, ld_out);
     });
   } else {
-    if (bias != nullptr) fill_bias_rows(y, 0, n, *bias);
     parallel_for(out, kColBlock, [&](std::int64_t c0, std::int64_t c1) {
       core::sgemm_rm(false, true, static_cast<int>(n), static_cast<int>(c1 - c0), ld_in, 1.0f, x.data(), ld_in,
                      w.data() + c0 * in, ld_in, beta, y.data() + c0, ld_out);

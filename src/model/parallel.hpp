@@ -46,13 +46,8 @@ class BlasSingleThreaded {
   int saved_;
 };
 
-// y = x·Wᵀ (+ y if accumulate, + b on every row if bias). x: [n, in], w: [out, in], bias: [out],
-// y: [n, out] (resized unless accumulate). Split by row blocks of y (tall x) or column blocks (the
-// LM head), one single-threaded sgemm each; a block's bias rows are written just before its sgemm.
-void parallel_xwt(const MatrixF& x, const MatrixF& w, MatrixF& y, bool accumulate = false,
-                  const VectorF* bias = nullptr);
-
-// Rows [r0, r1) of y: [n, b.size()] set to bᵀ (the bias an sgemm then accumulates onto).
-void fill_bias_rows(MatrixF& y, std::int64_t r0, std::int64_t r1, const VectorF& b);
+// y = x·Wᵀ (+ y if accumulate). x: [n, in], w: [out, in], y: [n, out] (resized unless accumulate).
+// Split by row blocks of y (tall x) or column blocks (the LM head), one single-threaded sgemm each.
+void parallel_xwt(const MatrixF& x, const MatrixF& w, MatrixF& y, bool accumulate = false);
 
 }  // namespace latentllm::model

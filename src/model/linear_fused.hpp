@@ -1,0 +1,36 @@
+// Linear::forward with work on its output fused into each row block while the block is in cache:
+// the residual add (accumulate) and the MLP activation (plain or gated).
+#pragma once
+
+#include <optional>
+
+#include "latentllm/model.hpp"
+#include "model/ops.hpp"
+
+namespace latentllm::model {
+
+struct Epilogue {
+  bool accumulate = false;          // y += x·Wᵀ + b, y already [n, out] (the residual stream)
+  std::optional<Activation> act;    // then y = σ(y)
+  const MatrixF* times = nullptr;   // then y ⊙= *times, [n, out] (the gated MLP: σ(gate) ⊙ up)
+};
+
+// y += x·Wᵀ + b (the residual add).
+inline Epilogue accumulated() {
+  Epilogue e;
+  e.accumulate = true;
+  return e;
+}
+// y = σ(x·Wᵀ + b), times ⊙ that when given.
+inline Epilogue activated(Activation act, const MatrixF* times = nullptr) {
+  Epilogue e;
+  e.act = act;
+  e.times = times;
+  return e;
+}
+
+// y: [n, out] = epilogue(x: [n, in] · Wᵀ + b), W dense or factored, by fixed row blocks on the
+// forward's threads (results do not depend on the thread count).
+void linear_forward(const Linear& l, const MatrixF& x, MatrixF& y, const Epilogue& e = {});
+
+}  // namespace latentllm::model
