@@ -22,12 +22,6 @@ void for_rows(std::int64_t n, std::int64_t width, F&& f) {
   });
 }
 
-// f(p, len) over consecutive spans of a flat array of n elements, in parallel chunks.
-template <typename F>
-void for_spans(std::int64_t n, F&& f) {
-  parallel_for(n, kChunkElems, [&](std::int64_t b, std::int64_t e) { f(b, e); });
-}
-
 // Σ x_j and Σ (x_j − c)² over a row in double, with 8 independent partial sums (added in a fixed
 // order): one serial chain of double adds per row kept the norms latency-bound.
 constexpr int kLanes = 8;
@@ -117,37 +111,6 @@ void activate_span(float* p, std::int64_t n, Activation act) {
     return;
   }
   for (std::int64_t i = 0; i < n; ++i) p[i] = activate(p[i], act);
-}
-
-void apply_activation(MatrixF& x, Activation act) {
-  float* p = x.data();
-  for_spans(x.size(), [&](std::int64_t b, std::int64_t e) { activate_span(p + b, e - b, act); });
-}
-
-void gated_activation(MatrixF& g, const MatrixF& u, Activation act) {
-  if (g.rows() != u.rows() || g.cols() != u.cols()) {
-    throw Error(fmt::format("gated_activation: shapes (expected equal, got [{}, {}] and [{}, {}])", g.rows(),
-                            g.cols(), u.rows(), u.cols()));
-  }
-  const std::int64_t n = g.size();
-  float* pg = g.data();
-  const float* pu = u.data();
-  for_spans(n, [&](std::int64_t b, std::int64_t e) {
-    for (std::int64_t i = b; i < e; ++i) pg[i] = activate(pg[i], act) * pu[i];
-  });
-}
-
-void add_inplace(MatrixF& h, const MatrixF& y) {
-  if (h.rows() != y.rows() || h.cols() != y.cols()) {
-    throw Error(fmt::format("add_inplace: shapes (expected equal, got [{}, {}] and [{}, {}])", h.rows(), h.cols(),
-                            y.rows(), y.cols()));
-  }
-  const std::int64_t n = h.size();
-  float* ph = h.data();
-  const float* py = y.data();
-  for_spans(n, [&](std::int64_t b, std::int64_t e) {
-    for (std::int64_t i = b; i < e; ++i) ph[i] += py[i];
-  });
 }
 
 void check_finite(const MatrixF& m, const std::string& what) {

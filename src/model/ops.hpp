@@ -1,4 +1,4 @@
-// Row-wise building blocks of the forward pass that are not GEMMs: norms, activations, residual adds.
+// Row-wise building blocks of the forward pass that are not GEMMs: norms and activations.
 // All operate on row-major activations [n_tok, width] and run OpenMP-parallel over rows.
 #pragma once
 
@@ -21,14 +21,8 @@ void layer_norm(const MatrixF& x, const VectorF& w, const VectorF& b, float eps,
 // y = x · rsqrt(mean(x²) + eps) · w per row (HF LlamaRMSNorm). w: [d].  x, y: [n, d].
 void rms_norm(const MatrixF& x, const VectorF& w, float eps, MatrixF& y);
 
-// x = act(x) elementwise.  x: [n, w].
-void apply_activation(MatrixF& x, Activation act);
-// p[i] = act(p[i]) for i < n, on the calling thread.
+// p[i] = act(p[i]) for i < n, on the calling thread (fused into the linear forward's row blocks).
 void activate_span(float* p, std::int64_t n, Activation act);
-// g = act(g) ⊙ u (the gated MLP of the Llama family).  g, u: [n, ffn].
-void gated_activation(MatrixF& g, const MatrixF& u, Activation act);
-// h += y.  h, y: [n, d].
-void add_inplace(MatrixF& h, const MatrixF& y);
 
 // Throws NumericError "<what>: non-finite value at [row, col] (expected finite, got v)" when m holds
 // a NaN or an infinity.
