@@ -110,11 +110,7 @@ class OptModel final : public Model {
     check_hidden(h, T);
     MatrixF y;  // [n, d] a module's output
     if (!s.at) {
-      if (pre_ln) {
-        norm(h, L, 0, x);
-      } else {
-        x = h;
-      }
+      block_input(h, L, 0, x);
       if (reach(s, Site::AttnIn, obs, i)) return;
     }
     if (s.at == Site::AttnIn) {
@@ -125,11 +121,7 @@ class OptModel final : public Model {
     if (s.at == Site::AttnOut) {
       linear_forward(L.linears[kOut], x, h, accumulated());  // the residual add, fused
       if (!pre_ln) norm(h, L, 0, h);
-      if (pre_ln) {
-        norm(h, L, 1, x);
-      } else {
-        x = h;
-      }
+      block_input(h, L, 1, x);
       if (reach(s, Site::MlpIn, obs, i)) return;
     }
     if (s.at == Site::MlpIn) {
@@ -206,6 +198,16 @@ class OptModel final : public Model {
     L.linears[kK].forward(x, k);
     L.linears[kV].forward(x, v);
     causal_attention(q, k, v, attention_shape(T), a);
+  }
+
+  // x = the input of block `which` (0: attention, 1: MLP): its LayerNorm of h before it (pre-LN), or
+  // h itself (post-LN, the norm follows the residual add).  h, x: [n, d].
+  void block_input(const MatrixF& h, const DecoderLayer& L, int which, MatrixF& x) const {
+    if (config_.do_layer_norm_before) {
+      norm(h, L, which, x);
+    } else {
+      x = h;
+    }
   }
 
   // which = 0: self_attn_layer_norm, 1: final_layer_norm (of the layer).  x, y: [n, d], may alias.
