@@ -67,8 +67,9 @@ class LayerCompressor {
   virtual std::vector<model::Site> stages(const model::Model& m) const = 0;
   virtual bool needs_activations(model::Site) const { return false; }
   // The sites whose modules compress() may rewrite at stage `site` (default: that site's own). The
-  // pipeline resumes the next pass from this stage's one only if none of them comes before `site`
-  // (a rewritten earlier module changes every later site's input).
+  // next pass resumes from the layer's current state only if none of them comes before the site
+  // that state stands at (a rewritten earlier module changes every later site's input); otherwise
+  // it restarts at the layer's input.
   virtual std::vector<model::Site> rewrites(model::Site site) const { return {site}; }
   virtual void compress(const StageInput& in, model::Model& m) = 0;
 };
@@ -88,13 +89,13 @@ struct PipelineOptions {
   // same layer (not only of earlier layers).
   bool sequential_within_layer = true;
   int batch_windows = 8;  // windows per layer_forward call (bounds intermediate memory)
-  // Each stage's pass resumes where the previous one stopped (model::LayerState over all N·L rows),
-  // so every module runs once per layer; off, each pass re-runs the layer from its input (the
-  // results are bit-identical either way).
+  // Each stage's pass resumes where the previous one stopped (one model::LayerState per batch of
+  // windows), so every module runs once per layer; off, each pass re-runs the layer from its input
+  // (the results are bit-identical either way).
   bool resume_passes = true;
-  // Most bytes the resumable state may hold ([N·L, d] residual + a site's [N·L, w] input, and the
-  // previous site's while the width changes); a pass whose state would not fit runs on per-batch
-  // copies instead and the next one starts from the last state kept. -1: a quarter of physical memory.
+  // Most bytes the resumable state may hold: the [N·L, d] residual and the [N·L, w] input of the
+  // site a pass stops at. A pass whose state would not fit runs on per-batch copies instead, and the
+  // next one starts from the last state kept. -1: a quarter of physical memory (0 when unknown).
   std::int64_t resume_limit_bytes = -1;
   // Resume: layers [0, start_layer) are already compressed in the model and *start_hidden holds their
   // output for the N windows ([N·L, d]).
@@ -113,8 +114,8 @@ std::string site_modules(const model::DecoderLayer& layer, int i, model::Site si
 // compressor, gathers the stage's input statistics on the current hidden states (which already
 // passed through the compressed layers 0..i−1), lets the compressor rewrite the layer, then
 // propagates the hidden states through the compressed layer. Memory: the hidden states of the N
-// windows twice (the layer's input and its running residual) plus one site's inputs (two while a
-// pass widens them, within resume_limit_bytes), never the whole model's activations.
+// windows twice (the layer's input and its running residual) plus one site's inputs (within
+// resume_limit_bytes), never the whole model's activations.
 PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, int seqlen,
                             LayerCompressor& compressor, const PipelineOptions& opt = {});
 

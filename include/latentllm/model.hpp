@@ -78,7 +78,9 @@ struct LayerState {
   // (resid = the layer's input hidden states). A layer run to its end leaves `at` empty and resid =
   // its output: the next layer's input state.
   std::optional<Site> at;
-  MatrixF resid;  // [n_seq·T, d] the residual stream: the layer's input up to the attention block's add, then its sum
+  // [n_seq·T, d] the residual stream: the layer's input until the attention block's residual add,
+  // then the sum (OPT post-LN: normalized).
+  MatrixF resid;
   MatrixF x;      // [n_seq·T, width of `at`] the input of site `at`; empty when `at` is
 };
 
