@@ -12,7 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/parallel.hpp"
+#include "core/parallel.hpp"
+#include "latentllm/threads.hpp"
 
 namespace latentllm::bench {
 
@@ -25,7 +26,7 @@ inline double seconds_since(Clock::time_point t0) { return std::chrono::duration
 // concurrently (how the forward's thread pool drives sgemm). The peak is the better of the two.
 inline double sgemm_peak_gflops(nlohmann::json& detail) {
   double best = 0;
-  const int threads = latentllm::model::forward_threads();
+  const int threads = latentllm::core::num_threads();
   for (int n : {1024, 1536, 2048}) {
     const auto size = static_cast<std::size_t>(n) * n;
     std::vector<float> a(size, 0.5f), b(size, 0.25f), c(size * threads);
@@ -34,9 +35,9 @@ inline double sgemm_peak_gflops(nlohmann::json& detail) {
       auto t0 = Clock::now();
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
       blas = std::max(blas, 2.0 * n * n * n / seconds_since(t0) / 1e9);
-      latentllm::model::BlasSingleThreaded single;
+      latentllm::core::BlasSingleThreaded single;
       t0 = Clock::now();
-      latentllm::model::parallel_for(threads, 1, [&](std::int64_t t, std::int64_t) {
+      latentllm::core::parallel_for(threads, 1, [&](std::int64_t t, std::int64_t) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f,
                     c.data() + static_cast<std::size_t>(t) * size, n);
       });

@@ -22,13 +22,14 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "latentllm/threads.hpp"
 #include "latentllm/dataset.hpp"
 #include "latentllm/eval.hpp"
 #include "latentllm/model.hpp"
 #include "latentllm/resources.hpp"
 #include "latentllm/tokenizer.hpp"
 #include "bench_common.hpp"
-#include "model/parallel.hpp"
+#include "core/parallel.hpp"
 
 namespace {
 
@@ -74,7 +75,7 @@ int main(int argc, char** argv) try {
   const double all_flops = lin_head_flops + p.attention_flops;
   nlohmann::json j = {
       {"model", model_dir}, {"dataset", dataset}, {"seqlen", seqlen}, {"windows", r.windows},
-      {"threads", model::forward_threads()}, {"load_average_before", load_before},
+      {"threads", core::num_threads()}, {"load_average_before", load_before},
       {"load_average_after", load_average()}, {"ppl_of_these_windows", r.ppl},
       {"tokens_per_s", r.tokens_per_s}, {"seconds", total},
       {"sgemm_peak_gflops", peak}, {"sgemm_square_gflops", peak_detail},
@@ -101,7 +102,7 @@ int main(int argc, char** argv) try {
   md += "| model | dataset | seqlen | windows | tokens/s | sgemm peak |\n|---|---|---|---|---|---|\n";
   md += fmt::format("| {} | {} | {} | {} | {:.0f} | {:.1f} GFLOP/s |\n\n", model_dir, dataset, seqlen, r.windows,
                     r.tokens_per_s, peak);
-  md += fmt::format("Threads: {}. Load average (1 min) before / after: {:.2f} / {:.2f}.\n\n", model::forward_threads(),
+  md += fmt::format("Threads: {}. Load average (1 min) before / after: {:.2f} / {:.2f}.\n\n", core::num_threads(),
                     load_before, load_average());
   md += "| part | seconds | share of time | GFLOP/s | fraction of sgemm peak |\n|---|---|---|---|---|\n";
   auto row = [&](const char* name, double s, double flops) {

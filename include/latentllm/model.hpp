@@ -153,10 +153,6 @@ class Model {
   virtual const MatrixF& lm_head_weight() const = 0;
 };
 
-// Threads of the forward pass (a pool whose idle threads sleep; each runs single-threaded sgemm on
-// its share of a GEMM), and of OpenBLAS outside it. n = 0 uses every core.
-void set_num_threads(int n);
-
 // Wall-clock breakdown of forward passes, for the throughput benchmark (bench/). Off by default;
 // when on, each timed part adds its wall-clock seconds, and the GEMM parts their FLOPs (2 per
 // multiply-add). Only calls from outside the forward's parallel regions are timed.

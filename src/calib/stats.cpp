@@ -6,7 +6,7 @@
 #include "core/gemm.hpp"
 #include "latentllm/calib.hpp"
 #include "latentllm/error.hpp"
-#include "model/parallel.hpp"
+#include "core/parallel.hpp"
 
 namespace latentllm::calib {
 namespace {
@@ -29,11 +29,11 @@ constexpr Eigen::Index kRowSplitMaxWidth = 2048;  // the second half's accumulat
 // into 4 blocks of equal area. Both splits are fixed, so results do not depend on the thread count.
 void syrk_on_forward_threads(const double* x, Eigen::Index rows, Eigen::Index w, MatrixD& c, MatrixD& half) {
   const int n = static_cast<int>(rows), d = static_cast<int>(w);
-  model::BlasSingleThreaded single;
+  core::BlasSingleThreaded single;
   if (w <= kRowSplitMaxWidth) {
     if (half.rows() != w) half = MatrixD::Zero(w, w);
     const int n0 = n / 2;
-    model::parallel_for(2, 1, [&](std::int64_t t0, std::int64_t t1) {
+    core::parallel_for(2, 1, [&](std::int64_t t0, std::int64_t t1) {
       for (auto t = t0; t < t1; ++t) {
         if (t == 0) core::syrk_upper_add_columns(x, n0, d, 0, d, c);
         else core::syrk_upper_add_columns(x + static_cast<std::int64_t>(n0) * d, n - n0, d, 0, d, half);
@@ -42,7 +42,7 @@ void syrk_on_forward_threads(const double* x, Eigen::Index rows, Eigen::Index w,
     return;
   }
   constexpr int kBlocks = 4;
-  model::parallel_for(kBlocks, 1, [&](std::int64_t t0, std::int64_t t1) {
+  core::parallel_for(kBlocks, 1, [&](std::int64_t t0, std::int64_t t1) {
     for (auto t = t0; t < t1; ++t) {
       const auto edge = [&](std::int64_t k) {
         return static_cast<int>(std::lround(d * std::sqrt(static_cast<double>(k) / kBlocks)));
@@ -79,7 +79,7 @@ void SiteStats::add(const MatrixF& x, std::int64_t first_token) {
   for (Eigen::Index r0 = 0; r0 < x.rows(); r0 += kChunk) {
     const Eigen::Index rows = std::min(kChunk, x.rows() - r0);
     const Eigen::Index blocks = (rows + kBlock - 1) / kBlock;
-    model::parallel_for(blocks, 1, [&](std::int64_t b0, std::int64_t b1) {
+    core::parallel_for(blocks, 1, [&](std::int64_t b0, std::int64_t b1) {
       for (auto b = b0; b < b1; ++b) {
         double* s = part.col(b).data();
         double* a = s + w;

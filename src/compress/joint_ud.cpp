@@ -9,7 +9,7 @@
 #include "compress/notes.hpp"
 #include "latentllm/error.hpp"
 #include "linalg/linalg.hpp"
-#include "model/parallel.hpp"
+#include "core/parallel.hpp"
 
 namespace latentllm::compress {
 
@@ -54,7 +54,7 @@ namespace {
 // same result. fn(c0, c1) fills columns [c0, c1).
 template <typename Fn>
 void for_column_blocks(Eigen::Index cols, Fn&& fn) {
-  model::parallel_for(cols, 1024, [&](std::int64_t c0, std::int64_t c1) { fn(c0, c1 - c0); });
+  core::parallel_for(cols, 1024, [&](std::int64_t c0, std::int64_t c1) { fn(c0, c1 - c0); });
 }
 
 MatrixD act_of(Activation a, const MatrixD& z) {

@@ -5,7 +5,7 @@
 
 #include "core/gemm.hpp"
 #include "latentllm/error.hpp"
-#include "model/parallel.hpp"
+#include "core/parallel.hpp"
 #include "model/profile.hpp"
 
 namespace latentllm::model {
@@ -30,7 +30,7 @@ float exp_prefix(float* s, int n_keys) {
 
 // One window, one query head: rows [w·T, (w+1)·T) of q/k/v, columns of head h / kv head g.
 void attend_head(const MatrixF& q, const MatrixF& k, const MatrixF& v, const AttentionShape& s, int w, int h,
-                 MatrixF& out, ScratchF& scores) {
+                 MatrixF& out, core::ScratchF& scores) {
   const int g = h / (s.H / s.H_kv);
   const int ldq = static_cast<int>(q.cols()), ldk = static_cast<int>(k.cols()), ldo = static_cast<int>(out.cols());
   const std::int64_t row0 = static_cast<std::int64_t>(w) * s.T;
@@ -90,11 +90,11 @@ void causal_attention(const MatrixF& q, const MatrixF& k, const MatrixF& v, cons
 
   out.resize(n, q.cols());
   const int tasks = n_seq * s.H;
-  BlasSingleThreaded single;
-  parallel_for(tasks, 1, [&](std::int64_t t0, std::int64_t t1) {
+  core::BlasSingleThreaded single;
+  core::parallel_for(tasks, 1, [&](std::int64_t t0, std::int64_t t1) {
     // Aligned scratch: Eigen's vectorized reductions peel unaligned heads, so their summation order
     // depends on the address; a fixed alignment keeps results independent of the thread.
-    thread_local ScratchF scores;  // [kBlock, T] per thread
+    thread_local core::ScratchF scores;  // [kBlock, T] per thread
     for (std::int64_t t = t0; t < t1; ++t) attend_head(q, k, v, s, static_cast<int>(t / s.H), static_cast<int>(t % s.H), out, scores);
   });
 }

@@ -9,7 +9,7 @@
 
 #include "core/gemm.hpp"
 #include "latentllm/error.hpp"
-#include "model/parallel.hpp"
+#include "core/parallel.hpp"
 
 namespace latentllm::model {
 namespace {
@@ -59,10 +59,10 @@ void fused_head_nll(const MatrixF& x, const MatrixF& w, std::span<const std::int
     }
   }
   std::mutex times_mutex;
-  BlasSingleThreaded single;
-  parallel_for(n, kRows, [&](std::int64_t r0, std::int64_t r1) {
+  core::BlasSingleThreaded single;
+  core::parallel_for(n, kRows, [&](std::int64_t r0, std::int64_t r1) {
     const std::int64_t rows = r1 - r0;
-    thread_local ScratchF logits;  // [rows, kVocab], aligned (see ScratchF)
+    thread_local core::ScratchF logits;  // [rows, kVocab], aligned (see core::ScratchF)
     logits.resize(static_cast<std::size_t>(kRows * kVocab));
     std::vector<RowLse> lse(static_cast<std::size_t>(rows));
     double t_gemm = 0, t_lse = 0;

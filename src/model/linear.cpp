@@ -6,7 +6,7 @@
 #include "latentllm/error.hpp"
 #include "latentllm/model.hpp"
 #include "model/linear_fused.hpp"
-#include "model/parallel.hpp"
+#include "core/parallel.hpp"
 #include "model/profile.hpp"
 
 namespace latentllm::model {
@@ -50,7 +50,7 @@ namespace {
 
 // z: [rows, r] = xb: [rows, in] · Aᵀ for the factored l (block identity: the gathered identity
 // columns plus the other columns · A).
-void latent_block(const Linear& l, const float* xb, int rows, ScratchF& z, ScratchF& rest) {
+void latent_block(const Linear& l, const float* xb, int rows, core::ScratchF& z, core::ScratchF& rest) {
   const std::int64_t r = l.B.cols(), in = l.in;
   z.resize(static_cast<std::size_t>(rows) * r);
   if (!l.block_identity) {
@@ -90,8 +90,8 @@ void linear_forward(const Linear& l, const MatrixF& x, MatrixF& y, const Epilogu
   const bool has_bias = l.bias.size() > 0;
   // Row blocks, each on one thread: a factored module's latent block stays in cache between its
   // two GEMMs, and the block-identity gather and the epilogue run in parallel with them.
-  BlasSingleThreaded single;
-  parallel_for(n, kRowBlock, [&](std::int64_t r0, std::int64_t r1) {
+  core::BlasSingleThreaded single;
+  core::parallel_for(n, kRowBlock, [&](std::int64_t r0, std::int64_t r1) {
     const int rows = static_cast<int>(r1 - r0);
     float* yb = y.data() + r0 * out;  // [rows, out]
     auto yrows = y.middleRows(r0, rows);
@@ -105,7 +105,7 @@ void linear_forward(const Linear& l, const MatrixF& x, MatrixF& y, const Epilogu
       core::sgemm_rm(false, true, rows, static_cast<int>(out), static_cast<int>(in), 1.0f, x.data() + r0 * in,
                      static_cast<int>(in), l.weight.data(), static_cast<int>(in), beta, yb, static_cast<int>(out));
     } else {
-      thread_local ScratchF z, rest;  // [rows, r] latent, [rows, in − r] non-identity inputs
+      thread_local core::ScratchF z, rest;  // [rows, r] latent, [rows, in − r] non-identity inputs
       latent_block(l, x.data() + r0 * in, rows, z, rest);
       const int r = static_cast<int>(l.B.cols());
       core::sgemm_rm(false, true, rows, static_cast<int>(out), r, 1.0f, z.data(), r, l.B.data(), r, beta, yb,

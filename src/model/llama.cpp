@@ -14,7 +14,7 @@
 #include "model/families.hpp"
 #include "model/linear_fused.hpp"
 #include "model/ops.hpp"
-#include "model/parallel.hpp"
+#include "core/parallel.hpp"
 #include "model/profile.hpp"
 
 namespace latentllm::model {
@@ -82,7 +82,7 @@ RopeTable rope_table(int T, int d_h, double theta) {
 void apply_rope(MatrixF& x, int T, int d_h, const RopeTable& t) {
   const int half = d_h / 2;
   const std::int64_t n = x.rows(), heads = x.cols() / d_h;
-  parallel_for(n, std::max<std::int64_t>(1, (1 << 14) / x.cols()), [&](std::int64_t b, std::int64_t e) {
+  core::parallel_for(n, std::max<std::int64_t>(1, (1 << 14) / x.cols()), [&](std::int64_t b, std::int64_t e) {
   for (std::int64_t i = b; i < e; ++i) {
     const float* c = t.cos.data() + (i % T) * half;
     const float* s = t.sin.data() + (i % T) * half;

@@ -10,7 +10,7 @@
 #include "latentllm/model.hpp"
 #include "model/families.hpp"
 #include "model/head.hpp"
-#include "model/parallel.hpp"
+#include "core/parallel.hpp"
 #include "model/profile.hpp"
 
 namespace latentllm::model {
@@ -159,7 +159,7 @@ void Model::head(const MatrixF& h, MatrixF& logits) const {
   const MatrixF& w = lm_head_weight();  // [V, p]
   detail::ProfileScope scope(&ForwardProfile::head_s, &ForwardProfile::head_flops,
                              2.0 * static_cast<double>(w.size()) * static_cast<double>(x.rows()));
-  parallel_xwt(x, w, logits);  // [n, V]
+  core::parallel_xwt(x, w, logits);  // [n, V]
 }
 
 void gather_rows(const MatrixF& table, std::span<const std::int32_t> ids, MatrixF& h) {
@@ -181,7 +181,7 @@ void reset_forward_profile() { g_profile = ForwardProfile{}; }
 
 namespace detail {
 ForwardProfile& profile_sink() { return g_profile; }
-bool profile_active() { return g_profiling && !in_parallel_region(); }
+bool profile_active() { return g_profiling && !core::in_parallel_region(); }
 }  // namespace detail
 
 }  // namespace latentllm::model

@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "latentllm/error.hpp"
-#include "model/parallel.hpp"
+#include "core/parallel.hpp"
 
 namespace latentllm::model {
 namespace {
@@ -17,7 +17,7 @@ constexpr std::int64_t kChunkElems = 1 << 14;
 template <typename F>
 void for_rows(std::int64_t n, std::int64_t width, F&& f) {
   const std::int64_t grain = std::max<std::int64_t>(1, kChunkElems / std::max<std::int64_t>(width, 1));
-  parallel_for(n, grain, [&](std::int64_t b, std::int64_t e) {
+  core::parallel_for(n, grain, [&](std::int64_t b, std::int64_t e) {
     for (std::int64_t i = b; i < e; ++i) f(i);
   });
 }

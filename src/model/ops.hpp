@@ -1,5 +1,5 @@
 // Row-wise building blocks of the forward pass that are not GEMMs: norms and activations.
-// All operate on row-major activations [n_tok, width] and run OpenMP-parallel over rows.
+// All operate on row-major activations [n_tok, width] and run over rows on the thread pool (core/parallel.hpp).
 #pragma once
 
 #include <cstdint>

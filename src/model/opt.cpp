@@ -9,7 +9,7 @@
 #include "model/families.hpp"
 #include "model/linear_fused.hpp"
 #include "model/ops.hpp"
-#include "model/parallel.hpp"
+#include "core/parallel.hpp"
 #include "model/profile.hpp"
 
 namespace latentllm::model {

@@ -8,9 +8,9 @@
 
 namespace latentllm::model::detail {
 
-// The accumulating profile; only touched from outside OpenMP parallel regions.
+// The accumulating profile; only touched from outside the thread pool's parallel regions.
 ForwardProfile& profile_sink();
-// True when profiling is on and the caller is not inside an OpenMP parallel region.
+// True when profiling is on and the caller is not inside a parallel region of the thread pool.
 bool profile_active();
 
 // Adds the seconds of its lifetime to `seconds` and `flops` to `flop_counter` (when not null).

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "latentllm/threads.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/io.hpp"
 #include "latentllm/model.hpp"
@@ -281,12 +282,12 @@ TEST(Model, OneAndTwoThreadsGiveBitIdenticalNll) {
   const auto m = Model::load(make_llama(s, 33).write("threads"));
   // Enough windows that the GEMMs, the attention and the head are all split.
   const auto ids = random_ids(12 * 96, s.V, 6);
-  model::set_num_threads(1);
+  core::set_num_threads(1);
   const double one = m->windows_nll(ids, 96);
-  model::set_num_threads(2);
+  core::set_num_threads(2);
   const double two = m->windows_nll(ids, 96);
   const double two_again = m->windows_nll(ids, 96);
-  model::set_num_threads(0);
+  core::set_num_threads(0);
   // Bit-identical: tasks have fixed boundaries and aligned scratch, so neither the thread count nor
   // which thread runs a task changes a single rounding.
   EXPECT_EQ(two, two_again);

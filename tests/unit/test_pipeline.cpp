@@ -11,6 +11,7 @@
 
 #include <Eigen/SVD>
 
+#include "latentllm/threads.hpp"
 #include "latentllm/calib.hpp"
 #include "latentllm/compressor.hpp"
 #include "latentllm/error.hpp"
@@ -280,15 +281,15 @@ TEST(SiteStats, MomentsMatchDoubleSumsForAnyThreadCount) {
   const MatrixF x = MatrixF::Random(10100, 13);  // three chunks, the last one partial
   const MatrixD xd = x.cast<double>();
   calib::SiteStats one, two;
-  model::set_num_threads(1);
+  core::set_num_threads(1);
   one.reset(13);
   one.add(x.topRows(600));
   one.add(x.bottomRows(9500));
-  model::set_num_threads(2);
+  core::set_num_threads(2);
   two.reset(13);
   two.add(x.topRows(600));
   two.add(x.bottomRows(9500));
-  model::set_num_threads(0);
+  core::set_num_threads(0);
   const MatrixD ref = xd.transpose() * xd;
   EXPECT_LT((one.xtx - ref).cwiseAbs().maxCoeff(), 1e-12 * ref.cwiseAbs().maxCoeff());
   EXPECT_EQ(one.xtx, one.xtx.transpose());

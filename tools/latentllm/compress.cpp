@@ -4,6 +4,7 @@
 
 #include "commands.hpp"
 #include "options.hpp"
+#include "latentllm/threads.hpp"
 #include "latentllm/resources.hpp"
 #include "latentllm/checkpoint.hpp"
 #include "latentllm/compressor.hpp"
@@ -42,7 +43,7 @@ void print_plan(const compress::RankPlan& plan, const compress::RankPlan& plain,
 
 int run_compress(const CompressArgs& a) {
   if (a.threads < 0) throw ConfigError(fmt::format("--threads (expected >= 0, got {})", a.threads));
-  model::set_num_threads(a.threads);
+  core::set_num_threads(a.threads);
   auto opt = to_compress_options(a.m, a.method, a.ratio);
   const DType dtype = a.dtype == "f32" ? DType::F32 : a.dtype == "f16" ? DType::F16 : a.dtype == "bf16" ? DType::BF16
                       : throw ConfigError(fmt::format("--dtype (expected f16, bf16 or f32, got {})", a.dtype));

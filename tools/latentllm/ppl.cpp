@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "latentllm/threads.hpp"
 #include "latentllm/dataset.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/eval.hpp"
@@ -51,7 +52,7 @@ class ProgressLine {
 
 int run_ppl(const PplArgs& a) {
   if (a.threads < 0) throw ConfigError(fmt::format("--threads (expected >= 0, got {})", a.threads));
-  model::set_num_threads(a.threads);
+  core::set_num_threads(a.threads);
   eval::PplOptions opt;
   opt.dataset = io::parse_dataset(a.dataset);
   opt.data = a.data;

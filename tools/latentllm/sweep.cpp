@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "commands.hpp"
+#include "latentllm/threads.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/eval.hpp"
 #include "latentllm/files.hpp"
@@ -146,7 +147,7 @@ class Sweep {
   Sweep(const SweepArgs& a) : a_(a), out_(a.out) {}
 
   int run() {
-    model::set_num_threads(a_.threads);
+    core::set_num_threads(a_.threads);
     const auto methods = split(a_.methods.empty() ? default_methods() : a_.methods);
     const auto ratios = parse_ratios(a_.ratios);
     const auto known = compress::method_names();

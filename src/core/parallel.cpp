@@ -1,4 +1,4 @@
-#include "model/parallel.hpp"
+#include "core/parallel.hpp"
 
 #include <cblas.h>
 
@@ -12,9 +12,9 @@
 
 #include "core/gemm.hpp"
 #include "latentllm/error.hpp"
-#include "latentllm/model.hpp"
+#include "latentllm/threads.hpp"
 
-namespace latentllm::model {
+namespace latentllm::core {
 namespace {
 
 // Below this many multiply-adds a single sgemm call is cheaper than splitting.
@@ -136,7 +136,7 @@ void set_num_threads(int n) {
 
 bool in_parallel_region() { return t_in_pool; }
 
-int forward_threads() { return pool().threads(); }
+int num_threads() { return pool().threads(); }
 
 void parallel_for(std::int64_t n, std::int64_t grain, const std::function<void(std::int64_t, std::int64_t)>& body) {
   if (n <= 0) return;
@@ -195,4 +195,4 @@ void parallel_xwt(const MatrixF& x, const MatrixF& w, MatrixF& y, bool accumulat
   }
 }
 
-}  // namespace latentllm::model
+}  // namespace latentllm::core

@@ -1,4 +1,4 @@
-// The forward pass's threads: one small pool whose idle workers sleep (block on a condition
+// The library's threads (latentllm/threads.hpp): one small pool whose idle workers sleep (block on a condition
 // variable) instead of spinning. OpenMP's spin-waiting (libgomp spins ~300k iterations after each
 // region) next to OpenBLAS's own pthread pool, or next to any other busy process on a 2-core machine,
 // burned up to 75 % of the cycles in measurements (stories260K: 22k tok/s on 1 thread, 6k on 2).
@@ -15,15 +15,13 @@
 
 #include "latentllm/tensor.hpp"
 
-namespace latentllm::model {
+namespace latentllm::core {
 
 // Per-thread float scratch aligned like Eigen's own matrices. Eigen's vectorized reductions (sum,
 // max) handle an unaligned head with scalar steps, so their summation order depends on the address
 // alignment; a fixed alignment makes results bit-identical whichever thread runs a task.
 using ScratchF = std::vector<float, Eigen::aligned_allocator<float>>;
 
-// Threads of the forward (the caller included); set by set_num_threads (latentllm/model.hpp).
-int forward_threads();
 
 // True on a thread that is running a parallel_for body.
 bool in_parallel_region();
@@ -50,4 +48,4 @@ class BlasSingleThreaded {
 // Split by row blocks of y (tall x) or column blocks (the LM head), one single-threaded sgemm each.
 void parallel_xwt(const MatrixF& x, const MatrixF& w, MatrixF& y, bool accumulate = false);
 
-}  // namespace latentllm::model
+}  // namespace latentllm::core
