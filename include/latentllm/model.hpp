@@ -20,6 +20,43 @@
 
 namespace latentllm::model {
 
+// The MLP activation σ. HF names: relu; gelu (exact, x·Φ(x)); gelu_new, gelu_pytorch_tanh, gelu_fast
+// (the tanh approximation); silu, swish.
+enum class Activation { Relu, Gelu, GeluTanh, Silu };
+// Parses an HF activation name; throws ConfigError "<origin>: activation (expected one of ..., got X)".
+Activation parse_activation(const std::string& name, const std::string& origin);
+
+// Rotary position embedding of the Llama family (HF rotate_half convention): the pair (j, j + d_h/2) of
+// a head's q and k rotates by p·ω_j at position p, with ω_j = θ^(−2j/d_h) ("inv_freq") rescaled as
+// rope_scaling says. config.json's rope_scaling.rope_type: absent or "default" (none), "linear",
+// "llama3" (Llama-3.1 and later).
+struct RopeSpec {
+  enum class Scaling { None, Linear, Llama3 };
+  double theta = 10000.0;                                // rope_theta
+  Scaling scaling = Scaling::None;
+  double factor = 1.0;                                   // linear and llama3
+  double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3
+  double original_max_position_embeddings = 8192;        // llama3
+  // ω_j for pair j < d_h/2, in double (transformers' _compute_{default,linear,llama3}_rope_parameters).
+  double inv_freq(int j, int head_dim) const;
+};
+
+// The attention geometry of a model's layers, as the compressor sees it (joint Q-K and V-O).
+struct AttentionInfo {
+  int hidden = 0;        // d
+  int num_heads = 0;     // H
+  int num_kv_heads = 0;  // H_kv (GQA: query head i reads kv head i / (H / H_kv))
+  int head_dim = 0;      // d_h
+  bool rope = false;     // q and k rotated after their projections (Llama family); OPT: learned positions
+  RopeSpec rope_spec;    // when rope
+  bool qk_norm = false;  // Qwen3: an RMSNorm over each head's d_h entries of q and k, before RoPE
+
+  int kv_head(int i) const { return i / (num_heads / num_kv_heads); }
+  // Throws ConfigError "<context>: invalid attention shape (...)" unless every size is positive, H is a
+  // multiple of H_kv and d_h is even when rope.
+  void validate(std::string_view context) const;
+};
+
 // y = x·Wᵀ + b, with W dense or factored as W ≈ B·A (paper eq. for the latent form).
 struct Linear {
   std::string name;             // HF module name, e.g. "model.decoder.layers.0.self_attn.q_proj"

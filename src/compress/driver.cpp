@@ -80,15 +80,6 @@ InputMoments moments(const calib::SiteStats& s) {
   return m;
 }
 
-Activation activation_of(const io::ModelConfig& c) {
-  const std::string& a = c.hidden_act;
-  if (a == "relu") return Activation::Relu;
-  if (a == "silu" || a == "swish") return Activation::Silu;
-  if (a == "gelu") return Activation::Gelu;
-  if (a == "gelu_new" || a == "gelu_pytorch_tanh") return Activation::GeluTanh;
-  throw ConfigError(fmt::format("activation {} is not supported by joint up-down compression", a));
-}
-
 class MethodCompressor : public calib::LayerCompressor {
  public:
   MethodCompressor(const CompressOptions& opt, const RankPlan& plan, CompressReport& report)
@@ -219,15 +210,15 @@ class MethodCompressor : public calib::LayerCompressor {
     install(lin, f);
   }
 
-  AttnShape attn_shape(const model::Model& m) const {
+  model::AttentionInfo attn_shape(const model::Model& m) const {
     const auto& c = m.config();
-    AttnShape s;
+    model::AttentionInfo s;
     s.hidden = static_cast<int>(c.hidden_size);
     s.num_heads = static_cast<int>(c.num_attention_heads);
     s.num_kv_heads = static_cast<int>(c.num_key_value_heads > 0 ? c.num_key_value_heads : c.num_attention_heads);
     s.head_dim = static_cast<int>(c.head_dim > 0 ? c.head_dim : c.hidden_size / c.num_attention_heads);
     s.rope = m.family() == "llama";
-    s.rope_theta = c.rope_theta;
+    s.rope_spec.theta = c.rope_theta;
     return s;
   }
 
@@ -304,7 +295,7 @@ class MethodCompressor : public calib::LayerCompressor {
     model::Linear& down = layer.linear(gated ? "mlp.down_proj" : "fc2");
     model::Linear* gate = gated ? &layer.linear("mlp.gate_proj") : nullptr;
     MlpDense dense;
-    dense.act = activation_of(m.config());
+    dense.act = model::parse_activation(m.config().hidden_act, (m.dir() / "config.json").string());
     dense.gated = gated;
     dense.w_up = to_double(up.weight);
     dense.b_up = to_double(up.bias);

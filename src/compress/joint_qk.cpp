@@ -8,25 +8,16 @@
 #include <Eigen/QR>
 
 #include "latentllm/error.hpp"
+#include "model/rope.hpp"
 
 namespace latentllm::compress {
-
-void AttnShape::validate(std::string_view context) const {
-  if (hidden < 1 || num_heads < 1 || num_kv_heads < 1 || head_dim < 1 || num_heads % num_kv_heads != 0) {
-    throw ConfigError(fmt::format("{}: invalid attention shape (expected H a multiple of H_kv, got d={} H={} H_kv={} d_h={})",
-                                  context, hidden, num_heads, num_kv_heads, head_dim));
-  }
-  if (rope && head_dim % 2 != 0) {
-    throw ConfigError(fmt::format("{}: RoPE needs an even head_dim (got {})", context, head_dim));
-  }
-}
 
 namespace {
 
 MatrixD augment(const MatrixD& w, const VectorD& b) { return with_bias_column(w, b); }
 MatrixD augment(const LowRank& f) { return augmented_dense(f); }
 
-void check_dense(const QkDense& w, const AttnShape& s, const InputMoments& m, std::string_view context) {
+void check_dense(const QkDense& w, const model::AttentionInfo& s, const InputMoments& m, std::string_view context) {
   s.validate(context);
   const auto dq = static_cast<Eigen::Index>(s.num_heads) * s.head_dim;
   const auto dk = static_cast<Eigen::Index>(s.num_kv_heads) * s.head_dim;
@@ -49,7 +40,7 @@ struct Offset {
   double weight;
 };
 
-std::vector<Offset> offsets(const AttnShape& s, const RopeWindow& rw) {
+std::vector<Offset> offsets(const model::AttentionInfo& s, const RopeWindow& rw) {
   if (!s.rope) return {{0, 1.0}};
   if (rw.window < 0 || (!rw.weights.empty() && static_cast<int>(rw.weights.size()) != rw.window + 1)) {
     throw ConfigError(fmt::format("rope window: invalid (expected window ≥ 0 and {} weights, got {} and {})",
@@ -65,31 +56,16 @@ std::vector<Offset> offsets(const AttnShape& s, const RopeWindow& rw) {
 }
 
 // The score between query position m and key position n uses R_{n−m} = R_{−Δ}.
-MatrixD offset_mid(const AttnShape& s, int delta) {
+MatrixD offset_mid(const model::AttentionInfo& s, int delta) {
   if (!s.rope || delta == 0) return MatrixD();
-  return rope_rotation(s.head_dim, s.rope_theta, -delta);
+  return model::rope_rotation(s.rope_spec, s.head_dim, -delta);
 }
 
 MatrixD head_rows(const MatrixD& w, int h, int d_h) { return w.middleRows(static_cast<Eigen::Index>(h) * d_h, d_h); }
 
 }  // namespace
 
-MatrixD rope_rotation(int head_dim, double rope_theta, double p) {
-  const int half = head_dim / 2;
-  MatrixD r = MatrixD::Zero(head_dim, head_dim);  // [d_h, d_h]
-  for (int j = 0; j < half; ++j) {
-    const double theta = std::pow(rope_theta, -2.0 * j / head_dim);
-    const double c = std::cos(p * theta), sn = std::sin(p * theta);
-    // HF apply_rotary_pos_emb: q' = q·cos + rotate_half(q)·sin, rotate_half(q) = [−q2, q1].
-    r(j, j) = c;
-    r(j, j + half) = -sn;
-    r(j + half, j) = sn;
-    r(j + half, j + half) = c;
-  }
-  return r;
-}
-
-QkResult joint_qk(const QkDense& w, const AttnShape& s, const InputMoments& m, const QkOptions& opt,
+QkResult joint_qk(const QkDense& w, const model::AttentionInfo& s, const InputMoments& m, const QkOptions& opt,
                   std::string_view context) {
   check_dense(w, s, m, context);
   const bool has_bias = w.bq.size() > 0 || w.bk.size() > 0;
@@ -155,7 +131,7 @@ QkFactors separate_qk(const QkDense& w, const InputMoments& m, int r_q, int r_k,
   return f;
 }
 
-double qk_attention_loss(const QkDense& dense, const QkFactors& f, const AttnShape& s, const InputMoments& m,
+double qk_attention_loss(const QkDense& dense, const QkFactors& f, const model::AttentionInfo& s, const InputMoments& m,
                          const RopeWindow& rope) {
   check_dense(dense, s, m, "qk_attention_loss");
   const MatrixD c = m.augmented();  // [d+1, d+1]
@@ -203,13 +179,13 @@ MatrixD project_head(const MatrixD& xw, const MatrixD& w, int h, int d_h, const 
 
 }  // namespace
 
-double qk_attention_loss_exact(const QkDense& dense, const QkFactors& f, const AttnShape& s, const MatrixD& x,
+double qk_attention_loss_exact(const QkDense& dense, const QkFactors& f, const model::AttentionInfo& s, const MatrixD& x,
                                int seqlen, int window) {
   s.validate("qk_attention_loss_exact");
   const MatrixD wq = augment(dense.wq, dense.bq), wk = augment(dense.wk, dense.bk);
   const MatrixD fq = augment(f.q), fk = augment(f.k);
   std::vector<MatrixD> rot;
-  for (int t = 0; s.rope && t < seqlen; ++t) rot.push_back(rope_rotation(s.head_dim, s.rope_theta, t));
+  for (int t = 0; s.rope && t < seqlen; ++t) rot.push_back(model::rope_rotation(s.rope_spec, s.head_dim, t));
   const int dh = s.head_dim;
   double loss = 0;
   for (Eigen::Index start = 0; start + seqlen <= x.rows(); start += seqlen) {
@@ -271,7 +247,7 @@ std::vector<int> junction_block(LowRank& side, int h, LowRank& other, const std:
 
 }  // namespace
 
-QkJunctionResult apply_qk_junction(const QkFactors& f, const AttnShape& s, QkJunction side, std::string_view context) {
+QkJunctionResult apply_qk_junction(const QkFactors& f, const model::AttentionInfo& s, QkJunction side, std::string_view context) {
   s.validate(context);
   QkJunctionResult out{f, {}};
   if (side == QkJunction::None) return out;
@@ -298,7 +274,7 @@ QkJunctionResult apply_qk_junction(const QkFactors& f, const AttnShape& s, QkJun
   return out;
 }
 
-std::int64_t qk_params(const AttnShape& s, int r_q, int r_k, QkJunction j) {
+std::int64_t qk_params(const model::AttentionInfo& s, int r_q, int r_k, QkJunction j) {
   const std::int64_t d = s.hidden, dh = s.head_dim;
   std::int64_t p = d * (r_q + r_k) + s.num_heads * dh * r_q + s.num_kv_heads * dh * r_k;
   if (j == QkJunction::Query && r_q >= dh) p -= s.num_heads * dh * dh;
@@ -306,11 +282,11 @@ std::int64_t qk_params(const AttnShape& s, int r_q, int r_k, QkJunction j) {
   return p;
 }
 
-std::int64_t qk_dense_params(const AttnShape& s) {
+std::int64_t qk_dense_params(const model::AttentionInfo& s) {
   return static_cast<std::int64_t>(s.hidden) * (s.num_heads + s.num_kv_heads) * s.head_dim;
 }
 
-QkRankPlan plan_qk_ranks(const AttnShape& s, double ratio, QkJunction j) {
+QkRankPlan plan_qk_ranks(const model::AttentionInfo& s, double ratio, QkJunction j) {
   s.validate("plan_qk_ranks");
   if (!(ratio > 0.0 && ratio < 1.0)) {
     throw ConfigError(fmt::format("plan_qk_ranks: ratio out of range (expected 0 < R < 1, got {})", ratio));

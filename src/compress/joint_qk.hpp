@@ -22,21 +22,10 @@
 #include <vector>
 
 #include "compress/joint_common.hpp"
+#include "latentllm/model.hpp"
 
 namespace latentllm::compress {
 
-// Attention geometry. H must be a multiple of H_kv.
-struct AttnShape {
-  int hidden = 0;        // d
-  int num_heads = 0;     // H
-  int num_kv_heads = 0;  // H_kv
-  int head_dim = 0;      // d_h
-  bool rope = false;     // q, k rotated after projection (HF rotate_half convention)
-  double rope_theta = 10000.0;
-
-  int kv_head(int i) const { return i / (num_heads / num_kv_heads); }
-  void validate(std::string_view context) const;  // throws ConfigError
-};
 
 // Dense q_proj / k_proj of one layer (HF names: self_attn.q_proj, self_attn.k_proj).
 struct QkDense {
@@ -54,7 +43,7 @@ struct QkFactors {
 
 // Offsets of the RoPE-aware objective and loss: Δ = m − n (query minus key position) in 0..window,
 // plus −window..−1 when symmetric (a causal model never attends to later keys, hence the default).
-// weights[Δ] multiplies offset ±Δ (empty = all 1). Only used when AttnShape::rope is set.
+// weights[Δ] multiplies offset ±Δ (empty = all 1). Only used when model::AttentionInfo::rope is set.
 struct RopeWindow {
   int window = 0;
   bool symmetric = false;
@@ -83,26 +72,23 @@ struct QkResult {
   bool used_local_start = false;
 };
 
-QkResult joint_qk(const QkDense& w, const AttnShape& s, const InputMoments& m, const QkOptions& opt,
+QkResult joint_qk(const QkDense& w, const model::AttentionInfo& s, const InputMoments& m, const QkOptions& opt,
                   std::string_view context);
 
 // Baseline: q_proj and k_proj each by local root-cov ASVD (with the bias update where there is a bias).
 QkFactors separate_qk(const QkDense& w, const InputMoments& m, int r_q, int r_k, double lambda_rel,
                       std::string_view context);
 
-// HF RoPE rotation for a position offset p: [d_h, d_h], rotating pairs (j, j + d_h/2) by p·θ_j,
-// θ_j = rope_theta^(−2j/d_h). R_a·R_b = R_{a+b}, R_pᵀ = R_{−p}.
-MatrixD rope_rotation(int head_dim, double rope_theta, double p);
 
 // Attention-map loss against the dense weights from the input moments (exact for the data the moments
 // came from; no damping): Σ_i Σ_Δ w_Δ ‖C'^{1/2}(W'_q,iᵀR_{−Δ}W'_k,g − Ŵ'_q,iᵀR_{−Δ}Ŵ'_k,g)C'^{1/2}‖²
 // in the augmented space (biases included). Without RoPE only Δ = 0 is used.
-double qk_attention_loss(const QkDense& dense, const QkFactors& f, const AttnShape& s, const InputMoments& m,
+double qk_attention_loss(const QkDense& dense, const QkFactors& f, const model::AttentionInfo& s, const InputMoments& m,
                          const RopeWindow& rope = {});
 // The same from the tokens x: [n, d] cut into windows of seqlen tokens (positions 0..seqlen−1):
 // Σ_i Σ_pairs (s_i(m, n) − ŝ_i(m, n))², pairs (m, n) in one window with 0 ≤ m − n ≤ window, or all
 // pairs when window < 0; scores rotated by RoPE when s.rope.
-double qk_attention_loss_exact(const QkDense& dense, const QkFactors& f, const AttnShape& s, const MatrixD& x,
+double qk_attention_loss_exact(const QkDense& dense, const QkFactors& f, const model::AttentionInfo& s, const MatrixD& x,
                                int seqlen, int window);
 
 // ---- Per-head junction and parameter counting -------------------------------------------------
@@ -122,12 +108,12 @@ struct QkJunctionResult {
   // (identity_cols[h][j] = column holding e_j).
   std::vector<std::vector<int>> identity_cols;
 };
-QkJunctionResult apply_qk_junction(const QkFactors& f, const AttnShape& s, QkJunction side, std::string_view context);
+QkJunctionResult apply_qk_junction(const QkFactors& f, const model::AttentionInfo& s, QkJunction side, std::string_view context);
 
 // d·(r_q + r_k) + H·d_h·r_q + H_kv·d_h·r_k, minus H·d_h² (Query, r_q ≥ d_h) or H_kv·d_h² (Key, r_k ≥ d_h).
 // Biases are not counted.
-std::int64_t qk_params(const AttnShape& s, int r_q, int r_k, QkJunction j);
-std::int64_t qk_dense_params(const AttnShape& s);  // d·(H + H_kv)·d_h
+std::int64_t qk_params(const model::AttentionInfo& s, int r_q, int r_k, QkJunction j);
+std::int64_t qk_dense_params(const model::AttentionInfo& s);  // d·(H + H_kv)·d_h
 
 struct QkRankPlan {
   int r_q = 0;
@@ -140,6 +126,6 @@ struct QkRankPlan {
 // beyond a projection's output size captures nothing) and params ≤ (1 − ratio)·dense. The junction is
 // counted only where it applies (its side's rank ≥ d_h). Throws ConfigError if ratio ∉ (0, 1), no rank
 // fits, or a junction is asked for with RoPE.
-QkRankPlan plan_qk_ranks(const AttnShape& s, double ratio, QkJunction j);
+QkRankPlan plan_qk_ranks(const model::AttentionInfo& s, double ratio, QkJunction j);
 
 }  // namespace latentllm::compress

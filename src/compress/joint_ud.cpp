@@ -10,42 +10,9 @@
 #include "latentllm/error.hpp"
 #include "linalg/linalg.hpp"
 #include "core/parallel.hpp"
+#include "model/activation.hpp"
 
 namespace latentllm::compress {
-
-double activate(Activation a, double z) {
-  switch (a) {
-    case Activation::Relu: return z > 0 ? z : 0.0;
-    case Activation::Gelu: return 0.5 * z * (1.0 + std::erf(z / std::sqrt(2.0)));
-    case Activation::GeluTanh: {
-      const double k = std::sqrt(2.0 / M_PI);
-      return 0.5 * z * (1.0 + std::tanh(k * (z + 0.044715 * z * z * z)));
-    }
-    case Activation::Silu: return z / (1.0 + std::exp(-z));
-  }
-  return z;
-}
-
-double activate_slope(Activation a, double z) {
-  switch (a) {
-    case Activation::Relu: return z > 0 ? 1.0 : 0.0;
-    case Activation::Gelu: {
-      const double cdf = 0.5 * (1.0 + std::erf(z / std::sqrt(2.0)));
-      return cdf + z * std::exp(-0.5 * z * z) / std::sqrt(2.0 * M_PI);
-    }
-    case Activation::GeluTanh: {
-      const double k = std::sqrt(2.0 / M_PI);
-      const double u = k * (z + 0.044715 * z * z * z);
-      const double t = std::tanh(u);
-      return 0.5 * (1.0 + t) + 0.5 * z * (1.0 - t * t) * k * (1.0 + 3 * 0.044715 * z * z);
-    }
-    case Activation::Silu: {
-      const double s = 1.0 / (1.0 + std::exp(-z));
-      return s * (1.0 + z * (1.0 - s));
-    }
-  }
-  return 1.0;
-}
 
 namespace {
 
@@ -57,17 +24,17 @@ void for_column_blocks(Eigen::Index cols, Fn&& fn) {
   core::parallel_for(cols, 1024, [&](std::int64_t c0, std::int64_t c1) { fn(c0, c1 - c0); });
 }
 
-MatrixD act_of(Activation a, const MatrixD& z) {
+MatrixD act_of(model::Activation a, const MatrixD& z) {
   MatrixD out(z.rows(), z.cols());
   for_column_blocks(z.cols(), [&](Eigen::Index c0, Eigen::Index nc) {
-    out.middleCols(c0, nc) = z.middleCols(c0, nc).unaryExpr([a](double v) { return activate(a, v); });
+    out.middleCols(c0, nc) = z.middleCols(c0, nc).unaryExpr([a](double v) { return model::activate(a, v); });
   });
   return out;
 }
-MatrixD slope_of(Activation a, const MatrixD& z) {
+MatrixD slope_of(model::Activation a, const MatrixD& z) {
   MatrixD out(z.rows(), z.cols());
   for_column_blocks(z.cols(), [&](Eigen::Index c0, Eigen::Index nc) {
-    out.middleCols(c0, nc) = z.middleCols(c0, nc).unaryExpr([a](double v) { return activate_slope(a, v); });
+    out.middleCols(c0, nc) = z.middleCols(c0, nc).unaryExpr([a](double v) { return model::activate_slope(a, v); });
   });
   return out;
 }
@@ -225,10 +192,10 @@ void paper_iterations(const Ctx& c, MlpFactors cur, Best& best, UdResult& out) {
   MatrixD z = ux;                    // [f, n]
   MatrixD zp;                        // [f, n]
   if (o.track_aux_loss) {
-    out.aux_loss.push_back(o.alpha * (c.y - apply(cur.down, act_of(Activation::Relu, z))).squaredNorm());
+    out.aux_loss.push_back(o.alpha * (c.y - apply(cur.down, act_of(model::Activation::Relu, z))).squaredNorm());
   }
   for (int it = 1; it <= o.iters; ++it) {
-    zp = ridge_hidden(cur.down, target_minus_bias(c.y, cur.down), act_of(Activation::Relu, z), o.alpha, o.beta,
+    zp = ridge_hidden(cur.down, target_minus_bias(c.y, cur.down), act_of(model::Activation::Relu, z), o.alpha, o.beta,
                       c.context);
     z = relu_case_split(zp, ux, o.beta, o.gamma);
     cur.up = fit(c.xt, z, o.ranks.up, bu, o.lambda_rel, c.context);
@@ -236,10 +203,10 @@ void paper_iterations(const Ctx& c, MlpFactors cur, Best& best, UdResult& out) {
     ux = apply(cur.up, c.xt);
     if (o.track_aux_loss) {
       out.aux_loss.push_back(o.alpha * (c.y - apply(cur.down, zp)).squaredNorm() +
-                             o.beta * (zp - act_of(Activation::Relu, z)).squaredNorm() +
+                             o.beta * (zp - act_of(model::Activation::Relu, z)).squaredNorm() +
                              o.gamma * (z - ux).squaredNorm());
     }
-    const MatrixD h = act_of(Activation::Relu, ux);  // hidden activations of cur
+    const MatrixD h = act_of(model::Activation::Relu, ux);  // hidden activations of cur
     if (!o.refit_down) {
       const double l = c.loss(cur, h);
       best.offer(cur, l, it);
@@ -382,7 +349,7 @@ UdResult joint_ud(const MlpDense& w, const MatrixD& x, const UdOptions& opt, std
   // The ridge step's β, γ are relative to the mean squared singular value of the down factor; when it
   // is zero (a zero down_proj, or hidden activations that are all zero) the step is undefined and
   // nothing can improve on the local solution: keep it.
-  const bool paper = opt.paper_admm && w.act == Activation::Relu && !w.gated;
+  const bool paper = opt.paper_admm && w.act == model::Activation::Relu && !w.gated;
   const LowRank& first_down = paper ? start.down : cur.down;  // where each path starts
   const double gain = first_down.dense().squaredNorm() / first_down.rank();
   if (opt.iters > 0 && !(gain > 0 && std::isfinite(gain))) {

@@ -24,19 +24,14 @@
 #include <vector>
 
 #include "compress/joint_common.hpp"
+#include "latentllm/model.hpp"
 
 namespace latentllm::compress {
 
-enum class Activation {
-  Relu,      // OPT
-  Gelu,      // erf form (HF "gelu")
-  GeluTanh,  // HF "gelu_new" / "gelu_pytorch_tanh"
-  Silu,      // Llama/Qwen2 gate ("silu")
-};
 
 // Dense MLP of one layer. Empty bias vectors mean no bias.
 struct MlpDense {
-  Activation act = Activation::Relu;
+  model::Activation act = model::Activation::Relu;
   bool gated = false;
   MatrixD w_up;    // [f, d]  fc1 / up_proj
   VectorD b_up;    // [f]
@@ -100,7 +95,5 @@ double mlp_output_loss(const MlpDense& w, const MlpFactors& f, const MatrixD& x)
 MatrixD mlp_forward(const MlpDense& w, const MatrixD& xt);
 MatrixD mlp_forward(const MlpDense& w, const MlpFactors& f, const MatrixD& xt);
 
-double activate(Activation a, double z);
-double activate_slope(Activation a, double z);  // dσ/dz
 
 }  // namespace latentllm::compress

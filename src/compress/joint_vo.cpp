@@ -6,7 +6,7 @@ namespace latentllm::compress {
 
 namespace {
 
-void check_dense(const VoDense& w, const AttnShape& s, const InputMoments& m, std::string_view context) {
+void check_dense(const VoDense& w, const model::AttentionInfo& s, const InputMoments& m, std::string_view context) {
   s.validate(context);
   const auto dv = static_cast<Eigen::Index>(s.num_kv_heads) * s.head_dim;
   const auto dq = static_cast<Eigen::Index>(s.num_heads) * s.head_dim;
@@ -25,7 +25,7 @@ void check_dense(const VoDense& w, const AttnShape& s, const InputMoments& m, st
 }
 
 // Rows of the kv-head map repeated for every query head: [H·d_h, cols] from [H_kv·d_h, cols].
-MatrixD expand_kv(const MatrixD& wkv, const AttnShape& s) {
+MatrixD expand_kv(const MatrixD& wkv, const model::AttentionInfo& s) {
   const int dh = s.head_dim;
   MatrixD e(static_cast<Eigen::Index>(s.num_heads) * dh, wkv.cols());
   for (int i = 0; i < s.num_heads; ++i) e.middleRows(i * dh, dh) = wkv.middleRows(s.kv_head(i) * dh, dh);
@@ -41,7 +41,7 @@ VectorD augmented_mean(const InputMoments& m) {  // [μ; 1]
 
 }  // namespace
 
-VoResult joint_vo(const VoDense& w, const AttnShape& s, const InputMoments& m, const VoOptions& opt,
+VoResult joint_vo(const VoDense& w, const model::AttentionInfo& s, const InputMoments& m, const VoOptions& opt,
                   std::string_view context) {
   check_dense(w, s, m, context);
   const int d = s.hidden, dh = s.head_dim;
@@ -101,7 +101,7 @@ VoFactors separate_vo(const VoDense& w, const InputMoments& m, const InputMoment
   return f;
 }
 
-InputMoments vo_identity_attention_moments(const VoDense& w, const AttnShape& s, const InputMoments& m) {
+InputMoments vo_identity_attention_moments(const VoDense& w, const model::AttentionInfo& s, const InputMoments& m) {
   const MatrixD e = expand_kv(with_bias_column(w.wv, w.bv), s);  // [H·d_h, d+1]
   VectorD s1(m.dim() + 1);
   s1.head(m.dim()) = m.sum;
@@ -113,7 +113,7 @@ InputMoments vo_identity_attention_moments(const VoDense& w, const AttnShape& s,
   return z;
 }
 
-double vo_head_loss(const VoDense& dense, const VoFactors& f, const AttnShape& s, const InputMoments& m) {
+double vo_head_loss(const VoDense& dense, const VoFactors& f, const model::AttentionInfo& s, const InputMoments& m) {
   check_dense(dense, s, m, "vo_head_loss");
   const int dh = s.head_dim;
   const MatrixD c = m.augmented();
@@ -135,7 +135,7 @@ double vo_head_loss(const VoDense& dense, const VoFactors& f, const AttnShape& s
   return loss;
 }
 
-double vo_output_loss(const VoDense& dense, const VoFactors& f, const AttnShape& s, const InputMoments& m) {
+double vo_output_loss(const VoDense& dense, const VoFactors& f, const model::AttentionInfo& s, const InputMoments& m) {
   check_dense(dense, s, m, "vo_output_loss");
   // y − ŷ = D·x' with D = W_o·E − Ŵ_o·Ê, plus (b_o − b̂_o) in the constant column.
   MatrixD dmat = dense.wo * expand_kv(with_bias_column(dense.wv, dense.bv), s) -
@@ -145,12 +145,12 @@ double vo_output_loss(const VoDense& dense, const VoFactors& f, const AttnShape&
   return (dmat * m.augmented()).cwiseProduct(dmat).sum();
 }
 
-std::int64_t vo_params(const AttnShape& s, int r_v, int r_o) {
+std::int64_t vo_params(const model::AttentionInfo& s, int r_v, int r_o) {
   const std::int64_t d = s.hidden, dh = s.head_dim;
   return d * r_v + s.num_kv_heads * dh * r_v + d * r_o + r_o * s.num_heads * dh;
 }
 
-std::int64_t vo_dense_params(const AttnShape& s) {
+std::int64_t vo_dense_params(const model::AttentionInfo& s) {
   return static_cast<std::int64_t>(s.hidden) * (s.num_kv_heads + s.num_heads) * s.head_dim;
 }
 

@@ -16,6 +16,7 @@
 #include "model/ops.hpp"
 #include "core/parallel.hpp"
 #include "model/profile.hpp"
+#include "model/rope.hpp"
 
 namespace latentllm::model {
 namespace {
@@ -60,44 +61,6 @@ void check_config(const io::ModelConfig& c, const std::string& origin) {
   if (c.head_dim % 2 != 0) throw ConfigError(fmt::format("{}: head_dim (expected even for RoPE, got {})", origin, c.head_dim));
 }
 
-// cos/sin of RoPE angles pos·θ^(−2j/d_h), j < d_h/2, computed in double.  [T, d_h/2] each.
-struct RopeTable {
-  MatrixF cos, sin;
-};
-
-RopeTable rope_table(int T, int d_h, double theta) {
-  const int half = d_h / 2;
-  RopeTable t{MatrixF(T, half), MatrixF(T, half)};
-  for (int j = 0; j < half; ++j) {
-    const double inv_freq = 1.0 / std::pow(theta, 2.0 * j / d_h);
-    for (int p = 0; p < T; ++p) {
-      t.cos(p, j) = static_cast<float>(std::cos(p * inv_freq));
-      t.sin(p, j) = static_cast<float>(std::sin(p * inv_freq));
-    }
-  }
-  return t;
-}
-
-// In place on x: [n_seq·T, heads·d_h]: x' = x·cos + rotate_half(x)·sin, rotate_half(x) = [−x₂, x₁].
-void apply_rope(MatrixF& x, int T, int d_h, const RopeTable& t) {
-  const int half = d_h / 2;
-  const std::int64_t n = x.rows(), heads = x.cols() / d_h;
-  core::parallel_for(n, std::max<std::int64_t>(1, (1 << 14) / x.cols()), [&](std::int64_t b, std::int64_t e) {
-  for (std::int64_t i = b; i < e; ++i) {
-    const float* c = t.cos.data() + (i % T) * half;
-    const float* s = t.sin.data() + (i % T) * half;
-    for (std::int64_t h = 0; h < heads; ++h) {
-      float* xh = x.data() + i * x.cols() + h * d_h;
-      for (int j = 0; j < half; ++j) {
-        const float x1 = xh[j], x2 = xh[j + half];
-        xh[j] = x1 * c[j] - x2 * s[j];
-        xh[j + half] = x2 * c[j] + x1 * s[j];
-      }
-    }
-  }
-  });
-}
-
 class LlamaModel final : public Model {
  public:
   LlamaModel(const io::ModelConfig& config, const std::filesystem::path& dir, WeightLoader& w) {
@@ -107,6 +70,7 @@ class LlamaModel final : public Model {
     check_config(config_, origin);
     act_ = parse_activation(config_.hidden_act.empty() ? "silu" : config_.hidden_act, origin + ": hidden_act");
     eps_ = static_cast<float>(config_.rms_norm_eps);
+    rope_.theta = config_.rope_theta;
     // Mistral's sliding window (a window longer than any int window T never masks anything).
     window_ = static_cast<int>(std::min<std::int64_t>(config_.sliding_window, std::numeric_limits<int>::max()));
     const std::int64_t d = config_.hidden_size;
@@ -220,7 +184,7 @@ class LlamaModel final : public Model {
     L.linears[kV].forward(x, v);
     {
       detail::ProfileScope scope(&ForwardProfile::other_s);
-      const RopeTable rope = rope_table(T, d_h, config_.rope_theta);
+      const RopeTable rope = rope_table(rope_, T, d_h);
       apply_rope(q, T, d_h, rope);
       apply_rope(k, T, d_h, rope);
     }
@@ -241,6 +205,7 @@ class LlamaModel final : public Model {
 
   Activation act_ = Activation::Silu;
   float eps_ = 1e-6f;
+  RopeSpec rope_;
   int window_ = 0;        // sliding window in tokens (attention.hpp), 0 = none
   MatrixF embed_tokens_;  // [V, d]
   MatrixF lm_head_;       // [V, d]; empty when tied to embed_tokens_

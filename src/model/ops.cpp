@@ -1,5 +1,7 @@
 #include "model/ops.hpp"
 
+#include "model/activation.hpp"
+
 #include <cmath>
 #include <algorithm>
 #include <cstdint>
@@ -48,29 +50,7 @@ double row_sq_dev(const float* x, std::int64_t d, double c) {
   return s;
 }
 
-float activate(float x, Activation act) {
-  switch (act) {
-    case Activation::Relu: return x > 0.0f ? x : 0.0f;
-    // torch gelu (exact): x·Φ(x).
-    case Activation::Gelu: return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
-    // gelu_new / gelu_pytorch_tanh: the tanh approximation.
-    case Activation::GeluTanh:
-      return 0.5f * x * (1.0f + std::tanh(0.79788456080286536f * (x + 0.044715f * x * x * x)));
-    case Activation::Silu: return x / (1.0f + std::exp(-x));
-  }
-  return x;
-}
-
 }  // namespace
-
-Activation parse_activation(const std::string& name, const std::string& origin) {
-  if (name == "relu") return Activation::Relu;
-  if (name == "gelu") return Activation::Gelu;
-  if (name == "gelu_new" || name == "gelu_pytorch_tanh" || name == "gelu_fast") return Activation::GeluTanh;
-  if (name == "silu" || name == "swish") return Activation::Silu;
-  throw ConfigError(fmt::format("{}: activation (expected one of relu, gelu, gelu_new, gelu_pytorch_tanh, silu, got {})",
-                                origin, name.empty() ? "<none>" : name));
-}
 
 void layer_norm(const MatrixF& x, const VectorF& w, const VectorF& b, float eps, MatrixF& y) {
   const std::int64_t n = x.rows(), d = x.cols();
@@ -110,7 +90,7 @@ void activate_span(float* p, std::int64_t n, Activation act) {
     for (std::int64_t i = 0; i < n; ++i) p[i] = p[i] > 0.0f ? p[i] : 0.0f;
     return;
   }
-  for (std::int64_t i = 0; i < n; ++i) p[i] = activate(p[i], act);
+  for (std::int64_t i = 0; i < n; ++i) p[i] = activate(act, p[i]);
 }
 
 void check_finite(const MatrixF& m, const std::string& what) {

@@ -5,15 +5,10 @@
 #include <cstdint>
 #include <string>
 
+#include "latentllm/model.hpp"
 #include "latentllm/tensor.hpp"
 
 namespace latentllm::model {
-
-enum class Activation { Relu, Gelu, GeluTanh, Silu };
-
-// Parses an HF activation name ("relu", "gelu", "gelu_new", "silu", ...); throws ConfigError with
-// `origin` and the supported names for anything else.
-Activation parse_activation(const std::string& name, const std::string& origin);
 
 // y = (x − mean) / sqrt(var + eps) · w + b per row (torch.nn.LayerNorm, biased variance; mean and
 // variance accumulated in double). w, b: [d] or empty (no affine).  x, y: [n, d].

@@ -187,7 +187,7 @@ TEST_F(Quiet, NumericalFallbacks) {
            })}},
           {"note-joint-skipped", {note("joint-skipped", [] {
              compress::MlpDense w;
-             w.act = compress::Activation::Relu;
+             w.act = model::Activation::Relu;
              w.w_up = gaussian(12, 6, 4);
              w.w_down = MatrixD::Zero(6, 12);
              compress::UdOptions o;

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "compress/joint_qk.hpp"
+#include "model/rope.hpp"
 #include "joint_test_data.hpp"
 #include "latentllm/error.hpp"
 
@@ -15,7 +16,7 @@ namespace {
 constexpr int kD = 64, kDh = 16, kN = 1024;
 
 struct Case {
-  AttnShape s;
+  model::AttentionInfo s;
   QkDense w;
   MatrixD x;  // [n, d]
   InputMoments m;
@@ -127,8 +128,8 @@ TEST(JointQk, BiasAwareBeatsBiasUnawareWithNonZeroMean) {
 }
 
 TEST(JointQk, RopeRotationMatchesHfRotateHalf) {
-  const MatrixD r = rope_rotation(kDh, 10000.0, 5.0);
-  EXPECT_LT((rope_rotation(kDh, 10000.0, 2.0) * rope_rotation(kDh, 10000.0, 3.0) - r).norm(), 1e-12);
+  const MatrixD r = model::rope_rotation(model::RopeSpec{}, kDh, 5.0);
+  EXPECT_LT((model::rope_rotation(model::RopeSpec{}, kDh, 2.0) * model::rope_rotation(model::RopeSpec{}, kDh, 3.0) - r).norm(), 1e-12);
   EXPECT_LT((r.transpose() * r - MatrixD::Identity(kDh, kDh)).norm(), 1e-12);
   std::mt19937_64 rng(5);
   const VectorD q = test::gaussian_vec(rng, kDh);
@@ -188,15 +189,15 @@ TEST(JointQk, PerHeadJunctionKeepsScoresAndHoldsIdentity) {
   opt.r_q = opt.r_k = 24;
   const QkResult r = joint_qk(c.w, c.s, c.m, opt, "test");
   EXPECT_THROW(apply_qk_junction(r.f, c.s, QkJunction::Key, "test"), ConfigError);  // RoPE
-  AttnShape gqa = c.s;
+  model::AttentionInfo gqa = c.s;
   gqa.rope = false;
   EXPECT_THROW(apply_qk_junction(r.f, gqa, QkJunction::Query, "test"), ConfigError);  // GQA query side
 }
 
 TEST(JointQk, RankPlanIsTheLargestFittingRank) {
-  const AttnShape mha{512, 8, 8, 64, false, 1e4};
-  const AttnShape gqa{512, 8, 2, 64, false, 1e4};
-  for (const AttnShape& s : {mha, gqa}) {
+  const model::AttentionInfo mha{512, 8, 8, 64, false, 1e4};
+  const model::AttentionInfo gqa{512, 8, 2, 64, false, 1e4};
+  for (const model::AttentionInfo& s : {mha, gqa}) {
     for (QkJunction j : {QkJunction::None, QkJunction::Key}) {
       for (double ratio : {0.05, 0.2, 0.4, 0.9}) {
         const QkRankPlan p = plan_qk_ranks(s, ratio, j);
@@ -212,7 +213,7 @@ TEST(JointQk, RankPlanIsTheLargestFittingRank) {
     }
   }
   EXPECT_THROW(plan_qk_ranks(mha, 1.2, QkJunction::None), ConfigError);
-  AttnShape rope = mha;
+  model::AttentionInfo rope = mha;
   rope.rope = true;
   EXPECT_THROW(plan_qk_ranks(rope, 0.2, QkJunction::Key), ConfigError);
 }

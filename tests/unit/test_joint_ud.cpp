@@ -19,7 +19,7 @@ struct Case {
   MatrixD x;  // [n, d]
 };
 
-Case make_case(Activation act, bool gated, bool bias, std::uint64_t seed) {
+Case make_case(model::Activation act, bool gated, bool bias, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   Case c;
   c.w.act = act;
@@ -45,7 +45,7 @@ void report(const char* label, const MlpRanks& r, const UdResult& res, double lo
 
 TEST(JointUd, ReluPaperUpdatesMonotoneAndBeatLocal) {
   for (bool bias : {false, true}) {
-    const Case c = make_case(Activation::Relu, false, bias, 7 + bias);
+    const Case c = make_case(model::Activation::Relu, false, bias, 7 + bias);
     for (int r : {6, 12, 20}) {
       UdOptions opt;
       opt.ranks = {r, 0, r};
@@ -74,9 +74,9 @@ TEST(JointUd, ReluPaperUpdatesMonotoneAndBeatLocal) {
 }
 
 TEST(JointUd, ExtensionBeatsLocalOnGeluAndSwiGlu) {
-  struct Kind { Activation act; bool gated; const char* label; };
-  for (const Kind k : {Kind{Activation::Gelu, false, "gelu"}, Kind{Activation::Silu, true, "swiglu"},
-                       Kind{Activation::Relu, false, "relu-ext"}}) {
+  struct Kind { model::Activation act; bool gated; const char* label; };
+  for (const Kind k : {Kind{model::Activation::Gelu, false, "gelu"}, Kind{model::Activation::Silu, true, "swiglu"},
+                       Kind{model::Activation::Relu, false, "relu-ext"}}) {
     const Case c = make_case(k.act, k.gated, false, 17);
     for (int r : {6, 12, 20}) {
       UdOptions opt;
@@ -92,7 +92,7 @@ TEST(JointUd, ExtensionBeatsLocalOnGeluAndSwiGlu) {
 
 TEST(JointUd, FullRankIsExact) {
   for (bool gated : {false, true}) {
-    const Case c = make_case(gated ? Activation::Silu : Activation::Relu, gated, !gated, 27);
+    const Case c = make_case(gated ? model::Activation::Silu : model::Activation::Relu, gated, !gated, 27);
     UdOptions opt;
     opt.ranks = {kD, gated ? kD : 0, kD};  // min(f, d) = d: every module exactly representable
     const UdResult res = joint_ud(c.w, c.x, opt, "test");
@@ -101,7 +101,7 @@ TEST(JointUd, FullRankIsExact) {
 }
 
 TEST(JointUd, FloatInputsMatchDouble) {
-  const Case c = make_case(Activation::Relu, false, true, 37);
+  const Case c = make_case(model::Activation::Relu, false, true, 37);
   UdOptions opt;
   opt.ranks = {10, 0, 10};
   opt.iters = 2;
@@ -113,7 +113,7 @@ TEST(JointUd, FloatInputsMatchDouble) {
 TEST(JointUd, LocalSequentialDownFitsTheCompressedHidden) {
   // The sequential local start fits down to the compressed hidden activations, as the pipeline's
   // sequential_within_layer does; the output-aware refit (start of the joint path) beats both.
-  const Case c = make_case(Activation::Relu, false, false, 47);
+  const Case c = make_case(model::Activation::Relu, false, false, 47);
   const MlpRanks r{8, 0, 8};
   const double seq = mlp_output_loss(c.w, local_mlp(c.w, c.x, r, kDefaultLambdaRel, true, "test"), c.x);
   const double dense = mlp_output_loss(c.w, local_mlp(c.w, c.x, r, kDefaultLambdaRel, false, "test"), c.x);

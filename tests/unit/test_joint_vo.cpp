@@ -15,7 +15,7 @@ namespace {
 constexpr int kD = 64, kDh = 16, kN = 1024, kL = 64;
 
 struct Case {
-  AttnShape s;
+  model::AttentionInfo s;
   VoDense w;
   MatrixD x;                  // [n, d]
   InputMoments m;             // of x

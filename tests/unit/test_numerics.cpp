@@ -299,7 +299,7 @@ TEST(Numerics, NonFiniteInputsNameTheModule) {
 TEST(Numerics, JointUpDownWithAZeroDownProjectionKeepsTheLocalSolution) {
   std::mt19937_64 rng(10);
   MlpDense w;
-  w.act = Activation::Relu;
+  w.act = model::Activation::Relu;
   w.w_up = gaussian(12, 6, rng);
   w.w_down = MatrixD::Zero(6, 12);
   const MatrixD x = gaussian(40, 6, rng);
