@@ -34,20 +34,31 @@ struct CalibOptions {
 // cannot supply N windows of L tokens.
 std::vector<std::int32_t> sample_calibration(const io::Tokenizer& tok, const CalibOptions& opt);
 
-// First and second moments of one input site over the calibration tokens, in double.
+// First and second moments of one input site over the calibration tokens, in double: the one
+// statistics type of the project (the pipeline accumulates it; every pre-conditioner, root covariance
+// and joint solver of src/compress reads it). The compressors are invariant to scaling C with μ and n
+// consistent, so C is the plain sum over tokens.
 struct SiteStats {
-  MatrixD xtx;      // [w, w]  Σ_t x_t x_tᵀ  (C = XXᵀ in the paper; uncentered)
+  MatrixD xtx;      // [w, w]  C = Σ_t x_t x_tᵀ (= XXᵀ in the paper; uncentered)
   VectorD sum;      // [w]     Σ_t x_t
   VectorD abs_sum;  // [w]     Σ_t |x_t|   (for the diagonal ℓ1 pre-conditioner)
   std::int64_t n = 0;
 
+  // The statistics of the rows (tokens) of x: [n, w], or of the columns of h: [w, n].
+  static SiteStats of_rows(const MatrixD& x);
+  static SiteStats of_columns(const MatrixD& h);
+
   void reset(int width);
   // x: [n_tok, w]. Throws NumericError naming the token (first_token + row) and feature of a NaN/Inf.
   void add(const MatrixF& x, std::int64_t first_token = 0);
-  VectorD mean() const;        // [w]
+  int width() const { return static_cast<int>(xtx.rows()); }
+  VectorD mean() const;        // [w]  μ = Σ x / n
   VectorD abs_mean() const;    // [w]
-  // Σ (x−μ)(x−μ)ᵀ = XXᵀ − n·μμᵀ  (for the bias-update solutions)
+  // Σ (x−μ)(x−μ)ᵀ = XXᵀ − n·μμᵀ: [w, w] (with a free bias the output error sees only centered inputs)
   MatrixD centered() const;
+  // [[C, s], [sᵀ, n]]: [w+1, w+1], the statistics of the augmented input x' = [x; 1] (bias-aware joint
+  // solutions, src/compress/bias.hpp).
+  MatrixD augmented() const;
 };
 
 // What the pipeline hands a compressor for one stage of one layer.

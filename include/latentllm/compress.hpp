@@ -40,6 +40,10 @@ std::string_view junction_name(Junction j);
 Junction parse_junction(std::string_view name);
 std::span<const Junction> all_junctions();
 
+// The default relative damping λ / mean(diag C) of every covariance (LocalOptions::lambda_rel explains
+// the choice); the joint solvers' options default to it too.
+inline constexpr double kDefaultLambdaRel = 1e-4;
+
 // Options of one local activation-aware SVD.
 struct LocalOptions {
   Preconditioner preconditioner = Preconditioner::RootCovariance;
@@ -51,7 +55,7 @@ struct LocalOptions {
   // 192…16384 calibration tokens)
   // while GPTQ's 1e-2 costs +10 % to +150 %; asvd-hessian needs damping (λ = 0 is 2.2–2.8× worse) and is
   // at its best near 1e-4…1e-3; asvd-cov is flat there. Record the value used with the output.
-  double lambda_rel = 1e-4;
+  double lambda_rel = kDefaultLambdaRel;
   double alpha = 0.5;  // exponent of DiagL1 (ASVD's best value)
   // P⁺ is the Moore–Penrose pseudo-inverse: directions of C (eigenvalues, or diagonal entries for the
   // diagonal kinds) below pinv_floor_rel × the largest are treated as never excited and dropped from
@@ -69,7 +73,7 @@ struct LocalOptions {
 // every kind.
 struct NumericNote {
   std::string module;  // HF module name(s) it concerns, or "calibration" for the whole run
-  std::string kind;    // pinv-drop, eigenvalue-clamp, zero-covariance, rank-reduced, joint-skipped, few-tokens
+  std::string kind;    // pinv-drop, zero-covariance, rank-reduced, joint-skipped, few-tokens
   std::string detail;  // what happened and what was done, with the numbers
   std::string message() const { return module + ": " + detail; }
   bool operator==(const NumericNote&) const = default;

@@ -6,6 +6,7 @@
 #include "core/gemm.hpp"
 #include "latentllm/calib.hpp"
 #include "latentllm/error.hpp"
+#include "linalg/linalg.hpp"
 #include "core/parallel.hpp"
 
 namespace latentllm::calib {
@@ -112,6 +113,27 @@ VectorD SiteStats::mean() const { return n > 0 ? VectorD(sum / static_cast<doubl
 
 VectorD SiteStats::abs_mean() const {
   return n > 0 ? VectorD(abs_sum / static_cast<double>(n)) : VectorD(abs_sum);
+}
+
+SiteStats SiteStats::of_columns(const MatrixD& h) {
+  SiteStats st;
+  st.xtx = linalg::gram_rows(h);  // [w, w]
+  st.sum = h.rowwise().sum();
+  st.abs_sum = h.cwiseAbs().rowwise().sum();
+  st.n = h.cols();
+  return st;
+}
+
+SiteStats SiteStats::of_rows(const MatrixD& x) { return of_columns(x.transpose()); }
+
+MatrixD SiteStats::augmented() const {
+  const auto w = xtx.rows();
+  MatrixD c(w + 1, w + 1);  // [w+1, w+1]
+  c.topLeftCorner(w, w) = xtx;
+  c.topRightCorner(w, 1) = sum;
+  c.bottomLeftCorner(1, w) = sum.transpose();
+  c(w, w) = static_cast<double>(n);
+  return c;
 }
 
 MatrixD SiteStats::centered() const {

@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 
 #include "compress/asvd.hpp"
+#include "compress/junction.hpp"
 #include "compress/joint_qk.hpp"
 #include "compress/joint_ud.hpp"
 #include "compress/joint_vo.hpp"
@@ -35,49 +36,17 @@ MatrixD to_double(const MatrixF& m) { return m.cast<double>(); }
 VectorD to_double(const VectorF& v) { return v.cast<double>(); }
 
 // Writes factors into a model Linear (float), replacing its dense weight.
-void install(model::Linear& lin, const LowRankFactors& f) {
+void install(model::Linear& lin, const LowRank& f) {
   MatrixF b = f.B.cast<float>(), a = f.A.cast<float>();  // [out, r], [r, in or in − r]
   // Factors beyond the float range (from weights near it) would poison every later layer.
   model::check_finite(b, lin.name + ".B.weight");
   model::check_finite(a, lin.name + ".A.weight");
   lin.B = std::move(b);
   lin.A = std::move(a);
-  lin.block_identity = f.junction == Junction::BlockIdentity;
+  lin.block_identity = f.block_identity();
   lin.perm.assign(f.perm.begin(), f.perm.end());
   if (f.bias.size() > 0) lin.bias = f.bias.cast<float>();
   lin.weight.resize(0, 0);
-}
-
-// A joint solution (B·A + bias) in the junction form the options ask for.
-LowRankFactors with_junction(const LowRank& lr, Junction j, std::string_view context) {
-  LowRankFactors f;
-  if (j == Junction::BlockIdentity) {
-    f = to_block_identity(lr.b, lr.a, context);
-  } else {
-    f.B = lr.b;
-    f.A = lr.a;
-    f.junction = Junction::Identity;
-    f.rank = lr.rank();
-  }
-  f.bias = lr.bias;
-  return f;
-}
-
-InputStats input_stats(const calib::SiteStats& s) {
-  InputStats in;
-  in.xtx = &s.xtx;
-  in.mean = s.mean();
-  in.abs_mean = s.abs_mean();
-  in.n = static_cast<double>(s.n);
-  return in;
-}
-
-InputMoments moments(const calib::SiteStats& s) {
-  InputMoments m;
-  m.xtx = s.xtx;
-  m.sum = s.sum;
-  m.n = static_cast<double>(s.n);
-  return m;
 }
 
 class MethodCompressor : public calib::LayerCompressor {
@@ -120,7 +89,7 @@ class MethodCompressor : public calib::LayerCompressor {
       timed("joint-ud", [&] { compress_mlp(in, m); });
       return;
     }
-    if (in.site == model::Site::AttnIn && joint_vo()) attn_in_ = moments(*in.stats);  // for V-O at AttnOut
+    if (in.site == model::Site::AttnIn && joint_vo()) attn_in_ = *in.stats;  // for V-O at AttnOut
     timed("local", [&] {
       for (auto& lin : layer.linears) {
         if (layer.site_of(rel_name(in.layer, lin)) != in.site || lin.factored()) continue;
@@ -171,12 +140,12 @@ class MethodCompressor : public calib::LayerCompressor {
     return static_cast<int>(it->second);
   }
 
-  static ModuleReport base_report(const model::Linear& lin, const LowRankFactors& f, const std::string& how) {
+  static ModuleReport base_report(const model::Linear& lin, const LowRank& f, const std::string& how) {
     ModuleReport r;
     r.name = lin.name;
     r.out = lin.out;
     r.in = lin.in;
-    r.rank = f.rank;
+    r.rank = f.rank();
     r.dense_params = lin.out * lin.in;
     r.params = f.weight_params();
     r.how = how;
@@ -184,14 +153,15 @@ class MethodCompressor : public calib::LayerCompressor {
   }
 
   // Reports a compressed module with its output error over the calibration inputs `st`.
-  void record(const model::Linear& lin, const LowRankFactors& f, const calib::SiteStats& st, const MatrixD& w,
+  void record(const model::Linear& lin, const LowRank& f, const calib::SiteStats& st, const MatrixD& w,
               const VectorD& b, const std::string& how) {
-    const InputStats in = input_stats(st);
-    const MatrixD e = w - f.product();
+    const MatrixD e = w - f.dense();
     VectorD delta;
     if (b.size() > 0) delta = b - f.bias;
-    const double loss = output_error(e, delta, st.xtx, in.mean, in.n);
-    const double energy = output_error(w, b, st.xtx, in.mean, in.n);
+    const VectorD mean = st.mean();
+    const auto n = static_cast<double>(st.n);
+    const double loss = output_error(e, delta, st.xtx, mean, n);
+    const double energy = output_error(w, b, st.xtx, mean, n);
     ModuleReport r = base_report(lin, f, how);
     r.loss = loss;
     r.loss_rel = energy > 0 ? loss / energy : 0.0;
@@ -205,7 +175,7 @@ class MethodCompressor : public calib::LayerCompressor {
     const VectorD b = to_double(lin.bias);    // [out] or empty
     LocalOptions lo = local_;
     if (b.size() == 0) lo.update_bias = false;
-    const LowRankFactors f = asvd(w, b, input_stats(*in.stats), rank_of(lin), lo, lin.name);
+    const LowRank f = asvd(w, b, *in.stats, rank_of(lin), lo, lin.name);
     record(lin, f, *in.stats, w, b, "local");
     install(lin, f);
   }
@@ -234,7 +204,7 @@ class MethodCompressor : public calib::LayerCompressor {
     qo.lambda_rel = opt_.local.lambda_rel;
     qo.rope.window = opt_.rope_window;
     const auto s = attn_shape(m);
-    const InputMoments mom = moments(*in.stats);
+    const calib::SiteStats& mom = *in.stats;
     const std::string ctx = joined_name({&q, &k});
     const QkResult res = compress::joint_qk(dense, s, mom, qo, ctx);
     const QkFactors sep = compared([&] { return separate_qk(dense, mom, qo.r_q, qo.r_k, qo.lambda_rel, ctx); });
@@ -243,8 +213,8 @@ class MethodCompressor : public calib::LayerCompressor {
     log_info("  layer {} attention-map loss: local {:.4e} joint {:.4e} (ratio {:.3f}){}", in.layer, l_local,
              l_joint, l_local > 0 ? l_joint / l_local : 0.0, res.used_local_start ? " [local start]" : "");
     report_.qk_losses.push_back({l_local, l_joint});
-    const LowRankFactors fq = with_junction(res.f.q, local_.junction, q.name);
-    const LowRankFactors fk = with_junction(res.f.k, local_.junction, k.name);
+    const LowRank fq = with_junction(res.f.q, local_.junction, q.name);
+    const LowRank fk = with_junction(res.f.k, local_.junction, k.name);
     record(q, fq, *in.stats, dense.wq, dense.bq, "joint-qk");
     record(k, fk, *in.stats, dense.wk, dense.bk, "joint-qk");
     install(q, fq);
@@ -258,7 +228,7 @@ class MethodCompressor : public calib::LayerCompressor {
     auto& v = layer.linear("self_attn.v_proj");
     auto& o = layer.linear(m.family() == "llama" ? "self_attn.o_proj" : "self_attn.out_proj");
     const VoDense dense{to_double(v.weight), to_double(v.bias), to_double(o.weight), to_double(o.bias)};
-    const InputMoments o_mom = moments(*in.stats);
+    const calib::SiteStats& o_mom = *in.stats;
     VoOptions vo;
     vo.r_v = rank_of(v);
     vo.r_o = rank_of(o);
@@ -275,13 +245,9 @@ class MethodCompressor : public calib::LayerCompressor {
     log_info("  layer {} V-O output loss (own-token attention): local {:.4e} joint {:.4e} (ratio {:.3f})", in.layer,
              l_local, l_joint, l_local > 0 ? l_joint / l_local : 0.0);
     report_.vo_losses.push_back({l_local, l_joint});
-    calib::SiteStats v_stats;  // the AttnIn moments, for the per-module report
-    v_stats.xtx = attn_in_.xtx;
-    v_stats.sum = attn_in_.sum;
-    v_stats.abs_sum = VectorD::Zero(attn_in_.sum.size());
-    v_stats.n = static_cast<std::int64_t>(attn_in_.n);
-    const LowRankFactors fv = with_junction(res.f.v, local_.junction, v.name);
-    const LowRankFactors fo = with_junction(res.f.o, local_.junction, o.name);
+    const calib::SiteStats& v_stats = attn_in_;  // the AttnIn statistics, for the per-module report
+    const LowRank fv = with_junction(res.f.v, local_.junction, v.name);
+    const LowRank fo = with_junction(res.f.o, local_.junction, o.name);
     record(v, fv, v_stats, dense.wv, dense.bv, "joint-vo");
     record(o, fo, *in.stats, dense.wo, dense.bo, "joint-vo");
     install(v, fv);
@@ -330,12 +296,12 @@ class MethodCompressor : public calib::LayerCompressor {
     // up/gate: output error over their calibration inputs. down: its inputs are the compressed
     // hidden activations, not tapped; the MLP output loss above is its measure (weight error recorded).
     auto put = [&](model::Linear& lin, const LowRank& lr, const MatrixD& w, const VectorD& b) {
-      const LowRankFactors f = with_junction(lr, local_.junction, lin.name);
+      const LowRank f = with_junction(lr, local_.junction, lin.name);
       if (&lin != &down) {
         record(lin, f, *in.stats, w, b, "joint-ud");
       } else {
         ModuleReport r = base_report(lin, f, "joint-ud");
-        r.loss = (w - f.product()).squaredNorm();
+        r.loss = (w - f.dense()).squaredNorm();
         report_.modules.push_back(std::move(r));
       }
       install(lin, f);
@@ -349,7 +315,7 @@ class MethodCompressor : public calib::LayerCompressor {
   LocalOptions local_;
   CompressReport& report_;
   std::map<std::string, std::int64_t> ranks_;
-  InputMoments attn_in_;  // this layer's AttnIn moments while joint V-O waits for the AttnOut stage
+  calib::SiteStats attn_in_;  // this layer's AttnIn moments while joint V-O waits for the AttnOut stage
 };
 
 std::vector<ModuleShape> module_shapes(const model::Model& m) {
@@ -379,8 +345,7 @@ void note_few_tokens(const model::Model& m, std::int64_t n_tok, const CompressOp
   const std::string how = damped ? fmt::format("the damping λ = {:g}·mean(diag C) (--lambda) keeps the "
                                                "pre-conditioners invertible", opt.local.lambda_rel)
                                  : "directions the calibration never excited are left out of the pre-conditioners "
-                                   "(their pseudo-inverse; see the pinv-drop, eigenvalue-clamp and rank-reduced "
-                                   "notes)";
+                                   "(their pseudo-inverse; see the pinv-drop and rank-reduced notes)";
   NumericNote n{"calibration", "few-tokens",
                 fmt::format("{} calibration tokens for {} of {} modules with more input features (up to {} in {}): "
                             "their input covariances are singular; {}", n_tok, short_modules, modules, widest->in,

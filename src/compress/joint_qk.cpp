@@ -7,6 +7,10 @@
 #include <Eigen/LU>
 #include <Eigen/QR>
 
+#include "compress/asvd.hpp"
+#include "compress/bias.hpp"
+#include "compress/pair_solver.hpp"
+#include "compress/whitening.hpp"
 #include "latentllm/error.hpp"
 #include "model/rope.hpp"
 
@@ -17,7 +21,7 @@ namespace {
 MatrixD augment(const MatrixD& w, const VectorD& b) { return with_bias_column(w, b); }
 MatrixD augment(const LowRank& f) { return augmented_dense(f); }
 
-void check_dense(const QkDense& w, const model::AttentionInfo& s, const InputMoments& m, std::string_view context) {
+void check_dense(const QkDense& w, const model::AttentionInfo& s, const calib::SiteStats& m, std::string_view context) {
   s.validate(context);
   const auto dq = static_cast<Eigen::Index>(s.num_heads) * s.head_dim;
   const auto dk = static_cast<Eigen::Index>(s.num_kv_heads) * s.head_dim;
@@ -30,8 +34,8 @@ void check_dense(const QkDense& w, const model::AttentionInfo& s, const InputMom
     throw ConfigError(fmt::format("{}: q/k bias sizes (expected {} and {}, got {} and {})", context, dq, dk,
                                   w.bq.size(), w.bk.size()));
   }
-  if (m.dim() != s.hidden) {
-    throw ConfigError(fmt::format("{}: input moments width (expected {}, got {})", context, s.hidden, m.dim()));
+  if (m.width() != s.hidden) {
+    throw ConfigError(fmt::format("{}: input moments width (expected {}, got {})", context, s.hidden, m.width()));
   }
 }
 
@@ -65,14 +69,14 @@ MatrixD head_rows(const MatrixD& w, int h, int d_h) { return w.middleRows(static
 
 }  // namespace
 
-QkResult joint_qk(const QkDense& w, const model::AttentionInfo& s, const InputMoments& m, const QkOptions& opt,
+QkResult joint_qk(const QkDense& w, const model::AttentionInfo& s, const calib::SiteStats& m, const QkOptions& opt,
                   std::string_view context) {
   check_dense(w, s, m, context);
   const bool has_bias = w.bq.size() > 0 || w.bk.size() > 0;
   const bool aug = opt.bias_aware && has_bias;
   const MatrixD wq = aug ? augment(w.wq, w.bq) : w.wq;  // [H·d_h, d']
   const MatrixD wk = aug ? augment(w.wk, w.bk) : w.wk;  // [H_kv·d_h, d']
-  const RootCov pc = root_cov(aug ? m.augmented() : m.xtx, opt.lambda_rel, context);
+  const RootCovariance pc = root_covariance(aug ? m.augmented() : m.xtx, opt.lambda_rel, context);
 
   // G_i^(Δ) = (W_q,i·P)ᵀ·R_{−Δ}·(W_k,g·P), kept factored: never a [d, d] matrix per head.
   const MatrixD qt = wq * pc.p;  // [H·d_h, d']
@@ -105,17 +109,17 @@ QkResult joint_qk(const QkDense& w, const model::AttentionInfo& s, const InputMo
   out.loss = sol.loss;
 
   // A' = Uᵀ·P⁻¹ (shared), B = W'·P·U (per head, stacked).
-  const MatrixD aq = sol.u_l.transpose() * pc.p_inv;  // [r_q, d']
-  const MatrixD ak = sol.u_r.transpose() * pc.p_inv;  // [r_k, d']
-  out.f.q.b = qt * sol.u_l;                            // [H·d_h, r_q]
-  out.f.k.b = kt * sol.u_r;                            // [H_kv·d_h, r_k]
+  const MatrixD aq = sol.u_l.transpose() * pc.p_pinv;  // [r_q, d']
+  const MatrixD ak = sol.u_r.transpose() * pc.p_pinv;  // [r_k, d']
+  out.f.q.B = qt * sol.u_l;                            // [H·d_h, r_q]
+  out.f.k.B = kt * sol.u_r;                            // [H_kv·d_h, r_k]
   const int d = s.hidden;
-  out.f.q.a = aq.leftCols(d);
-  out.f.k.a = ak.leftCols(d);
+  out.f.q.A = aq.leftCols(d);
+  out.f.k.A = ak.leftCols(d);
   if (aug) {
     // The last column of A' is a latent bias: b̂ = B·a.
-    out.f.q.bias = out.f.q.b * aq.col(d);
-    out.f.k.bias = out.f.k.b * ak.col(d);
+    out.f.q.bias = out.f.q.B * aq.col(d);
+    out.f.k.bias = out.f.k.B * ak.col(d);
   } else {
     out.f.q.bias = w.bq;
     out.f.k.bias = w.bk;
@@ -123,7 +127,7 @@ QkResult joint_qk(const QkDense& w, const model::AttentionInfo& s, const InputMo
   return out;
 }
 
-QkFactors separate_qk(const QkDense& w, const InputMoments& m, int r_q, int r_k, double lambda_rel,
+QkFactors separate_qk(const QkDense& w, const calib::SiteStats& m, int r_q, int r_k, double lambda_rel,
                       std::string_view context) {
   QkFactors f;
   f.q = local_rootcov(w.wq, w.bq, m, r_q, lambda_rel, context);
@@ -131,7 +135,7 @@ QkFactors separate_qk(const QkDense& w, const InputMoments& m, int r_q, int r_k,
   return f;
 }
 
-double qk_attention_loss(const QkDense& dense, const QkFactors& f, const model::AttentionInfo& s, const InputMoments& m,
+double qk_attention_loss(const QkDense& dense, const QkFactors& f, const model::AttentionInfo& s, const calib::SiteStats& m,
                          const RopeWindow& rope) {
   check_dense(dense, s, m, "qk_attention_loss");
   const MatrixD c = m.augmented();  // [d+1, d+1]
@@ -217,7 +221,7 @@ namespace {
 std::vector<int> junction_block(LowRank& side, int h, LowRank& other, const std::vector<int>& others, int dh,
                                 std::string_view context) {
   const Eigen::Index r0 = static_cast<Eigen::Index>(h) * dh;
-  const MatrixD blk = side.b.middleRows(r0, dh);  // [d_h, r]
+  const MatrixD blk = side.B.middleRows(r0, dh);  // [d_h, r]
   const Eigen::ColPivHouseholderQR<MatrixD> qr(blk);
   std::vector<int> cols(static_cast<std::size_t>(dh));
   MatrixD sq(dh, dh);  // [d_h, d_h]
@@ -234,12 +238,12 @@ std::vector<int> junction_block(LowRank& side, int h, LowRank& other, const std:
   for (int j = 0; j < dh; ++j) {  // exact identity block, no rounding residue
     nb.col(cols[static_cast<std::size_t>(j)]) = VectorD::Unit(dh, j);
   }
-  side.b.middleRows(r0, dh) = nb;
+  side.B.middleRows(r0, dh) = nb;
   if (side.bias.size() > 0) side.bias.segment(r0, dh) = lu.solve(VectorD(side.bias.segment(r0, dh)));
   const MatrixD st = sq.transpose();
   for (int j : others) {
     const Eigen::Index o0 = static_cast<Eigen::Index>(j) * dh;
-    other.b.middleRows(o0, dh) = st * other.b.middleRows(o0, dh);
+    other.B.middleRows(o0, dh) = st * other.B.middleRows(o0, dh);
     if (other.bias.size() > 0) other.bias.segment(o0, dh) = st * other.bias.segment(o0, dh);
   }
   return cols;

@@ -21,7 +21,9 @@
 #include <string_view>
 #include <vector>
 
-#include "compress/joint_common.hpp"
+#include "compress/low_rank.hpp"
+#include "latentllm/calib.hpp"
+#include "latentllm/compress.hpp"
 #include "latentllm/model.hpp"
 
 namespace latentllm::compress {
@@ -35,7 +37,7 @@ struct QkDense {
   VectorD bk;  // [H_kv·d_h] or empty
 };
 
-// Factored q_proj ≈ q.b·q.a (+ q.bias), k_proj ≈ k.b·k.a (+ k.bias).
+// Factored q_proj ≈ q.B·q.A (+ q.bias), k_proj ≈ k.B·k.A (+ k.bias).
 struct QkFactors {
   LowRank q;  // b: [H·d_h, r_q], a: [r_q, d]
   LowRank k;  // b: [H_kv·d_h, r_k], a: [r_k, d]
@@ -72,18 +74,18 @@ struct QkResult {
   bool used_local_start = false;
 };
 
-QkResult joint_qk(const QkDense& w, const model::AttentionInfo& s, const InputMoments& m, const QkOptions& opt,
+QkResult joint_qk(const QkDense& w, const model::AttentionInfo& s, const calib::SiteStats& m, const QkOptions& opt,
                   std::string_view context);
 
 // Baseline: q_proj and k_proj each by local root-cov ASVD (with the bias update where there is a bias).
-QkFactors separate_qk(const QkDense& w, const InputMoments& m, int r_q, int r_k, double lambda_rel,
+QkFactors separate_qk(const QkDense& w, const calib::SiteStats& m, int r_q, int r_k, double lambda_rel,
                       std::string_view context);
 
 
 // Attention-map loss against the dense weights from the input moments (exact for the data the moments
 // came from; no damping): Σ_i Σ_Δ w_Δ ‖C'^{1/2}(W'_q,iᵀR_{−Δ}W'_k,g − Ŵ'_q,iᵀR_{−Δ}Ŵ'_k,g)C'^{1/2}‖²
 // in the augmented space (biases included). Without RoPE only Δ = 0 is used.
-double qk_attention_loss(const QkDense& dense, const QkFactors& f, const model::AttentionInfo& s, const InputMoments& m,
+double qk_attention_loss(const QkDense& dense, const QkFactors& f, const model::AttentionInfo& s, const calib::SiteStats& m,
                          const RopeWindow& rope = {});
 // The same from the tokens x: [n, d] cut into windows of seqlen tokens (positions 0..seqlen−1):
 // Σ_i Σ_pairs (s_i(m, n) − ŝ_i(m, n))², pairs (m, n) in one window with 0 ≤ m − n ≤ window, or all

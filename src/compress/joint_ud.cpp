@@ -6,6 +6,8 @@
 
 #include <Eigen/QR>
 
+#include "compress/asvd.hpp"
+#include "compress/regression.hpp"
 #include "compress/notes.hpp"
 #include "latentllm/error.hpp"
 #include "linalg/linalg.hpp"
@@ -46,7 +48,7 @@ MatrixD apply(const MatrixD& w, const VectorD& b, const MatrixD& xt) {
   return y;
 }
 MatrixD apply(const LowRank& f, const MatrixD& xt) {
-  MatrixD y = f.b * (f.a * xt);  // never forms B·A
+  MatrixD y = f.B * (f.A * xt);  // never forms B·A
   if (f.bias.size() > 0) y.colwise() += f.bias;
   return y;
 }
@@ -67,14 +69,6 @@ Hidden hidden_of(const MlpDense& w, const MlpFactors& f, const MatrixD& xt) {
   return hd;
 }
 
-InputMoments moments_of_cols(const MatrixD& h) {  // h: [w, n]
-  InputMoments m;
-  m.xtx = linalg::gram_rows(h);
-  m.sum = h.rowwise().sum();
-  m.n = static_cast<double>(h.cols());
-  return m;
-}
-
 // Rank-r least-squares map from the columns of src to those of tgt (with a free bias if `bias`).
 LowRank fit(const MatrixD& src, const MatrixD& tgt, int r, bool bias, double lambda_rel, std::string_view context) {
   return reduced_rank_regression(regression_stats(src, tgt), r, bias, lambda_rel, context);
@@ -88,9 +82,9 @@ LowRank fit(const MatrixD& src, const MatrixD& tgt, int r, bool bias, double lam
 MatrixD ridge_hidden(const LowRank& down, const MatrixD& t, const MatrixD& h0, double alpha, double beta,
                      std::string_view context) {
   const int r = down.rank();
-  const Eigen::HouseholderQR<MatrixD> qb(down.b), qa(down.a.transpose());
-  const MatrixD q_b = qb.householderQ() * MatrixD::Identity(down.b.rows(), r);  // [d, r]
-  const MatrixD q_a = qa.householderQ() * MatrixD::Identity(down.a.cols(), r);  // [f, r]
+  const Eigen::HouseholderQR<MatrixD> qb(down.B), qa(down.A.transpose());
+  const MatrixD q_b = qb.householderQ() * MatrixD::Identity(down.B.rows(), r);  // [d, r]
+  const MatrixD q_a = qa.householderQ() * MatrixD::Identity(down.A.cols(), r);  // [f, r]
   const MatrixD r_b = qb.matrixQR().topRows(r).triangularView<Eigen::Upper>();
   const MatrixD r_a = qa.matrixQR().topRows(r).triangularView<Eigen::Upper>();
   const linalg::Svd core = linalg::svd(r_b * r_a.transpose(), context);  // [r, r]
@@ -309,7 +303,7 @@ double mlp_output_loss(const MlpDense& w, const MlpFactors& f, const MatrixD& x)
 
 MlpFactors local_mlp(const MlpDense& w, const MatrixD& x, const MlpRanks& r, double lambda_rel, bool sequential,
                      std::string_view context) {
-  const InputMoments m = moments_of(x);
+  const calib::SiteStats m = calib::SiteStats::of_rows(x);
   MlpFactors f;
   f.up = local_rootcov(w.w_up, w.b_up, m, r.up, lambda_rel, context);
   if (w.gated) f.gate = local_rootcov(w.w_gate, w.b_gate, m, r.gate, lambda_rel, context);
@@ -321,7 +315,7 @@ MlpFactors local_mlp(const MlpDense& w, const MatrixD& x, const MlpRanks& r, dou
     const MatrixD zu = apply(w.w_up, w.b_up, xt);
     h = w.gated ? MatrixD(act_of(w.act, apply(w.w_gate, w.b_gate, xt)).cwiseProduct(zu)) : act_of(w.act, zu);
   }
-  f.down = local_rootcov(w.w_down, w.b_down, moments_of_cols(h), r.down, lambda_rel, context);
+  f.down = local_rootcov(w.w_down, w.b_down, calib::SiteStats::of_columns(h), r.down, lambda_rel, context);
   return f;
 }
 

@@ -23,7 +23,9 @@
 #include <string_view>
 #include <vector>
 
-#include "compress/joint_common.hpp"
+#include "compress/low_rank.hpp"
+#include "latentllm/calib.hpp"
+#include "latentllm/compress.hpp"
 #include "latentllm/model.hpp"
 
 namespace latentllm::compress {

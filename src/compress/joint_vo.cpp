@@ -1,12 +1,16 @@
 #include "compress/joint_vo.hpp"
 
+#include "compress/asvd.hpp"
+#include "compress/bias.hpp"
+#include "compress/pair_solver.hpp"
+#include "compress/whitening.hpp"
 #include "latentllm/error.hpp"
 
 namespace latentllm::compress {
 
 namespace {
 
-void check_dense(const VoDense& w, const model::AttentionInfo& s, const InputMoments& m, std::string_view context) {
+void check_dense(const VoDense& w, const model::AttentionInfo& s, const calib::SiteStats& m, std::string_view context) {
   s.validate(context);
   const auto dv = static_cast<Eigen::Index>(s.num_kv_heads) * s.head_dim;
   const auto dq = static_cast<Eigen::Index>(s.num_heads) * s.head_dim;
@@ -19,8 +23,8 @@ void check_dense(const VoDense& w, const model::AttentionInfo& s, const InputMom
     throw ConfigError(fmt::format("{}: v/o bias sizes (expected {} and {}, got {} and {})", context, dv, s.hidden,
                                   w.bv.size(), w.bo.size()));
   }
-  if (m.dim() != s.hidden) {
-    throw ConfigError(fmt::format("{}: input moments width (expected {}, got {})", context, s.hidden, m.dim()));
+  if (m.width() != s.hidden) {
+    throw ConfigError(fmt::format("{}: input moments width (expected {}, got {})", context, s.hidden, m.width()));
   }
 }
 
@@ -32,16 +36,16 @@ MatrixD expand_kv(const MatrixD& wkv, const model::AttentionInfo& s) {
   return e;
 }
 
-VectorD augmented_mean(const InputMoments& m) {  // [μ; 1]
-  VectorD mu(m.dim() + 1);
-  mu.head(m.dim()) = m.mean();
-  mu(m.dim()) = 1.0;
+VectorD augmented_mean(const calib::SiteStats& m) {  // [μ; 1]
+  VectorD mu(m.width() + 1);
+  mu.head(m.width()) = m.mean();
+  mu(m.width()) = 1.0;
   return mu;
 }
 
 }  // namespace
 
-VoResult joint_vo(const VoDense& w, const model::AttentionInfo& s, const InputMoments& m, const VoOptions& opt,
+VoResult joint_vo(const VoDense& w, const model::AttentionInfo& s, const calib::SiteStats& m, const VoOptions& opt,
                   std::string_view context) {
   check_dense(w, s, m, context);
   const int d = s.hidden, dh = s.head_dim;
@@ -51,7 +55,7 @@ VoResult joint_vo(const VoDense& w, const model::AttentionInfo& s, const InputMo
   // The v bias is folded through the augmented input (it passes the attention unchanged).
   const bool aug = opt.bias_aware && w.bv.size() > 0;
   const MatrixD wv = aug ? with_bias_column(w.wv, w.bv) : w.wv;  // [H_kv·d_h, d']
-  const RootCov pc = root_cov(aug ? m.augmented() : m.xtx, opt.lambda_rel, context);
+  const RootCovariance pc = root_covariance(aug ? m.augmented() : m.xtx, opt.lambda_rel, context);
   const MatrixD vt = wv * pc.p;  // [H_kv·d_h, d']
 
   // H_i = W_o,i·(W_v,g·P) = L_iᵀ·R_g with L_i = W_o,iᵀ: [d_h, d], R_g: [d_h, d'].
@@ -60,9 +64,9 @@ VoResult joint_vo(const VoDense& w, const model::AttentionInfo& s, const InputMo
   for (int g = 0; g < s.num_kv_heads; ++g) p.right.push_back(vt.middleRows(g * dh, dh));
   for (int i = 0; i < s.num_heads; ++i) p.terms.push_back({i, s.kv_head(i), MatrixD(), 1.0});
   if (opt.o_moments != nullptr) {
-    if (opt.o_moments->dim() != s.num_heads * dh) {
+    if (opt.o_moments->width() != s.num_heads * dh) {
       throw ConfigError(fmt::format("{}: o_proj input moments width (expected {}, got {})", context, s.num_heads * dh,
-                                    opt.o_moments->dim()));
+                                    opt.o_moments->width()));
     }
     // Attention-aware: J = tr(U_oᵀ(W_oC_oW_oᵀ − ΣH_iH_iᵀ)U_o) + Σ‖U_oᵀH_iV‖², total = tr(W_oC_oW_oᵀ).
     const MatrixD out_cov = w.wo * opt.o_moments->xtx * w.wo.transpose();  // [d, d]
@@ -74,12 +78,12 @@ VoResult joint_vo(const VoDense& w, const model::AttentionInfo& s, const InputMo
 
   VoResult out;
   out.loss = sol.loss;
-  const MatrixD av = sol.u_r.transpose() * pc.p_inv;  // [r_v, d']
-  out.f.v.b = vt * sol.u_r;                            // [H_kv·d_h, r_v]
-  out.f.v.a = av.leftCols(d);
-  out.f.v.bias = aug ? VectorD(out.f.v.b * av.col(d)) : w.bv;
-  out.f.o.b = sol.u_l;                   // [d, r_o]
-  out.f.o.a = sol.u_l.transpose() * w.wo;  // [r_o, H·d_h]
+  const MatrixD av = sol.u_r.transpose() * pc.p_pinv;  // [r_v, d']
+  out.f.v.B = vt * sol.u_r;                            // [H_kv·d_h, r_v]
+  out.f.v.A = av.leftCols(d);
+  out.f.v.bias = aug ? VectorD(out.f.v.B * av.col(d)) : w.bv;
+  out.f.o.B = sol.u_l;                   // [d, r_o]
+  out.f.o.A = sol.u_l.transpose() * w.wo;  // [r_o, H·d_h]
   if (w.bo.size() > 0) {
     out.f.o.bias = w.bo;
     if (opt.bias_aware) {
@@ -93,7 +97,7 @@ VoResult joint_vo(const VoDense& w, const model::AttentionInfo& s, const InputMo
   return out;
 }
 
-VoFactors separate_vo(const VoDense& w, const InputMoments& m, const InputMoments& o_m, int r_v, int r_o,
+VoFactors separate_vo(const VoDense& w, const calib::SiteStats& m, const calib::SiteStats& o_m, int r_v, int r_o,
                       double lambda_rel, std::string_view context) {
   VoFactors f;
   f.v = local_rootcov(w.wv, w.bv, m, r_v, lambda_rel, context);
@@ -101,19 +105,19 @@ VoFactors separate_vo(const VoDense& w, const InputMoments& m, const InputMoment
   return f;
 }
 
-InputMoments vo_identity_attention_moments(const VoDense& w, const model::AttentionInfo& s, const InputMoments& m) {
+calib::SiteStats vo_identity_attention_moments(const VoDense& w, const model::AttentionInfo& s, const calib::SiteStats& m) {
   const MatrixD e = expand_kv(with_bias_column(w.wv, w.bv), s);  // [H·d_h, d+1]
-  VectorD s1(m.dim() + 1);
-  s1.head(m.dim()) = m.sum;
-  s1(m.dim()) = m.n;
-  InputMoments z;
+  VectorD s1(m.width() + 1);
+  s1.head(m.width()) = m.sum;
+  s1(m.width()) = m.n;
+  calib::SiteStats z;
   z.xtx = e * m.augmented() * e.transpose();
   z.sum = e * s1;
   z.n = m.n;
   return z;
 }
 
-double vo_head_loss(const VoDense& dense, const VoFactors& f, const model::AttentionInfo& s, const InputMoments& m) {
+double vo_head_loss(const VoDense& dense, const VoFactors& f, const model::AttentionInfo& s, const calib::SiteStats& m) {
   check_dense(dense, s, m, "vo_head_loss");
   const int dh = s.head_dim;
   const MatrixD c = m.augmented();
@@ -135,7 +139,7 @@ double vo_head_loss(const VoDense& dense, const VoFactors& f, const model::Atten
   return loss;
 }
 
-double vo_output_loss(const VoDense& dense, const VoFactors& f, const model::AttentionInfo& s, const InputMoments& m) {
+double vo_output_loss(const VoDense& dense, const VoFactors& f, const model::AttentionInfo& s, const calib::SiteStats& m) {
   check_dense(dense, s, m, "vo_output_loss");
   // y − ŷ = D·x' with D = W_o·E − Ŵ_o·Ê, plus (b_o − b̂_o) in the constant column.
   MatrixD dmat = dense.wo * expand_kv(with_bias_column(dense.wv, dense.bv), s) -

@@ -51,7 +51,7 @@ struct VoOptions {
   double lambda_rel = kDefaultLambdaRel;
   bool bias_aware = true;
   // Attention-aware variant when set: moments of the o_proj input ([H·d_h]); not owned.
-  const InputMoments* o_moments = nullptr;
+  const calib::SiteStats* o_moments = nullptr;
 };
 
 struct VoResult {
@@ -62,22 +62,22 @@ struct VoResult {
 };
 
 // m: moments of the v_proj input (the attention block input).
-VoResult joint_vo(const VoDense& w, const model::AttentionInfo& s, const InputMoments& m, const VoOptions& opt,
+VoResult joint_vo(const VoDense& w, const model::AttentionInfo& s, const calib::SiteStats& m, const VoOptions& opt,
                   std::string_view context);
 
 // Baseline: v_proj by local root-cov from m, o_proj by local root-cov from o_m (both with the bias update).
-VoFactors separate_vo(const VoDense& w, const InputMoments& m, const InputMoments& o_m, int r_v, int r_o,
+VoFactors separate_vo(const VoDense& w, const calib::SiteStats& m, const calib::SiteStats& o_m, int r_v, int r_o,
                       double lambda_rel, std::string_view context);
 
 // Moments of the o_proj input if every head attended only to its own token (a_i = e_t): z = W'_v·x'
 // per head. Stand-in for the real attention-output statistics when they are not available.
-InputMoments vo_identity_attention_moments(const VoDense& w, const model::AttentionInfo& s, const InputMoments& m);
+calib::SiteStats vo_identity_attention_moments(const VoDense& w, const model::AttentionInfo& s, const calib::SiteStats& m);
 
 // Σ_i ‖(W_o,iW'_v,g − Ŵ_o,iŴ'_v,g)·C'^{1/2}‖² (augmented, no damping): the per-head objective.
-double vo_head_loss(const VoDense& dense, const VoFactors& f, const model::AttentionInfo& s, const InputMoments& m);
+double vo_head_loss(const VoDense& dense, const VoFactors& f, const model::AttentionInfo& s, const calib::SiteStats& m);
 // Σ_t ‖y_t − ŷ_t‖² of the attention-block output (biases included) if every head attended only to its
 // own token: a local proxy of the block output error.
-double vo_output_loss(const VoDense& dense, const VoFactors& f, const model::AttentionInfo& s, const InputMoments& m);
+double vo_output_loss(const VoDense& dense, const VoFactors& f, const model::AttentionInfo& s, const calib::SiteStats& m);
 
 std::int64_t vo_params(const model::AttentionInfo& s, int r_v, int r_o);  // biases not counted
 std::int64_t vo_dense_params(const model::AttentionInfo& s);             // d·H_kv·d_h + d·H·d_h

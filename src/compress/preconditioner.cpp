@@ -6,6 +6,7 @@
 
 #include "latentllm/error.hpp"
 #include "compress/notes.hpp"
+#include "compress/whitening.hpp"
 #include "linalg/linalg.hpp"
 
 namespace latentllm::compress {
@@ -87,47 +88,26 @@ void set_diagonal(PreconditionerMatrix& out, const VectorD& q, double floor_rel,
   out.dropped = k.dropped;
 }
 
-// Eigendecomposition of C + λI with the floor applied. `zero` is set (and P = I, see note_zero) when
-// C + λI has no eigenvalue above the floor.
-struct DampedEig {
-  linalg::SymEig eig;
-  Kept kept;
-  bool zero = false;
-};
-DampedEig damped_eig(PreconditionerMatrix& out, const MatrixD& c, const LocalOptions& opt, std::string_view context) {
-  out.lambda = absolute_damping(c, opt.lambda_rel);
-  MatrixD s = c;  // [d, d]
-  s.diagonal().array() += out.lambda;
-  DampedEig e{linalg::sym_eig(s, context), {}};
-  e.kept = keep_above_floor(e.eig.values, opt.pinv_floor_rel);
-  if (e.kept.dropped == s.rows()) {
-    note_zero(out, s.rows(), context, "input covariance");
-    e.zero = true;
-    return e;
+// The damped spectrum of C (whitening.hpp, which records the notes) into `out`; P = I when it is zero.
+DampedSpectrum spectrum(PreconditionerMatrix& out, const MatrixD& c, const LocalOptions& opt, std::string_view context) {
+  DampedSpectrum e = damped_spectrum(c, opt.lambda_rel, opt.pinv_floor_rel, context);
+  out.lambda = e.lambda;
+  out.dropped = e.dropped;
+  if (e.zero) {
+    set_identity(out, c.rows());
+    out.zero_fallback = true;
   }
-  out.dropped = e.kept.dropped;
-  note_dropped(e.kept.dropped, s.rows(), opt.pinv_floor_rel, context, "eigenvalues of C + λI");
   return e;
-}
-
-// V·diag(f(w))·Vᵀ over the kept eigenpairs.
-template <typename Fn>
-MatrixD spectral(const DampedEig& e, Fn&& f) {
-  VectorD g = VectorD::Zero(e.eig.values.size());
-  for (Eigen::Index i = 0; i < g.size(); ++i) {
-    if (e.kept.keep[static_cast<std::size_t>(i)]) g(i) = f(e.eig.values(i));
-  }
-  return e.eig.vectors * g.asDiagonal() * e.eig.vectors.transpose();
 }
 
 // diag[(C + λI)⁺]^{-1/2}: h_i = Σ_j V_ij² / w_j over the kept eigenpairs.
 void set_diag_hessian(PreconditionerMatrix& out, const MatrixD& c, const LocalOptions& opt, std::string_view context) {
-  const DampedEig e = damped_eig(out, c, opt, context);
+  const DampedSpectrum e = spectrum(out, c, opt, context);
   if (e.zero) return;
   const auto d = c.rows();
   VectorD inv_w = VectorD::Zero(d);
   for (Eigen::Index j = 0; j < d; ++j) {
-    if (e.kept.keep[static_cast<std::size_t>(j)]) inv_w(j) = 1.0 / e.eig.values(j);
+    if (e.keep[static_cast<std::size_t>(j)]) inv_w(j) = 1.0 / e.eig.values(j);
   }
   const VectorD h = e.eig.vectors.array().square().matrix() * inv_w;  // [d]
   out.diag = VectorD::Zero(d);
@@ -163,18 +143,6 @@ Preconditioner parse_preconditioner(std::string_view name) {
     valid += preconditioner_name(p);
   }
   throw ConfigError(fmt::format("method: unknown pre-conditioner (expected one of {}, got '{}')", valid, name));
-}
-
-double absolute_damping(const MatrixD& c, double lambda_rel) {
-  return c.rows() > 0 ? lambda_rel * c.diagonal().mean() : 0.0;
-}
-
-MatrixD centered_covariance(const MatrixD& xtx, const VectorD& mean, double n) {
-  if (xtx.rows() != xtx.cols() || mean.size() != xtx.rows()) {
-    throw ConfigError(fmt::format("centered covariance: shapes disagree (expected C [d, d] and μ [d], got [{}, {}] "
-                                  "and [{}])", xtx.rows(), xtx.cols(), mean.size()));
-  }
-  return xtx - n * mean * mean.transpose();
 }
 
 MatrixD PreconditionerMatrix::right_multiply(const MatrixD& w) const {
@@ -226,14 +194,14 @@ PreconditionerMatrix make_preconditioner(Preconditioner kind, const MatrixD& c, 
     }
     case Preconditioner::DiagHessian: set_diag_hessian(out, c, opt, context); break;
     case Preconditioner::Covariance: {
-      const DampedEig e = damped_eig(out, c, opt, context);
+      const DampedSpectrum e = spectrum(out, c, opt, context);
       if (e.zero) break;
       out.dense = spectral(e, [](double w) { return w; });
       out.dense_pinv = spectral(e, [](double w) { return 1.0 / w; });
       break;
     }
     case Preconditioner::RootCovariance: {
-      const DampedEig e = damped_eig(out, c, opt, context);
+      const DampedSpectrum e = spectrum(out, c, opt, context);
       if (e.zero) break;
       out.dense = spectral(e, [](double w) { return std::sqrt(w); });
       out.dense_pinv = spectral(e, [](double w) { return 1.0 / std::sqrt(w); });

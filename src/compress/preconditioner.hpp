@@ -1,4 +1,5 @@
-// Pre-conditioners of the activation-aware SVD (paper Table 1) and the input statistics they read.
+// Pre-conditioners of the activation-aware SVD (paper Table 1). The dense kinds (and the diagonal
+// Hessian) come from the damped spectrum of whitening.hpp, the one root covariance of the project.
 //
 // Every function here is invariant to scaling C (and μ-related terms) by a constant: λ and the
 // pseudo-inverse floor are relative, so C may be a sum over tokens (what the calibration pipeline
@@ -11,19 +12,6 @@
 #include "latentllm/tensor.hpp"
 
 namespace latentllm::compress {
-
-// Calibration statistics of one linear module's input. Not owning: xtx is usually the pipeline's
-// accumulator, [d, d] and large.
-struct InputStats {
-  const MatrixD* xtx = nullptr;  // [d, d] C = Σ_t x_t x_tᵀ (uncentered), required
-  VectorD mean;                  // [d] μ = Σ_t x_t / n; required for modules with a bias
-  VectorD abs_mean;              // [d] Σ_t |x_t| / n; required for Preconditioner::DiagL1
-  double n = 0;                  // tokens behind xtx; required for modules with a bias
-};
-
-// The centered covariance C − n·μμᵀ = Σ_t (x_t − μ)(x_t − μ)ᵀ: [d, d] (paper appendix "Bias Update";
-// with a free bias the output error only sees the centered inputs).
-MatrixD centered_covariance(const MatrixD& xtx, const VectorD& mean, double n);
 
 // A built pre-conditioner P and its pseudo-inverse P⁺. Diagonal kinds (Identity, DiagHessian, DiagL1,
 // DiagL2) are held as vectors, the others as dense symmetric matrices.
@@ -54,8 +42,5 @@ struct PreconditionerMatrix {
 // NumericError for a non-finite covariance.
 PreconditionerMatrix make_preconditioner(Preconditioner kind, const MatrixD& c, const VectorD& abs_mean,
                                          const LocalOptions& opt, std::string_view context);
-
-// λ = lambda_rel · mean(diag C).
-double absolute_damping(const MatrixD& c, double lambda_rel);
 
 }  // namespace latentllm::compress

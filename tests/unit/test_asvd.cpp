@@ -11,6 +11,8 @@
 #include <fmt/format.h>
 
 #include "compress/asvd.hpp"
+#include "compress/junction.hpp"
+#include "compress/whitening.hpp"
 #include "compress/preconditioner.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/error.hpp"
@@ -39,7 +41,9 @@ struct Problem {
   VectorD abs_mean;
   double n = 0;
 
-  InputStats stats() const { return InputStats{&c, mean, abs_mean, n}; }
+  calib::SiteStats stats() const {
+    return calib::SiteStats{c, mean * n, abs_mean * n, static_cast<std::int64_t>(n)};
+  }
 };
 
 Problem make_problem(int out, int in, int n, unsigned seed, double mean_scale = 0.0) {
@@ -66,6 +70,12 @@ double optimal_loss(const MatrixD& w, const MatrixD& s, int r) {
 
 double rel(const MatrixD& a, const MatrixD& b) { return (a - b).norm() / b.norm(); }
 
+// The activation loss the factorization minimizes: ‖(W − B·A)·C^{1/2}‖², C centered for a module whose
+// bias is updated (then it equals the output error, bias included).
+double loss_of(const Problem& p, const LowRank& f, bool centered = false) {
+  return activation_loss(p.w - f.dense(), centered ? p.stats().centered() : p.c);
+}
+
 LocalOptions options(Preconditioner p, Junction j, double lambda_rel) {
   LocalOptions o;
   o.preconditioner = p;
@@ -79,18 +89,17 @@ TEST(Asvd, RootCovarianceAttainsTheMinimalActivationLoss) {
   const int r = 10;
   const double best = optimal_loss(p.w, p.c, r);
   for (Junction j : all_junctions()) {
-    const LowRankFactors f = asvd(p.w, {}, p.stats(), r, options(Preconditioner::RootCovariance, j, 0.0), "test");
-    EXPECT_NEAR(activation_loss(p.w - f.product(), p.c), best, 1e-8 * best) << junction_name(j);
-    EXPECT_NEAR(f.loss, best, 1e-8 * best) << junction_name(j);
+    const LowRank f = asvd(p.w, {}, p.stats(), r, options(Preconditioner::RootCovariance, j, 0.0), "test");
+    EXPECT_NEAR(activation_loss(p.w - f.dense(), p.c), best, 1e-8 * best) << junction_name(j);
   }
   // With damping it minimizes the damped loss ‖(W − B·A)·(C + λI)^{1/2}‖² instead.
   const LocalOptions damped = options(Preconditioner::RootCovariance, Junction::Identity, 1e-2);
-  const LowRankFactors f = asvd(p.w, {}, p.stats(), r, damped, "test");
+  const LowRank f = asvd(p.w, {}, p.stats(), r, damped, "test");
   MatrixD s = p.c;
   s.diagonal().array() += absolute_damping(p.c, damped.lambda_rel);
   const double best_damped = optimal_loss(p.w, s, r);
-  EXPECT_NEAR(activation_loss(p.w - f.product(), s), best_damped, 1e-8 * best_damped);
-  EXPECT_GT(f.loss, best * (1 + 1e-6));  // and is then slightly off the undamped optimum
+  EXPECT_NEAR(activation_loss(p.w - f.dense(), s), best_damped, 1e-8 * best_damped);
+  EXPECT_GT(loss_of(p, f), best * (1 + 1e-6));  // and is then slightly off the undamped optimum
 }
 
 TEST(Asvd, NoPreconditionerBeatsRootCovariance) {
@@ -101,13 +110,13 @@ TEST(Asvd, NoPreconditionerBeatsRootCovariance) {
       std::string table = fmt::format("seed {} r {}: optimum {:.6g}", seed, r, best);
       for (double lambda_rel : {0.0, LocalOptions{}.lambda_rel}) {
         for (Preconditioner k : all_preconditioners()) {
-          const LowRankFactors f = asvd(p.w, {}, p.stats(), r, options(k, Junction::Identity, lambda_rel), "test");
-          EXPECT_GE(f.loss, best * (1 - 1e-10)) << preconditioner_name(k);
-          EXPECT_NEAR(f.loss, activation_loss(p.w - f.product(), p.c), 1e-9 * f.loss);
+          const LowRank f = asvd(p.w, {}, p.stats(), r, options(k, Junction::Identity, lambda_rel), "test");
+          const double loss = loss_of(p, f);
+          EXPECT_GE(loss, best * (1 - 1e-10)) << preconditioner_name(k);
           if (k == Preconditioner::RootCovariance && lambda_rel == 0.0) {
-            EXPECT_NEAR(f.loss, best, 1e-8 * best);
+            EXPECT_NEAR(loss, best, 1e-8 * best);
           }
-          table += fmt::format(" | {}{} {:.4f}", preconditioner_name(k), lambda_rel == 0.0 ? "(λ=0)" : "", f.loss / best);
+          table += fmt::format(" | {}{} {:.4f}", preconditioner_name(k), lambda_rel == 0.0 ? "(λ=0)" : "", loss / best);
         }
       }
       std::cout << table << "\n";  // loss / optimum per method, for the report
@@ -120,11 +129,11 @@ TEST(Asvd, AllJunctionsGiveTheSameProduct) {
   for (Preconditioner k : all_preconditioners()) {
     for (int r : {1, 7, 20}) {
       const LocalOptions base = options(k, Junction::Identity, 1e-4);
-      const MatrixD ref = asvd(p.w, {}, p.stats(), r, base, "test").product();
+      const MatrixD ref = asvd(p.w, {}, p.stats(), r, base, "test").dense();
       for (Junction j : all_junctions()) {
-        const LowRankFactors f = asvd(p.w, {}, p.stats(), r, options(k, j, 1e-4), "test");
-        EXPECT_LT(rel(f.product(), ref), 1e-9) << preconditioner_name(k) << " " << junction_name(j) << " r " << r;
-        EXPECT_EQ(f.rank, r);
+        const LowRank f = asvd(p.w, {}, p.stats(), r, options(k, j, 1e-4), "test");
+        EXPECT_LT(rel(f.dense(), ref), 1e-9) << preconditioner_name(k) << " " << junction_name(j) << " r " << r;
+        EXPECT_EQ(f.rank(), r);
         EXPECT_EQ(f.B.rows(), 20);
         EXPECT_EQ(f.B.cols(), r);
       }
@@ -136,7 +145,7 @@ TEST(Asvd, BlockIdentityHoldsAnExactIdentityBlock) {
   const Problem p = make_problem(30, 44, 300, 6);
   const int d_out = 30, d_in = 44;
   for (int r : {1, 12, 30}) {
-    const LowRankFactors f =
+    const LowRank f =
         asvd(p.w, {}, p.stats(), r, options(Preconditioner::RootCovariance, Junction::BlockIdentity, 1e-4), "test");
     ASSERT_EQ(f.A.rows(), r);
     ASSERT_EQ(f.A.cols(), d_in - r);
@@ -162,15 +171,15 @@ TEST(Asvd, ToBlockIdentityOnAnyFactorPair) {
   const MatrixD b = gaussian(16, 6, rng);
   MatrixD a = gaussian(6, 25, rng);
   a.col(3) *= 1e3;  // a dominant column must not spoil the bound
-  const LowRankFactors f = to_block_identity(b, a, "test");
-  EXPECT_LT(rel(f.product(), b * a), 1e-12);
+  const LowRank f = to_block_identity(b, a, "test");
+  EXPECT_LT(rel(f.dense(), b * a), 1e-12);
   EXPECT_LE(f.A.cwiseAbs().maxCoeff(), 1.05 + 1e-9);
   // Rank-deficient A: rank 5 with an identity block and the same product (test_numerics.cpp).
   MatrixD deficient = a;
   deficient.row(5) = deficient.row(0) + deficient.row(1);
-  const LowRankFactors g = to_block_identity(b, deficient, "test");
-  EXPECT_EQ(g.rank, 5);
-  EXPECT_LT(rel(g.product(), b * deficient), 1e-12);
+  const LowRank g = to_block_identity(b, deficient, "test");
+  EXPECT_EQ(g.rank(), 5);
+  EXPECT_LT(rel(g.dense(), b * deficient), 1e-12);
   EXPECT_THROW(to_block_identity(b, MatrixD::Zero(6, 25), "test"), NumericError);
 }
 
@@ -186,11 +195,11 @@ TEST(Asvd, BiasUpdateMinimizesTheOutputError) {
   std::mt19937_64 rng(9);
   for (Preconditioner k : all_preconditioners()) {
     const int r = 8;
-    const LowRankFactors f = asvd(p.w, p.bias, p.stats(), r, options(k, Junction::BlockIdentity, 1e-4), "test");
+    const LowRank f = asvd(p.w, p.bias, p.stats(), r, options(k, Junction::BlockIdentity, 1e-4), "test");
     ASSERT_EQ(f.bias.size(), 18);
-    const MatrixD ba = f.product();
+    const MatrixD ba = f.dense();
     const double e_hat = direct_error(p, ba, f.bias);
-    EXPECT_NEAR(f.loss, e_hat, 1e-9 * e_hat) << preconditioner_name(k);
+    EXPECT_NEAR(loss_of(p, f, /*centered=*/true), e_hat, 1e-9 * e_hat) << preconditioner_name(k);
     EXPECT_NEAR(output_error(p.w - ba, p.bias - f.bias, p.c, p.mean, p.n), e_hat, 1e-8 * e_hat);
     EXPECT_LT(e_hat, direct_error(p, ba, p.bias)) << preconditioner_name(k);  // better than keeping b
     for (int t = 0; t < 20; ++t) {  // optimal: no perturbation does better
@@ -204,16 +213,16 @@ TEST(Asvd, BiasUpdateMinimizesTheOutputError) {
   // Root-cov on the centered covariance attains the optimum over (rank-r B·A, free bias), which beats
   // the bias-unaware solution (uncentered P, b kept).
   const int r = 8;
-  const double best = optimal_loss(p.w, centered_covariance(p.c, p.mean, p.n), r);
-  const LowRankFactors aware =
+  const double best = optimal_loss(p.w, p.stats().centered(), r);
+  const LowRank aware =
       asvd(p.w, p.bias, p.stats(), r, options(Preconditioner::RootCovariance, Junction::Identity, 0.0), "test");
-  EXPECT_NEAR(aware.loss, best, 1e-8 * best);
+  EXPECT_NEAR(loss_of(p, aware, true), best, 1e-8 * best);
   LocalOptions unaware = options(Preconditioner::RootCovariance, Junction::Identity, 0.0);
   unaware.update_bias = false;
-  const LowRankFactors kept = asvd(p.w, p.bias, p.stats(), r, unaware, "test");
+  const LowRank kept = asvd(p.w, p.bias, p.stats(), r, unaware, "test");
   EXPECT_EQ(kept.bias, p.bias);
-  EXPECT_NEAR(kept.loss, direct_error(p, kept.product(), p.bias), 1e-9 * kept.loss);
-  EXPECT_GT(kept.loss, aware.loss);
+  EXPECT_NEAR(loss_of(p, kept), direct_error(p, kept.dense(), p.bias), 1e-9 * loss_of(p, kept));
+  EXPECT_GT(loss_of(p, kept), loss_of(p, aware, true));
 }
 
 TEST(Asvd, FullRankReproducesTheWeight) {
@@ -222,10 +231,10 @@ TEST(Asvd, FullRankReproducesTheWeight) {
     const int r = std::min(out, in);
     for (Preconditioner k : all_preconditioners()) {
       for (Junction j : all_junctions()) {
-        const LowRankFactors f = asvd(p.w, p.bias, p.stats(), r, options(k, j, 1e-4), "test");
-        EXPECT_LT(rel(f.product(), p.w), 1e-9) << preconditioner_name(k) << " " << junction_name(j);
+        const LowRank f = asvd(p.w, p.bias, p.stats(), r, options(k, j, 1e-4), "test");
+        EXPECT_LT(rel(f.dense(), p.w), 1e-9) << preconditioner_name(k) << " " << junction_name(j);
         EXPECT_LT((f.bias - p.bias).norm(), 1e-9 * p.bias.norm());
-        EXPECT_LT(f.loss, 1e-16 * p.c.trace() * p.w.squaredNorm());
+        EXPECT_LT(loss_of(p, f, true), 1e-16 * p.c.trace() * p.w.squaredNorm());
       }
     }
   }
@@ -242,14 +251,14 @@ TEST(Asvd, SingularCovarianceUsesThePseudoInverse) {
   EXPECT_LT(rel(pp * pinv * pp, pp), 1e-9);  // Moore–Penrose identities
   EXPECT_LT(rel(pinv * pp * pinv, pinv), 1e-9);
   const int r = 6;
-  const LowRankFactors f = asvd(p.w, {}, p.stats(), r, o, "test");
-  ASSERT_TRUE(f.product().allFinite());
+  const LowRank f = asvd(p.w, {}, p.stats(), r, o, "test");
+  ASSERT_TRUE(f.dense().allFinite());
   const double best = optimal_loss(p.w, p.c, r);
-  EXPECT_NEAR(f.loss, best, 1e-7 * best);
+  EXPECT_NEAR(loss_of(p, f), best, 1e-7 * best);
   // B·A does not act on directions the calibration never excited: (B·A)·v = 0 for v ⟂ range(X).
   const linalg::Svd sx = linalg::svd(p.x, "test");  // u: [30, 10] spans range(X)
   const MatrixD null_dirs = MatrixD::Identity(30, 30) - sx.u * sx.u.transpose();
-  EXPECT_LT((f.product() * null_dirs).norm(), 1e-6 * f.product().norm());
+  EXPECT_LT((f.dense() * null_dirs).norm(), 1e-6 * f.dense().norm());
 }
 
 TEST(Asvd, PreconditionerFormsMatchTable1) {
@@ -279,24 +288,24 @@ TEST(Asvd, BadInputsFailClearly) {
   const LocalOptions o;
   EXPECT_THROW(asvd(p.w, {}, p.stats(), 0, o, "m"), ConfigError);
   EXPECT_THROW(asvd(p.w, {}, p.stats(), 9, o, "m"), ConfigError);
-  InputStats no_abs = p.stats();
-  no_abs.abs_mean.resize(0);
+  calib::SiteStats no_abs = p.stats();
+  no_abs.abs_sum.resize(0);
   try {
     asvd(p.w, {}, no_abs, 4, options(Preconditioner::DiagL1, Junction::Identity, 1e-4), "layers.0.fc1");
     FAIL();
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("layers.0.fc1: asvd-l1 needs the mean absolute activation"), std::string::npos);
   }
-  InputStats no_mean = p.stats();
-  no_mean.mean.resize(0);
+  calib::SiteStats no_mean = p.stats();
+  no_mean.sum.resize(0);
   EXPECT_THROW(asvd(p.w, p.bias, no_mean, 4, o, "m"), ConfigError);
   EXPECT_THROW(asvd(p.w.leftCols(10), {}, p.stats(), 4, o, "m"), ConfigError);
-  EXPECT_THROW(asvd(p.w, {}, InputStats{}, 4, o, "m"), ConfigError);
+  EXPECT_THROW(asvd(p.w, {}, calib::SiteStats{}, 4, o, "m"), ConfigError);
   MatrixD bad = p.w;
   bad(1, 1) = std::nan("");
   EXPECT_THROW(asvd(bad, {}, p.stats(), 4, o, "m"), NumericError);
   const MatrixD zero = MatrixD::Zero(12, 12);  // no signal: a recorded fallback (test_numerics.cpp), no error
-  EXPECT_NO_THROW(asvd(p.w, {}, InputStats{&zero, {}, {}, 0}, 4, o, "m"));
+  EXPECT_NO_THROW(asvd(p.w, {}, calib::SiteStats{zero, {}, {}, 0}, 4, o, "m"));
   LocalOptions neg = o;
   neg.lambda_rel = -1;
   EXPECT_THROW(asvd(p.w, {}, p.stats(), 4, neg, "m"), ConfigError);

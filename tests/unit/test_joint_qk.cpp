@@ -19,7 +19,7 @@ struct Case {
   model::AttentionInfo s;
   QkDense w;
   MatrixD x;  // [n, d]
-  InputMoments m;
+  calib::SiteStats m;
 };
 
 Case make_case(int heads, int kv_heads, bool bias, double mean_scale, bool rope, std::uint64_t seed) {
@@ -33,7 +33,7 @@ Case make_case(int heads, int kv_heads, bool bias, double mean_scale, bool rope,
     c.w.bk = test::gaussian_vec(rng, kv_heads * kDh);
   }
   c.x = test::correlated_inputs(rng, kN, kD, mean_scale);
-  c.m = moments_of(c.x);
+  c.m = calib::SiteStats::of_rows(c.x);
   return c;
 }
 
@@ -70,9 +70,9 @@ TEST(JointQk, FullRankIsExactPerHead) {
     const MatrixD fact = fq.middleRows(i * kDh, kDh).transpose() * fk.middleRows(g * kDh, kDh);
     EXPECT_LT((fact - dense).norm(), 1e-8 * dense.norm()) << "head " << i;
   }
-  EXPECT_EQ(r.f.q.a.rows(), kD);
-  EXPECT_EQ(r.f.q.b.rows(), 4 * kDh);
-  EXPECT_EQ(r.f.k.b.rows(), 2 * kDh);
+  EXPECT_EQ(r.f.q.A.rows(), kD);
+  EXPECT_EQ(r.f.q.B.rows(), 4 * kDh);
+  EXPECT_EQ(r.f.k.B.rows(), 2 * kDh);
 }
 
 TEST(JointQk, CovarianceLossEqualsExactLossOnTheData) {
@@ -94,8 +94,8 @@ void compare_with_separate(int h, int hkv, std::uint64_t seed, const char* label
     opt.r_q = r;
     const QkResult joint = joint_qk(c.w, c.s, c.m, opt, "test");
     const QkFactors sep = separate_qk(c.w, c.m, opt.r_q, opt.r_k, kDefaultLambdaRel, "test");
-    EXPECT_EQ(joint.f.q.b.size() + joint.f.q.a.size() + joint.f.k.b.size() + joint.f.k.a.size(),
-              sep.q.b.size() + sep.q.a.size() + sep.k.b.size() + sep.k.a.size());
+    EXPECT_EQ(joint.f.q.B.size() + joint.f.q.A.size() + joint.f.k.B.size() + joint.f.k.A.size(),
+              sep.q.B.size() + sep.q.A.size() + sep.k.B.size() + sep.k.A.size());
     const double lj = qk_attention_loss(c.w, joint.f, c.s, c.m);
     const double ls = qk_attention_loss(c.w, sep, c.s, c.m);
     std::printf("[qk %s] r_q=%d r_k=%d joint/separate attention-map loss = %.4f (local start used: %d)\n", label,
@@ -123,7 +123,7 @@ TEST(JointQk, BiasAwareBeatsBiasUnawareWithNonZeroMean) {
     EXPECT_LT(la, ls);
     EXPECT_LT(la, lu) << "r=" << r;
     EXPECT_EQ(aware.f.q.bias.size(), 4 * kDh);
-    EXPECT_EQ(aware.f.q.a.cols(), kD);
+    EXPECT_EQ(aware.f.q.A.cols(), kD);
   }
 }
 
@@ -168,7 +168,7 @@ void check_junction(int h, int hkv, QkJunction side) {
   const QkJunctionResult j = apply_qk_junction(r.f, c.s, side, "test");
   EXPECT_NEAR(qk_attention_loss(c.w, j.f, c.s, c.m), qk_attention_loss(c.w, r.f, c.s, c.m),
               1e-8 * qk_attention_loss(c.w, r.f, c.s, c.m));
-  const MatrixD& b = side == QkJunction::Query ? j.f.q.b : j.f.k.b;
+  const MatrixD& b = side == QkJunction::Query ? j.f.q.B : j.f.k.B;
   ASSERT_EQ(static_cast<int>(j.identity_cols.size()), side == QkJunction::Query ? h : hkv);
   for (std::size_t hd = 0; hd < j.identity_cols.size(); ++hd) {
     for (int e = 0; e < kDh; ++e) {

@@ -55,8 +55,8 @@ TEST(JointUd, ReluPaperUpdatesMonotoneAndBeatLocal) {
       opt.track_aux_loss = false;
       const UdResult untracked = joint_ud(c.w, c.x, opt, "test");
       EXPECT_TRUE(untracked.aux_loss.empty());
-      EXPECT_EQ(untracked.f.up.a, res.f.up.a);
-      EXPECT_EQ(untracked.f.down.b, res.f.down.b);
+      EXPECT_EQ(untracked.f.up.A, res.f.up.A);
+      EXPECT_EQ(untracked.f.down.B, res.f.down.B);
       EXPECT_EQ(untracked.loss, res.loss);
       const MlpFactors local = local_mlp(c.w, c.x, opt.ranks, opt.lambda_rel, true, "test");
       const double ll = mlp_output_loss(c.w, local, c.x);

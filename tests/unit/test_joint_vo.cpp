@@ -5,6 +5,7 @@
 
 #include <cstdio>
 
+#include "compress/bias.hpp"
 #include "compress/joint_vo.hpp"
 #include "joint_test_data.hpp"
 #include "latentllm/error.hpp"
@@ -18,9 +19,9 @@ struct Case {
   model::AttentionInfo s;
   VoDense w;
   MatrixD x;                  // [n, d]
-  InputMoments m;             // of x
+  calib::SiteStats m;             // of x
   std::vector<MatrixD> attn;  // per head [L, L], causal, rows sum to 1
-  InputMoments o_m;           // of the o_proj inputs under `attn`
+  calib::SiteStats o_m;           // of the o_proj inputs under `attn`
 };
 
 // Attention-block output [n, d] for v/o maps given as an augmented v [H_kv·d_h, d+1] and o [d, H·d_h] + b_o.
@@ -59,7 +60,7 @@ Case make_case(int heads, int kv_heads, bool bias, double mean_scale, std::uint6
     c.w.bo = test::gaussian_vec(rng, kD);
   }
   c.x = test::correlated_inputs(rng, kN, kD, mean_scale);
-  c.m = moments_of(c.x);
+  c.m = calib::SiteStats::of_rows(c.x);
   for (int i = 0; i < heads; ++i) {
     MatrixD a = test::gaussian(rng, kL, kL, 2.0);
     for (int r = 0; r < kL; ++r) {
@@ -71,7 +72,7 @@ Case make_case(int heads, int kv_heads, bool bias, double mean_scale, std::uint6
   }
   MatrixD z;
   block_output(c, with_bias_column(c.w.wv, c.w.bv), c.w.wo, c.w.bo, &z);
-  c.o_m = moments_of(z);
+  c.o_m = calib::SiteStats::of_rows(z);
   return c;
 }
 
@@ -132,9 +133,9 @@ void measure(int h, int hkv, std::uint64_t seed, const char* label) {
     opt.o_moments = &c.o_m;
     const VoResult aware = joint_vo(c.w, c.s, c.m, opt, "test");
     const VoFactors sep = separate_vo(c.w, c.m, c.o_m, opt.r_v, opt.r_o, kDefaultLambdaRel, "test");
-    EXPECT_EQ(plain.f.v.a.size() + plain.f.v.b.size() + plain.f.o.a.size() + plain.f.o.b.size(),
+    EXPECT_EQ(plain.f.v.A.size() + plain.f.v.B.size() + plain.f.o.A.size() + plain.f.o.B.size(),
               vo_params(c.s, opt.r_v, opt.r_o));
-    EXPECT_EQ(sep.v.a.size() + sep.v.b.size() + sep.o.a.size() + sep.o.b.size(), vo_params(c.s, opt.r_v, opt.r_o));
+    EXPECT_EQ(sep.v.A.size() + sep.v.B.size() + sep.o.A.size() + sep.o.B.size(), vo_params(c.s, opt.r_v, opt.r_o));
     const double ls = block_loss(c, sep), lp = block_loss(c, plain.f), la = block_loss(c, aware.f);
     std::printf("[vo %s] r_v=%d r_o=%d block output loss / separate: joint %.4f, attention-aware joint %.4f\n", label,
                 opt.r_v, opt.r_o, lp / ls, la / ls);
@@ -148,7 +149,7 @@ TEST(JointVo, MeasureAgainstSeparateGqa) { measure(4, 2, 7, "GQA"); }
 
 TEST(JointVo, IdentityAttentionMomentsMatchTheData) {
   const Case c = make_case(4, 2, true, 1.0, 8);
-  const InputMoments z = vo_identity_attention_moments(c.w, c.s, c.m);
+  const calib::SiteStats z = vo_identity_attention_moments(c.w, c.s, c.m);
   MatrixD zt(kN, 4 * kDh);
   const MatrixD v = with_bias_column(c.w.wv, c.w.bv);
   for (int i = 0; i < 4; ++i) {
@@ -156,7 +157,7 @@ TEST(JointVo, IdentityAttentionMomentsMatchTheData) {
     xa << c.x, VectorD::Ones(kN);
     zt.middleCols(i * kDh, kDh) = xa * v.middleRows(c.s.kv_head(i) * kDh, kDh).transpose();
   }
-  const InputMoments direct = moments_of(zt);
+  const calib::SiteStats direct = calib::SiteStats::of_rows(zt);
   EXPECT_LT((z.xtx - direct.xtx).norm(), 1e-9 * direct.xtx.norm());
   EXPECT_LT((z.sum - direct.sum).norm(), 1e-9 * direct.sum.norm());
   EXPECT_THROW(joint_vo(c.w, c.s, c.m, VoOptions{0, 4}, "test"), ConfigError);

@@ -9,7 +9,8 @@
 #include <string>
 
 #include "compress/asvd.hpp"
-#include "compress/joint_common.hpp"
+#include "compress/junction.hpp"
+#include "compress/whitening.hpp"
 #include "compress/joint_ud.hpp"
 #include "compress/notes.hpp"
 #include "compress/preconditioner.hpp"
@@ -34,7 +35,9 @@ struct Problem {
   MatrixD w, x, c;  // [out, in], [in, n], [in, in]
   VectorD bias, mean, abs_mean;
   double n = 0;
-  InputStats stats() const { return InputStats{&c, mean, abs_mean, n}; }
+  calib::SiteStats stats() const {
+    return calib::SiteStats{c, mean * n, abs_mean * n, static_cast<std::int64_t>(n)};
+  }
   void refresh() {
     c = x * x.transpose();
     n = static_cast<double>(x.cols());
@@ -102,16 +105,16 @@ TEST(Numerics, FewerTokensThanFeaturesIsDampedWithoutFallback) {
   const Problem p = make_problem(16, 24, 6, 1);
   for (Preconditioner k : {Preconditioner::RootCovariance, Preconditioner::Covariance, Preconditioner::DiagHessian}) {
     NoteCollector notes;
-    const LowRankFactors f = asvd(p.w, {}, p.stats(), 10, options(k, Junction::BlockIdentity, 1e-4), "m");
-    EXPECT_EQ(f.rank, 10) << preconditioner_name(k);
-    EXPECT_TRUE(f.product().allFinite());
+    const LowRank f = asvd(p.w, {}, p.stats(), 10, options(k, Junction::BlockIdentity, 1e-4), "m");
+    EXPECT_EQ(f.rank(), 10) << preconditioner_name(k);
+    EXPECT_TRUE(f.dense().allFinite());
     EXPECT_TRUE(notes.notes().empty()) << preconditioner_name(k);
   }
   MatrixD damped = p.c;
   damped.diagonal().array() += absolute_damping(p.c, 1e-4);
-  const LowRankFactors f = asvd(p.w, {}, p.stats(), 10, options(Preconditioner::RootCovariance,
+  const LowRank f = asvd(p.w, {}, p.stats(), 10, options(Preconditioner::RootCovariance,
                                                                  Junction::BlockIdentity, 1e-4), "m");
-  const MatrixD e = p.w - f.product();
+  const MatrixD e = p.w - f.dense();
   EXPECT_NEAR(activation_loss(e, damped), optimal_loss(p.w, damped, 10), 1e-8 * optimal_loss(p.w, damped, 10));
 }
 
@@ -121,12 +124,12 @@ TEST(Numerics, FewerTokensUndampedReducesTheRankExactly) {
   // dropped from P ("pinv-drop").
   const Problem p = make_problem(16, 24, 6, 2);
   NoteCollector notes;
-  const LowRankFactors f = asvd(p.w, {}, p.stats(), 10, options(Preconditioner::RootCovariance,
+  const LowRank f = asvd(p.w, {}, p.stats(), 10, options(Preconditioner::RootCovariance,
                                                                  Junction::BlockIdentity, 0.0), "layers.0.fc1");
-  EXPECT_EQ(f.rank, 6);
+  EXPECT_EQ(f.rank(), 6);
   EXPECT_EQ(f.A.rows(), 6);
   EXPECT_EQ(f.perm.size(), 24u);
-  EXPECT_LT(f.loss, 1e-18 * p.c.trace() * p.w.squaredNorm());
+  EXPECT_LT(activation_loss(p.w - f.dense(), p.c), 1e-18 * p.c.trace() * p.w.squaredNorm());
   EXPECT_EQ(kinds(notes), (std::vector<std::string>{"pinv-drop", "rank-reduced"}));
   EXPECT_EQ(notes.notes()[0].message(),
             "layers.0.fc1: 18 of 24 eigenvalues of C + λI at or below 1e-12 x the largest (never excited by the "
@@ -134,10 +137,10 @@ TEST(Numerics, FewerTokensUndampedReducesTheRankExactly) {
   EXPECT_EQ(notes.notes()[1].module, "layers.0.fc1");
   EXPECT_NE(notes.notes()[1].detail.find("rank 6 instead of 10"), std::string::npos) << notes.notes()[1].detail;
   // Other junctions keep rank 10 (zero rows cost nothing to their existence) with the same product.
-  const LowRankFactors g = asvd(p.w, {}, p.stats(), 10, options(Preconditioner::RootCovariance, Junction::Identity,
+  const LowRank g = asvd(p.w, {}, p.stats(), 10, options(Preconditioner::RootCovariance, Junction::Identity,
                                                                  0.0), "m");
-  EXPECT_EQ(g.rank, 10);
-  EXPECT_LT((g.product() - f.product()).norm(), 1e-9 * f.product().norm());
+  EXPECT_EQ(g.rank(), 10);
+  EXPECT_LT((g.dense() - f.dense()).norm(), 1e-9 * f.dense().norm());
 }
 
 TEST(Numerics, DeadFeaturesMatchTheProblemWithoutThem) {
@@ -160,12 +163,13 @@ TEST(Numerics, DeadFeaturesMatchTheProblemWithoutThem) {
   for (Preconditioner k : {Preconditioner::RootCovariance, Preconditioner::DiagL2}) {
     for (double lambda : {1e-10, 0.0}) {
       NoteCollector notes;
-      const LowRankFactors f = asvd(p.w, {}, p.stats(), r, options(k, Junction::BlockIdentity, lambda), "m");
-      ASSERT_TRUE(f.product().allFinite());
+      const LowRank f = asvd(p.w, {}, p.stats(), r, options(k, Junction::BlockIdentity, lambda), "m");
+      ASSERT_TRUE(f.dense().allFinite());
+      const double loss = activation_loss(p.w - f.dense(), p.c);
       if (k == Preconditioner::RootCovariance) {
-        EXPECT_NEAR(f.loss, best, 1e-6 * best) << lambda;  // root-cov is optimal on the live features
+        EXPECT_NEAR(loss, best, 1e-6 * best) << lambda;  // root-cov is optimal on the live features
       } else {
-        EXPECT_GE(f.loss, best * (1 - 1e-9));
+        EXPECT_GE(loss, best * (1 - 1e-9));
       }
       const bool drops = k == Preconditioner::DiagL2 || lambda == 0.0;  // DiagL2 has no damping
       EXPECT_EQ(kinds(notes), drops ? std::vector<std::string>{"pinv-drop"} : std::vector<std::string>{})
@@ -173,7 +177,7 @@ TEST(Numerics, DeadFeaturesMatchTheProblemWithoutThem) {
       if (drops) {
         EXPECT_NE(notes.notes()[0].detail.find("2 of 12 "), std::string::npos) << notes.notes()[0].detail;
         // B·A does not act on the dead inputs.
-        EXPECT_LT(f.product().col(2).norm() + f.product().col(5).norm(), 1e-9 * f.product().norm());
+        EXPECT_LT(f.dense().col(2).norm() + f.dense().col(5).norm(), 1e-9 * f.dense().norm());
       }
     }
   }
@@ -188,28 +192,28 @@ TEST(Numerics, ConstantFeatureOfABiasModule) {
   const int r = 4;
   LocalOptions o = options(Preconditioner::RootCovariance, Junction::BlockIdentity, 0.0);
   NoteCollector notes;
-  const LowRankFactors f = asvd(p.w, p.bias, p.stats(), r, o, "m");
+  const LowRank f = asvd(p.w, p.bias, p.stats(), r, o, "m");
   EXPECT_EQ(kinds(notes), std::vector<std::string>{"pinv-drop"});
-  const MatrixD cc = centered_covariance(p.c, p.mean, p.n);
-  EXPECT_NEAR(f.loss, optimal_loss(p.w, cc, r), 1e-6 * f.loss);
+  const MatrixD cc = p.stats().centered();
+  const double loss = activation_loss(p.w - f.dense(), cc);
+  EXPECT_NEAR(loss, optimal_loss(p.w, cc, r), 1e-6 * loss);
   // Direct output error over the tokens: W·x + b vs B·A·x + b̂.
-  const MatrixD diff = (p.w - f.product()) * p.x;
+  const MatrixD diff = (p.w - f.dense()) * p.x;
   const MatrixD y_err = diff.colwise() + (p.bias - f.bias);
-  EXPECT_NEAR(y_err.squaredNorm(), f.loss, 1e-6 * f.loss);
+  EXPECT_NEAR(y_err.squaredNorm(), loss, 1e-6 * loss);
 }
 
 TEST(Numerics, ZeroInputsFallBackToPlainSvd) {
   // No calibration signal: any factors have zero loss; P = I (plain SVD of W), recorded.
   const Problem p = make_problem(8, 12, 50, 5);
   const MatrixD zero = MatrixD::Zero(12, 12);
-  const InputStats st{&zero, VectorD::Zero(12), VectorD::Zero(12), 50};
-  const LowRankFactors plain = asvd(p.w, {}, p.stats(), 4, options(Preconditioner::Identity, Junction::Identity, 0),
+  const calib::SiteStats st{zero, VectorD::Zero(12), VectorD::Zero(12), 50};
+  const LowRank plain = asvd(p.w, {}, p.stats(), 4, options(Preconditioner::Identity, Junction::Identity, 0),
                                     "m");
   for (Preconditioner k : all_preconditioners()) {
     NoteCollector notes;
-    const LowRankFactors f = asvd(p.w, {}, st, 4, options(k, Junction::Identity, 1e-4), "layers.1.v_proj");
-    EXPECT_LT((f.product() - plain.product()).norm(), 1e-9 * plain.product().norm()) << preconditioner_name(k);
-    EXPECT_EQ(f.loss, 0.0);
+    const LowRank f = asvd(p.w, {}, st, 4, options(k, Junction::Identity, 1e-4), "layers.1.v_proj");
+    EXPECT_LT((f.dense() - plain.dense()).norm(), 1e-9 * plain.dense().norm()) << preconditioner_name(k);
     if (k == Preconditioner::Identity) {
       EXPECT_TRUE(notes.notes().empty());
       continue;
@@ -217,25 +221,29 @@ TEST(Numerics, ZeroInputsFallBackToPlainSvd) {
     ASSERT_EQ(kinds(notes), std::vector<std::string>{"zero-covariance"}) << preconditioner_name(k);
     EXPECT_EQ(notes.notes()[0].module, "layers.1.v_proj");
   }
-  // The joint solvers' root covariance does the same.
+  // The joint solvers' root covariance is the same one.
   NoteCollector notes;
-  const RootCov rc = root_cov(zero, 1e-4, "j");
+  const RootCovariance rc = root_covariance(zero, 1e-4, "j");
   EXPECT_EQ(rc.p, MatrixD::Identity(12, 12));
-  EXPECT_EQ(rc.p_inv, MatrixD::Identity(12, 12));
+  EXPECT_EQ(rc.p_pinv, MatrixD::Identity(12, 12));
   EXPECT_EQ(kinds(notes), std::vector<std::string>{"zero-covariance"});
 }
 
-TEST(Numerics, RootCovClampsUnexcitedDirections) {
+TEST(Numerics, RootCovarianceDropsUnexcitedDirections) {
   const Problem p = make_problem(4, 9, 3, 6);  // rank-3 covariance in 9 dimensions
   NoteCollector notes;
-  const RootCov rc = root_cov(p.c, 0.0, "model.layers.0.self_attn.q_proj, k_proj");
-  EXPECT_TRUE(rc.p.allFinite() && rc.p_inv.allFinite());
-  ASSERT_EQ(kinds(notes), std::vector<std::string>{"eigenvalue-clamp"});
+  const RootCovariance rc = root_covariance(p.c, 0.0, "model.layers.0.self_attn.q_proj, k_proj");
+  EXPECT_TRUE(rc.p.allFinite() && rc.p_pinv.allFinite());
+  EXPECT_EQ(rc.dropped, 6);
+  EXPECT_LT((rc.p * rc.p_pinv * rc.p - rc.p).norm(), 1e-9 * rc.p.norm());  // Moore–Penrose
+  EXPECT_LT((rc.p * rc.p - p.c).norm(), 1e-9 * p.c.norm());                 // P² = C on the kept directions
+  ASSERT_EQ(kinds(notes), std::vector<std::string>{"pinv-drop"});
   EXPECT_EQ(notes.notes()[0].message(),
-            "model.layers.0.self_attn.q_proj, k_proj: 6 of 9 eigenvalues of C + λI below 1e-12 x the largest (never "
-            "excited by the calibration data) clamped to that floor in P⁻¹");
+            "model.layers.0.self_attn.q_proj, k_proj: 6 of 9 eigenvalues of C + λI at or below 1e-12 x the largest "
+            "(never excited by the calibration data): dropped from P and its pseudo-inverse, B·A does not act on "
+            "them");
   NoteCollector none;
-  (void)root_cov(p.c, 1e-6, "j");  // damped: nothing below the floor
+  (void)root_covariance(p.c, 1e-6, "j");  // damped: nothing below the floor
   EXPECT_TRUE(none.notes().empty());
 }
 
@@ -245,9 +253,9 @@ TEST(Numerics, RankDeficientFactorPairKeepsTheProduct) {
   MatrixD a = gaussian(5, 11, rng);
   a.row(4) = a.row(0) - 2.0 * a.row(1);  // rank 4
   NoteCollector notes;
-  const LowRankFactors f = to_block_identity(b, a, "m");
-  EXPECT_EQ(f.rank, 4);
-  EXPECT_LT((f.product() - b * a).norm(), 1e-12 * (b * a).norm());
+  const LowRank f = to_block_identity(b, a, "m");
+  EXPECT_EQ(f.rank(), 4);
+  EXPECT_LT((f.dense() - b * a).norm(), 1e-12 * (b * a).norm());
   for (int j = 0; j < 4; ++j) EXPECT_EQ(f.dense_a()(j, f.perm[static_cast<std::size_t>(j)]), 1.0);
   EXPECT_LE(f.A.cwiseAbs().maxCoeff(), 1.05 + 1e-12);
   EXPECT_EQ(kinds(notes), std::vector<std::string>{"rank-reduced"});
@@ -259,15 +267,14 @@ TEST(Numerics, RanksAtAndBeyondTheShape) {
   const Problem p = make_problem(8, 12, 100, 8);
   const LocalOptions o;
   // r = min(d, d') is exact (the identity block covers all of A's rows).
-  const LowRankFactors full = asvd(p.w, {}, p.stats(), 8, o, "m");
-  EXPECT_LT((full.product() - p.w).norm(), 1e-9 * p.w.norm());
+  const LowRank full = asvd(p.w, {}, p.stats(), 8, o, "m");
+  EXPECT_LT((full.dense() - p.w).norm(), 1e-9 * p.w.norm());
   EXPECT_EQ(error_of<ConfigError>([&] { asvd(p.w, {}, p.stats(), 9, o, "layers.0.fc1"); }),
             "layers.0.fc1: rank out of range (expected 1..8 for a [8, 12] module, got 9)");
   EXPECT_EQ(error_of<ConfigError>([&] { asvd(p.w, {}, p.stats(), 0, o, "layers.0.fc1"); }),
             "layers.0.fc1: rank out of range (expected 1..8 for a [8, 12] module, got 0)");
-  EXPECT_EQ(error_of<ConfigError>([&] { (void)local_rootcov(p.w, {}, InputMoments{p.c, p.mean * p.n, p.n}, 13, 1e-4,
-                                                           "layers.0.fc1"); }),
-            "layers.0.fc1: rank out of range (expected 1..8, got 13)");
+  EXPECT_EQ(error_of<ConfigError>([&] { (void)local_rootcov(p.w, {}, p.stats(), 13, 1e-4, "layers.0.fc1"); }),
+            "layers.0.fc1: rank out of range (expected 1..8 for a [8, 12] module, got 13)");
 }
 
 TEST(Numerics, NonFiniteInputsNameTheModule) {
@@ -283,8 +290,8 @@ TEST(Numerics, NonFiniteInputsNameTheModule) {
             "layers.0.fc1: bias contains a non-finite value");
   MatrixD c = p.c;
   c(0, 0) = std::nan("");
-  InputStats st = p.stats();
-  st.xtx = &c;
+  calib::SiteStats st = p.stats();
+  st.xtx = c;
   EXPECT_EQ(error_of<NumericError>([&] { asvd(p.w, {}, st, 4, o, "layers.0.fc1"); }),
             "layers.0.fc1: input covariance contains a non-finite value");
   // Calibration statistics name the token and feature (the pipeline prepends the modules).

@@ -1,0 +1,41 @@
+#include "compress/regression.hpp"
+
+#include <algorithm>
+
+#include "compress/whitening.hpp"
+#include "latentllm/error.hpp"
+#include "linalg/linalg.hpp"
+
+namespace latentllm::compress {
+
+RegressionStats regression_stats(const MatrixD& s, const MatrixD& t) {
+  RegressionStats st;
+  st.cross = t * s.transpose();  // [out, in]
+  st.cov = linalg::gram_rows(s);  // [in, in]
+  st.sum_s = s.rowwise().sum();
+  st.sum_t = t.rowwise().sum();
+  st.n = static_cast<double>(s.cols());
+  return st;
+}
+
+LowRank reduced_rank_regression(const RegressionStats& st, int r, bool fit_bias, double lambda_rel,
+                                std::string_view context) {
+  check_rank(r, st.cross.rows(), st.cross.cols(), context);
+  MatrixD cov = st.cov, cross = st.cross;
+  VectorD mu_s, mu_t;
+  if (fit_bias) {
+    mu_s = st.sum_s / st.n;
+    mu_t = st.sum_t / st.n;
+    cov -= st.n * mu_s * mu_s.transpose();
+    cross -= st.n * mu_t * mu_s.transpose();
+  }
+  const RootCovariance pc = root_covariance(cov, lambda_rel, context);
+  const linalg::Svd s = linalg::svd(cross * pc.p_pinv, context);
+  LowRank out;
+  out.B = s.u.leftCols(r) * s.s.head(r).asDiagonal();  // [out, r]
+  out.A = s.v.leftCols(r).transpose() * pc.p_pinv;      // [r, in]
+  if (fit_bias) out.bias = mu_t - out.B * (out.A * mu_s);
+  return out;
+}
+
+}  // namespace latentllm::compress

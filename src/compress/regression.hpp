@@ -1,0 +1,26 @@
+// Reduced-rank regression, the fit behind joint up-down (the paper's Ŵ_u, Ŵ_d updates and our
+// output-aware down refit): argmin over rank-r W (and a free bias b when fit_bias) of
+// Σ_t ‖t_t − W·s_t − b‖², from sufficient statistics of the sources s [in] and targets t [out]:
+// W = svd_r[T̃S̃ᵀ·(S̃S̃ᵀ+λI)^{-1/2}]·(S̃S̃ᵀ+λI)^{-1/2} (root covariance, whitening.hpp), with S̃, T̃
+// centered when fit_bias.
+#pragma once
+
+#include <string_view>
+
+#include "compress/low_rank.hpp"
+#include "latentllm/tensor.hpp"
+
+namespace latentllm::compress {
+
+struct RegressionStats {
+  MatrixD cross;  // [out, in]  Σ t sᵀ
+  MatrixD cov;    // [in, in]   Σ s sᵀ
+  VectorD sum_s;  // [in]
+  VectorD sum_t;  // [out]
+  double n = 0;
+};
+RegressionStats regression_stats(const MatrixD& s, const MatrixD& t);  // s: [in, n], t: [out, n]
+LowRank reduced_rank_regression(const RegressionStats& st, int r, bool fit_bias, double lambda_rel,
+                                std::string_view context);
+
+}  // namespace latentllm::compress
