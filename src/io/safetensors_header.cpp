@@ -12,6 +12,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "core/dtype_convert.hpp"
 #include "latentllm/error.hpp"
 
 namespace latentllm::io::detail {
@@ -277,13 +278,13 @@ void encode_values(DType dtype, std::span<const float> values, std::byte* out) {
       break;
     case DType::F16:
       for (std::size_t i = 0; i < n; ++i) {
-        const std::uint16_t h = f32_to_f16(values[i]);
+        const std::uint16_t h = core::f32_to_f16_rne(values[i]);  // inline: the loop vectorizes
         std::memcpy(out + 2 * i, &h, 2);
       }
       break;
     case DType::BF16:
       for (std::size_t i = 0; i < n; ++i) {
-        const std::uint16_t h = f32_to_bf16(values[i]);
+        const std::uint16_t h = core::f32_to_bf16_rne(values[i]);
         std::memcpy(out + 2 * i, &h, 2);
       }
       break;

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <set>
 
 #include <fmt/format.h>
@@ -112,6 +113,10 @@ struct SafetensorsWriter::Impl {
   void check_representable(const TensorSpec& t, std::span<const float> values) const {
     if (t.dtype == DType::F32) return;
     const float limit = t.dtype == DType::F16 ? 65504.0f : bf16_to_f32(0x7f7f);  // the largest finite value
+    const float inf = std::numeric_limits<float>::infinity();
+    bool any = false;  // a finite value beyond the limit (one vectorized pass; rarely true)
+    for (const float x : values) any |= (std::abs(x) > limit) & (std::abs(x) < inf);
+    if (!any) return;
     for (std::size_t i = 0; i < values.size(); ++i) {
       const float x = values[i];
       if (!std::isfinite(x) || std::abs(x) <= limit) continue;

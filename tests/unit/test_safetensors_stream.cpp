@@ -7,11 +7,13 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <random>
 
 #include "errors_doc.hpp"
+#include "io/safetensors_header.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/io.hpp"
 
@@ -155,6 +157,34 @@ TEST(SafetensorsStream, RefusedAppendLeavesWriterUsable) {
   w.append(std::span<const float>(f.data[0]).subspan(3));
   w.finish();
   EXPECT_EQ(file_bytes(dir / "s.safetensors"), file_bytes(dir / "ref.safetensors"));
+}
+
+// encode_values runs the conversions inline, where the compiler vectorizes them: the same bits as the
+// out-of-line f32_to_f16 / f32_to_bf16 on a sample of every float and on every pattern near the
+// rounding boundaries (F16 subnormals and overflow, BF16 overflow, signs, NaN and Inf).
+TEST(SafetensorsStream, VectorizedEncodingMatchesTheScalarConversions) {
+  std::vector<std::uint32_t> bits;
+  for (std::uint64_t b = 0; b < (std::uint64_t{1} << 32); b += 97) bits.push_back(static_cast<std::uint32_t>(b));
+  for (const std::uint32_t center : {0x38800000u, 0x33000000u, 0x477ff000u, 0x7f7f8000u, 0x7f800000u, 0u}) {
+    for (std::uint32_t d = 0; d < 0x4000; ++d) {
+      for (const std::uint32_t sign : {0u, 0x80000000u}) {
+        bits.push_back(sign | (center + d));
+        bits.push_back(sign | (center - d));
+      }
+    }
+  }
+  std::vector<float> values(bits.size());
+  std::memcpy(values.data(), bits.data(), bits.size() * 4);
+  std::vector<std::uint16_t> got(values.size());
+  for (DType dt : {DType::F16, DType::BF16}) {
+    detail::encode_values(dt, values, reinterpret_cast<std::byte*>(got.data()));
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      const std::uint16_t want = dt == DType::F16 ? f32_to_f16(values[i]) : f32_to_bf16(values[i]);
+      if (got[i] != want && bad++ < 5) ADD_FAILURE() << dtype_name(dt) << " of bits " << std::hex << bits[i];
+    }
+    EXPECT_EQ(bad, 0u) << dtype_name(dt);
+  }
 }
 
 }  // namespace
