@@ -1,7 +1,8 @@
 // latentllm-synth (tools/synth): the RNG against published test vectors and the documented formula,
 // determinism (same seed -> same bytes, another seed -> other values), the presets' parameter counts
 // and config.json, generated checkpoints loading in latentllm (OPT, Llama, GQA, Qwen2 biases) with
-// their tokenizer's BOS, forced sharding read back by io::TensorStore, and atomic output.
+// their tokenizer's BOS, forced sharding read back by io::TensorStore, atomic output, and the
+// committed golden files of scripts/gen_arch_golden.py agreeing with the generator.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -97,7 +98,8 @@ TEST(SynthRng, ValuesFollowTheDocumentedFormula) {
   for (std::size_t j = 0; j < chunk.size(); ++j) EXPECT_EQ(chunk[j], documented_value(3, name, 50 + j, 1.0f, 0.2f));
 }
 
-// Values of an independent numpy implementation of the header's RNG.
+// Values of scripts/gen_arch_golden.py (numpy), the independent implementation: its
+// `--print-rng-vectors` output.
 TEST(SynthRng, MatchesThePythonImplementation) {
   const std::uint64_t key = tensor_key(0, "model.embed_tokens.weight");
   EXPECT_EQ(key, 0x1acb025cf390dc05ULL);
@@ -305,6 +307,74 @@ TEST_F(SynthWrite, OutputIsAtomic) {
   std::size_t entries = 0;
   for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir)) ++entries;
   EXPECT_EQ(entries, 1u);  // no partial directory left
+}
+
+// ---- the golden files of scripts/gen_arch_golden.py ---------------------------------------------
+
+TEST(SynthGolden, FilesAgreeWithTheGenerator) {
+  for (const char* name : {"llama3-tiny", "qwen3-tiny"}) {
+    SCOPED_TRACE(name);
+    std::ifstream in(test::test_data_path(std::string("golden/") + name + ".json"));
+    ASSERT_TRUE(in.good());
+    const auto g = nlohmann::json::parse(in);
+    const SynthSpec s = preset(name);
+    EXPECT_EQ(g.at("preset"), name);
+    EXPECT_EQ(g.at("dtype"), torch_dtype_name(s.dtype));
+    EXPECT_EQ(g.at("config").dump(), nlohmann::json::parse(config_json(s).dump()).dump());
+    std::ifstream ref(test::shared_path(std::string("data/tokenizers/") + s.tokenizer + "/REFERENCE.json"));
+    const auto first = nlohmann::json::parse(ref).at("eval").at("wikitext2_test").at("first_64");
+    EXPECT_EQ(g.at("input_ids"), first);
+    const std::size_t T = first.size();
+    EXPECT_EQ(g.at("logsumexp").size(), T);
+    EXPECT_EQ(g.at("argmax").size(), T);
+    ASSERT_EQ(g.at("logits").size(), T);
+    for (const auto& row : g.at("logits")) EXPECT_EQ(row.size(), g.at("vocab_ids").size());
+    EXPECT_GE(g.at("vocab_ids").size(), 32u);
+  }
+  // The llama3 scaling is exercised: scaled and unscaled RoPE logits differ far beyond a test's tolerance.
+  std::ifstream in(test::test_data_path("golden/llama3-tiny.json"));
+  const auto g = nlohmann::json::parse(in);
+  const auto& u = g.at("without_rope_scaling");
+  double max_diff = 0;
+  for (std::size_t t = 0; t < g.at("logits").size(); ++t)
+    for (std::size_t j = 0; j < g.at("logits")[t].size(); ++j)
+      max_diff = std::max(max_diff, std::abs(g.at("logits")[t][j].get<double>() - u.at("logits")[t][j].get<double>()));
+  EXPECT_GT(max_diff, 0.5);
+}
+
+// latentllm loads Llama without rope_scaling today: its float32 forward must reproduce the golden
+// "without_rope_scaling" numbers of the float64 transcription (embedding, RMSNorm, RoPE, GQA, SwiGLU,
+// tied head), which cross-checks the transcription that the scaled and the Qwen3 goldens share.
+TEST_F(SynthWrite, UnscaledLlama3GoldenMatchesLatentllmsForward) {
+  std::ifstream in(test::test_data_path("golden/llama3-tiny.json"));
+  const auto g = nlohmann::json::parse(in);
+  const auto& u = g.at("without_rope_scaling");
+  SynthSpec s = preset("llama3-tiny");
+  s.config.erase("rope_scaling");
+  const fs::path dir = test::make_temp_dir("synth") / "l3";
+  write_checkpoint(s, dir, options(g.at("seed").get<std::uint64_t>()));
+  const auto m = model::Model::load(dir);
+  const auto ids = g.at("input_ids").get<std::vector<std::int32_t>>();
+  const int T = static_cast<int>(ids.size());
+  MatrixF h, logits;  // [T, d], [T, V]
+  m->embed(ids, T, h);
+  for (int i = 0; i < m->num_layers(); ++i) m->layer_forward(i, h, T);
+  m->head(h, logits);
+  const auto vocab = g.at("vocab_ids").get<std::vector<std::int64_t>>();
+  double max_logit = 0, max_lse = 0;
+  for (int t = 0; t < T; ++t) {
+    for (std::size_t j = 0; j < vocab.size(); ++j) {
+      max_logit = std::max(max_logit, std::abs(logits(t, vocab[j]) - u.at("logits")[t][j].get<double>()));
+    }
+    const double mx = logits.row(t).maxCoeff();
+    double sum = 0;
+    for (Eigen::Index v = 0; v < logits.cols(); ++v) sum += std::exp(static_cast<double>(logits(t, v)) - mx);
+    max_lse = std::max(max_lse, std::abs(mx + std::log(sum) - u.at("logsumexp")[t].get<double>()));
+  }
+  EXPECT_LT(max_logit, 2e-3);
+  EXPECT_LT(max_lse, 2e-3);
+  std::printf("latentllm float32 vs golden float64 (no rope_scaling): max |d logit| %.2e, max |d logsumexp| %.2e\n",
+              max_logit, max_lse);
 }
 
 }  // namespace
