@@ -68,7 +68,8 @@ int list_presets() {
 
 int run(const Args& a) {
   if (a.list) return list_presets();
-  if (a.preset.empty() || a.out.empty()) throw ConfigError("--preset and --out (expected both, got a missing one)");
+  if (a.preset.empty()) throw ConfigError("--preset (expected a preset name, see --list, got none)");
+  if (a.out.empty()) throw ConfigError("--out (expected an output directory, got none)");
   synth::SynthSpec spec = synth::preset(a.preset);
   static const std::map<std::string, DType> kDtypes = {{"f32", DType::F32}, {"f16", DType::F16}, {"bf16", DType::BF16}};
   if (!a.dtype.empty()) spec.dtype = kDtypes.at(a.dtype);
