@@ -27,7 +27,7 @@ written independently of latentllm's C++:
   * the SwiGLU MLP down(silu(gate(x)) * up(x)), pre-norm residual blocks, the final norm, and the
     tied head (logits = h @ embed_tokens^T).
 One difference from HF: HF computes inv_freq, cos and sin in float32. This script computes them in
-float64. The effect is below 1e-5 on these logits.
+float64. Computing them in float32 instead moves these logits by at most 4e-6 (measured).
 
 The weights
 -----------
