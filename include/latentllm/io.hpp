@@ -133,4 +133,65 @@ struct TensorToWrite {
 void write_safetensors(const std::filesystem::path& path, std::span<const TensorToWrite> tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
+// ---- Streaming safetensors writer (checkpoints larger than memory) ------------------------------
+
+// A tensor declared to SafetensorsWriter; its values arrive later through append().
+struct TensorSpec {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<std::int64_t> shape;  // PyTorch order, e.g. a Linear weight [out, in]
+};
+
+// Writes one safetensors file tensor by tensor without holding the data. The header (names, dtypes,
+// shapes, offsets) is fixed at construction; then append() takes each tensor's values in the declared
+// order (row-major floats, in chunks of any size), converted to the tensor's dtype as write_safetensors
+// does (round to nearest even for F16/BF16). One append() belongs to one tensor: it holds some or all
+// of the values the current tensor still needs, never values of the next one, so a wrong count is
+// caught at the tensor it concerns; a tensor is complete once numel(shape) values arrived and the next
+// append() goes to the next tensor (empty tensors take none). The bytes are those write_safetensors
+// writes for the same tensors and metadata (tests check byte identity). The file is written to the
+// temporary `<path>.tmp.<pid>` in the same directory (write_safetensors' temporary) through an 8 MiB
+// buffer, the only memory held; finish() fsyncs it and renames it into place. The destructor of a
+// writer that did not finish removes the temporary. Not thread-safe.
+//
+// Errors (docs/ERRORS.md, "Streaming safetensors writer"): the constructor throws FormatError as
+// write_safetensors for duplicate, empty or __metadata__ names, negative or 64-bit-overflowing shapes
+// and headers that cannot be encoded, and IoError "<path>.tmp.<pid>: cannot create (...)"; append()
+// throws FormatError "<path>: tensor <name>: value count for shape [..] (expected N, got M)" when the
+// values overrun the current tensor (M = its values so far + values.size()), FormatError "<path>:
+// values after the last tensor <name> (expected none, got K)", and NumericError "<path>: tensor <name>:
+// value at [i, j] overflows F16 (expected |x| <= 65504, got 7e+04)" for a finite value the dtype would
+// store as ±Inf; such a refused append() writes nothing, and the writer stays usable. finish() throws
+// the value-count FormatError for the first incomplete tensor. I/O failures throw IoError "<path>:
+// write failed (...)" / "<path>: cannot rename into place (...)" and close the writer (temporary
+// removed); any later call throws IoError "<path>: writer closed (expected an open writer, got one
+// that finished or failed)".
+class SafetensorsWriter {
+ public:
+  SafetensorsWriter(const std::filesystem::path& path, std::vector<TensorSpec> specs,
+                    const std::map<std::string, std::string>& metadata = {});
+  ~SafetensorsWriter();
+  SafetensorsWriter(SafetensorsWriter&&) noexcept;
+  SafetensorsWriter& operator=(SafetensorsWriter&&) noexcept;
+  SafetensorsWriter(const SafetensorsWriter&) = delete;
+  SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
+
+  // Appends values of the current tensor (see above).
+  void append(std::span<const float> values);
+  // Checks that every tensor is complete, flushes, fsyncs, closes and renames into place.
+  void finish();
+
+  const std::filesystem::path& path() const;
+  // Index of the tensor the next append() feeds (= the number of tensors once all are complete).
+  std::size_t current_tensor() const;
+  // Bytes of the whole file (8 + header + data) and those already passed to the OS (buffered ones not).
+  std::uint64_t file_bytes() const;
+  std::uint64_t bytes_written() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+// ---- end of the streaming writer ----------------------------------------------------------------
+
 }  // namespace latentllm::io

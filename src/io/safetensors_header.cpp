@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <limits>
 #include <set>
 #include <string_view>
@@ -11,6 +12,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "core/dtype_convert.hpp"
 #include "latentllm/error.hpp"
 
 namespace latentllm::io::detail {
@@ -216,6 +218,77 @@ ParsedHeader parse_safetensors_layout(std::span<const std::byte> file, const std
   }
   check_tiling(out.tensors, data_size, origin);
   return out;
+}
+
+void check_tensor_name(const std::string& name, std::set<std::string>& seen, const std::string& origin) {
+  if (name.empty() || name == "__metadata__" || !seen.insert(name).second) {
+    throw FormatError(fmt::format("{}: tensor name {} (expected unique, non-empty and not __metadata__)", origin,
+                                  json(name).dump(-1, ' ', false, json::error_handler_t::replace)));
+  }
+}
+
+std::uint64_t checked_nbytes(const std::string& name, DType dtype, std::span<const std::int64_t> shape,
+                             const std::string& origin) {
+  std::uint64_t n = 1;
+  bool ok = true;
+  for (const auto d : shape) ok = ok && d >= 0 && !__builtin_mul_overflow(n, static_cast<std::uint64_t>(d), &n);
+  ok = ok && !__builtin_mul_overflow(n, static_cast<std::uint64_t>(dtype_size(dtype)), &n);
+  if (!ok) {
+    throw FormatError(fmt::format("{}: tensor {}: shape [{}] (expected non-negative dimensions with a 64-bit size)",
+                                  origin, name, fmt::join(shape, ", ")));
+  }
+  return n;
+}
+
+std::string serialize_header(std::span<const HeaderEntry> entries, const std::map<std::string, std::string>& metadata,
+                             const std::string& origin) {
+  using ordered_json = nlohmann::ordered_json;
+  ordered_json header = ordered_json::object();
+  if (!metadata.empty()) {
+    ordered_json m = ordered_json::object();
+    for (const auto& [k, v] : metadata) m[k] = v;
+    header["__metadata__"] = std::move(m);
+  }
+  for (const auto& t : entries) {
+    ordered_json e = ordered_json::object();
+    e["dtype"] = std::string(dtype_name(t.dtype));
+    e["shape"] = t.shape;
+    e["data_offsets"] = ordered_json::array({t.begin, t.end});
+    header[t.name] = std::move(e);
+  }
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const json::type_error& e) {  // names or metadata that are not valid UTF-8
+    throw FormatError(fmt::format("{}: header cannot be encoded ({})", origin, e.what()));
+  }
+  text.append((8 - text.size() % 8) % 8, ' ');
+  if (text.size() > kMaxHeaderSize) {  // readers would refuse the file
+    throw FormatError(
+        fmt::format("{}: header length too large (expected <= {}, got {})", origin, kMaxHeaderSize, text.size()));
+  }
+  return text;
+}
+
+void encode_values(DType dtype, std::span<const float> values, std::byte* out) {
+  const std::size_t n = values.size();
+  switch (dtype) {
+    case DType::F32:
+      if (n > 0) std::memcpy(out, values.data(), n * sizeof(float));
+      break;
+    case DType::F16:
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::uint16_t h = core::f32_to_f16_rne(values[i]);  // inline: the loop vectorizes
+        std::memcpy(out + 2 * i, &h, 2);
+      }
+      break;
+    case DType::BF16:
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::uint16_t h = core::f32_to_bf16_rne(values[i]);
+        std::memcpy(out + 2 * i, &h, 2);
+      }
+      break;
+  }
 }
 
 }  // namespace latentllm::io::detail

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -41,5 +42,24 @@ struct ParsedHeader {
 // Validates the whole layout of `file` (all bytes of a safetensors file). Every FormatError message
 // starts with `origin` (the file path) and names the offending tensor.
 ParsedHeader parse_safetensors_layout(std::span<const std::byte> file, const std::string& origin);
+
+// The writing side, shared by write_safetensors and SafetensorsWriter so both produce the same bytes.
+// Every FormatError message starts with `origin` (the file path).
+//
+// Checks a tensor name: non-empty, not "__metadata__", not already in `seen` (then added to it).
+void check_tensor_name(const std::string& name, std::set<std::string>& seen, const std::string& origin);
+// numel(shape) × dtype size, every product checked: FormatError "<origin>: tensor <name>: shape [..]
+// (expected non-negative dimensions with a 64-bit size)" otherwise.
+std::uint64_t checked_nbytes(const std::string& name, DType dtype, std::span<const std::int64_t> shape,
+                             const std::string& origin);
+// The header the reference serializer writes: compact JSON ("__metadata__" first when not empty,
+// then the entries in the order given, with their data_offsets), padded with spaces to a multiple of
+// 8 bytes so the data region starts aligned. FormatError when a name or metadata is not valid UTF-8
+// or the header exceeds kMaxHeaderSize.
+std::string serialize_header(std::span<const HeaderEntry> entries, const std::map<std::string, std::string>& metadata,
+                             const std::string& origin);
+// Stores `values` as `dtype` at `out` (values.size() × dtype size bytes, little-endian): F32 as is,
+// F16/BF16 rounded to nearest even (f32_to_f16 / f32_to_bf16).
+void encode_values(DType dtype, std::span<const float> values, std::byte* out);
 
 }  // namespace latentllm::io::detail
