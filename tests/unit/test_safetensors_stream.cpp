@@ -58,7 +58,9 @@ void stream(const fs::path& p, const Fixture& f, std::size_t chunk, const std::m
   fs::remove(p);
   SafetensorsWriter w(p, f.specs, meta);
   for (std::size_t i = 0; i < f.specs.size(); ++i) {
-    if (!f.data[i].empty()) EXPECT_EQ(w.current_tensor(), i);  // empty tensors are skipped
+    if (!f.data[i].empty()) {
+      EXPECT_EQ(w.current_tensor(), i);  // empty tensors are skipped
+    }
     const std::span<const float> all(f.data[i]);
     const std::size_t step = chunk == 0 ? std::max<std::size_t>(all.size(), 1) : chunk;
     for (std::size_t off = 0; off < all.size(); off += step) w.append(all.subspan(off, std::min(step, all.size() - off)));
