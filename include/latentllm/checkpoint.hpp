@@ -1,5 +1,6 @@
-// Latent checkpoints: a Hugging Face directory whose factored linear modules are stored as two
-// matrices, described by a `latent` section in config.json. docs/FORMAT.md specifies the format.
+// Writing latent checkpoints: a Hugging Face directory whose factored linear modules are stored as two
+// matrices, described by a `latent` section in config.json (docs/FORMAT.md; the reader is
+// io::parse_latent_modules).
 #pragma once
 
 #include <cstdint>
@@ -14,20 +15,6 @@
 #include "latentllm/tensor.hpp"
 
 namespace latentllm::checkpoint {
-
-inline constexpr int kFormatVersion = 1;
-
-// Per-module entry of config.json's latent.modules.
-struct LatentModule {
-  std::int64_t rank = 0;
-  std::int64_t in = 0, out = 0;
-  bool block_identity = false;
-  std::vector<std::int32_t> perm;  // [in] when block_identity
-};
-
-// Parses config.json's `latent` section (absent -> empty map). Throws FormatError naming the module
-// for an invalid entry (rank out of range, perm not a permutation of 0..in−1, ...).
-std::map<std::string, LatentModule> parse_latent_modules(const nlohmann::json& config, const std::string& origin);
 
 struct SaveOptions {
   DType dtype = DType::F16;   // storage type of every floating tensor

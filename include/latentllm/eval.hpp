@@ -45,7 +45,7 @@ struct PplResult {
 };
 
 // min(2048, max_position_embeddings).
-int default_seqlen(const io::ModelConfig& config);
+int default_seqlen(const model::ModelConfig& config);
 
 // The protocol's token sequence of a dataset file: its evaluation string (io::build_eval_text)
 // encoded once with special tokens, C4 truncated to 256·seqlen tokens.

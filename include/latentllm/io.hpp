@@ -1,5 +1,6 @@
-// Checkpoint I/O: safetensors (single file or sharded), config.json -> ModelConfig, and the
-// safetensors writer used for latent checkpoints.
+// Checkpoint I/O: safetensors (single file or sharded), the `latent` section of config.json, and the
+// safetensors writers used for latent checkpoints. (config.json's architecture keys are parsed by the
+// architecture files: model::load_config.)
 #pragma once
 
 #include <cstdint>
@@ -17,55 +18,21 @@
 
 namespace latentllm::io {
 
-// config.json of a Hugging Face causal LM. Field names copy the config.json keys verbatim; keys an
-// architecture does not use keep their defaults. `raw` keeps the whole document (including our
-// `latent` section in latent checkpoints).
-struct ModelConfig {
-  std::string model_type;       // "opt", "llama", "qwen2", "mistral"
-  std::string architecture;     // architectures[0], e.g. "OPTForCausalLM"
-  std::int64_t vocab_size = 0;
-  std::int64_t hidden_size = 0;             // d
-  std::int64_t num_hidden_layers = 0;
-  std::int64_t num_attention_heads = 0;
-  std::int64_t num_key_value_heads = 0;     // = num_attention_heads when absent (MHA)
-  std::int64_t head_dim = 0;                // = hidden_size / num_attention_heads when absent
-  std::int64_t intermediate_size = 0;       // Llama family FFN width
-  std::int64_t ffn_dim = 0;                 // OPT FFN width
-  std::int64_t max_position_embeddings = 0;
-  std::int64_t word_embed_proj_dim = 0;     // OPT; = hidden_size when absent
-  double rms_norm_eps = 1e-6;               // Llama family
-  double rope_theta = 10000.0;              // Llama family
-  bool do_layer_norm_before = true;         // OPT
-  bool enable_bias = true;                  // OPT
-  bool layer_norm_elementwise_affine = true;  // OPT
-  bool attention_bias = false;              // Llama: biases on q, k, v and o (config key, default false)
-  // Which linears carry biases, resolved per family: OPT enable_bias (all of them); Llama attention_bias
-  // (q, k, v, o) and mlp_bias; Qwen2 q, k, v always; Mistral none.
-  bool qkv_bias = false;
-  bool o_bias = false;
-  bool mlp_bias = false;                    // also the config key (Llama)
-  // Mistral: each query attends to the last sliding_window keys, itself included (HF's mask
-  // kv > q − sliding_window); MistralConfig's 4096 when absent, 0 = no window (config null).
-  std::int64_t sliding_window = 0;
-  bool tie_word_embeddings = true;
-  std::string hidden_act;                   // "relu" (OPT activation_function), "silu", ...
-  std::optional<std::int64_t> bos_token_id, eos_token_id, pad_token_id;
-  std::string torch_dtype;                  // "torch_dtype" (or newer "dtype"); "" when absent
-  nlohmann::json raw;
+// The `latent` section of a latent checkpoint's config.json (docs/FORMAT.md): which linear modules are
+// stored factored, as <name>.B.weight [out, rank] and <name>.A.weight [rank, in] (or [rank, in − rank]
+// with a block-identity junction). The writer is checkpoint::save.
+inline constexpr int kLatentFormatVersion = 1;
 
-  // FFN width for either family.
-  std::int64_t ffn_width() const { return ffn_dim > 0 ? ffn_dim : intermediate_size; }
+struct LatentModule {
+  std::int64_t rank = 0;
+  std::int64_t in = 0, out = 0;
+  bool block_identity = false;
+  std::vector<std::int32_t> perm;  // [in] when block_identity
 };
 
-// Parses and validates config.json (docs/ERRORS.md lists every message). Throws IoError if the file
-// cannot be read, FormatError "<path>: not valid JSON (...)", and ConfigError "<path>: <key> (expected X,
-// got Y)" for missing or mistyped keys, non-positive sizes, sizes that do not divide
-// (hidden_size by num_attention_heads, heads by num_key_value_heads), rope_scaling (unsupported) and
-// unsupported architectures (the message lists the supported ones). Supported: OPTForCausalLM (opt),
-// LlamaForCausalLM (llama), Qwen2ForCausalLM (qwen2), MistralForCausalLM (mistral).
-ModelConfig load_config(const std::filesystem::path& config_json);
-// The same from a parsed document; `origin` prefixes every message (usually the file path).
-ModelConfig parse_config(const nlohmann::json& doc, const std::string& origin);
+// Parses config.json's `latent` section (absent -> empty map). Throws FormatError naming the module
+// for an invalid entry (rank out of range, perm not a permutation of 0..in−1, ...).
+std::map<std::string, LatentModule> parse_latent_modules(const nlohmann::json& config, const std::string& origin);
 
 // One memory-mapped safetensors file, fully validated on open (header size cap, JSON, dtypes,
 // shape × dtype = byte length, offsets in range, in order, not overlapping, data filling the file).

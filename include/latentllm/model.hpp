@@ -1,4 +1,4 @@
-// Decoder-only transformer models on CPU: OPT and the Llama family (Llama, Qwen2, Mistral).
+// Decoder-only transformer models on CPU: OPT and the Llama family (Llama, Qwen2, Qwen3, Mistral).
 // Weights are float32 in memory (widened from F16/BF16 on load). Every linear module is a `Linear`,
 // dense or low-rank factored, so compressed (latent) checkpoints run the same code.
 //
@@ -14,6 +14,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "latentllm/io.hpp"
 #include "latentllm/tensor.hpp"
@@ -57,9 +59,88 @@ struct AttentionInfo {
   void validate(std::string_view context) const;
 };
 
+// config.json of a Hugging Face causal LM, as the architecture files parse it (src/model/opt.cpp,
+// llama.cpp: each reads its keys with the transformers defaults of its config class). Field names copy
+// the config.json keys verbatim; keys an architecture does not use keep their defaults. `raw` keeps
+// the whole document (including our `latent` section in latent checkpoints).
+struct ModelConfig {
+  std::string model_type;       // "opt", "llama", "qwen2", "qwen3", "mistral"
+  std::string architecture;     // architectures[0], e.g. "OPTForCausalLM"
+  std::int64_t vocab_size = 0;
+  std::int64_t hidden_size = 0;             // d
+  std::int64_t num_hidden_layers = 0;
+  std::int64_t num_attention_heads = 0;
+  std::int64_t num_key_value_heads = 0;     // = num_attention_heads when absent (MHA)
+  std::int64_t head_dim = 0;                // = hidden_size / num_attention_heads when absent
+  std::int64_t intermediate_size = 0;       // Llama family FFN width
+  std::int64_t ffn_dim = 0;                 // OPT FFN width
+  std::int64_t max_position_embeddings = 0;
+  std::int64_t word_embed_proj_dim = 0;     // OPT; = hidden_size when absent
+  double rms_norm_eps = 1e-6;               // Llama family
+  RopeSpec rope;                            // Llama family: rope_theta and rope_scaling
+  bool do_layer_norm_before = true;         // OPT
+  bool enable_bias = true;                  // OPT
+  bool layer_norm_elementwise_affine = true;  // OPT
+  bool attention_bias = false;              // Llama, Qwen3: biases on q, k, v and o (config key, default false)
+  // Which linears carry biases, resolved per architecture: OPT enable_bias (all of them); Llama
+  // attention_bias (q, k, v, o) and mlp_bias; Qwen2 q, k, v always; Qwen3 attention_bias; Mistral none.
+  bool qkv_bias = false;
+  bool o_bias = false;
+  bool mlp_bias = false;                    // also the config key (Llama)
+  bool qk_norm = false;                     // Qwen3: per-head RMSNorm of q and k (q_norm, k_norm) before RoPE
+  // Mistral: each query attends to the last sliding_window keys, itself included (HF's mask
+  // kv > q − sliding_window); MistralConfig's 4096 when absent, 0 = no window (config null).
+  std::int64_t sliding_window = 0;
+  bool tie_word_embeddings = true;
+  std::string hidden_act;                   // "relu" (OPT activation_function), "silu", ...
+  std::optional<std::int64_t> bos_token_id, eos_token_id, pad_token_id;
+  std::string torch_dtype;                  // "torch_dtype" (or newer "dtype"); "" when absent
+  nlohmann::json raw;
+
+  // FFN width for either family.
+  std::int64_t ffn_width() const { return ffn_dim > 0 ? ffn_dim : intermediate_size; }
+};
+
+// Parses and validates config.json (docs/ERRORS.md lists every message): architectures[0] (or
+// model_type) selects the architecture, whose file parses the keys. Throws IoError if the file cannot
+// be read, FormatError "<path>: not valid JSON (...)", and ConfigError "<path>: <key> (expected X, got
+// Y)" for missing or mistyped keys, non-positive sizes, sizes that do not divide, unsupported
+// rope_scaling types and unsupported architectures (the message lists the supported ones).
+ModelConfig load_config(const std::filesystem::path& config_json);
+// The same from a parsed document; `origin` prefixes every message (usually the file path).
+ModelConfig parse_config(const nlohmann::json& doc, const std::string& origin);
+// The supported architectures[0] names, in the order the error messages list them.
+std::vector<std::string> supported_architectures();
+
+// The role of a linear module in its layer. The compressor addresses modules by role, never by name.
+enum class Role {
+  Q, K, V,  // q_proj, k_proj, v_proj
+  O,        // o_proj (OPT: out_proj)
+  Gate,     // gate_proj (gated MLPs)
+  Up,       // up_proj (OPT: fc1)
+  Down,     // down_proj (OPT: fc2)
+};
+std::string_view role_name(Role r);  // "q", "k", "v", "o", "gate", "up", "down"
+
+// Where calibration taps the inputs of linear modules. Modules that share an input share a site.
+enum class Site {
+  AttnIn,   // input of q_proj, k_proj, v_proj  [T, d]
+  AttnOut,  // input of o_proj / out_proj (concatenated head outputs)  [T, H·d_h]
+  MlpIn,    // input of fc1 (OPT) or gate_proj and up_proj (Llama)  [T, d]
+  MlpMid,   // input of fc2 (OPT) or down_proj (Llama)  [T, ffn]
+};
+
+// The MLP of a model's layers, as the compressor sees it (joint up-down).
+struct MlpInfo {
+  bool gated = false;                    // down(σ(gate·x) ⊙ up·x) (Llama family), else down(σ(up·x)) (OPT)
+  Activation act = Activation::Relu;
+};
+
 // y = x·Wᵀ + b, with W dense or factored as W ≈ B·A (paper eq. for the latent form).
 struct Linear {
   std::string name;             // HF module name, e.g. "model.decoder.layers.0.self_attn.q_proj"
+  Role role = Role::Q;
+  Site site = Site::AttnIn;     // the input it reads
   std::int64_t in = 0, out = 0;  // d, d'
   MatrixF weight;               // [out, in] when dense; empty when factored
   VectorF bias;                 // [out] or empty
@@ -81,13 +162,6 @@ struct Linear {
   MatrixF dense_weight() const;
 };
 
-// Where calibration taps the inputs of linear modules. Modules that share an input share a site.
-enum class Site {
-  AttnIn,   // input of q_proj, k_proj, v_proj  [T, d]
-  AttnOut,  // input of o_proj / out_proj (concatenated head outputs)  [T, H·d_h]
-  MlpIn,    // input of fc1 (OPT) or gate_proj and up_proj (Llama)  [T, d]
-  MlpMid,   // input of fc2 (OPT) or down_proj (Llama)  [T, ffn]
-};
 
 // Receives the inputs of linear modules during layer_forward (calibration statistics).
 class ForwardObserver {
@@ -121,19 +195,21 @@ struct LayerState {
   MatrixF x;      // [n_seq·T, width of `at`] the input of site `at`; empty when `at` is
 };
 
-// One decoder layer's modules. Linear modules are addressed by their name relative to the layer,
-// exactly as in the HF checkpoint: "self_attn.q_proj", "self_attn.out_proj" (OPT) / "self_attn.o_proj",
-// "fc1", "fc2" (OPT), "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj" (Llama family).
+// One decoder layer's modules, in the order of the architecture's module table (forward order).
 struct DecoderLayer {
   std::vector<Linear> linears;
   // Norm parameters by HF tensor name relative to the layer: "self_attn_layer_norm.weight",
-  // "self_attn_layer_norm.bias" (OPT), "input_layernorm.weight" (Llama), ... [d] each.
+  // "self_attn_layer_norm.bias" (OPT), "input_layernorm.weight", "self_attn.q_norm.weight" (Qwen3), ...
   std::vector<std::pair<std::string, VectorF>> norms;
 
+  // The module of a role (Error when the architecture has none; find: nullptr).
+  Linear& linear(Role role);
+  const Linear& linear(Role role) const;
+  Linear* find(Role role);
+  const Linear* find(Role role) const;
+  // By the HF name relative to the layer, exactly as in the checkpoint: "self_attn.q_proj", "fc1", ...
   Linear& linear(std::string_view rel_name);
   const Linear& linear(std::string_view rel_name) const;
-  // Which site feeds a linear module.
-  Site site_of(std::string_view rel_name) const;
   // The norm parameter named rel_name ("input_layernorm.weight"); empty vector when absent.
   const VectorF& norm(std::string_view rel_name) const;
 };
@@ -146,12 +222,15 @@ class Model {
   // Throws ConfigError / FormatError naming the file or tensor on bad input.
   static std::unique_ptr<Model> load(const std::filesystem::path& dir);
 
-  const io::ModelConfig& config() const { return config_; }
+  const ModelConfig& config() const { return config_; }
+  // The attention geometry and the MLP of the layers, for the compressor.
+  const AttentionInfo& attention() const { return attention_; }
+  const MlpInfo& mlp() const { return mlp_; }
   const std::filesystem::path& dir() const { return dir_; }
   int num_layers() const { return static_cast<int>(layers_.size()); }
   DecoderLayer& layer(int i) { return layers_.at(static_cast<std::size_t>(i)); }
   const DecoderLayer& layer(int i) const { return layers_.at(static_cast<std::size_t>(i)); }
-  // Architecture family name for messages and inspect: "opt" or "llama".
+  // Architecture family name for inspect: "opt" or "llama" (the compressor never branches on it).
   virtual std::string_view family() const = 0;
 
   // ids: [n_seq·T] (n_seq windows of T tokens, positions restart at 0 in each) -> h: [n_seq·T, d].
@@ -179,7 +258,9 @@ class Model {
   std::int64_t num_params() const;
 
  protected:
-  io::ModelConfig config_;
+  ModelConfig config_;
+  AttentionInfo attention_;
+  MlpInfo mlp_;
   std::filesystem::path dir_;
   std::vector<DecoderLayer> layers_;
   // Parameters outside the decoder layers per module type ("embed", "norm", "lm_head").

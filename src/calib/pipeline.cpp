@@ -90,7 +90,7 @@ PassFlops pass_flops(const model::Model& m, int i, std::optional<model::Site> fr
   const model::DecoderLayer& layer = m.layer(i);
   double macs = 0;
   for (const auto& lin : layer.linears) {
-    if (!runs(layer.site_of(lin.name))) continue;
+    if (!runs(lin.site)) continue;
     macs += static_cast<double>(lin.factored() ? lin.B.size() + lin.A.size() : lin.weight.size());
   }
   PassFlops f;
@@ -102,7 +102,7 @@ PassFlops pass_flops(const model::Model& m, int i, std::optional<model::Site> fr
 // Input width of a site in layer i (of the modules it feeds).
 std::int64_t site_width(const model::DecoderLayer& layer, model::Site site) {
   for (const auto& lin : layer.linears)
-    if (layer.site_of(lin.name) == site) return lin.in;
+    if (lin.site == site) return lin.in;
   return 0;
 }
 
@@ -225,7 +225,7 @@ std::string site_modules(const model::DecoderLayer& layer, int i, model::Site si
   const std::string prefix = layer_name(layer, i);
   std::string out;
   for (const auto& lin : layer.linears) {
-    if (layer.site_of(lin.name) != site) continue;
+    if (lin.site != site) continue;
     if (out.empty()) {
       out = lin.name;
     } else {

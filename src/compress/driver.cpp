@@ -92,9 +92,9 @@ class MethodCompressor : public calib::LayerCompressor {
     if (in.site == model::Site::AttnIn && joint_vo()) attn_in_ = *in.stats;  // for V-O at AttnOut
     timed("local", [&] {
       for (auto& lin : layer.linears) {
-        if (layer.site_of(rel_name(in.layer, lin)) != in.site || lin.factored()) continue;
+        if (lin.site != in.site || lin.factored()) continue;
         // Joint V-O compresses v_proj with o_proj once the o_proj input statistics exist.
-        if (joint_vo() && lin.name.ends_with("v_proj")) continue;
+        if (joint_vo() && lin.role == model::Role::V) continue;
         compress_local(in, lin);
       }
     });
@@ -111,13 +111,6 @@ class MethodCompressor : public calib::LayerCompressor {
     f();
     if (opt_.part_observer) opt_.part_observer(part, false);
     report_.part_seconds[part] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }
-
-  std::string rel_name(int, const model::Linear& lin) const {
-    // "model.decoder.layers.3.self_attn.q_proj" -> "self_attn.q_proj"
-    const auto pos = lin.name.find(".layers.");
-    const auto dot = lin.name.find('.', pos + 8);
-    return lin.name.substr(dot + 1);
   }
 
   // "model.layers.0.self_attn.q_proj, k_proj": the modules a joint part compresses together.
@@ -180,22 +173,12 @@ class MethodCompressor : public calib::LayerCompressor {
     install(lin, f);
   }
 
-  model::AttentionInfo attn_shape(const model::Model& m) const {
-    const auto& c = m.config();
-    model::AttentionInfo s;
-    s.hidden = static_cast<int>(c.hidden_size);
-    s.num_heads = static_cast<int>(c.num_attention_heads);
-    s.num_kv_heads = static_cast<int>(c.num_key_value_heads > 0 ? c.num_key_value_heads : c.num_attention_heads);
-    s.head_dim = static_cast<int>(c.head_dim > 0 ? c.head_dim : c.hidden_size / c.num_attention_heads);
-    s.rope = m.family() == "llama";
-    s.rope_spec.theta = c.rope_theta;
-    return s;
-  }
+  static const model::AttentionInfo& attn_shape(const model::Model& m) { return m.attention(); }
 
   void compress_qk(const calib::StageInput& in, model::Model& m) {
     auto& layer = m.layer(in.layer);
-    auto& q = layer.linear("self_attn.q_proj");
-    auto& k = layer.linear("self_attn.k_proj");
+    auto& q = layer.linear(model::Role::Q);
+    auto& k = layer.linear(model::Role::K);
     QkDense dense{to_double(q.weight), to_double(q.bias), to_double(k.weight), to_double(k.bias)};
     QkOptions qo;
     qo.r_q = rank_of(q);
@@ -225,8 +208,8 @@ class MethodCompressor : public calib::LayerCompressor {
   // input moments from the AttnIn stage, o_proj's input moments from this stage.
   void compress_vo(const calib::StageInput& in, model::Model& m) {
     auto& layer = m.layer(in.layer);
-    auto& v = layer.linear("self_attn.v_proj");
-    auto& o = layer.linear(m.family() == "llama" ? "self_attn.o_proj" : "self_attn.out_proj");
+    auto& v = layer.linear(model::Role::V);
+    auto& o = layer.linear(model::Role::O);
     const VoDense dense{to_double(v.weight), to_double(v.bias), to_double(o.weight), to_double(o.bias)};
     const calib::SiteStats& o_mom = *in.stats;
     VoOptions vo;
@@ -256,12 +239,12 @@ class MethodCompressor : public calib::LayerCompressor {
 
   void compress_mlp(const calib::StageInput& in, model::Model& m) {
     auto& layer = m.layer(in.layer);
-    const bool gated = m.family() == "llama";
-    model::Linear& up = layer.linear(gated ? "mlp.up_proj" : "fc1");
-    model::Linear& down = layer.linear(gated ? "mlp.down_proj" : "fc2");
-    model::Linear* gate = gated ? &layer.linear("mlp.gate_proj") : nullptr;
+    const bool gated = m.mlp().gated;
+    model::Linear& up = layer.linear(model::Role::Up);
+    model::Linear& down = layer.linear(model::Role::Down);
+    model::Linear* gate = layer.find(model::Role::Gate);
     MlpDense dense;
-    dense.act = model::parse_activation(m.config().hidden_act, (m.dir() / "config.json").string());
+    dense.act = m.mlp().act;
     dense.gated = gated;
     dense.w_up = to_double(up.weight);
     dense.b_up = to_double(up.bias);

@@ -19,7 +19,7 @@ constexpr int kAutoBatchTokens = 4096;
 
 }  // namespace
 
-int default_seqlen(const io::ModelConfig& config) {
+int default_seqlen(const model::ModelConfig& config) {
   return static_cast<int>(std::min<std::int64_t>(2048, config.max_position_embeddings));
 }
 

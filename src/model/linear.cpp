@@ -1,6 +1,5 @@
 // Linear modules (dense, factored, block identity) and the layer's module lookup.
 #include <algorithm>
-#include <array>
 
 #include "core/gemm.hpp"
 #include "latentllm/error.hpp"
@@ -11,20 +10,6 @@
 
 namespace latentllm::model {
 namespace {
-
-// Which input site feeds each linear module, by HF name relative to the layer (both families).
-constexpr std::array<std::pair<std::string_view, Site>, 10> kSites = {{
-    {"self_attn.q_proj", Site::AttnIn},
-    {"self_attn.k_proj", Site::AttnIn},
-    {"self_attn.v_proj", Site::AttnIn},
-    {"self_attn.out_proj", Site::AttnOut},
-    {"self_attn.o_proj", Site::AttnOut},
-    {"fc1", Site::MlpIn},
-    {"mlp.gate_proj", Site::MlpIn},
-    {"mlp.up_proj", Site::MlpIn},
-    {"fc2", Site::MlpMid},
-    {"mlp.down_proj", Site::MlpMid},
-}};
 
 // Rows per task of the linear forward (also the sgemm's M).
 constexpr std::int64_t kRowBlock = 256;
@@ -136,10 +121,32 @@ const Linear& DecoderLayer::linear(std::string_view rel_name) const {
   throw Error(fmt::format("no linear module {} in this layer", rel_name));
 }
 
-Site DecoderLayer::site_of(std::string_view rel_name) const {
-  for (const auto& [rel, site] : kSites)
-    if (rel == rel_name || ends_with_module(rel_name, rel)) return site;
-  throw Error(fmt::format("{}: not a linear module of a decoder layer", rel_name));
+const Linear* DecoderLayer::find(Role role) const {
+  for (const auto& l : linears)
+    if (l.role == role) return &l;
+  return nullptr;
+}
+
+Linear* DecoderLayer::find(Role role) { return const_cast<Linear*>(std::as_const(*this).find(role)); }
+
+const Linear& DecoderLayer::linear(Role role) const {
+  if (const Linear* l = find(role)) return *l;
+  throw Error(fmt::format("no {} module in this layer", role_name(role)));
+}
+
+Linear& DecoderLayer::linear(Role role) { return const_cast<Linear&>(std::as_const(*this).linear(role)); }
+
+std::string_view role_name(Role r) {
+  switch (r) {
+    case Role::Q: return "q";
+    case Role::K: return "k";
+    case Role::V: return "v";
+    case Role::O: return "o";
+    case Role::Gate: return "gate";
+    case Role::Up: return "up";
+    case Role::Down: return "down";
+  }
+  return "?";
 }
 
 const VectorF& DecoderLayer::norm(std::string_view rel_name) const {

@@ -1,8 +1,9 @@
-// The Llama family (HF modeling_llama.py, modeling_qwen2.py, modeling_mistral.py): RMSNorm before
-// attention and MLP, RoPE with the rotate_half convention, grouped-query attention, SwiGLU MLP
-// down(silu(gate·x) ⊙ up·x). Qwen2 adds q/k/v biases; Llama's attention_bias / mlp_bias add theirs;
-// Mistral's sliding_window limits each query to the last sliding_window keys.
-// (rope_scaling is refused by io::load_config.)
+// The Llama family (HF modeling_llama.py, modeling_qwen2.py, modeling_qwen3.py, modeling_mistral.py):
+// RMSNorm before attention and MLP, RoPE with the rotate_half convention (rope_scaling "linear" or
+// "llama3"), grouped-query attention, SwiGLU MLP down(silu(gate·x) ⊙ up·x). Qwen2 adds q/k/v biases;
+// Llama's attention_bias / mlp_bias add theirs; Qwen3 normalizes each head of q and k (q_norm, k_norm:
+// RMSNorm over d_h) before RoPE; Mistral's sliding_window limits each query to the last
+// sliding_window keys.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -11,7 +12,7 @@
 
 #include "latentllm/error.hpp"
 #include "model/attention.hpp"
-#include "model/families.hpp"
+#include "model/arch.hpp"
 #include "model/linear_fused.hpp"
 #include "model/ops.hpp"
 #include "core/parallel.hpp"
@@ -21,56 +22,127 @@
 namespace latentllm::model {
 namespace {
 
-enum class Dim { Hidden, QHeads, KvHeads, Ffn };  // d, H·d_h, H_kv·d_h, ffn
-enum class Bias { Qkv, O, Mlp };                   // which config switch gives the module a bias
-
-struct LinearSpec {
-  std::string_view rel;  // HF name relative to the layer
-  Dim in, out;
-  Bias bias;
-};
+using json = nlohmann::json;
 
 // The per-layer linear modules, in forward order; the indices below address them.
-constexpr std::array<LinearSpec, 7> kLinears = {{
-    {"self_attn.q_proj", Dim::Hidden, Dim::QHeads, Bias::Qkv},
-    {"self_attn.k_proj", Dim::Hidden, Dim::KvHeads, Bias::Qkv},
-    {"self_attn.v_proj", Dim::Hidden, Dim::KvHeads, Bias::Qkv},
-    {"self_attn.o_proj", Dim::QHeads, Dim::Hidden, Bias::O},
-    {"mlp.gate_proj", Dim::Hidden, Dim::Ffn, Bias::Mlp},
-    {"mlp.up_proj", Dim::Hidden, Dim::Ffn, Bias::Mlp},
-    {"mlp.down_proj", Dim::Ffn, Dim::Hidden, Bias::Mlp},
+constexpr std::array<ModuleSpec, 7> kModules = {{
+    {"self_attn.q_proj", Role::Q, Site::AttnIn, Dim::Hidden, Dim::QHeads, BiasSwitch::Qkv},
+    {"self_attn.k_proj", Role::K, Site::AttnIn, Dim::Hidden, Dim::KvHeads, BiasSwitch::Qkv},
+    {"self_attn.v_proj", Role::V, Site::AttnIn, Dim::Hidden, Dim::KvHeads, BiasSwitch::Qkv},
+    {"self_attn.o_proj", Role::O, Site::AttnOut, Dim::QHeads, Dim::Hidden, BiasSwitch::O},
+    {"mlp.gate_proj", Role::Gate, Site::MlpIn, Dim::Hidden, Dim::Ffn, BiasSwitch::Mlp},
+    {"mlp.up_proj", Role::Up, Site::MlpIn, Dim::Hidden, Dim::Ffn, BiasSwitch::Mlp},
+    {"mlp.down_proj", Role::Down, Site::MlpMid, Dim::Ffn, Dim::Hidden, BiasSwitch::Mlp},
 }};
 enum : std::size_t { kQ, kK, kV, kO, kGate, kUp, kDown };
 constexpr std::array<std::string_view, 2> kNorms = {"input_layernorm.weight", "post_attention_layernorm.weight"};
+constexpr std::string_view kQNorm = "self_attn.q_norm.weight", kKNorm = "self_attn.k_norm.weight";  // Qwen3 [d_h]
 
-void check_config(const io::ModelConfig& c, const std::string& origin) {
-  auto positive = [&](std::string_view key, std::int64_t v) {
-    if (v <= 0) throw ConfigError(fmt::format("{}: {} (expected > 0, got {})", origin, key, v));
-  };
-  positive("vocab_size", c.vocab_size);
-  positive("hidden_size", c.hidden_size);
-  positive("num_hidden_layers", c.num_hidden_layers);
-  positive("num_attention_heads", c.num_attention_heads);
-  positive("num_key_value_heads", c.num_key_value_heads);
-  positive("head_dim", c.head_dim);
-  positive("intermediate_size", c.intermediate_size);
-  if (c.num_attention_heads % c.num_key_value_heads != 0) {
-    throw ConfigError(fmt::format("{}: num_attention_heads {} (expected a multiple of num_key_value_heads {})",
-                                  origin, c.num_attention_heads, c.num_key_value_heads));
+// rope_scaling (transformers' ROPE_INIT_FUNCTIONS): absent, null or "default" -> none; "linear" ->
+// factor; "llama3" -> factor, low_freq_factor, high_freq_factor, original_max_position_embeddings.
+// "type" is the older spelling of "rope_type".
+void parse_rope_scaling(const io::JsonKeys& k, RopeSpec& rope) {
+  const json* rs = k.find("rope_scaling");
+  if (rs == nullptr) return;
+  if (!rs->is_object()) k.fail("rope_scaling", "null or an object", rs);
+  const io::JsonKeys sub(*rs, k.origin() + ": rope_scaling");
+  const std::string type = sub.string_or("rope_type", sub.string_or("type", "default"));
+  if (type == "default") return;
+  if (type == "linear") {
+    rope.scaling = RopeSpec::Scaling::Linear;
+    rope.factor = sub.positive_number_or("factor", 1.0);
+    return;
   }
-  if (c.head_dim % 2 != 0) throw ConfigError(fmt::format("{}: head_dim (expected even for RoPE, got {})", origin, c.head_dim));
+  if (type != "llama3") {
+    throw ConfigError(fmt::format("{}: rope_scaling.rope_type (expected default, linear or llama3, got {})",
+                                  k.origin(), type));
+  }
+  rope.scaling = RopeSpec::Scaling::Llama3;
+  rope.factor = sub.positive_number_or("factor", 8.0);
+  rope.low_freq_factor = sub.positive_number_or("low_freq_factor", 1.0);
+  rope.high_freq_factor = sub.positive_number_or("high_freq_factor", 4.0);
+  rope.original_max_position_embeddings = sub.positive_number_or("original_max_position_embeddings", 8192);
+  if (!(rope.high_freq_factor > rope.low_freq_factor)) {
+    throw ConfigError(fmt::format("{}: rope_scaling high_freq_factor {} (expected > low_freq_factor {})", k.origin(),
+                                  rope.high_freq_factor, rope.low_freq_factor));
+  }
+}
+
+// The keys LlamaConfig, Qwen2Config, Qwen3Config and MistralConfig share. head_dim_default: 0 means
+// hidden_size / num_attention_heads (which must then divide).
+void parse_common(const io::JsonKeys& k, ModelConfig& c, std::int64_t head_dim_default = 0) {
+  c.vocab_size = k.positive("vocab_size");
+  c.hidden_size = k.positive("hidden_size");
+  c.intermediate_size = k.positive("intermediate_size");
+  c.num_hidden_layers = k.positive("num_hidden_layers");
+  c.num_attention_heads = k.positive("num_attention_heads");
+  c.max_position_embeddings = k.positive("max_position_embeddings");
+  c.num_key_value_heads = k.positive_or("num_key_value_heads", c.num_attention_heads);
+  if (k.find("head_dim") != nullptr) {
+    c.head_dim = k.positive("head_dim");
+  } else if (head_dim_default > 0) {
+    c.head_dim = head_dim_default;
+  } else {
+    k.check_multiple("hidden_size", c.hidden_size, "num_attention_heads", c.num_attention_heads);
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
+  k.check_multiple("num_attention_heads", c.num_attention_heads, "num_key_value_heads", c.num_key_value_heads);
+  if (c.head_dim % 2 != 0) {
+    throw ConfigError(fmt::format("{}: head_dim (expected even for RoPE, got {})", k.origin(), c.head_dim));
+  }
+  c.word_embed_proj_dim = c.hidden_size;
+  c.rms_norm_eps = k.positive_number_or("rms_norm_eps", 1e-6);
+  c.rope.theta = k.positive_number_or("rope_theta", 10000.0);
+  parse_rope_scaling(k, c.rope);
+  c.hidden_act = k.string_or("hidden_act", "silu");
+}
+
+// Qwen2 and Qwen3 slide the window only on layers >= max_window_layers: not implemented, so refused.
+void refuse_qwen_sliding_window(const io::JsonKeys& k) {
+  if (k.boolean_or("use_sliding_window", false)) {
+    throw ConfigError(fmt::format("{}: use_sliding_window is unsupported (expected false, got true)", k.origin()));
+  }
+}
+
+void parse_llama(const io::JsonKeys& k, ModelConfig& c) {
+  parse_common(k, c);
+  c.attention_bias = k.boolean_or("attention_bias", false);
+  c.mlp_bias = k.boolean_or("mlp_bias", false);
+  c.qkv_bias = c.o_bias = c.attention_bias;
+}
+
+void parse_qwen2(const io::JsonKeys& k, ModelConfig& c) {
+  parse_common(k, c);
+  c.qkv_bias = true;
+  refuse_qwen_sliding_window(k);
+}
+
+// Qwen3Config: head_dim 128 by default, attention_bias (q, k, v, o), q_norm / k_norm always.
+void parse_qwen3(const io::JsonKeys& k, ModelConfig& c) {
+  parse_common(k, c, 128);
+  c.attention_bias = k.boolean_or("attention_bias", false);
+  c.qkv_bias = c.o_bias = c.attention_bias;
+  c.qk_norm = true;
+  refuse_qwen_sliding_window(k);
+}
+
+// MistralConfig(sliding_window=4096) when absent; an explicit null means no window.
+void parse_mistral(const io::JsonKeys& k, ModelConfig& c) {
+  parse_common(k, c);
+  c.sliding_window = k.is_null("sliding_window") ? 0 : k.positive_or("sliding_window", 4096);
 }
 
 class LlamaModel final : public Model {
  public:
-  LlamaModel(const io::ModelConfig& config, const std::filesystem::path& dir, WeightLoader& w) {
+  LlamaModel(const ModelConfig& config, const std::filesystem::path& dir, WeightLoader& w) {
     config_ = config;
     dir_ = dir;
-    const std::string origin = (dir / "config.json").string();
-    check_config(config_, origin);
-    act_ = parse_activation(config_.hidden_act.empty() ? "silu" : config_.hidden_act, origin + ": hidden_act");
+    act_ = parse_activation(config_.hidden_act, (dir / "config.json").string() + ": hidden_act");
     eps_ = static_cast<float>(config_.rms_norm_eps);
-    rope_.theta = config_.rope_theta;
+    attention_ = {static_cast<int>(config_.hidden_size), static_cast<int>(config_.num_attention_heads),
+                  static_cast<int>(config_.num_key_value_heads), static_cast<int>(config_.head_dim), true,
+                  config_.rope, config_.qk_norm};
+    mlp_ = {true, act_};
     // Mistral's sliding window (a window longer than any int window T never masks anything).
     window_ = static_cast<int>(std::min<std::int64_t>(config_.sliding_window, std::numeric_limits<int>::max()));
     const std::int64_t d = config_.hidden_size;
@@ -97,7 +169,7 @@ class LlamaModel final : public Model {
     const DecoderLayer& L = layers_.at(static_cast<std::size_t>(i));
     MatrixF& h = s.resid;  // [n, d]
     MatrixF& x = s.x;      // [n, width of s.at]
-    check_window(h, T);
+    check_hidden(h, T, config_.hidden_size, dir_);
     MatrixF y;  // [n, d] a module's output
     if (!s.at) {
       norm(h, L.norm(kNorms[0]), x);
@@ -143,29 +215,12 @@ class LlamaModel final : public Model {
  private:
   DecoderLayer load_layer(WeightLoader& w, std::int64_t i) const {
     const std::string lp = fmt::format("model.layers.{}.", i);
-    const std::int64_t d_h = config_.head_dim;
-    auto dim = [&](Dim d) {
-      switch (d) {
-        case Dim::Hidden: return config_.hidden_size;
-        case Dim::QHeads: return config_.num_attention_heads * d_h;
-        case Dim::KvHeads: return config_.num_key_value_heads * d_h;
-        case Dim::Ffn: return config_.intermediate_size;
-      }
-      return std::int64_t{0};
-    };
-    // io::load_config resolves the per-family bias switches (Qwen2: q/k/v always; Llama: attention_bias).
-    auto has_bias = [&](Bias b) {
-      switch (b) {
-        case Bias::Qkv: return config_.qkv_bias;
-        case Bias::O: return config_.o_bias;
-        case Bias::Mlp: return config_.mlp_bias;
-      }
-      return false;
-    };
     DecoderLayer L;
-    for (const auto& s : kLinears)
-      L.linears.push_back(w.linear(lp + std::string(s.rel), dim(s.in), dim(s.out), has_bias(s.bias)));
+    L.linears = load_linears(w, lp, kModules, config_);
     for (const auto n : kNorms) L.norms.emplace_back(std::string(n), w.vector(lp + std::string(n), config_.hidden_size));
+    if (config_.qk_norm) {
+      for (const auto n : {kQNorm, kKNorm}) L.norms.emplace_back(std::string(n), w.vector(lp + std::string(n), config_.head_dim));
+    }
     return L;
   }
 
@@ -184,7 +239,11 @@ class LlamaModel final : public Model {
     L.linears[kV].forward(x, v);
     {
       detail::ProfileScope scope(&ForwardProfile::other_s);
-      const RopeTable rope = rope_table(rope_, T, d_h);
+      if (config_.qk_norm) {  // Qwen3: RMSNorm over each head's d_h entries, before RoPE
+        rms_norm_heads(q, d_h, L.norm(kQNorm), eps_);
+        rms_norm_heads(k, d_h, L.norm(kKNorm), eps_);
+      }
+      const RopeTable rope = rope_table(config_.rope, T, d_h);
       apply_rope(q, T, d_h, rope);
       apply_rope(k, T, d_h, rope);
     }
@@ -196,26 +255,27 @@ class LlamaModel final : public Model {
     rms_norm(x, weight, eps_, y);
   }
 
-  void check_window(const MatrixF& h, int T) const {
-    if (T <= 0 || h.cols() != config_.hidden_size || h.rows() % T != 0) {
-      throw Error(fmt::format("{}: hidden states [{}, {}] (expected [n_seq·{}, {}])", dir_.string(), h.rows(),
-                              h.cols(), T, config_.hidden_size));
-    }
-  }
-
   Activation act_ = Activation::Silu;
   float eps_ = 1e-6f;
-  RopeSpec rope_;
   int window_ = 0;        // sliding window in tokens (attention.hpp), 0 = none
   MatrixF embed_tokens_;  // [V, d]
   MatrixF lm_head_;       // [V, d]; empty when tied to embed_tokens_
   VectorF norm_;          // [d]
 };
 
-}  // namespace
-
-std::unique_ptr<Model> make_llama(const io::ModelConfig& config, const std::filesystem::path& dir, WeightLoader& w) {
+std::unique_ptr<Model> make_llama(const ModelConfig& config, const std::filesystem::path& dir, WeightLoader& w) {
   return std::make_unique<LlamaModel>(config, dir, w);
 }
+
+constexpr std::array<Architecture, 4> kArchitectures = {{
+    {"LlamaForCausalLM", "llama", false, parse_llama, make_llama},
+    {"Qwen2ForCausalLM", "qwen2", false, parse_qwen2, make_llama},
+    {"Qwen3ForCausalLM", "qwen3", false, parse_qwen3, make_llama},
+    {"MistralForCausalLM", "mistral", false, parse_mistral, make_llama},
+}};
+
+}  // namespace
+
+std::span<const Architecture> llama_architectures() { return kArchitectures; }
 
 }  // namespace latentllm::model

@@ -5,10 +5,9 @@
 #include <chrono>
 #include <cmath>
 
-#include "latentllm/checkpoint.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/model.hpp"
-#include "model/families.hpp"
+#include "model/arch.hpp"
 #include "model/head.hpp"
 #include "core/parallel.hpp"
 #include "model/profile.hpp"
@@ -18,44 +17,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-using Factory = std::unique_ptr<Model> (*)(const io::ModelConfig&, const fs::path&, WeightLoader&);
-
-struct Family {
-  std::string_view architecture;  // config.json architectures[0]
-  std::string_view model_type;    // config.json model_type
-  Factory make;
-};
-
-constexpr std::array<Family, 4> kFamilies = {{
-    {"OPTForCausalLM", "opt", make_opt},
-    {"LlamaForCausalLM", "llama", make_llama},
-    {"Qwen2ForCausalLM", "qwen2", make_llama},
-    {"MistralForCausalLM", "mistral", make_llama},
-}};
-
-const Family& find_family(const io::ModelConfig& c, const fs::path& config_path) {
-  for (const auto& f : kFamilies)
-    if (c.architecture == f.architecture || (c.architecture.empty() && c.model_type == f.model_type)) return f;
-  std::string supported;
-  for (const auto& f : kFamilies) supported += fmt::format("{}{}", supported.empty() ? "" : ", ", f.architecture);
-  throw ConfigError(fmt::format("{}: architectures (expected one of {}, got {})", config_path.string(), supported,
-                                c.architecture.empty() ? c.model_type : c.architecture));
-}
-
 ForwardProfile g_profile;
 bool g_profiling = false;
 
 }  // namespace
-
-std::unique_ptr<Model> Model::load(const fs::path& dir) {
-  const auto config = io::load_config(dir / "config.json");
-  const Family& family = find_family(config, dir / "config.json");
-  const auto store = io::TensorStore::open(dir);
-  WeightLoader w(store, checkpoint::parse_latent_modules(config.raw, (dir / "config.json").string()));
-  auto m = family.make(config, dir, w);
-  w.check_latent_used();
-  return m;
-}
 
 void Model::layer_forward(int i, MatrixF& h, int T, ForwardObserver* obs) const {
   LayerState s;
@@ -118,8 +83,7 @@ std::vector<std::pair<std::string, std::int64_t>> Model::param_breakdown() const
   };
   for (const auto& layer : layers_) {
     for (const auto& l : layer.linears) {
-      const Site s = layer.site_of(l.name);
-      add(s == Site::AttnIn || s == Site::AttnOut ? "attn" : "mlp", l.num_params());
+      add(l.site == Site::AttnIn || l.site == Site::AttnOut ? "attn" : "mlp", l.num_params());
     }
     for (const auto& [name, v] : layer.norms) add("norm", v.size());
   }
@@ -160,6 +124,36 @@ void Model::head(const MatrixF& h, MatrixF& logits) const {
   detail::ProfileScope scope(&ForwardProfile::head_s, &ForwardProfile::head_flops,
                              2.0 * static_cast<double>(w.size()) * static_cast<double>(x.rows()));
   core::parallel_xwt(x, w, logits);  // [n, V]
+}
+
+std::int64_t dim_of(const ModelConfig& c, Dim d) {
+  switch (d) {
+    case Dim::Hidden: return c.hidden_size;
+    case Dim::QHeads: return c.num_attention_heads * c.head_dim;
+    case Dim::KvHeads: return c.num_key_value_heads * c.head_dim;
+    case Dim::Ffn: return c.ffn_width();
+  }
+  return 0;
+}
+
+std::vector<Linear> load_linears(WeightLoader& w, const std::string& prefix, std::span<const ModuleSpec> table,
+                                 const ModelConfig& c) {
+  std::vector<Linear> out;
+  for (const ModuleSpec& s : table) {
+    const bool bias = s.bias == BiasSwitch::Qkv ? c.qkv_bias : s.bias == BiasSwitch::O ? c.o_bias : c.mlp_bias;
+    Linear l = w.linear(prefix + std::string(s.rel), dim_of(c, s.in), dim_of(c, s.out), bias);
+    l.role = s.role;
+    l.site = s.site;
+    out.push_back(std::move(l));
+  }
+  return out;
+}
+
+void check_hidden(const MatrixF& h, int T, std::int64_t d, const std::filesystem::path& dir) {
+  if (T <= 0 || h.cols() != d || h.rows() % T != 0) {
+    throw Error(fmt::format("{}: hidden states [{}, {}] (expected [n_seq·{}, {}])", dir.string(), h.rows(), h.cols(),
+                            T, d));
+  }
 }
 
 void gather_rows(const MatrixF& table, std::span<const std::int32_t> ids, MatrixF& h) {

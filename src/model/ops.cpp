@@ -85,6 +85,16 @@ void rms_norm(const MatrixF& x, const VectorF& w, float eps, MatrixF& y) {
   });
 }
 
+void rms_norm_heads(MatrixF& x, std::int64_t d_h, const VectorF& w, float eps) {
+  const std::int64_t rows = x.size() / d_h;  // (token, head) pairs: x is row-major, heads contiguous
+  for_rows(rows, d_h, [&](std::int64_t i) {
+    float* xi = x.data() + i * d_h;
+    const double sq = row_sq_dev(xi, d_h, 0.0);
+    const float inv = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(d_h) + eps));
+    for (std::int64_t j = 0; j < d_h; ++j) xi[j] = w[j] * (xi[j] * inv);
+  });
+}
+
 void activate_span(float* p, std::int64_t n, Activation act) {
   if (act == Activation::Relu) {
     for (std::int64_t i = 0; i < n; ++i) p[i] = p[i] > 0.0f ? p[i] : 0.0f;

@@ -16,6 +16,10 @@ void layer_norm(const MatrixF& x, const VectorF& w, const VectorF& b, float eps,
 // y = x · rsqrt(mean(x²) + eps) · w per row (HF LlamaRMSNorm). w: [d].  x, y: [n, d].
 void rms_norm(const MatrixF& x, const VectorF& w, float eps, MatrixF& y);
 
+// In place on x: [n, heads·d_h]: RMSNorm (as rms_norm, weight w: [d_h]) over each head's d_h entries
+// of each row (Qwen3's q_norm / k_norm).
+void rms_norm_heads(MatrixF& x, std::int64_t d_h, const VectorF& w, float eps);
+
 // p[i] = act(p[i]) for i < n, on the calling thread (fused into the linear forward's row blocks).
 void activate_span(float* p, std::int64_t n, Activation act);
 

@@ -6,7 +6,7 @@
 
 #include "latentllm/error.hpp"
 #include "model/attention.hpp"
-#include "model/families.hpp"
+#include "model/arch.hpp"
 #include "model/linear_fused.hpp"
 #include "model/ops.hpp"
 #include "core/parallel.hpp"
@@ -18,49 +18,47 @@ namespace {
 constexpr float kLayerNormEps = 1e-5f;  // OPT's nn.LayerNorm default
 constexpr int kPositionOffset = 2;      // OPTLearnedPositionalEmbedding: position p uses row p + 2
 
-enum class Dim { Hidden, Ffn };
-
-struct LinearSpec {
-  std::string_view rel;  // HF name relative to the layer
-  Dim in, out;
-};
-
 // The per-layer linear modules, in forward order; the indices below address them.
-constexpr std::array<LinearSpec, 6> kLinears = {{
-    {"self_attn.q_proj", Dim::Hidden, Dim::Hidden},
-    {"self_attn.k_proj", Dim::Hidden, Dim::Hidden},
-    {"self_attn.v_proj", Dim::Hidden, Dim::Hidden},
-    {"self_attn.out_proj", Dim::Hidden, Dim::Hidden},
-    {"fc1", Dim::Hidden, Dim::Ffn},
-    {"fc2", Dim::Ffn, Dim::Hidden},
+constexpr std::array<ModuleSpec, 6> kModules = {{
+    {"self_attn.q_proj", Role::Q, Site::AttnIn, Dim::Hidden, Dim::Hidden, BiasSwitch::Qkv},
+    {"self_attn.k_proj", Role::K, Site::AttnIn, Dim::Hidden, Dim::Hidden, BiasSwitch::Qkv},
+    {"self_attn.v_proj", Role::V, Site::AttnIn, Dim::Hidden, Dim::Hidden, BiasSwitch::Qkv},
+    {"self_attn.out_proj", Role::O, Site::AttnOut, Dim::Hidden, Dim::Hidden, BiasSwitch::O},
+    {"fc1", Role::Up, Site::MlpIn, Dim::Hidden, Dim::Ffn, BiasSwitch::Mlp},
+    {"fc2", Role::Down, Site::MlpMid, Dim::Ffn, Dim::Hidden, BiasSwitch::Mlp},
 }};
 enum : std::size_t { kQ, kK, kV, kOut, kFc1, kFc2 };
 constexpr std::array<std::string_view, 2> kNorms = {"self_attn_layer_norm", "final_layer_norm"};
 
-void check_config(const io::ModelConfig& c, const std::string& origin) {
-  auto positive = [&](std::string_view key, std::int64_t v) {
-    if (v <= 0) throw ConfigError(fmt::format("{}: {} (expected > 0, got {})", origin, key, v));
-  };
-  positive("vocab_size", c.vocab_size);
-  positive("hidden_size", c.hidden_size);
-  positive("num_hidden_layers", c.num_hidden_layers);
-  positive("num_attention_heads", c.num_attention_heads);
-  positive("ffn_dim", c.ffn_dim);
-  positive("max_position_embeddings", c.max_position_embeddings);
-  if (c.hidden_size % c.num_attention_heads != 0) {
-    throw ConfigError(fmt::format("{}: hidden_size {} (expected a multiple of num_attention_heads {})", origin,
-                                  c.hidden_size, c.num_attention_heads));
-  }
+// transformers OPTConfig: every linear has a bias when enable_bias; one FFN width ffn_dim; ReLU by default.
+void parse_opt(const io::JsonKeys& k, ModelConfig& c) {
+  c.vocab_size = k.positive("vocab_size");
+  c.hidden_size = k.positive("hidden_size");
+  c.num_hidden_layers = k.positive("num_hidden_layers");
+  c.ffn_dim = k.positive("ffn_dim");
+  c.num_attention_heads = k.positive("num_attention_heads");
+  c.max_position_embeddings = k.positive("max_position_embeddings");
+  k.check_multiple("hidden_size", c.hidden_size, "num_attention_heads", c.num_attention_heads);
+  c.num_key_value_heads = c.num_attention_heads;
+  c.head_dim = c.hidden_size / c.num_attention_heads;
+  c.word_embed_proj_dim = k.positive_or("word_embed_proj_dim", c.hidden_size);
+  c.do_layer_norm_before = k.boolean_or("do_layer_norm_before", true);
+  c.enable_bias = k.boolean_or("enable_bias", true);
+  c.layer_norm_elementwise_affine = k.boolean_or("layer_norm_elementwise_affine", true);
+  c.hidden_act = k.string_or("activation_function", "relu");
+  c.qkv_bias = c.o_bias = c.mlp_bias = c.enable_bias;
 }
 
 class OptModel final : public Model {
  public:
-  OptModel(const io::ModelConfig& config, const std::filesystem::path& dir, WeightLoader& w) {
+  OptModel(const ModelConfig& config, const std::filesystem::path& dir, WeightLoader& w) {
     config_ = config;
     dir_ = dir;
     const std::string origin = (dir / "config.json").string();
-    check_config(config_, origin);
-    act_ = parse_activation(config_.hidden_act.empty() ? "relu" : config_.hidden_act, origin + ": activation_function");
+    act_ = parse_activation(config_.hidden_act, origin + ": activation_function");
+    const int H = static_cast<int>(config_.num_attention_heads);
+    attention_ = {static_cast<int>(config_.hidden_size), H, H, static_cast<int>(config_.head_dim), false, {}, false};
+    mlp_ = {false, act_};
     const std::int64_t d = config_.hidden_size, V = config_.vocab_size;
     const std::int64_t p = config_.word_embed_proj_dim > 0 ? config_.word_embed_proj_dim : d;
     // save_pretrained writes "model.decoder.*"; OPTModel checkpoints (and some conversions) "decoder.*".
@@ -107,7 +105,7 @@ class OptModel final : public Model {
     const bool pre_ln = config_.do_layer_norm_before;
     MatrixF& h = s.resid;  // [n, d]
     MatrixF& x = s.x;      // [n, width of s.at]
-    check_hidden(h, T);
+    check_hidden(h, T, config_.hidden_size, dir_);
     MatrixF y;  // [n, d] a module's output
     if (!s.at) {
       block_input(h, L, 0, x);
@@ -169,10 +167,8 @@ class OptModel final : public Model {
  private:
   DecoderLayer load_layer(WeightLoader& w, const std::string& pre, std::int64_t i) const {
     const std::string lp = fmt::format("{}layers.{}.", pre, i);
-    auto dim = [&](Dim d) { return d == Dim::Hidden ? config_.hidden_size : config_.ffn_dim; };
     DecoderLayer L;
-    for (const auto& s : kLinears)
-      L.linears.push_back(w.linear(lp + std::string(s.rel), dim(s.in), dim(s.out), config_.enable_bias));
+    L.linears = load_linears(w, lp, kModules, config_);
     if (config_.layer_norm_elementwise_affine) {
       for (const auto n : kNorms) {
         for (const char* leaf : {".weight", ".bias"}) {
@@ -217,13 +213,6 @@ class OptModel final : public Model {
     layer_norm(x, L.norm(n + ".weight"), L.norm(n + ".bias"), kLayerNormEps, y);
   }
 
-  void check_hidden(const MatrixF& h, int T) const {
-    if (T <= 0 || h.cols() != config_.hidden_size || h.rows() % T != 0) {
-      throw Error(fmt::format("{}: hidden states [{}, {}] (expected [n_seq·{}, {}])", dir_.string(), h.rows(),
-                              h.cols(), T, config_.hidden_size));
-    }
-  }
-
   Activation act_ = Activation::Relu;
   MatrixF embed_tokens_;     // [V, p]
   MatrixF embed_positions_;  // [max_position_embeddings + 2, d]
@@ -234,10 +223,16 @@ class OptModel final : public Model {
   VectorF final_norm_w_, final_norm_b_;  // [d] or empty
 };
 
-}  // namespace
-
-std::unique_ptr<Model> make_opt(const io::ModelConfig& config, const std::filesystem::path& dir, WeightLoader& w) {
+std::unique_ptr<Model> make_opt(const ModelConfig& config, const std::filesystem::path& dir, WeightLoader& w) {
   return std::make_unique<OptModel>(config, dir, w);
 }
+
+constexpr std::array<Architecture, 1> kArchitectures = {{
+    {"OPTForCausalLM", "opt", true, parse_opt, make_opt},
+}};
+
+}  // namespace
+
+std::span<const Architecture> opt_architectures() { return kArchitectures; }
 
 }  // namespace latentllm::model

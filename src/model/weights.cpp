@@ -9,7 +9,7 @@
 
 namespace latentllm::model {
 
-WeightLoader::WeightLoader(const io::TensorStore& store, std::map<std::string, checkpoint::LatentModule> latent)
+WeightLoader::WeightLoader(const io::TensorStore& store, std::map<std::string, io::LatentModule> latent)
     : store_(store), latent_(std::move(latent)) {}
 
 bool WeightLoader::has(const std::string& name) const {

@@ -9,7 +9,6 @@
 #include <set>
 #include <string>
 
-#include "latentllm/checkpoint.hpp"
 #include "latentllm/io.hpp"
 #include "latentllm/model.hpp"
 
@@ -17,7 +16,7 @@ namespace latentllm::model {
 
 class WeightLoader {
  public:
-  WeightLoader(const io::TensorStore& store, std::map<std::string, checkpoint::LatentModule> latent);
+  WeightLoader(const io::TensorStore& store, std::map<std::string, io::LatentModule> latent);
 
   // True when `name` (or its metadata alias) is stored.
   bool has(const std::string& name) const;
@@ -43,7 +42,7 @@ class WeightLoader {
   const TensorView& view(const std::string& name, std::initializer_list<std::int64_t> shape) const;
 
   const io::TensorStore& store_;
-  std::map<std::string, checkpoint::LatentModule> latent_;
+  std::map<std::string, io::LatentModule> latent_;
   std::set<std::string> latent_used_;
 };
 

@@ -64,7 +64,7 @@ TEST(Perplexity, TooShortForOneWindowNamesTheFileAndCounts) {
 }
 
 TEST(Perplexity, DefaultSeqlenIsCappedAt2048) {
-  io::ModelConfig c;
+  model::ModelConfig c;
   c.max_position_embeddings = 512;
   EXPECT_EQ(eval::default_seqlen(c), 512);
   c.max_position_embeddings = 32768;

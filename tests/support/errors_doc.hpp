@@ -46,7 +46,7 @@ inline const std::map<std::string, std::string>& doc_owners() {
       {"Checkpoint directories (`io::TensorStore`)", "test_errors_io"},
       {"Writing safetensors (`io::write_safetensors`)", "test_errors_io"},
       {"Streaming safetensors writer (`io::SafetensorsWriter`)", "test_safetensors_stream"},
-      {"config.json (`io::load_config`, `io::parse_config`)", "test_errors_config"},
+      {"config.json (`model::load_config`, `model::parse_config`)", "test_errors_config"},
       {"Tokenizers (`io::load_tokenizer`)", "test_errors_config"},
       {"Datasets and calibration text (`io::read_jsonl_texts`, `io::build_eval_text`, `calib::sample_calibration`)",
        "test_errors_config"},

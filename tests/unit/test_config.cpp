@@ -7,10 +7,10 @@
 #include <nlohmann/json.hpp>
 
 #include "latentllm/error.hpp"
-#include "latentllm/io.hpp"
+#include "latentllm/model.hpp"
 #include "test_support.hpp"
 
-namespace latentllm::io {
+namespace latentllm::model {
 namespace {
 
 namespace fs = std::filesystem;
@@ -94,7 +94,7 @@ TEST(Config, TinyStories656K) {
   EXPECT_EQ(c.head_dim, 16);
   EXPECT_EQ(c.max_position_embeddings, 512);
   EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-6);
-  EXPECT_DOUBLE_EQ(c.rope_theta, 10000.0);
+  EXPECT_DOUBLE_EQ(c.rope.theta, 10000.0);
   EXPECT_EQ(c.hidden_act, "silu");
   EXPECT_FALSE(c.attention_bias || c.qkv_bias || c.o_bias || c.mlp_bias);
   EXPECT_TRUE(c.tie_word_embeddings);  // explicit in the file (the llama default is false)
@@ -154,7 +154,7 @@ TEST(Config, LlamaFamilyDefaultsAndBiases) {
   EXPECT_EQ(l.head_dim, 8);             // hidden / heads when absent
   EXPECT_FALSE(l.tie_word_embeddings);  // transformers' LlamaConfig default
   EXPECT_DOUBLE_EQ(l.rms_norm_eps, 1e-6);
-  EXPECT_DOUBLE_EQ(l.rope_theta, 10000.0);
+  EXPECT_DOUBLE_EQ(l.rope.theta, 10000.0);
   EXPECT_EQ(l.hidden_act, "silu");
   EXPECT_FALSE(l.qkv_bias || l.o_bias || l.mlp_bias);
   EXPECT_EQ(l.sliding_window, 0);
@@ -181,7 +181,7 @@ TEST(Config, LlamaFamilyDefaultsAndBiases) {
   EXPECT_EQ(mc.sliding_window, 4096);
   EXPECT_EQ(mc.num_key_value_heads, 2);
   EXPECT_EQ(mc.head_dim, 16);
-  EXPECT_DOUBLE_EQ(mc.rope_theta, 1e6);
+  EXPECT_DOUBLE_EQ(mc.rope.theta, 1e6);
   EXPECT_EQ(mc.eos_token_id, 7);
   EXPECT_TRUE(mc.tie_word_embeddings);
   EXPECT_FALSE(mc.qkv_bias);
@@ -202,6 +202,44 @@ TEST(Config, MistralSlidingWindowDefaultsTo4096AndNullMeansNone) {
   expect_contains(config_error(m), {"sliding_window (expected a positive integer, got \"4096\")"});
 }
 
+// Llama-3.1's rope_scaling (the values of its config.json) and the older "type" spelling of linear.
+TEST(Config, RopeScaling) {
+  json d = minimal_llama();
+  d["rope_scaling"] = {{"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+                       {"original_max_position_embeddings", 8192}, {"rope_type", "llama3"}};
+  d["rope_theta"] = 500000.0;
+  const ModelConfig c = parse_config(d, "config.json");
+  EXPECT_EQ(c.rope.scaling, RopeSpec::Scaling::Llama3);
+  EXPECT_DOUBLE_EQ(c.rope.theta, 500000.0);
+  EXPECT_DOUBLE_EQ(c.rope.factor, 8.0);
+  EXPECT_DOUBLE_EQ(c.rope.low_freq_factor, 1.0);
+  EXPECT_DOUBLE_EQ(c.rope.high_freq_factor, 4.0);
+  EXPECT_DOUBLE_EQ(c.rope.original_max_position_embeddings, 8192);
+  d["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+  EXPECT_EQ(parse_config(d, "config.json").rope.scaling, RopeSpec::Scaling::Linear);
+  d["rope_scaling"] = {{"rope_type", "default"}};
+  EXPECT_EQ(parse_config(d, "config.json").rope.scaling, RopeSpec::Scaling::None);
+}
+
+// transformers Qwen3Config: head_dim 128 when absent (not hidden / heads), q_norm and k_norm always,
+// attention_bias false by default (then q, k, v and o have none).
+TEST(Config, Qwen3Defaults) {
+  json d = minimal_llama("Qwen3ForCausalLM", "qwen3");
+  const ModelConfig c = parse_config(d, "config.json");
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_FALSE(c.qkv_bias || c.o_bias || c.mlp_bias);
+  EXPECT_FALSE(c.tie_word_embeddings);
+  d["attention_bias"] = true;
+  d["head_dim"] = 16;
+  const ModelConfig b = parse_config(d, "config.json");
+  EXPECT_TRUE(b.qkv_bias && b.o_bias);
+  EXPECT_EQ(b.head_dim, 16);
+  EXPECT_FALSE(parse_config(minimal_llama(), "config.json").qk_norm);
+  d["use_sliding_window"] = true;
+  expect_contains(config_error(d), {"use_sliding_window is unsupported"});
+}
+
 TEST(Config, ModelTypeAloneSelectsTheArchitecture) {
   json d = minimal_llama("", "qwen2");
   d.erase("architectures");
@@ -216,10 +254,10 @@ TEST(ConfigErrors, UnsupportedArchitectureListsSupported) {
   json d = minimal_llama("GPT2LMHeadModel", "gpt2");
   EXPECT_EQ(thrown_message<ConfigError>([&] { parse_config(d, "config.json"); }),
             "config.json: architecture GPT2LMHeadModel is not supported (supported: OPTForCausalLM, "
-            "LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM)");
+            "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM)");
   d.erase("architectures");
   expect_contains(config_error(d), {"dir/config.json: model_type gpt2 is not supported",
-                                    "supported: opt, llama, qwen2, mistral"});
+                                    "supported: opt, llama, qwen2, qwen3, mistral"});
   d.erase("model_type");
   expect_contains(config_error(d), {"dir/config.json: missing key architectures (expected one of OPTForCausalLM"});
   json mismatch = minimal_llama("LlamaForCausalLM", "opt");
@@ -282,9 +320,18 @@ TEST(ConfigErrors, HeadDivisibility) {
 
 TEST(ConfigErrors, UnsupportedRopeScalingAndSlidingWindow) {
   json d = minimal_llama();
-  d["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
-  expect_contains(config_error(d), {"dir/config.json: rope_scaling is unsupported (expected null, got {",
-                                    R"("rope_type":"llama3")"});
+  d["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  EXPECT_EQ(config_error(d),
+            "dir/config.json: rope_scaling.rope_type (expected default, linear or llama3, got yarn)");
+  d["rope_scaling"] = "llama3";
+  EXPECT_EQ(config_error(d), R"(dir/config.json: rope_scaling (expected null or an object, got "llama3"))");
+  d["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", -8.0}};
+  EXPECT_EQ(config_error(d), "dir/config.json: rope_scaling: factor (expected a positive number, got -8.0)");
+  d["rope_scaling"] = {{"rope_type", "llama3"}, {"low_freq_factor", 4.0}, {"high_freq_factor", 4.0}};
+  EXPECT_EQ(config_error(d), "dir/config.json: rope_scaling high_freq_factor 4 (expected > low_freq_factor 4)");
+  json odd = minimal_llama();
+  odd["head_dim"] = 7;
+  EXPECT_EQ(config_error(odd), "dir/config.json: head_dim (expected even for RoPE, got 7)");
   json q = minimal_llama("Qwen2ForCausalLM", "qwen2");
   q["use_sliding_window"] = true;
   expect_contains(config_error(q), {"use_sliding_window is unsupported"});
@@ -309,4 +356,4 @@ TEST(ConfigErrors, FileLevelFailures) {
 }
 
 }  // namespace
-}  // namespace latentllm::io
+}  // namespace latentllm::model

@@ -10,6 +10,7 @@
 #include "latentllm/calib.hpp"
 #include "latentllm/dataset.hpp"
 #include "latentllm/io.hpp"
+#include "latentllm/model.hpp"
 #include "latentllm/tokenizer.hpp"
 
 namespace latentllm::test {
@@ -37,17 +38,17 @@ CaseFn config_with(std::vector<std::pair<std::string, json>> edits) {
       if (v.is_null()) c.erase(k);
       else c[k] = v;
     }
-    (void)io::parse_config(c, "dir/config.json");
+    (void)model::parse_config(c, "dir/config.json");
   });
 }
 
 TEST(ErrorsDoc, ConfigJson) {
   check_section(
-      "config.json (`io::load_config`, `io::parse_config`)",
+      "config.json (`model::load_config`, `model::parse_config`)",
       {
-          {"cfg-open", {lib([] { (void)io::load_config(make_temp_dir("err-cfg") / "config.json"); })}},
-          {"cfg-json", {lib([] { (void)io::load_config(put(make_temp_dir("err-cfg") / "config.json", "{")); })}},
-          {"cfg-type", {lib([] { (void)io::parse_config(json::array(), "dir/config.json"); })}},
+          {"cfg-open", {lib([] { (void)model::load_config(make_temp_dir("err-cfg") / "config.json"); })}},
+          {"cfg-json", {lib([] { (void)model::load_config(put(make_temp_dir("err-cfg") / "config.json", "{")); })}},
+          {"cfg-type", {lib([] { (void)model::parse_config(json::array(), "dir/config.json"); })}},
           {"cfg-arch", {config_with({{"architectures", {"GPT2LMHeadModel"}}})}},
           {"cfg-model-type", {config_with({{"architectures", nullptr}, {"model_type", "gpt2"}})}},
           {"cfg-no-arch", {config_with({{"architectures", nullptr}, {"model_type", nullptr}})}},
@@ -61,7 +62,9 @@ TEST(ErrorsDoc, ConfigJson) {
           {"cfg-token-id", {config_with({{"eos_token_id", "2"}})}},
           {"cfg-heads", {config_with({{"hidden_size", 60}})}},
           {"cfg-kv-heads", {config_with({{"num_key_value_heads", 3}})}},
-          {"cfg-rope-scaling", {config_with({{"rope_scaling", {{"type", "linear"}, {"factor", 2}}}})}},
+          {"cfg-rope-scaling", {config_with({{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4}}}})}},
+          {"cfg-rope-scaling-type", {config_with({{"rope_scaling", "llama3"}})}},
+          {"cfg-head-dim-odd", {config_with({{"head_dim", 7}})}},
           {"cfg-sliding",
            {config_with({{"architectures", {"Qwen2ForCausalLM"}}, {"model_type", "qwen2"}, {"use_sliding_window", true}})}},
       });

@@ -9,6 +9,7 @@
 #include "latentllm/dataset.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/io.hpp"
+#include "latentllm/model.hpp"
 #include "latentllm/tokenizer.hpp"
 #include "test_support.hpp"
 
@@ -48,7 +49,7 @@ void expect_error(Fn&& fn, std::initializer_list<std::string> parts) {
 // (not parse_error), which escaped the loaders as an untyped exception.
 TEST(FuzzRegression, ConfigNumberOverflowIsFormatError) {
   const fs::path p = write_file(test::make_temp_dir("fuzz"), "config.json", "507E1507E1");
-  expect_error<FormatError>([&] { io::load_config(p); }, {p.string() + ": not valid JSON", "number overflow"});
+  expect_error<FormatError>([&] { model::load_config(p); }, {p.string() + ": not valid JSON", "number overflow"});
 }
 
 TEST(FuzzRegression, SafetensorsHeaderNumberOverflowIsFormatError) {
@@ -83,7 +84,7 @@ std::string nested(std::size_t depth) { return std::string(depth, '[') + std::st
 TEST(FuzzRegression, DeepConfigIsFormatError) {
   const fs::path p = write_file(test::make_temp_dir("fuzz"), "config.json",
                                 R"({"architectures": ["OPTForCausalLM"], "hidden_size": )" + nested(1000000) + "}");
-  expect_error<FormatError>([&] { io::load_config(p); }, {p.string() + ": JSON nesting too deep", "at most 64"});
+  expect_error<FormatError>([&] { model::load_config(p); }, {p.string() + ": JSON nesting too deep", "at most 64"});
 }
 
 TEST(FuzzRegression, DeepShardIndexIsFormatError) {

@@ -326,7 +326,7 @@ TEST(Model, ObserverSeesEachSiteOnceWithTheModuleInputWidth) {
     EXPECT_EQ(rec.calls[k].cols, widths[k]);
     // The module fed by that site has that input width.
     for (const auto& l : m->layer(1).linears)
-      if (m->layer(1).site_of(l.name) == order[k]) {
+      if (l.site == order[k]) {
         EXPECT_EQ(l.in, widths[k]) << l.name;
       }
   }

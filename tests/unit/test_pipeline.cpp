@@ -57,7 +57,7 @@ class FactorizingRecorder : public calib::LayerCompressor {
     seen.push_back({in.layer, in.site, *in.activations, in.stats->xtx, in.stats->sum, in.stats->n});
     auto& layer = m.layer(in.layer);
     for (auto& l : layer.linears)
-      if (layer.site_of(l.name) == in.site) factorize_half_rank(l);
+      if (l.site == in.site) factorize_half_rank(l);
   }
   std::vector<Seen> seen;
 };
@@ -177,7 +177,7 @@ class RewritingRecorder : public FactorizingRecorder {
     if (in.site != Site::AttnOut) return;
     auto& layer = m.layer(in.layer);
     for (auto& l : layer.linears)
-      if (layer.site_of(l.name) == Site::AttnIn) l.B *= 0.5f;
+      if (l.site == Site::AttnIn) l.B *= 0.5f;
   }
 
  private:

@@ -89,7 +89,7 @@ compress::CompressOptions to_compress_options(const MethodArgs& a, const std::st
   return o;
 }
 
-calib::CalibOptions to_calib_options(const CalibArgs& a, const io::ModelConfig& config) {
+calib::CalibOptions to_calib_options(const CalibArgs& a, const model::ModelConfig& config) {
   if (a.data.empty()) {
     throw ConfigError("--calib-data is required: the calibration text (c4 JSON lines or a text file)");
   }

@@ -34,7 +34,7 @@ void add_calib_options(CLI::App* sub, CalibArgs& a);
 // CompressOptions for `method` at `ratio`. Throws ConfigError on an unknown --joint part.
 compress::CompressOptions to_compress_options(const MethodArgs& a, const std::string& method, double ratio);
 // The calibration options, seqlen defaulted to min(2048, max positions) of the model.
-calib::CalibOptions to_calib_options(const CalibArgs& a, const io::ModelConfig& config);
+calib::CalibOptions to_calib_options(const CalibArgs& a, const model::ModelConfig& config);
 // The method's settings as recorded in a checkpoint's latent.info and in sweep results.
 nlohmann::json method_json(const MethodArgs& a, const std::string& method, double ratio);
 nlohmann::json calib_json(const calib::CalibOptions& c, const std::string& sampling);

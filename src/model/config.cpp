@@ -1,0 +1,97 @@
+// config.json -> ModelConfig: the registry of architectures (each defined in its family's file) and
+// the keys every architecture shares.
+#include <array>
+#include <fmt/format.h>
+
+#include "latentllm/error.hpp"
+#include "latentllm/model.hpp"
+#include "model/arch.hpp"
+
+namespace latentllm::model {
+namespace {
+
+using json = nlohmann::json;
+
+// The families' architectures, in the order messages list them.
+std::vector<const Architecture*> registry() {
+  std::vector<const Architecture*> out;
+  for (auto family : {opt_architectures(), llama_architectures()})
+    for (const Architecture& a : family) out.push_back(&a);
+  return out;
+}
+
+std::string supported_list(std::string_view Architecture::*field) {
+  std::string out;
+  for (const Architecture* a : registry()) out += fmt::format("{}{}", out.empty() ? "" : ", ", a->*field);
+  return out;
+}
+
+// architectures[0] (or model_type when architectures is absent) -> the supported architecture.
+const Architecture& find_architecture(const io::JsonKeys& k, ModelConfig& c) {
+  if (const json* archs = k.find("architectures")) {
+    if (!archs->is_array() || archs->empty() || !archs->front().is_string()) {
+      k.fail("architectures", "a non-empty list of strings", archs);
+    }
+    c.architecture = archs->front().get<std::string>();
+  }
+  c.model_type = k.string_or("model_type", "");
+  if (c.architecture.empty() && c.model_type.empty()) {
+    k.fail("architectures", fmt::format("one of {}", supported_list(&Architecture::architecture)), nullptr);
+  }
+  for (const Architecture* a : registry()) {
+    if (c.architecture.empty() ? c.model_type != a->model_type : c.architecture != a->architecture) continue;
+    if (c.model_type.empty()) c.model_type = a->model_type;
+    if (c.architecture.empty()) c.architecture = a->architecture;
+    if (c.model_type != a->model_type) {
+      throw ConfigError(fmt::format("{}: model_type (expected {} for {}, got {})", k.origin(), a->model_type,
+                                    a->architecture, c.model_type));
+    }
+    return *a;
+  }
+  if (c.architecture.empty()) {
+    throw ConfigError(fmt::format("{}: model_type {} is not supported (supported: {})", k.origin(), c.model_type,
+                                  supported_list(&Architecture::model_type)));
+  }
+  throw ConfigError(fmt::format("{}: architecture {} is not supported (supported: {})", k.origin(), c.architecture,
+                                supported_list(&Architecture::architecture)));
+}
+
+}  // namespace
+
+ModelConfig parse_config(const json& doc, const std::string& origin) {
+  const io::JsonKeys k(doc, origin);
+  ModelConfig c;
+  const Architecture& a = find_architecture(k, c);
+  a.parse(k, c);
+  c.tie_word_embeddings = k.boolean_or("tie_word_embeddings", a.tie_word_embeddings);
+  c.bos_token_id = k.token_id("bos_token_id");
+  c.eos_token_id = k.token_id("eos_token_id");
+  c.pad_token_id = k.token_id("pad_token_id");
+  c.torch_dtype = k.string_or("torch_dtype", k.string_or("dtype", ""));
+  c.raw = doc;
+  return c;
+}
+
+ModelConfig load_config(const std::filesystem::path& config_json) {
+  return parse_config(io::load_json_file(config_json), config_json.string());
+}
+
+std::vector<std::string> supported_architectures() {
+  std::vector<std::string> out;
+  for (const Architecture* a : registry()) out.emplace_back(a->architecture);
+  return out;
+}
+
+std::unique_ptr<Model> Model::load(const std::filesystem::path& dir) {
+  const auto config = load_config(dir / "config.json");
+  const Architecture* arch = nullptr;
+  for (const Architecture* a : registry())
+    if (a->architecture == config.architecture) arch = a;
+  const auto store = io::TensorStore::open(dir);
+  WeightLoader w(store, io::parse_latent_modules(config.raw, (dir / "config.json").string()));
+  auto m = arch->make(config, dir, w);
+  w.check_latent_used();
+  return m;
+}
+
+}  // namespace latentllm::model
