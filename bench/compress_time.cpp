@@ -21,7 +21,7 @@
 #include "blas_counters.hpp"
 #include "latentllm/calib.hpp"
 #include "latentllm/checkpoint.hpp"
-#include "latentllm/compressor.hpp"
+#include "latentllm/compress.hpp"
 #include "latentllm/files.hpp"
 #include "latentllm/log.hpp"
 #include "latentllm/resources.hpp"
@@ -58,7 +58,7 @@ MethodTimes run_method(const std::string& model_dir, const std::string& c4, cons
   const auto ids = calib::sample_calibration(*tok, co);
   t.sample_s = seconds_since(t0);
   compress::CompressOptions opt;
-  opt.method = method;
+  opt.method = compress::parse_method(method);
   opt.ratio = ratio;
   bench::BlasSnapshot at_begin;
   opt.part_observer = [&](std::string_view part, bool begin) {

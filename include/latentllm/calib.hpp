@@ -2,6 +2,7 @@
 // sequential layer-by-layer pipeline (SparseGPT style) that drives a compressor.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -61,28 +62,36 @@ struct SiteStats {
   MatrixD augmented() const;
 };
 
-// What the pipeline hands a compressor for one stage of one layer.
+// What the pipeline hands a stage of one layer.
 struct StageInput {
   int layer = 0;
-  model::Site site = model::Site::AttnIn;
-  const SiteStats* stats = nullptr;       // statistics of this site's input
-  const MatrixF* activations = nullptr;   // [N·L, w] this site's inputs, if the compressor asked for them
   int seqlen = 0;
+  // The statistics of the sites the stage reads (Stage::reads), by Site; null for the others.
+  std::array<const SiteStats*, 4> stats{};
+  const MatrixF* activations = nullptr;  // [N·L, w] the inputs of the stage's site, if it asked for them
+
+  // The statistics of `site`; throws Error when the stage did not declare that it reads them.
+  const SiteStats& stats_of(model::Site site) const;
 };
 
-// A compression method as the pipeline sees it: which input sites it handles, in forward order, and
-// how it rewrites the layer's modules from their statistics.
-class LayerCompressor {
+// One step of compressing a layer, as the pipeline drives it: it waits for the inputs of one site,
+// may read the statistics of that site and of earlier sites of the same layer, and rewrites modules.
+// A compression method is a sequence of stages in the sites' forward order (src/compress/stage.hpp).
+class Stage {
  public:
-  virtual ~LayerCompressor() = default;
-  virtual std::vector<model::Site> stages(const model::Model& m) const = 0;
-  virtual bool needs_activations(model::Site) const { return false; }
-  // The sites whose modules compress() may rewrite at stage `site` (default: that site's own). The
-  // next pass resumes from the layer's current state only if none of them comes before the site
-  // that state stands at (a rewritten earlier module changes every later site's input); otherwise
-  // it restarts at the layer's input.
-  virtual std::vector<model::Site> rewrites(model::Site site) const { return {site}; }
-  virtual void compress(const StageInput& in, model::Model& m) = 0;
+  virtual ~Stage() = default;
+  virtual std::string_view name() const = 0;  // "local", "joint-qk", ... (logs and timing)
+  // The site whose inputs it waits for: it runs once they are tapped on the layer compressed so far.
+  virtual model::Site site() const = 0;
+  // The sites whose statistics it reads (default: its own site); each is its site or an earlier one.
+  virtual std::vector<model::Site> reads() const { return {site()}; }
+  // Whether it needs the [N·L, w] inputs of its site themselves, not only their statistics.
+  virtual bool needs_activations() const { return false; }
+  // The sites whose modules it may rewrite (default: its own). The next pass resumes from the layer's
+  // current state only if none of them comes before the site that state stands at (a rewritten
+  // earlier module changes every later site's input); otherwise it restarts at the layer's input.
+  virtual std::vector<model::Site> rewrites() const { return {site()}; }
+  virtual void run(const StageInput& in, model::Model& m) = 0;
 };
 
 // Seconds spent per part of the pipeline (the speed report of issue 3).
@@ -121,13 +130,16 @@ std::string layer_name(const model::DecoderLayer& layer, int i);
 // The modules a site feeds, for messages: "model.layers.3.self_attn.q_proj, k_proj, v_proj".
 std::string site_modules(const model::DecoderLayer& layer, int i, model::Site site);
 
-// Runs the N calibration windows through the model layer by layer: for layer i and each stage of the
-// compressor, gathers the stage's input statistics on the current hidden states (which already
-// passed through the compressed layers 0..i−1), lets the compressor rewrite the layer, then
-// propagates the hidden states through the compressed layer. Memory: the hidden states of the N
-// windows twice (the layer's input and its running residual) plus one site's inputs (within
-// resume_limit_bytes), never the whole model's activations.
+// Runs the N calibration windows through the model layer by layer: for layer i and each site some
+// stage waits for, gathers that site's input statistics on the current hidden states (which already
+// passed through the compressed layers 0..i−1, and with sequential_within_layer through the modules
+// of layer i compressed by the earlier stages), runs the site's stages in the order given, then
+// propagates the hidden states through the compressed layer. Statistics are kept until the last stage
+// that reads them. Memory: the hidden states of the N windows twice (the layer's input and its
+// running residual) plus one site's inputs (within resume_limit_bytes), never the whole model's
+// activations. Throws ConfigError when the stages are not in the sites' forward order or read a
+// later site.
 PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, int seqlen,
-                            LayerCompressor& compressor, const PipelineOptions& opt = {});
+                            std::span<Stage* const> stages, const PipelineOptions& opt = {});
 
 }  // namespace latentllm::calib

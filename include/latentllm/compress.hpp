@@ -1,5 +1,6 @@
-// Local (per-matrix) compression options and rank planning: the activation-aware SVD family of the
-// LatentLLM paper (Koike-Akino et al. 2025, Table 1) and its junction matrices.
+// Compression: the activation-aware SVD family of the LatentLLM paper (Koike-Akino et al. 2025,
+// Table 1) and its junction matrices, rank planning, and whole-model compression (methods, joint
+// parts, reports).
 //
 // Glossary (as in the paper): a linear module y = W·x + b has W: [d', d] (PyTorch [out, in]);
 // C = Σ_t x_t x_tᵀ: [d, d] is the input auto-correlation over the n calibration tokens; μ: [d] their
@@ -7,10 +8,19 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <map>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "latentllm/calib.hpp"
+#include "latentllm/model.hpp"
 
 namespace latentllm::compress {
 
@@ -130,5 +140,109 @@ struct RankPlan {
 
 // Ranks for every module at one ratio. Throws ConfigError (naming the module) as rank_for_ratio.
 RankPlan plan_ranks(const std::vector<ModuleShape>& modules, double ratio, Junction j, std::int64_t n_tok = 128);
+
+// ---- Whole-model compression ------------------------------------------------------------------
+// Calibrate, plan ranks, compress every linear module of attention and MLP with the chosen method,
+// layer by layer (docs/ARCHITECTURE.md: the stages). The CLI's `compress` and `sweep` call this.
+
+// --method: the six local pre-conditioners (paper Table 1) and LatentLLM (root covariance + block
+// identity + the joint parts of JointParts).
+enum class Method { PlainSvd, AsvdHessian, AsvdL1, AsvdL2, AsvdCov, AsvdRootCov, LatentLlm };
+std::string_view method_name(Method m);  // "plain-svd", ..., "asvd-rootcov", "latentllm"
+// Throws ConfigError "--method: unknown method (expected one of ..., got X)".
+Method parse_method(std::string_view name);
+std::span<const Method> all_methods();
+// The pre-conditioner of a method's local modules (LatentLlm: RootCovariance).
+Preconditioner preconditioner_of(Method m);
+
+// The joint parts of --method latentllm (--joint qk,vo,ud). Default: Q-K and up-down joint, V and O local.
+struct JointParts {
+  bool qk = true;  // joint Q-K, attention-map loss (Algorithm 1)
+  bool vo = false; // joint V-O, Tucker-2 over heads (appendix)
+  bool ud = true;  // joint MLP up(-gate)-down, auxiliary variables (appendix)
+};
+
+struct CompressOptions {
+  Method method = Method::LatentLlm;
+  double ratio = 0.2;          // R: fraction of each compressed module's weights removed
+  LocalOptions local;          // junction, damping, α; the pre-conditioner follows `method`
+  JointParts joint;            // used when method is LatentLlm
+  int qk_iters = 8;            // joint Q-K alternating updates (paper: 8)
+  int vo_iters = 8;            // joint V-O alternating updates
+  int ud_iters = 4;            // joint up-down auxiliary-variable iterations (paper: 4)
+  int rope_window = 0;         // RoPE-aware joint Q-K over offsets 0..w (0 = plain)
+  // Joint up-down keeps several [ffn, n] double matrices: above this many calibration tokens it runs
+  // on evenly strided rows (0 = all tokens). 32768 = 64 windows of 512.
+  std::int64_t ud_max_tokens = 32768;
+  // Also compress each joint group separately (local root covariance) and report both losses
+  // (CompressReport::qk_losses, vo_losses): diagnostics only, the extra decompositions are discarded.
+  bool diagnostics = false;
+  calib::PipelineOptions pipeline;
+  // Per-layer progress (src/compress/resume.hpp): when set, the state after every layer is saved
+  // here, and with `resume` a matching state is restored and the run continues after its last layer.
+  std::filesystem::path state_dir;
+  bool resume = false;
+  // Called after layer i is compressed, its hidden states propagated and its progress saved (state_dir
+  // set); an exception it throws stops the run there (the saved progress stays resumable).
+  std::function<void(int layer)> layer_done;
+  // Called on entering (begin = true) and leaving each stage ("local", "joint-qk", "joint-vo",
+  // "joint-ud") of every layer, on the calling thread; stages never nest. For profilers
+  // (bench/compress_time attributes BLAS FLOPs and LAPACK time to them); empty = no calls.
+  std::function<void(std::string_view stage, bool begin)> part_observer;
+};
+
+// The budget of one module and what it achieved.
+struct ModuleReport {
+  std::string name;           // HF module name
+  std::int64_t out = 0, in = 0, rank = 0;
+  std::int64_t dense_params = 0, params = 0;
+  double loss = 0;            // output error over the calibration tokens after compression
+  double loss_rel = 0;        // loss / output energy
+  std::string how;            // "local", "joint-qk", "joint-ud", ...
+  nlohmann::json to_json() const;
+  static ModuleReport from_json(const nlohmann::json& j);
+};
+
+// A joint group's loss in one layer: the joint solution's, and with CompressOptions::diagnostics (or
+// where the algorithm computes it anyway, joint up-down's start) the local solution's (NaN otherwise).
+struct JointLoss {
+  int layer = 0;
+  double joint = 0;
+  double local = std::numeric_limits<double>::quiet_NaN();
+  nlohmann::json to_json() const;  // {"layer", "joint", "local" (null when NaN)}
+  static JointLoss from_json(const nlohmann::json& j);
+};
+
+struct CompressReport {
+  Method method = Method::LatentLlm;
+  double ratio = 0;
+  std::vector<ModuleReport> modules;
+  // Numerical fallbacks in the order they happened (NumericNote); written to the checkpoint as
+  // latent.notes.
+  std::vector<NumericNote> notes;
+  void add_note(const NumericNote& n);  // appends unless an identical note is already there
+  std::vector<JointLoss> qk_losses;     // attention-map loss (joint Q-K)
+  std::vector<JointLoss> ud_losses;     // MLP output loss (joint up-down)
+  std::vector<JointLoss> vo_losses;     // own-token-attention block output loss (joint V-O)
+  calib::PipelineTimes times;
+  std::map<std::string, double> part_seconds;  // decompositions by stage: local, joint-qk, joint-vo, joint-ud
+  double calib_sample_s = 0;        // tokenizing and sampling the calibration set
+  double total_s = 0;
+  std::int64_t dense_params = 0;    // Σ over compressed modules
+  std::int64_t params = 0;
+  nlohmann::json to_json() const;
+};
+
+// NumericNote <-> {"module", "kind", "detail"} (config.json latent.notes, the resume state).
+nlohmann::json note_to_json(const NumericNote& n);
+NumericNote note_from_json(const nlohmann::json& j);
+
+// The ranks `opt` gives each module of `m`, without touching data (for --dry-run and for the plan
+// printed before work starts). n_tok: tokens the MACs are counted for.
+RankPlan plan_model(const model::Model& m, const CompressOptions& opt, std::int64_t n_tok = 128);
+
+// Compresses `m` in place on the calibration windows `ids` ([N·L]).
+CompressReport compress_model(model::Model& m, std::span<const std::int32_t> ids, int seqlen,
+                              const CompressOptions& opt);
 
 }  // namespace latentllm::compress

@@ -1,5 +1,6 @@
 // The sequential layer-by-layer calibration pipeline (SparseGPT style; paper section "Calibration").
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -51,6 +52,7 @@ class SiteTap : public model::ForwardObserver {
   bool done_after(model::Site site) const override { return site == last_site(); }
 
   model::Site last_site() const { return *std::max_element(sites_.begin(), sites_.end()); }
+  const std::vector<model::Site>& sites() const { return sites_; }
 
  private:
   const model::DecoderLayer& layer_modules_;
@@ -210,6 +212,76 @@ class LayerPasses {
   bool valid_ = false;
 };
 
+// Consecutive stages waiting for the same site: one tap serves them all.
+struct SiteGroup {
+  model::Site site = model::Site::AttnIn;
+  std::vector<Stage*> stages;
+  bool needs_activations = false;
+  std::vector<model::Site> reads;  // every site its stages read
+};
+
+std::vector<SiteGroup> group_stages(std::span<Stage* const> stages) {
+  std::vector<SiteGroup> groups;
+  for (Stage* st : stages) {
+    const model::Site site = st->site();
+    if (!groups.empty() && site < groups.back().site) {
+      throw ConfigError(fmt::format("calibration stages: {} at {} after a stage at {} (expected the sites' forward order)",
+                                    st->name(), site_name(site), site_name(groups.back().site)));
+    }
+    if (groups.empty() || groups.back().site != site) groups.push_back({site, {}, false, {}});
+    for (const model::Site r : st->reads()) {
+      if (r > site) {
+        throw ConfigError(fmt::format("calibration stages: {} at {} reads the later site {}", st->name(),
+                                      site_name(site), site_name(r)));
+      }
+      groups.back().reads.push_back(r);
+    }
+    groups.back().stages.push_back(st);
+    groups.back().needs_activations = groups.back().needs_activations || st->needs_activations();
+  }
+  return groups;
+}
+
+// The statistics (and kept activations) of the sites a layer's taps gathered, until no later group
+// reads them (a [w, w] double matrix per site: 2 GiB at w = 16384).
+class LayerStats {
+ public:
+  void take(int layer, std::unique_ptr<SiteTap> tap) {
+    for (std::size_t k = 0; k < tap->sites().size(); ++k) {
+      const auto s = static_cast<std::size_t>(tap->sites()[k]);
+      if (tap->stats[k].n == 0) {
+        throw Error(fmt::format("layer {}: the model did not report its {} input", layer, site_name(tap->sites()[k])));
+      }
+      stats_[s] = std::make_unique<SiteStats>(std::move(tap->stats[k]));
+      activations_[s] = std::move(tap->activations[k]);
+    }
+  }
+  const SiteStats& stats(model::Site site) const {
+    const auto& p = stats_[static_cast<std::size_t>(site)];
+    if (!p) throw Error(fmt::format("calibration: the statistics of {} were not tapped", site_name(site)));
+    return *p;
+  }
+  const MatrixF& activations(model::Site site) const { return activations_[static_cast<std::size_t>(site)]; }
+  // Frees what no group after g reads.
+  void release_after(std::size_t g, const std::vector<SiteGroup>& groups) {
+    for (std::size_t s = 0; s < stats_.size(); ++s) {
+      bool needed = false;
+      for (std::size_t k = g + 1; k < groups.size() && !needed; ++k) {
+        needed = groups[k].site == static_cast<model::Site>(s);
+        for (const model::Site r : groups[k].reads) needed = needed || r == static_cast<model::Site>(s);
+      }
+      if (!needed) {
+        stats_[s].reset();
+        activations_[s].resize(0, 0);
+      }
+    }
+  }
+
+ private:
+  std::array<std::unique_ptr<SiteStats>, 4> stats_;
+  std::array<MatrixF, 4> activations_;
+};
+
 }  // namespace
 
 std::string layer_name(const model::DecoderLayer& layer, int i) {
@@ -219,6 +291,12 @@ std::string layer_name(const model::DecoderLayer& layer, int i) {
     return lin.name.substr(0, lin.name.find('.', pos + 8));
   }
   return fmt::format("layer {}", i);
+}
+
+const SiteStats& StageInput::stats_of(model::Site site) const {
+  const SiteStats* s = stats[static_cast<std::size_t>(site)];
+  if (s == nullptr) throw Error(fmt::format("stage input: no statistics of {} (not among the stage's reads)", site_name(site)));
+  return *s;
 }
 
 std::string site_modules(const model::DecoderLayer& layer, int i, model::Site site) {
@@ -237,7 +315,7 @@ std::string site_modules(const model::DecoderLayer& layer, int i, model::Site si
 }
 
 PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, int seqlen,
-                            LayerCompressor& compressor, const PipelineOptions& opt) {
+                            std::span<Stage* const> stages, const PipelineOptions& opt) {
   if (seqlen <= 0 || ids.empty() || ids.size() % static_cast<std::size_t>(seqlen) != 0) {
     throw ConfigError(fmt::format("calibration: token count {} is not a positive multiple of seqlen {}",
                                   ids.size(), seqlen));
@@ -261,41 +339,38 @@ PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, 
     hidden = *opt.start_hidden;
   }
   times.forward += seconds_since(t0);
-  const auto stages = compressor.stages(m);
-
+  const std::vector<SiteGroup> groups = group_stages(stages);
   const std::int64_t limit = resume_limit(opt);
 
   for (int i = opt.start_layer; i < n_layers; ++i) {
     const auto t_layer = Clock::now();
     LayerPasses passes(m, i, hidden, seqlen, opt, times);
-    std::unique_ptr<SiteTap> tap;
-    for (std::size_t s = 0; s < stages.size(); ++s) {
-      // Inputs of this stage: run the (partly compressed) layer to the stage's site, tapping it.
-      // Without sequential_within_layer one pass over the dense layer taps every stage at once.
-      if (s == 0 || opt.sequential_within_layer) {
+    LayerStats kept;  // the statistics of the sites tapped so far that a later stage still reads
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      // The group's inputs: run the (partly compressed) layer to its site, tapping it. Without
+      // sequential_within_layer one pass over the dense layer taps every group's site at once.
+      if (g == 0 || opt.sequential_within_layer) {
         std::vector<model::Site> sites;
         std::vector<bool> keep;
-        for (std::size_t k = opt.sequential_within_layer ? s : 0;
-             k < (opt.sequential_within_layer ? s + 1 : stages.size()); ++k) {
-          sites.push_back(stages[k]);
-          keep.push_back(compressor.needs_activations(stages[k]));
+        for (std::size_t k = opt.sequential_within_layer ? g : 0; k < (opt.sequential_within_layer ? g + 1 : groups.size());
+             ++k) {
+          sites.push_back(groups[k].site);
+          keep.push_back(groups[k].needs_activations);
         }
-        tap = passes.tap(sites, keep, limit);
+        kept.take(i, passes.tap(sites, keep, limit));
       }
-      const std::size_t k = opt.sequential_within_layer ? 0 : s;
-      if (tap->stats[k].n == 0) {
-        throw Error(fmt::format("layer {}: the model did not report its {} input", i, site_name(stages[s])));
+      for (Stage* stage : groups[g].stages) {
+        StageInput in;
+        in.layer = i;
+        in.seqlen = seqlen;
+        for (const model::Site r : stage->reads()) in.stats[static_cast<std::size_t>(r)] = &kept.stats(r);
+        in.activations = stage->needs_activations() ? &kept.activations(groups[g].site) : nullptr;
+        t0 = Clock::now();
+        with_context(fmt::format("layer {} ({})", i, site_name(groups[g].site)), [&] { stage->run(in, m); });
+        times.compress += seconds_since(t0);
+        passes.rewritten(stage->rewrites());
       }
-      StageInput in;
-      in.layer = i;
-      in.site = stages[s];
-      in.stats = &tap->stats[k];
-      in.activations = compressor.needs_activations(stages[s]) ? &tap->activations[k] : nullptr;
-      in.seqlen = seqlen;
-      t0 = Clock::now();
-      with_context(fmt::format("layer {} ({})", i, site_name(stages[s])), [&] { compressor.compress(in, m); });
-      times.compress += seconds_since(t0);
-      passes.rewritten(compressor.rewrites(stages[s]));
+      kept.release_after(g, groups);
     }
     // Propagate through the compressed layer: the next layer sees compressed outputs.
     passes.finish(hidden);

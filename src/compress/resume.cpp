@@ -42,17 +42,22 @@ nlohmann::json report_json(const CompressReport& r) {
   for (const auto& m : r.modules) mods.push_back(m.to_json());
   nlohmann::json notes = nlohmann::json::array();
   for (const auto& n : r.notes) notes.push_back(note_to_json(n));
-  return {{"modules", mods}, {"notes", notes}, {"qk", r.qk_losses}, {"ud", r.ud_losses}, {"vo", r.vo_losses},
-          {"part_seconds", r.part_seconds}};
+  auto losses = [](const std::vector<JointLoss>& v) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const auto& l : v) a.push_back(l.to_json());
+    return a;
+  };
+  return {{"modules", mods}, {"notes", notes}, {"qk", losses(r.qk_losses)}, {"ud", losses(r.ud_losses)},
+          {"vo", losses(r.vo_losses)}, {"part_seconds", r.part_seconds}};
 }
 
 void restore_report(const nlohmann::json& j, CompressReport& r) {
   for (const auto& m : j.at("modules")) r.modules.push_back(ModuleReport::from_json(m));
   r.notes.clear();
   for (const auto& n : j.at("notes")) r.notes.push_back(note_from_json(n));
-  r.qk_losses = j.at("qk").get<std::vector<std::pair<double, double>>>();
-  r.ud_losses = j.at("ud").get<std::vector<std::pair<double, double>>>();
-  r.vo_losses = j.at("vo").get<std::vector<std::pair<double, double>>>();
+  for (const auto& l : j.at("qk")) r.qk_losses.push_back(JointLoss::from_json(l));
+  for (const auto& l : j.at("ud")) r.ud_losses.push_back(JointLoss::from_json(l));
+  for (const auto& l : j.at("vo")) r.vo_losses.push_back(JointLoss::from_json(l));
   r.part_seconds = j.at("part_seconds").get<std::map<std::string, double>>();
 }
 
@@ -85,11 +90,11 @@ std::string run_fingerprint(const model::Model& m, std::span<const std::int32_t>
   f.add(&seqlen, sizeof seqlen);
   f.add(fs::weakly_canonical(m.dir()).string());
   f.add(core::read_file(m.dir() / "config.json"));
-  f.add(fmt::format("{} {:.17g} {} {:.17g} {:.17g} {} {} {} {} {} {} {} {} {}", opt.method, opt.ratio,
-                    junction_name(opt.local.junction), opt.local.lambda_rel, opt.local.alpha, opt.joint_qk,
-                    opt.joint_vo, opt.joint_ud, opt.qk_iters, opt.ud_iters, opt.rope_window,
+  f.add(fmt::format("{} {:.17g} {} {:.17g} {:.17g} {} {} {} {} {} {} {} {} {}", method_name(opt.method), opt.ratio,
+                    junction_name(opt.local.junction), opt.local.lambda_rel, opt.local.alpha, opt.joint.qk,
+                    opt.joint.vo, opt.joint.ud, opt.qk_iters, opt.ud_iters, opt.rope_window,
                     opt.pipeline.sequential_within_layer, opt.pipeline.batch_windows, opt.local.update_bias)
-        + fmt::format(" {}", opt.ud_max_tokens));
+        + fmt::format(" {} {}", opt.ud_max_tokens, opt.vo_iters));
   return fmt::format("{:016x}", f.h);
 }
 

@@ -17,7 +17,7 @@
 #include <span>
 #include <string>
 
-#include "latentllm/compressor.hpp"
+#include "latentllm/compress.hpp"
 
 namespace latentllm::compress {
 

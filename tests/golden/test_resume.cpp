@@ -1,11 +1,24 @@
-// Interrupt and resume (issue 5, item 4): a `compress` run killed after a layer leaves no checkpoint,
-// only its progress; `--resume` continues after the last finished layer and writes a checkpoint
+// Interrupt and resume (issue 5, item 4): a compression killed after a layer (SIGKILL, no cleanup)
+// leaves only its progress; resuming continues after the last finished layer and writes a checkpoint
 // bit-identical to an uninterrupted run. A state of a different run is refused.
+//
+// The kill comes from the public per-layer callback (CompressOptions::layer_done) in a forked child
+// process: ctest runs every test case in a process of its own, so the fork happens before the library
+// has started any thread.
 #include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <sstream>
 
+#include "latentllm/calib.hpp"
+#include "latentllm/checkpoint.hpp"
+#include "latentllm/compress.hpp"
+#include "latentllm/model.hpp"
+#include "latentllm/tokenizer.hpp"
 #include "test_support.hpp"
 
 namespace latentllm {
@@ -27,65 +40,109 @@ std::string digest(const fs::path& p) {
   return test::sha256_hex(s.data(), s.size());
 }
 
-// latentllm (joint Q-K and up-down) on stories260K, small calibration; `extra` appended.
-std::string compress_cmd(const fs::path& out, const std::string& extra) {
-  return test::cli_path().string() + " compress --model " + q(test::shared_path("models/stories260K/hf")) +
-         " --method latentllm --ratio 0.3 --dtype f32 --calib text --calib-data " +
-         q(test::shared_path("data/tinystories/TinyStories-valid.stories0001-0232.clean.txt")) +
-         " --nsamples 4 --seqlen 64 --out " + q(out) + extra;
-}
+fs::path model_dir() { return test::shared_path("models/stories260K/hf"); }
+fs::path stories() { return test::shared_path("data/tinystories/TinyStories-valid.stories0001-0232.clean.txt"); }
+
+// One compression run of stories260K as `latentllm compress` sets it up, with its progress in
+// <out>.resume (the CLI's place for it).
+struct CompressRun {
+  compress::CompressOptions opt;
+  calib::CalibOptions calib;
+
+  CompressRun(compress::Method method, int nsamples, int seqlen) {
+    opt.method = method;
+    opt.ratio = 0.3;
+    calib.source = "text";
+    calib.data = stories();
+    calib.nsamples = nsamples;
+    calib.seqlen = seqlen;
+  }
+
+  // Compresses and saves to `out`; `on_layer` runs after each layer's progress is saved.
+  compress::CompressReport go(const fs::path& out, bool resume, std::function<void(int)> on_layer = {}) const {
+    auto m = model::Model::load(model_dir());
+    const auto ids = calib::sample_calibration(*io::load_tokenizer(model_dir()), calib);
+    compress::CompressOptions o = opt;
+    o.state_dir = out.string() + ".resume";
+    o.resume = resume;
+    o.layer_done = std::move(on_layer);
+    auto report = compress::compress_model(*m, ids, calib.seqlen, o);
+    checkpoint::SaveOptions so;
+    so.dtype = DType::F32;
+    so.info["notes"] = report.to_json().at("notes");
+    checkpoint::save(*m, out, so);
+    fs::remove_all(o.state_dir);
+    return report;
+  }
+
+  // Runs go(out) in a child process killed by SIGKILL right after layer `layer` saved its progress;
+  // returns the signal that ended the child (0 if it exited).
+  int killed_after(const fs::path& out, int layer) const {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      try {
+        go(out, false, [layer](int done) {
+          if (done == layer) ::raise(SIGKILL);
+        });
+      } catch (...) {
+      }
+      ::_exit(0);
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+  }
+};
 
 TEST(Resume, KilledRunResumesToABitIdenticalCheckpoint) {
   const auto tmp = test::make_temp_dir("resume");
   const fs::path full = tmp / "full", cut = tmp / "cut";
-  std::string out;
-  ASSERT_EQ(test::run_command(compress_cmd(full, ""), out), 0) << out;
-  EXPECT_FALSE(fs::exists(full.string() + ".resume")) << "progress removed after success";
-
-  // Killed (SIGKILL) right after layer 2 of 5 saved its progress.
-  const int rc = test::run_command("LATENTLLM_TEST_KILL_AFTER_LAYER=2 " + compress_cmd(cut, ""), out);
-  EXPECT_NE(rc, 0);
+  const CompressRun run(compress::Method::LatentLlm, 4, 64);  // joint Q-K and up-down
+  ASSERT_EQ(run.killed_after(cut, 2), SIGKILL);        // after layer 3 of 5
   EXPECT_FALSE(fs::exists(cut)) << "no checkpoint from a killed run";
   ASSERT_TRUE(fs::exists(cut.string() + ".resume/progress.json"));
   EXPECT_NE(read(cut.string() + ".resume/progress.json").find("\"layers_done\": 3"), std::string::npos);
 
-  ASSERT_EQ(test::run_command(compress_cmd(cut, " --resume"), out), 0) << out;
-  EXPECT_NE(out.find("resume: layers 0..2 restored"), std::string::npos) << out;
-  EXPECT_EQ(out.find("layer 1/5 done"), std::string::npos) << "finished layers are not redone\n" << out;
-  EXPECT_NE(out.find("layer 4/5 done"), std::string::npos) << out;
+  std::vector<int> redone;
+  const auto resumed = run.go(cut, true, [&](int layer) { redone.push_back(layer); });
+  EXPECT_EQ(redone, (std::vector<int>{3, 4})) << "finished layers are not redone";
+  const auto whole = run.go(full, false);
   EXPECT_EQ(digest(cut / "model.safetensors"), digest(full / "model.safetensors"));
   EXPECT_EQ(read(cut / "config.json"), read(full / "config.json"));
-  EXPECT_FALSE(fs::exists(cut.string() + ".resume"));
+  EXPECT_EQ(resumed.to_json().at("modules"), whole.to_json().at("modules"));
+  EXPECT_EQ(resumed.to_json().at("mlp_output_loss"), whole.to_json().at("mlp_output_loss"));
 }
 
 TEST(Resume, NumericalNotesSurviveAResume) {
   // One window of 8 tokens, undamped: every module records notes (and gets a reduced rank); the notes of
   // the layers done before the kill come back from the progress, in order, without duplicates.
   const auto tmp = test::make_temp_dir("resume-notes");
-  const auto cmd = [](const fs::path& out) {
-    return test::cli_path().string() + " compress --model " + q(test::shared_path("models/stories260K/hf")) +
-           " --method asvd-rootcov --lambda 0 --ratio 0.3 --dtype f32 --calib text --calib-data " +
-           q(test::shared_path("data/tinystories/TinyStories-valid.stories0001-0232.clean.txt")) +
-           " --nsamples 1 --seqlen 8 --out " + q(out);
-  };
-  std::string out;
-  ASSERT_EQ(test::run_command(cmd(tmp / "full"), out), 0) << out;
-  EXPECT_NE(test::run_command("LATENTLLM_TEST_KILL_AFTER_LAYER=1 " + cmd(tmp / "cut"), out), 0);
-  ASSERT_EQ(test::run_command(cmd(tmp / "cut") + " --resume", out), 0) << out;
-  EXPECT_NE(out.find("resume: layers 0..1 restored"), std::string::npos) << out;
+  CompressRun run(compress::Method::AsvdRootCov, 1, 8);
+  run.opt.local.lambda_rel = 0;
+  ASSERT_EQ(run.killed_after(tmp / "cut", 1), SIGKILL);
+  const auto resumed = run.go(tmp / "cut", true);
+  const auto whole = run.go(tmp / "full", false);
   const std::string config = read(tmp / "full" / "config.json");
   EXPECT_NE(config.find("\"rank-reduced\""), std::string::npos);
   EXPECT_EQ(read(tmp / "cut" / "config.json"), config);
+  EXPECT_EQ(resumed.notes, whole.notes);
   EXPECT_EQ(digest(tmp / "cut" / "model.safetensors"), digest(tmp / "full" / "model.safetensors"));
+}
+
+// The CLI's --resume: a state of another run (here: another calibration seed) is refused before any
+// work, and --resume without a state starts from the first layer.
+std::string compress_cmd(const fs::path& out, const std::string& extra) {
+  return test::cli_path().string() + " compress --model " + q(model_dir()) +
+         " --method latentllm --ratio 0.3 --dtype f32 --calib text --calib-data " + q(stories()) +
+         " --nsamples 4 --seqlen 64 --out " + q(out) + extra;
 }
 
 TEST(Resume, StateOfADifferentRunIsRefused) {
   const auto tmp = test::make_temp_dir("resume-mismatch");
   const fs::path cut = tmp / "cut";
-  std::string out;
-  EXPECT_NE(test::run_command("LATENTLLM_TEST_KILL_AFTER_LAYER=0 " + compress_cmd(cut, ""), out), 0);
+  ASSERT_EQ(CompressRun(compress::Method::LatentLlm, 4, 64).killed_after(cut, 0), SIGKILL);
   ASSERT_TRUE(fs::exists(cut.string() + ".resume/progress.json"));
-  // Same output, another seed: a different calibration set.
+  std::string out;
   EXPECT_NE(test::run_command(compress_cmd(cut, " --seed 5 --resume"), out), 0);
   EXPECT_NE(out.find("resume state of a different run"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(cut));
@@ -97,6 +154,7 @@ TEST(Resume, ResumeWithoutStateStartsFromTheFirstLayer) {
   ASSERT_EQ(test::run_command(compress_cmd(tmp / "out", " --resume"), out), 0) << out;
   EXPECT_NE(out.find("layer 1/5 done"), std::string::npos) << out;
   EXPECT_TRUE(fs::exists(tmp / "out" / "model.safetensors"));
+  EXPECT_FALSE(fs::exists(tmp / "out.resume")) << "progress removed after success";
 }
 
 }  // namespace

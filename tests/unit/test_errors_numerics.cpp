@@ -16,7 +16,7 @@
 #include "compress/notes.hpp"
 #include "errors_doc.hpp"
 #include "latentllm/checkpoint.hpp"
-#include "latentllm/compressor.hpp"
+#include "latentllm/compress.hpp"
 #include "latentllm/eval.hpp"
 #include "latentllm/log.hpp"
 #include "model_fixtures.hpp"
@@ -42,7 +42,7 @@ std::vector<std::int32_t> ids_of(int n, int T, int vocab = 39) {
 
 compress::CompressOptions method(const std::string& m) {
   compress::CompressOptions o;
-  o.method = m;
+  o.method = compress::parse_method(m);
   o.ratio = 0.3;
   return o;
 }
@@ -55,10 +55,11 @@ std::unique_ptr<model::Model> opt_model(const std::function<void(Checkpoint&)>& 
 }
 
 // Sets fc2's weight of the layer to a huge value: its output overflows float.
-class Overflowing : public calib::LayerCompressor {
+class Overflowing : public calib::Stage {
  public:
-  std::vector<model::Site> stages(const model::Model&) const override { return {model::Site::MlpIn}; }
-  void compress(const calib::StageInput& in, model::Model& m) override {
+  std::string_view name() const override { return "overflowing"; }
+  model::Site site() const override { return model::Site::MlpIn; }
+  void run(const calib::StageInput& in, model::Model& m) override {
     m.layer(in.layer).linear("fc2").weight.setConstant(3e38f);
   }
 };
@@ -118,7 +119,8 @@ TEST_F(Quiet, NumericsErrors) {
           {"num-hidden", {lib([] {
              auto m = opt_model([](Checkpoint&) {});
              Overflowing c;
-             (void)calib::run_layerwise(*m, ids_of(2, 10), 10, c);
+             calib::Stage* stages[] = {&c};
+             (void)calib::run_layerwise(*m, ids_of(2, 10), 10, stages);
            })}},
           {"num-factor-range", {lib([] {
              auto m = opt_model([](Checkpoint& c) {

@@ -8,7 +8,7 @@
 #include <fstream>
 
 #include "latentllm/checkpoint.hpp"
-#include "latentllm/compressor.hpp"
+#include "latentllm/compress.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/log.hpp"
 #include "latentllm/model.hpp"
@@ -36,7 +36,7 @@ std::vector<std::int32_t> ids_of(int n, int T, std::uint32_t seed) {
 
 compress::CompressOptions options(const std::string& method, double ratio = 0.3) {
   compress::CompressOptions o;
-  o.method = method;
+  o.method = compress::parse_method(method);
   o.ratio = ratio;
   return o;
 }

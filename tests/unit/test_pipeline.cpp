@@ -13,10 +13,11 @@
 
 #include "latentllm/threads.hpp"
 #include "latentllm/calib.hpp"
-#include "latentllm/compressor.hpp"
+#include "latentllm/compress.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/model.hpp"
 #include "model_fixtures.hpp"
+#include "test_support.hpp"
 
 namespace latentllm {
 namespace {
@@ -48,18 +49,50 @@ void factorize_half_rank(model::Linear& l) {
   l.weight.resize(0, 0);
 }
 
-// Records every stage's inputs, then factorizes the modules that stage's site feeds.
-class FactorizingRecorder : public calib::LayerCompressor {
+// One stage per site: records the stage's inputs, then factorizes the modules its site feeds. With
+// rewrite_attn_in, the AttnOut stage also rewrites the modules AttnIn feeds (as joint V-O rewrites
+// v_proj), saying so in rewrites() when `declared`.
+class FactorizingRecorder {
  public:
-  std::vector<Site> stages(const Model&) const override { return {std::begin(kSites), std::end(kSites)}; }
-  bool needs_activations(Site) const override { return true; }
-  void compress(const calib::StageInput& in, Model& m) override {
-    seen.push_back({in.layer, in.site, *in.activations, in.stats->xtx, in.stats->sum, in.stats->n});
-    auto& layer = m.layer(in.layer);
-    for (auto& l : layer.linears)
-      if (l.site == in.site) factorize_half_rank(l);
+  explicit FactorizingRecorder(bool rewrite_attn_in = false, bool declared = false) {
+    for (const Site site : kSites) stages_.push_back(std::make_unique<SiteStage>(*this, site, rewrite_attn_in, declared));
+  }
+  std::vector<calib::Stage*> stages() {
+    std::vector<calib::Stage*> out;
+    for (auto& st : stages_) out.push_back(st.get());
+    return out;
   }
   std::vector<Seen> seen;
+
+ private:
+  class SiteStage : public calib::Stage {
+   public:
+    SiteStage(FactorizingRecorder& rec, Site site, bool rewrite_attn_in, bool declared)
+        : rec_(rec), site_(site), rewrite_attn_in_(rewrite_attn_in), declared_(declared) {}
+    std::string_view name() const override { return "recorder"; }
+    Site site() const override { return site_; }
+    bool needs_activations() const override { return true; }
+    std::vector<Site> rewrites() const override {
+      if (declared_ && site_ == Site::AttnOut) return {Site::AttnIn, site_};
+      return {site_};
+    }
+    void run(const calib::StageInput& in, Model& m) override {
+      const calib::SiteStats& st = in.stats_of(site_);
+      rec_.seen.push_back({in.layer, site_, *in.activations, st.xtx, st.sum, st.n});
+      auto& layer = m.layer(in.layer);
+      for (auto& l : layer.linears)
+        if (l.site == site_) factorize_half_rank(l);
+      if (!rewrite_attn_in_ || site_ != Site::AttnOut) return;
+      for (auto& l : layer.linears)
+        if (l.site == Site::AttnIn) l.B *= 0.5f;
+    }
+
+   private:
+    FactorizingRecorder& rec_;
+    Site site_;
+    bool rewrite_attn_in_, declared_;
+  };
+  std::vector<std::unique_ptr<SiteStage>> stages_;
 };
 
 // Site inputs of layer `layer` when the windows run through `m` as it is: [N·T, w] per site.
@@ -105,7 +138,7 @@ std::unique_ptr<Run> run(const calib::PipelineOptions& opt) {
   r->dense = Model::load(dir);
   r->compressed = Model::load(dir);
   r->ids = random_ids(kT * kWindows, s.V, 5);
-  calib::run_layerwise(*r->compressed, r->ids, kT, r->rec, opt);
+  calib::run_layerwise(*r->compressed, r->ids, kT, r->rec.stages(), opt);
   return r;
 }
 
@@ -163,27 +196,6 @@ TEST(Pipeline, WithoutIntraLayerStagesSeeTheDenseLayerAfterTheCompressedOnes) {
   }
 }
 
-// At AttnOut, also rewrites the modules AttnIn feeds (as joint V-O rewrites v_proj), saying so in
-// rewrites() or not.
-class RewritingRecorder : public FactorizingRecorder {
- public:
-  explicit RewritingRecorder(bool declared) : declared_(declared) {}
-  std::vector<Site> rewrites(Site site) const override {
-    if (declared_ && site == Site::AttnOut) return {Site::AttnIn, site};
-    return {site};
-  }
-  void compress(const calib::StageInput& in, Model& m) override {
-    FactorizingRecorder::compress(in, m);
-    if (in.site != Site::AttnOut) return;
-    auto& layer = m.layer(in.layer);
-    for (auto& l : layer.linears)
-      if (l.site == Site::AttnIn) l.B *= 0.5f;
-  }
-
- private:
-  bool declared_;
-};
-
 struct Outcome {
   std::vector<Seen> seen;
   std::unique_ptr<Model> m;
@@ -198,7 +210,7 @@ Outcome run_with(FactorizingRecorder& rec, bool resume, std::int64_t limit = -1)
   opt.batch_windows = 2;
   opt.resume_passes = resume;
   opt.resume_limit_bytes = limit;
-  calib::run_layerwise(*o.m, random_ids(kT * kWindows, s.V, 8), kT, rec, opt);
+  calib::run_layerwise(*o.m, random_ids(kT * kWindows, s.V, 8), kT, rec.stages(), opt);
   o.seen = rec.seen;
   return o;
 }
@@ -219,6 +231,20 @@ void expect_same(const Outcome& a, const Outcome& b) {
     }
 }
 
+// Stages out of the sites' forward order, or reading a later site, are refused before any work.
+TEST(Pipeline, StagesMustFollowTheForwardOrder) {
+  LlamaDims s;
+  s.layers = 1;
+  auto m = Model::load(make_llama(s, 74).write("pipeline-order"));
+  FactorizingRecorder rec;
+  auto st = rec.stages();
+  std::swap(st[1], st[2]);  // MlpIn before AttnOut
+  const auto ids = random_ids(kT * 2, s.V, 1);
+  EXPECT_EQ(test::error_of<ConfigError>([&] { calib::run_layerwise(*m, ids, kT, st); }),
+            "calibration stages: recorder at attn-out after a stage at mlp-in (expected the sites' forward order)");
+  EXPECT_TRUE(rec.seen.empty());
+}
+
 // Passes that resume where the previous stage stopped (each module runs once per layer) give the
 // same result as passes that restart at the layer's input, also when some states exceed the
 // memory limit (those passes run on copies) and when a stage rewrites an earlier site's modules.
@@ -229,37 +255,37 @@ TEST(Pipeline, ResumedPassesMatchRestartedOnesBitForBit) {
   // 4 bytes × 50 tokens × (d 16 + site width): AttnIn and MlpIn (16) fit in 7000, AttnOut (24) and MlpMid (20) do not.
   expect_same(run_with(r3, true, 7000), restarted);
 
-  RewritingRecorder d1(true), d2(true);
+  FactorizingRecorder d1(true, true), d2(true, true);
   expect_same(run_with(d2, true), run_with(d1, false));
 }
 
 // The check above can fail: a compressor that rewrites AttnIn's modules at AttnOut without saying
 // so makes the resumed MlpIn pass read stale attention outputs.
 TEST(Pipeline, AnUndeclaredEarlierRewriteChangesTheResumedPasses) {
-  RewritingRecorder u1(false), u2(false);
+  FactorizingRecorder u1(true, false), u2(true, false);
   const Outcome restarted = run_with(u1, false), resumed = run_with(u2, true);
   ASSERT_EQ(restarted.seen.size(), resumed.seen.size());
   EXPECT_EQ(resumed.seen[1].xtx, restarted.seen[1].xtx);  // layer 0 AttnOut: before the rewrite
   EXPECT_NE(resumed.seen[2].xtx, restarted.seen[2].xtx);  // layer 0 MlpIn: stale in the resumed run
 }
 
-// The methods' own declarations (MethodCompressor::rewrites): joint V-O rewrites v_proj at the
-// o_proj stage and joint up-down the down projection at the MlpIn stage; resumed and restarted
-// passes still give the same factors, bit for bit.
+// The methods' own declarations (Stage::rewrites of stage_joint_vo.cpp, stage_joint_ud.cpp): joint V-O
+// rewrites v_proj at the o_proj stage and joint up-down the down projection at the MlpIn stage;
+// resumed and restarted passes still give the same factors, bit for bit.
 TEST(Pipeline, EveryMethodCompressesTheSameResumedOrRestarted) {
   LlamaDims s;
   s.layers = 2;
   const auto dir = make_llama(s, 73).write("pipeline-methods");
   const auto ids = random_ids(kT * kWindows, s.V, 9);
-  for (const std::string method : {"asvd-rootcov", "latentllm"}) {
-    SCOPED_TRACE(method);
+  for (const auto method : {compress::Method::AsvdRootCov, compress::Method::LatentLlm}) {
+    SCOPED_TRACE(compress::method_name(method));
     std::unique_ptr<Model> m[2];
     for (int resume = 0; resume < 2; ++resume) {
       m[resume] = Model::load(dir);
       compress::CompressOptions o;
       o.method = method;
       o.ratio = 0.3;
-      o.joint_vo = true;
+      o.joint.vo = true;
       o.pipeline.resume_passes = resume == 1;
       (void)compress::compress_model(*m[resume], ids, kT, o);
     }

@@ -7,7 +7,7 @@
 #include "latentllm/threads.hpp"
 #include "latentllm/resources.hpp"
 #include "latentllm/checkpoint.hpp"
-#include "latentllm/compressor.hpp"
+#include "latentllm/compress.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/log.hpp"
 

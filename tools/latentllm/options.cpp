@@ -17,12 +17,16 @@ void add_method_options(CLI::App* sub, MethodArgs& a) {
   sub->add_option("--joint", a.joint, "Joint parts of --method latentllm: any of qk,vo,ud, or none")
       ->capture_default_str()->group("Method");
   sub->add_option("--qk-iters", a.qk_iters, "Joint Q-K alternating updates")->capture_default_str()->group("Method");
+  sub->add_option("--vo-iters", a.vo_iters, "Joint V-O alternating updates")->capture_default_str()->group("Method");
   sub->add_option("--ud-iters", a.ud_iters, "Joint up-down iterations")->capture_default_str()->group("Method");
   sub->add_option("--ud-tokens", a.ud_tokens,
                   "Joint up-down on at most this many calibration tokens (evenly strided; 0 = all): bounds its "
                   "memory, several [ffn, tokens] double matrices")->capture_default_str()->group("Method");
   sub->add_option("--rope-window", a.rope_window, "RoPE-aware joint Q-K over offsets 0..w (0 = plain)")
       ->capture_default_str()->group("Method");
+  sub->add_flag("--diagnostics", a.diagnostics,
+                "Also compress every joint group separately and log both losses (extra decompositions, discarded)")
+      ->group("Method");
   sub->add_flag("--no-intra-layer", a.no_intra_layer,
                 "Gather all of a layer's statistics on the dense layer (SparseGPT) instead of re-running it "
                 "after each stage")->group("Calibration");
@@ -57,31 +61,33 @@ compress::CompressOptions to_compress_options(const MethodArgs& a, const std::st
     throw ConfigError(fmt::format("--alpha (expected a finite number > 0, got {})", a.alpha));
   }
   compress::CompressOptions o;
-  o.method = method;
+  o.method = compress::parse_method(method);
   o.ratio = ratio;
   o.local.junction = compress::parse_junction(a.junction);
   o.local.lambda_rel = a.lambda_rel;
   o.local.alpha = a.alpha;
-  o.joint_qk = o.joint_vo = o.joint_ud = false;
+  o.joint = {false, false, false};
   std::string rest = a.joint;
   while (!rest.empty()) {
     const auto comma = rest.find(',');
     const std::string part = rest.substr(0, comma);
     rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
-    if (part == "qk") o.joint_qk = true;
-    else if (part == "vo") o.joint_vo = true;
-    else if (part == "ud") o.joint_ud = true;
+    if (part == "qk") o.joint.qk = true;
+    else if (part == "vo") o.joint.vo = true;
+    else if (part == "ud") o.joint.ud = true;
     else if (part != "none" && !part.empty())
       throw ConfigError(fmt::format("--joint: unknown part (expected qk, vo, ud or none, got {})", part));
   }
-  if (a.qk_iters < 0 || a.ud_iters < 0 || a.rope_window < 0) {
-    throw ConfigError(fmt::format("--qk-iters/--ud-iters/--rope-window (expected >= 0, got {}/{}/{})", a.qk_iters,
-                                  a.ud_iters, a.rope_window));
+  if (a.qk_iters < 0 || a.vo_iters < 0 || a.ud_iters < 0 || a.rope_window < 0) {
+    throw ConfigError(fmt::format("--qk-iters/--vo-iters/--ud-iters/--rope-window (expected >= 0, got {}/{}/{}/{})",
+                                  a.qk_iters, a.vo_iters, a.ud_iters, a.rope_window));
   }
   if (a.ud_tokens < 0) throw ConfigError(fmt::format("--ud-tokens (expected >= 0, got {})", a.ud_tokens));
   o.ud_max_tokens = a.ud_tokens;
   if (a.batch <= 0) throw ConfigError(fmt::format("--batch (expected > 0, got {})", a.batch));
   o.qk_iters = a.qk_iters;
+  o.vo_iters = a.vo_iters;
+  o.diagnostics = a.diagnostics;
   o.ud_iters = a.ud_iters;
   o.rope_window = a.rope_window;
   o.pipeline.sequential_within_layer = !a.no_intra_layer;
@@ -108,7 +114,7 @@ calib::CalibOptions to_calib_options(const CalibArgs& a, const model::ModelConfi
 nlohmann::json method_json(const MethodArgs& a, const std::string& method, double ratio) {
   return {{"method", method}, {"ratio", ratio}, {"junction", a.junction}, {"lambda_rel", a.lambda_rel},
           {"alpha", a.alpha}, {"joint", method == "latentllm" ? a.joint : "none"}, {"qk_iters", a.qk_iters},
-          {"ud_iters", a.ud_iters}, {"rope_window", a.rope_window}, {"ud_tokens", a.ud_tokens},
+          {"vo_iters", a.vo_iters}, {"ud_iters", a.ud_iters}, {"rope_window", a.rope_window}, {"ud_tokens", a.ud_tokens},
           {"intra_layer", !a.no_intra_layer}};
 }
 

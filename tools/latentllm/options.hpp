@@ -6,7 +6,7 @@
 #include <string>
 
 #include "latentllm/calib.hpp"
-#include "latentllm/compressor.hpp"
+#include "latentllm/compress.hpp"
 #include "latentllm/model.hpp"
 
 namespace latentllm::cli {
@@ -14,9 +14,9 @@ namespace latentllm::cli {
 struct MethodArgs {
   std::string junction = "block-identity", joint = "qk,ud";
   double lambda_rel = compress::LocalOptions{}.lambda_rel, alpha = 0.5;
-  int qk_iters = 8, ud_iters = 4, rope_window = 0, batch = 8;
+  int qk_iters = 8, vo_iters = 8, ud_iters = 4, rope_window = 0, batch = 8;
   std::int64_t ud_tokens = compress::CompressOptions{}.ud_max_tokens;
-  bool no_intra_layer = false;
+  bool no_intra_layer = false, diagnostics = false;
 };
 
 struct CalibArgs {
@@ -25,8 +25,8 @@ struct CalibArgs {
   std::uint64_t seed = 0;
 };
 
-// Adds --junction --lambda --alpha --joint --qk-iters --ud-iters --rope-window (group "Method") and
-// --no-intra-layer --batch.
+// Adds --junction --lambda --alpha --joint --qk-iters --vo-iters --ud-iters --ud-tokens --rope-window
+// --diagnostics (group "Method") and --no-intra-layer --batch.
 void add_method_options(CLI::App* sub, MethodArgs& a);
 // Adds --calib --calib-data --nsamples --seqlen --seed --calib-sampling (group "Calibration").
 void add_calib_options(CLI::App* sub, CalibArgs& a);

@@ -4,6 +4,8 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -124,13 +126,17 @@ double mean_output_error(const compress::CompressReport& rep) {
   return n ? s / n : 0.0;
 }
 
-double mean_ratio(const std::vector<std::pair<double, double>>& losses) {
+// Mean joint/local loss over the layers that have both (the local loss of Q-K and V-O only with
+// --diagnostics); NaN when none has.
+double mean_ratio(const std::vector<compress::JointLoss>& losses) {
   double s = 0;
   int n = 0;
-  for (const auto& [local, joint] : losses)
-    if (local > 0) s += joint / local, ++n;
-  return n ? s / n : 0.0;
+  for (const auto& l : losses)
+    if (l.local > 0) s += l.joint / l.local, ++n;
+  return n ? s / n : std::numeric_limits<double>::quiet_NaN();
 }
+
+nlohmann::json nan_null(double v) { return std::isnan(v) ? nlohmann::json() : nlohmann::json(v); }
 
 // Whole-model MACs per token at n_tok tokens besides the compressed linears: the LM head, and the
 // attention products Q·Kᵀ and A·V over the full n_tok square (as calflops counts a forward).
@@ -150,12 +156,8 @@ class Sweep {
     core::set_num_threads(a_.threads);
     const auto methods = split(a_.methods.empty() ? default_methods() : a_.methods);
     const auto ratios = parse_ratios(a_.ratios);
-    const auto known = compress::method_names();
     for (const auto& method : methods) {
-      if (std::find(known.begin(), known.end(), method) == known.end()) {
-        throw ConfigError(fmt::format("--methods: unknown method (expected one of {}, got {})", default_methods(), method));
-      }
-      (void)to_compress_options(a_.m, method, ratios.front());
+      with_context("--methods", [&] { (void)to_compress_options(a_.m, method, ratios.front()); });
     }
     datasets_ = parse_datasets(a_.datasets, a_.data_dir);
     auto dense = model::Model::load(a_.model);
@@ -195,7 +197,7 @@ class Sweep {
  private:
   static std::string default_methods() {
     std::string s;
-    for (const auto& m : compress::method_names()) s += (s.empty() ? "" : ",") + m;
+    for (const auto m : compress::all_methods()) s += (s.empty() ? "" : ",") + std::string(compress::method_name(m));
     return s;
   }
 
@@ -235,8 +237,8 @@ class Sweep {
     for (const auto& r : runs_) {
       rows.push_back({{"method", r.method}, {"ratio", r.ratio}, {"ppl", r.ppl}, {"model_params", r.model_params},
                       {"params", r.params}, {"dense_params", r.dense_params}, {"compress_seconds", r.compress_s},
-                      {"eval_seconds", r.eval_s}, {"qk_joint_over_local", r.qk_loss_ratio},
-                      {"ud_joint_over_local", r.ud_loss_ratio},
+                      {"eval_seconds", r.eval_s}, {"qk_joint_over_local", nan_null(r.qk_loss_ratio)},
+                      {"ud_joint_over_local", nan_null(r.ud_loss_ratio)},
                       {"mean_relative_output_error", r.output_error}});
     }
     nlohmann::json ds = nlohmann::json::array();

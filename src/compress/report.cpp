@@ -1,0 +1,117 @@
+// Compression reports as JSON (the CLI's --json, the resume state) and the method names.
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#include <fmt/ranges.h>
+
+#include "latentllm/compress.hpp"
+#include "latentllm/error.hpp"
+
+namespace latentllm::compress {
+namespace {
+
+constexpr std::array<Method, 7> kMethods = {Method::PlainSvd, Method::AsvdHessian, Method::AsvdL1, Method::AsvdL2,
+                                            Method::AsvdCov,  Method::AsvdRootCov, Method::LatentLlm};
+
+}  // namespace
+
+Preconditioner preconditioner_of(Method m) {
+  switch (m) {
+    case Method::PlainSvd: return Preconditioner::Identity;
+    case Method::AsvdHessian: return Preconditioner::DiagHessian;
+    case Method::AsvdL1: return Preconditioner::DiagL1;
+    case Method::AsvdL2: return Preconditioner::DiagL2;
+    case Method::AsvdCov: return Preconditioner::Covariance;
+    case Method::AsvdRootCov:
+    case Method::LatentLlm: return Preconditioner::RootCovariance;
+  }
+  return Preconditioner::RootCovariance;
+}
+
+std::string_view method_name(Method m) {
+  return m == Method::LatentLlm ? "latentllm" : preconditioner_name(preconditioner_of(m));
+}
+
+std::span<const Method> all_methods() { return kMethods; }
+
+Method parse_method(std::string_view name) {
+  std::vector<std::string_view> names;
+  for (Method m : kMethods) {
+    if (method_name(m) == name) return m;
+    names.push_back(method_name(m));
+  }
+  throw ConfigError(fmt::format("--method: unknown method (expected one of {}, got {})", fmt::join(names, ", "), name));
+}
+
+nlohmann::json JointLoss::to_json() const {
+  return {{"layer", layer}, {"joint", joint}, {"local", std::isnan(local) ? nlohmann::json() : nlohmann::json(local)}};
+}
+
+JointLoss JointLoss::from_json(const nlohmann::json& j) {
+  JointLoss l;
+  l.layer = j.at("layer");
+  l.joint = j.at("joint");
+  if (!j.at("local").is_null()) l.local = j.at("local");
+  return l;
+}
+
+void CompressReport::add_note(const NumericNote& n) {
+  if (std::find(notes.begin(), notes.end(), n) == notes.end()) notes.push_back(n);
+}
+
+nlohmann::json note_to_json(const NumericNote& n) {
+  return {{"module", n.module}, {"kind", n.kind}, {"detail", n.detail}};
+}
+
+NumericNote note_from_json(const nlohmann::json& j) {
+  return {j.at("module").get<std::string>(), j.at("kind").get<std::string>(), j.at("detail").get<std::string>()};
+}
+
+nlohmann::json ModuleReport::to_json() const {
+  return {{"name", name}, {"out", out}, {"in", in}, {"rank", rank}, {"dense_params", dense_params},
+          {"params", params}, {"loss", loss}, {"loss_rel", loss_rel}, {"how", how}};
+}
+
+ModuleReport ModuleReport::from_json(const nlohmann::json& j) {
+  ModuleReport r;
+  r.name = j.at("name");
+  r.out = j.at("out");
+  r.in = j.at("in");
+  r.rank = j.at("rank");
+  r.dense_params = j.at("dense_params");
+  r.params = j.at("params");
+  r.loss = j.at("loss");
+  r.loss_rel = j.at("loss_rel");
+  r.how = j.at("how");
+  return r;
+}
+
+nlohmann::json CompressReport::to_json() const {
+  nlohmann::json mods = nlohmann::json::array();
+  for (const auto& r : modules) mods.push_back(r.to_json());
+  nlohmann::json qk = nlohmann::json::array(), ud = nlohmann::json::array(), vo = nlohmann::json::array();
+  for (const auto& l : qk_losses) qk.push_back(l.to_json());
+  for (const auto& l : vo_losses) vo.push_back(l.to_json());
+  for (const auto& l : ud_losses) ud.push_back(l.to_json());
+  nlohmann::json notes_json = nlohmann::json::array();
+  for (const auto& n : notes) notes_json.push_back(note_to_json(n));
+  return {{"method", method_name(method)},
+          {"ratio", ratio},
+          {"modules", mods},
+          {"attention_map_loss", qk},
+          {"mlp_output_loss", ud},
+          {"vo_output_loss", vo},
+          {"notes", notes_json},
+          {"dense_params", dense_params},
+          {"params", params},
+          {"seconds", {{"total", total_s},
+                       {"calibration_sampling", calib_sample_s},
+                       {"forward", times.forward},
+                       {"covariance", times.covariance},
+                       {"decompositions", times.compress},
+                       {"decompositions_by_part", part_seconds}}},
+          {"flops", {{"forward", times.forward_flops}, {"covariance", times.covariance_flops}}}};
+}
+
+}  // namespace latentllm::compress

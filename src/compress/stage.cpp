@@ -1,0 +1,117 @@
+#include "compress/stage.hpp"
+
+#include <chrono>
+
+#include "compress/asvd.hpp"
+#include "compress/junction.hpp"
+#include "compress/notes.hpp"
+#include "latentllm/error.hpp"
+#include "latentllm/log.hpp"
+#include "model/ops.hpp"
+
+namespace latentllm::compress {
+namespace {
+
+// Writes factors into a model Linear (float), replacing its dense weight.
+void install_factors(model::Linear& lin, const LowRank& f) {
+  MatrixF b = f.B.cast<float>(), a = f.A.cast<float>();  // [out, r], [r, in or in − r]
+  // Factors beyond the float range (from weights near it) would poison every later layer.
+  model::check_finite(b, lin.name + ".B.weight");
+  model::check_finite(a, lin.name + ".A.weight");
+  lin.B = std::move(b);
+  lin.A = std::move(a);
+  lin.block_identity = f.block_identity();
+  lin.perm.assign(f.perm.begin(), f.perm.end());
+  if (f.bias.size() > 0) lin.bias = f.bias.cast<float>();
+  lin.weight.resize(0, 0);
+}
+
+}  // namespace
+
+MatrixD to_double(const MatrixF& m) { return m.cast<double>(); }
+VectorD to_double(const VectorF& v) { return v.cast<double>(); }
+
+std::string joined_name(std::initializer_list<const model::Linear*> mods) {
+  std::string out;
+  for (const model::Linear* lin : mods) out += out.empty() ? lin->name : ", " + lin->name.substr(lin->name.rfind('.') + 1);
+  return out;
+}
+
+StageContext::StageContext(const CompressOptions& opt, const RankPlan& plan, CompressReport& report)
+    : opt_(opt), local_(opt.local), report_(report) {
+  local_.preconditioner = preconditioner_of(opt.method);
+  for (const auto& mp : plan.modules) ranks_[mp.name] = mp.rank;
+}
+
+int StageContext::rank_of(const model::Linear& lin) const {
+  const auto it = ranks_.find(lin.name);
+  if (it == ranks_.end()) throw Error(fmt::format("{}: no rank planned", lin.name));
+  return static_cast<int>(it->second);
+}
+
+void StageContext::install(model::Linear& lin, LowRank f, const MatrixD& w, const VectorD& b,
+                           const calib::SiteStats* st, std::string_view how) {
+  f = with_junction(std::move(f), local_.junction, lin.name);
+  ModuleReport r;
+  r.name = lin.name;
+  r.out = lin.out;
+  r.in = lin.in;
+  r.rank = f.rank();
+  r.dense_params = lin.out * lin.in;
+  r.params = f.weight_params();
+  r.how = how;
+  if (st == nullptr) {
+    r.loss = (w - f.dense()).squaredNorm();
+  } else {
+    const MatrixD e = w - f.dense();
+    VectorD delta;
+    if (b.size() > 0) delta = b - f.bias;
+    const VectorD mean = st->mean();
+    const auto n = static_cast<double>(st->n);
+    r.loss = output_error(e, delta, st->xtx, mean, n);
+    const double energy = output_error(w, b, st->xtx, mean, n);
+    r.loss_rel = energy > 0 ? r.loss / energy : 0.0;
+    log_info("  {} rank {} params {}/{} loss {:.4e} (rel {:.4f}) [{}]", lin.name, r.rank, r.params, r.dense_params,
+             r.loss, r.loss_rel, how);
+  }
+  report_.modules.push_back(std::move(r));
+  install_factors(lin, f);
+}
+
+void CompressStage::run(const calib::StageInput& in, model::Model& m) {
+  NoteCollector notes;  // the numerical fallbacks of this stage, into the report in order
+  const std::string part(name());
+  const auto& observe = ctx_.options().part_observer;
+  if (observe) observe(part, true);
+  const auto t0 = std::chrono::steady_clock::now();
+  compress(in, m);
+  if (observe) observe(part, false);
+  ctx_.report().part_seconds[part] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (const NumericNote& n : notes.notes()) ctx_.report().add_note(n);
+}
+
+std::vector<std::unique_ptr<CompressStage>> plan_stages(StageContext& ctx, const model::Model& m) {
+  using model::Role;
+  using model::Site;
+  const CompressOptions& o = ctx.options();
+  const bool latent = o.method == Method::LatentLlm;
+  const bool qk = latent && o.joint.qk, vo = latent && o.joint.vo, ud = latent && o.joint.ud;
+  std::vector<std::unique_ptr<CompressStage>> s;
+  if (qk) s.push_back(make_joint_qk_stage(ctx));
+  // Joint V-O compresses v_proj with o_proj once the o_proj input statistics exist.
+  std::vector<Role> attn_in = qk ? std::vector<Role>{} : std::vector<Role>{Role::Q, Role::K};
+  if (!vo) attn_in.push_back(Role::V);
+  if (!attn_in.empty()) s.push_back(make_local_stage(ctx, Site::AttnIn, attn_in));
+  if (vo) s.push_back(make_joint_vo_stage(ctx));
+  else s.push_back(make_local_stage(ctx, Site::AttnOut, {Role::O}));
+  if (ud) {
+    s.push_back(make_joint_ud_stage(ctx));
+  } else {
+    s.push_back(make_local_stage(ctx, Site::MlpIn, {Role::Gate, Role::Up}));
+    s.push_back(make_local_stage(ctx, Site::MlpMid, {Role::Down}));
+  }
+  (void)m;
+  return s;
+}
+
+}  // namespace latentllm::compress

@@ -1,0 +1,76 @@
+// The compressor as a sequence of calibration stages (calib::Stage): a method is the list of stages
+// plan_stages returns, each in its own file, sharing one StageContext.
+//
+//   stage      file                 site it waits for   modules          rewrites
+//   local      stage_local.cpp      its site            by role           its site
+//   joint-qk   stage_joint_qk.cpp   AttnIn              Q, K              AttnIn
+//   joint-vo   stage_joint_vo.cpp   AttnOut (+AttnIn)   V, O              AttnIn, AttnOut
+//   joint-ud   stage_joint_ud.cpp   MlpIn (activations) Gate, Up, Down    MlpIn, MlpMid
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "compress/low_rank.hpp"
+#include "latentllm/calib.hpp"
+#include "latentllm/compress.hpp"
+#include "latentllm/model.hpp"
+
+namespace latentllm::compress {
+
+// What the stages of one compression run share: the options, the planned ranks, the report.
+class StageContext {
+ public:
+  StageContext(const CompressOptions& opt, const RankPlan& plan, CompressReport& report);
+
+  const CompressOptions& options() const { return opt_; }
+  // The local options of the method (its pre-conditioner, the junction, λ, α).
+  const LocalOptions& local() const { return local_; }
+  CompressReport& report() { return report_; }
+  int rank_of(const model::Linear& lin) const;
+
+  // Puts f into the junction form the options ask for, reports it (its output error over the inputs
+  // `st` against the dense w, b; st null: the weight error ‖W − B·A‖² only, unlogged) under `how`,
+  // and installs it in lin in place of the dense weight.
+  void install(model::Linear& lin, LowRank f, const MatrixD& w, const VectorD& b, const calib::SiteStats* st,
+               std::string_view how);
+
+ private:
+  const CompressOptions& opt_;
+  LocalOptions local_;
+  CompressReport& report_;
+  std::map<std::string, std::int64_t> ranks_;
+};
+
+// A stage of the compressor: times compress() (CompressReport::part_seconds, the part observer) and
+// moves the numerical notes it records into the report.
+class CompressStage : public calib::Stage {
+ public:
+  explicit CompressStage(StageContext& ctx) : ctx_(ctx) {}
+  void run(const calib::StageInput& in, model::Model& m) final;
+
+ protected:
+  virtual void compress(const calib::StageInput& in, model::Model& m) = 0;
+  StageContext& ctx_;
+};
+
+// Local ASVD (the method's pre-conditioner) of the not yet compressed modules with these roles at `site`.
+std::unique_ptr<CompressStage> make_local_stage(StageContext& ctx, model::Site site, std::vector<model::Role> roles);
+std::unique_ptr<CompressStage> make_joint_qk_stage(StageContext& ctx);
+std::unique_ptr<CompressStage> make_joint_vo_stage(StageContext& ctx);
+std::unique_ptr<CompressStage> make_joint_ud_stage(StageContext& ctx);
+
+// The stages of ctx's method for model m, in the sites' forward order.
+std::vector<std::unique_ptr<CompressStage>> plan_stages(StageContext& ctx, const model::Model& m);
+
+// ---- helpers of the stage files ---------------------------------------------------------------
+
+MatrixD to_double(const MatrixF& m);
+VectorD to_double(const VectorF& v);
+// "model.layers.0.self_attn.q_proj, k_proj": the modules a joint stage compresses together.
+std::string joined_name(std::initializer_list<const model::Linear*> mods);
+
+}  // namespace latentllm::compress

@@ -1,0 +1,71 @@
+// The joint up-down stage (paper §"Latent MLP: Joint UD SVD", appendix "MLP-Aware Joint Compression";
+// joint_ud.hpp): the MLP's input activations themselves, its gate (gated MLPs), up and down.
+#include "compress/joint_ud.hpp"
+#include "compress/stage.hpp"
+#include "latentllm/log.hpp"
+
+namespace latentllm::compress {
+namespace {
+
+class JointUdStage final : public CompressStage {
+ public:
+  using CompressStage::CompressStage;
+  std::string_view name() const override { return "joint-ud"; }
+  model::Site site() const override { return model::Site::MlpIn; }
+  bool needs_activations() const override { return true; }
+  std::vector<model::Site> rewrites() const override { return {model::Site::MlpIn, model::Site::MlpMid}; }
+
+ private:
+  void compress(const calib::StageInput& in, model::Model& m) override {
+    auto& layer = m.layer(in.layer);
+    model::Linear& up = layer.linear(model::Role::Up);
+    model::Linear& down = layer.linear(model::Role::Down);
+    model::Linear* gate = layer.find(model::Role::Gate);
+    MlpDense dense;
+    dense.act = m.mlp().act;
+    dense.gated = m.mlp().gated;
+    dense.w_up = to_double(up.weight);
+    dense.b_up = to_double(up.bias);
+    dense.w_down = to_double(down.weight);
+    dense.b_down = to_double(down.bias);
+    if (gate) {
+      dense.w_gate = to_double(gate->weight);
+      dense.b_gate = to_double(gate->bias);
+    }
+    const CompressOptions& o = ctx_.options();
+    UdOptions uo;
+    uo.ranks.up = ctx_.rank_of(up);
+    uo.ranks.down = ctx_.rank_of(down);
+    uo.ranks.gate = gate ? ctx_.rank_of(*gate) : 0;
+    uo.iters = o.ud_iters;
+    uo.lambda_rel = o.local.lambda_rel;
+    const MatrixF& x_all = *in.activations;  // [N·L, d]
+    MatrixF x_sub;                            // [≤ ud_max_tokens, d] evenly strided rows, when capped
+    if (o.ud_max_tokens > 0 && x_all.rows() > o.ud_max_tokens) {
+      const std::int64_t stride = (x_all.rows() + o.ud_max_tokens - 1) / o.ud_max_tokens;
+      x_sub.resize((x_all.rows() + stride - 1) / stride, x_all.cols());
+      for (Eigen::Index i = 0; i < x_sub.rows(); ++i) x_sub.row(i) = x_all.row(i * stride);
+      log_info("  layer {} joint up-down on {} of {} calibration tokens (--ud-tokens)", in.layer, x_sub.rows(),
+               x_all.rows());
+    }
+    const UdResult res = joint_ud(dense, x_sub.size() > 0 ? x_sub : x_all, uo,
+                                  gate ? joined_name({gate, &up, &down}) : joined_name({&up, &down}));
+    const double energy = res.output_energy > 0 ? res.output_energy : 1.0;
+    const double best = res.best_iter >= 0 ? res.loss[static_cast<std::size_t>(res.best_iter)] : res.loss_local;
+    log_info("  layer {} MLP output loss: local {:.4e} joint {:.4e} (rel {:.4f} -> {:.4f})", in.layer,
+             res.loss_local, best, res.loss_local / energy, best / energy);
+    ctx_.report().ud_losses.push_back({in.layer, best, res.loss_local});
+    // up/gate: output error over their calibration inputs. down: its inputs are the compressed hidden
+    // activations, not tapped; the MLP output loss above is its measure (weight error recorded).
+    const calib::SiteStats& st = in.stats_of(model::Site::MlpIn);
+    ctx_.install(up, res.f.up, dense.w_up, dense.b_up, &st, "joint-ud");
+    if (gate) ctx_.install(*gate, res.f.gate, dense.w_gate, dense.b_gate, &st, "joint-ud");
+    ctx_.install(down, res.f.down, dense.w_down, dense.b_down, nullptr, "joint-ud");
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<CompressStage> make_joint_ud_stage(StageContext& ctx) { return std::make_unique<JointUdStage>(ctx); }
+
+}  // namespace latentllm::compress

@@ -1,0 +1,41 @@
+// The local stage: each module by itself, activation-aware SVD with the method's pre-conditioner
+// (paper Table 1; asvd.hpp).
+#include "compress/asvd.hpp"
+#include "compress/stage.hpp"
+
+namespace latentllm::compress {
+namespace {
+
+class LocalStage final : public CompressStage {
+ public:
+  LocalStage(StageContext& ctx, model::Site site, std::vector<model::Role> roles)
+      : CompressStage(ctx), site_(site), roles_(std::move(roles)) {}
+  std::string_view name() const override { return "local"; }
+  model::Site site() const override { return site_; }
+
+ private:
+  void compress(const calib::StageInput& in, model::Model& m) override {
+    const calib::SiteStats& st = in.stats_of(site_);
+    for (model::Linear& lin : m.layer(in.layer).linears) {
+      if (lin.site != site_ || lin.factored() || std::find(roles_.begin(), roles_.end(), lin.role) == roles_.end()) {
+        continue;
+      }
+      const MatrixD w = to_double(lin.weight);  // [out, in]
+      const VectorD b = to_double(lin.bias);    // [out] or empty
+      LocalOptions lo = ctx_.local();
+      if (b.size() == 0) lo.update_bias = false;
+      ctx_.install(lin, asvd(w, b, st, ctx_.rank_of(lin), lo, lin.name), w, b, &st, "local");
+    }
+  }
+
+  model::Site site_;
+  std::vector<model::Role> roles_;
+};
+
+}  // namespace
+
+std::unique_ptr<CompressStage> make_local_stage(StageContext& ctx, model::Site site, std::vector<model::Role> roles) {
+  return std::make_unique<LocalStage>(ctx, site, std::move(roles));
+}
+
+}  // namespace latentllm::compress
