@@ -90,22 +90,14 @@ struct NumericNote {
 };
 
 // ---- Rank planning ---------------------------------------------------------------------------
-// A module of `ratio` R keeps (1 − R)·d'·d weights: the largest r with params(r) ≤ (1 − R)·d'·d, where
-// params(r) = r·(d' + d), or r·(d' + d) − r² with the block-identity junction. Bias parameters are kept
-// as they are and not counted in the ratio (they are d' per module, identical for dense and factored).
+// A module of `ratio` R keeps (1 − R)·d'·d weights (eval::factored_params counts them, block identity
+// included). Bias parameters are kept as they are and not counted in the ratio (they are d' per module,
+// identical for dense and factored).
 
-// Weights of the dense module: d'·d.
-std::int64_t dense_params(std::int64_t out, std::int64_t in);
-// Weights of the factored module of rank r: r·(d' + d), minus r² for Junction::BlockIdentity.
-std::int64_t factored_params(std::int64_t out, std::int64_t in, std::int64_t rank, Junction j);
-// The largest rank meeting the budget of `ratio`, r ≤ min(d, d'). Throws ConfigError when ratio is
+// The largest rank meeting the budget of `ratio`, r ≤ min(d, d'): the largest r with
+// eval::factored_params(d', d, r, j == BlockIdentity) ≤ (1 − ratio)·d'·d. Throws ConfigError when ratio is
 // outside (0, 1) or when not even r = 1 fits (the message names `context`).
 std::int64_t rank_for_ratio(std::int64_t out, std::int64_t in, double ratio, Junction j, std::string_view context);
-// Multiply-accumulates of the weight product for n_tok tokens, as calflops counts a Linear (bias
-// ignored): n_tok·(weights). FLOPs are 2·MACs.
-std::int64_t dense_macs(std::int64_t out, std::int64_t in, std::int64_t n_tok);
-std::int64_t factored_macs(std::int64_t out, std::int64_t in, std::int64_t rank, Junction j, std::int64_t n_tok);
-inline std::int64_t flops_of_macs(std::int64_t macs) { return 2 * macs; }
 
 struct ModuleShape {
   std::string name;      // HF module name, e.g. "model.decoder.layers.0.self_attn.q_proj"
@@ -133,8 +125,8 @@ struct RankPlan {
   std::int64_t dense_params() const;  // Σ d'·d
   std::int64_t macs() const;
   std::int64_t dense_macs() const;
-  std::int64_t flops() const { return flops_of_macs(macs()); }
-  std::int64_t dense_flops() const { return flops_of_macs(dense_macs()); }
+  std::int64_t flops() const { return 2 * macs(); }
+  std::int64_t dense_flops() const { return 2 * dense_macs(); }
   double achieved_ratio() const;      // 1 − params / dense_params (≥ ratio)
 };
 

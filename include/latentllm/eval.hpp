@@ -1,12 +1,17 @@
-// Perplexity by the GPTQ / SparseGPT protocol: tokenize the whole evaluation string once (BOS once at
-// the start, as the model's tokenizer adds it), cut it into nsamples = numel // seqlen
-// non-overlapping windows (tail dropped; C4 first truncated to 256·seqlen tokens), and report
-// ppl = exp(mean NLL of the seqlen − 1 predicted tokens of every window).
+// Evaluation: perplexity by the GPTQ / SparseGPT protocol, and the accounting of parameters, MACs and
+// KV-cache sizes.
+//
+// Perplexity: tokenize the whole evaluation string once (BOS once at the start, as the model's
+// tokenizer adds it), cut it into nsamples = numel // seqlen non-overlapping windows (tail dropped; C4
+// first truncated to 256·seqlen tokens), and report ppl = exp(mean NLL of the seqlen − 1 predicted
+// tokens of every window).
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <string>
+#include <utility>
 #include <span>
 #include <vector>
 
@@ -60,5 +65,30 @@ PplResult perplexity_ids(const model::Model& m, std::span<const std::int32_t> id
 // eval_ids + perplexity_ids with the options' defaults resolved.
 PplResult perplexity(const model::Model& m, const io::Tokenizer& tok, const PplOptions& opt,
                      const PplProgressFn& progress = {});
+
+// ---- Accounting --------------------------------------------------------------------------------
+// A linear module y = W·x + b with W: [d', d] stores d'·d weights dense, and r·(d' + d) factored as
+// B·A, minus r² with the block-identity junction (A holds I_r on r pivoted columns). Biases are d'
+// either way and counted separately. MACs follow calflops (the Linear's weights per token, bias
+// ignored); FLOPs = 2·MACs.
+std::int64_t dense_params(std::int64_t out, std::int64_t in);
+std::int64_t factored_params(std::int64_t out, std::int64_t in, std::int64_t rank, bool block_identity);
+std::int64_t dense_macs(std::int64_t out, std::int64_t in, std::int64_t n_tok);
+std::int64_t factored_macs(std::int64_t out, std::int64_t in, std::int64_t rank, bool block_identity,
+                           std::int64_t n_tok);
+inline std::int64_t flops_of_macs(std::int64_t macs) { return 2 * macs; }
+// The MACs of a module as stored (dense or factored) for n_tok tokens.
+std::int64_t linear_macs(const model::Linear& l, std::int64_t n_tok);
+
+// Stored parameters (weights, biases, norms, embeddings) per module type: "embed", "attn", "mlp",
+// "norm", then "lm_head" when untied.
+std::vector<std::pair<std::string, std::int64_t>> param_breakdown(const model::Model& m);
+std::int64_t num_params(const model::Model& m);
+// MACs of one forward over n_tok tokens as calflops counts it: every linear as stored, the LM head,
+// and attention's Q·Kᵀ and A·V over the full n_tok × n_tok square.
+std::int64_t forward_macs(const model::Model& m, std::int64_t n_tok);
+// Bytes per token of a KV cache that stores each layer's keys and values (2·H_kv·d_h values per layer)
+// with bytes_per_value bytes each.
+std::int64_t kv_cache_bytes_per_token(const model::Model& m, std::int64_t bytes_per_value);
 
 }  // namespace latentllm::eval

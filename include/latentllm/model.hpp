@@ -253,9 +253,9 @@ class Model {
   // never materialized.
   double windows_nll(std::span<const std::int32_t> ids, int T) const;
 
-  // Parameter counts per module type for inspect: "embed", "attn", "mlp", "norm", "lm_head", ...
-  std::vector<std::pair<std::string, std::int64_t>> param_breakdown() const;
-  std::int64_t num_params() const;
+  // Parameters outside the decoder layers per module type ("embed", "norm", "lm_head"; eval::param_breakdown
+  // counts the whole model).
+  virtual std::vector<std::pair<std::string, std::int64_t>> non_layer_params() const = 0;
 
  protected:
   ModelConfig config_;
@@ -263,8 +263,6 @@ class Model {
   MlpInfo mlp_;
   std::filesystem::path dir_;
   std::vector<DecoderLayer> layers_;
-  // Parameters outside the decoder layers per module type ("embed", "norm", "lm_head").
-  virtual std::vector<std::pair<std::string, std::int64_t>> outer_params() const = 0;
   // The LM head's input: final norm (+ OPT project_out).  h: [n, d] -> x: [n, p].
   virtual void final_hidden(const MatrixF& h, MatrixF& x) const = 0;
   // The LM head weight [V, p]: lm_head.weight, or the token embedding when tied.

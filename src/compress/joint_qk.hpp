@@ -87,47 +87,4 @@ QkFactors separate_qk(const QkDense& w, const calib::SiteStats& m, int r_q, int 
 // in the augmented space (biases included). Without RoPE only Δ = 0 is used.
 double qk_attention_loss(const QkDense& dense, const QkFactors& f, const model::AttentionInfo& s, const calib::SiteStats& m,
                          const RopeWindow& rope = {});
-// The same from the tokens x: [n, d] cut into windows of seqlen tokens (positions 0..seqlen−1):
-// Σ_i Σ_pairs (s_i(m, n) − ŝ_i(m, n))², pairs (m, n) in one window with 0 ≤ m − n ≤ window, or all
-// pairs when window < 0; scores rotated by RoPE when s.rope.
-double qk_attention_loss_exact(const QkDense& dense, const QkFactors& f, const model::AttentionInfo& s, const MatrixD& x,
-                               int seqlen, int window);
-
-// ---- Per-head junction and parameter counting -------------------------------------------------
-//
-// An invertible J [d_h, d_h] between the two decompressions leaves every score unchanged:
-// (J·q̂)ᵀ(J⁻ᵀ·k̂) = q̂ᵀk̂. Choosing J so that one side's per-head decompression holds an exact identity
-// block (d_h columns chosen by column-pivoted QR for conditioning) saves d_h² parameters per head.
-// Query: J_i·B_q,i = [I | …] per query head (MHA only: a kv head shared by a group cannot absorb
-// different J_i). Key: J_g⁻ᵀ·B_k,g = [I | …] per kv head, with J_g applied to all query heads of the
-// group (works for GQA; saves H_kv·d_h²). NOT valid with RoPE: the rotation between the two sides does
-// not commute with J (apply_qk_junction throws ConfigError when s.rope).
-enum class QkJunction { None, Query, Key };
-
-struct QkJunctionResult {
-  QkFactors f;
-  // Per head of the junction side: the d_h columns of that head's B block that hold the identity
-  // (identity_cols[h][j] = column holding e_j).
-  std::vector<std::vector<int>> identity_cols;
-};
-QkJunctionResult apply_qk_junction(const QkFactors& f, const model::AttentionInfo& s, QkJunction side, std::string_view context);
-
-// d·(r_q + r_k) + H·d_h·r_q + H_kv·d_h·r_k, minus H·d_h² (Query, r_q ≥ d_h) or H_kv·d_h² (Key, r_k ≥ d_h).
-// Biases are not counted.
-std::int64_t qk_params(const model::AttentionInfo& s, int r_q, int r_k, QkJunction j);
-std::int64_t qk_dense_params(const model::AttentionInfo& s);  // d·(H + H_kv)·d_h
-
-struct QkRankPlan {
-  int r_q = 0;
-  int r_k = 0;
-  QkJunction junction = QkJunction::None;  // the junction the count assumed (None if it cannot apply)
-  std::int64_t params = 0;
-  std::int64_t dense_params = 0;
-};
-// The largest common rank r with r_q = min(r, min(d, H·d_h)), r_k = min(r, min(d, H_kv·d_h)) (a rank
-// beyond a projection's output size captures nothing) and params ≤ (1 − ratio)·dense. The junction is
-// counted only where it applies (its side's rank ≥ d_h). Throws ConfigError if ratio ∉ (0, 1), no rank
-// fits, or a junction is asked for with RoPE.
-QkRankPlan plan_qk_ranks(const model::AttentionInfo& s, double ratio, QkJunction j);
-
 }  // namespace latentllm::compress

@@ -105,39 +105,7 @@ VoFactors separate_vo(const VoDense& w, const calib::SiteStats& m, const calib::
   return f;
 }
 
-calib::SiteStats vo_identity_attention_moments(const VoDense& w, const model::AttentionInfo& s, const calib::SiteStats& m) {
-  const MatrixD e = expand_kv(with_bias_column(w.wv, w.bv), s);  // [H·d_h, d+1]
-  VectorD s1(m.width() + 1);
-  s1.head(m.width()) = m.sum;
-  s1(m.width()) = m.n;
-  calib::SiteStats z;
-  z.xtx = e * m.augmented() * e.transpose();
-  z.sum = e * s1;
-  z.n = m.n;
-  return z;
-}
 
-double vo_head_loss(const VoDense& dense, const VoFactors& f, const model::AttentionInfo& s, const calib::SiteStats& m) {
-  check_dense(dense, s, m, "vo_head_loss");
-  const int dh = s.head_dim;
-  const MatrixD c = m.augmented();
-  const MatrixD ev = with_bias_column(dense.wv, dense.bv), fv = augmented_dense(f.v);  // [H_kv·d_h, d+1]
-  const MatrixD fo = f.o.dense();                                                     // [d, H·d_h]
-  double loss = 0;
-  for (int i = 0; i < s.num_heads; ++i) {
-    const int g = s.kv_head(i);
-    // Δ_i = [W_o,i | −Ŵ_o,i]·[E_g; Ê_g]; ‖Δ_i C^{1/2}‖² = tr(W̄·(K C Kᵀ)·W̄ᵀ).
-    MatrixD k(2 * dh, c.cols());
-    k.topRows(dh) = ev.middleRows(g * dh, dh);
-    k.bottomRows(dh) = fv.middleRows(g * dh, dh);
-    MatrixD wbar(s.hidden, 2 * dh);
-    wbar.leftCols(dh) = dense.wo.middleCols(i * dh, dh);
-    wbar.rightCols(dh) = -fo.middleCols(i * dh, dh);
-    const MatrixD kc = k * c * k.transpose();
-    loss += (wbar * kc).cwiseProduct(wbar).sum();
-  }
-  return loss;
-}
 
 double vo_output_loss(const VoDense& dense, const VoFactors& f, const model::AttentionInfo& s, const calib::SiteStats& m) {
   check_dense(dense, s, m, "vo_output_loss");
@@ -149,13 +117,6 @@ double vo_output_loss(const VoDense& dense, const VoFactors& f, const model::Att
   return (dmat * m.augmented()).cwiseProduct(dmat).sum();
 }
 
-std::int64_t vo_params(const model::AttentionInfo& s, int r_v, int r_o) {
-  const std::int64_t d = s.hidden, dh = s.head_dim;
-  return d * r_v + s.num_kv_heads * dh * r_v + d * r_o + r_o * s.num_heads * dh;
-}
 
-std::int64_t vo_dense_params(const model::AttentionInfo& s) {
-  return static_cast<std::int64_t>(s.hidden) * (s.num_kv_heads + s.num_heads) * s.head_dim;
-}
 
 }  // namespace latentllm::compress

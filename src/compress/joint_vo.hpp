@@ -69,17 +69,9 @@ VoResult joint_vo(const VoDense& w, const model::AttentionInfo& s, const calib::
 VoFactors separate_vo(const VoDense& w, const calib::SiteStats& m, const calib::SiteStats& o_m, int r_v, int r_o,
                       double lambda_rel, std::string_view context);
 
-// Moments of the o_proj input if every head attended only to its own token (a_i = e_t): z = W'_v·x'
-// per head. Stand-in for the real attention-output statistics when they are not available.
-calib::SiteStats vo_identity_attention_moments(const VoDense& w, const model::AttentionInfo& s, const calib::SiteStats& m);
 
-// Σ_i ‖(W_o,iW'_v,g − Ŵ_o,iŴ'_v,g)·C'^{1/2}‖² (augmented, no damping): the per-head objective.
-double vo_head_loss(const VoDense& dense, const VoFactors& f, const model::AttentionInfo& s, const calib::SiteStats& m);
 // Σ_t ‖y_t − ŷ_t‖² of the attention-block output (biases included) if every head attended only to its
 // own token: a local proxy of the block output error.
 double vo_output_loss(const VoDense& dense, const VoFactors& f, const model::AttentionInfo& s, const calib::SiteStats& m);
-
-std::int64_t vo_params(const model::AttentionInfo& s, int r_v, int r_o);  // biases not counted
-std::int64_t vo_dense_params(const model::AttentionInfo& s);             // d·H_kv·d_h + d·H·d_h
 
 }  // namespace latentllm::compress

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "latentllm/error.hpp"
+#include "latentllm/eval.hpp"
 
 namespace latentllm::compress {
 
@@ -24,17 +25,10 @@ void check_ratio(double ratio, std::string_view context) {
 
 }  // namespace
 
-std::int64_t dense_params(std::int64_t out, std::int64_t in) { return out * in; }
-
-std::int64_t factored_params(std::int64_t out, std::int64_t in, std::int64_t rank, Junction j) {
-  const std::int64_t p = rank * (out + in);
-  return j == Junction::BlockIdentity ? p - rank * rank : p;
-}
-
 std::int64_t max_rank_for_budget(std::int64_t out, std::int64_t in, double budget, Junction j) {
   const std::int64_t r_max = std::min(out, in);
   const double limit = budget + 1e-12 * std::abs(budget);
-  const auto fits = [&](std::int64_t r) { return static_cast<double>(factored_params(out, in, r, j)) <= limit; };
+  const auto fits = [&](std::int64_t r) { return static_cast<double>(eval::factored_params(out, in, r, j == Junction::BlockIdentity)) <= limit; };
   const double s = static_cast<double>(out + in);
   double guess = budget / s;  // r·(d'+d) ≤ budget
   if (j == Junction::BlockIdentity) {
@@ -51,20 +45,14 @@ std::int64_t max_rank_for_budget(std::int64_t out, std::int64_t in, double budge
 std::int64_t rank_for_ratio(std::int64_t out, std::int64_t in, double ratio, Junction j, std::string_view context) {
   check_shape(out, in, context);
   check_ratio(ratio, context);
-  const double budget = (1.0 - ratio) * static_cast<double>(dense_params(out, in));
+  const double budget = (1.0 - ratio) * static_cast<double>(eval::dense_params(out, in));
   const std::int64_t r = max_rank_for_budget(out, in, budget, j);
   if (r < 1) {
     throw ConfigError(fmt::format("{}: ratio {} leaves no rank for a [{}, {}] module (expected a budget of at least "
                                   "{} weights for rank 1, got {:.1f})",
-                                  context, ratio, out, in, factored_params(out, in, 1, j), budget));
+                                  context, ratio, out, in, eval::factored_params(out, in, 1, j == Junction::BlockIdentity), budget));
   }
   return r;
-}
-
-std::int64_t dense_macs(std::int64_t out, std::int64_t in, std::int64_t n_tok) { return n_tok * dense_params(out, in); }
-
-std::int64_t factored_macs(std::int64_t out, std::int64_t in, std::int64_t rank, Junction j, std::int64_t n_tok) {
-  return n_tok * factored_params(out, in, rank, j);
 }
 
 std::int64_t RankPlan::params() const {
@@ -110,10 +98,11 @@ RankPlan plan_ranks(const std::vector<ModuleShape>& modules, double ratio, Junct
     p.out = m.out;
     p.in = m.in;
     p.rank = rank_for_ratio(m.out, m.in, ratio, j, m.name);
-    p.params = factored_params(m.out, m.in, p.rank, j);
-    p.dense_params = compress::dense_params(m.out, m.in);
-    p.macs = factored_macs(m.out, m.in, p.rank, j, n_tok);
-    p.dense_macs = compress::dense_macs(m.out, m.in, n_tok);
+    const bool bi = j == Junction::BlockIdentity;
+    p.params = eval::factored_params(m.out, m.in, p.rank, bi);
+    p.dense_params = eval::dense_params(m.out, m.in);
+    p.macs = eval::factored_macs(m.out, m.in, p.rank, bi, n_tok);
+    p.dense_macs = eval::dense_macs(m.out, m.in, n_tok);
     plan.modules.push_back(std::move(p));
   }
   return plan;

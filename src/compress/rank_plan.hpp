@@ -7,7 +7,8 @@
 
 namespace latentllm::compress {
 
-// The largest r in [0, min(d, d')] with factored_params(out, in, r, j) ≤ budget (0 if none fits).
+// The largest r in [0, min(d, d')] with eval::factored_params(out, in, r, j == BlockIdentity) ≤ budget
+// (0 if none fits).
 // params(r) is increasing on that range (r·(d'+d) − r² increases up to r = (d'+d)/2 ≥ min(d, d')), so
 // r is the floor of the smaller root of the quadratic, corrected by exact integer checks. A budget met
 // within 1e-12 relative counts as met, so decimal ratios (0.2 → 0.8·d'·d) land on exact boundaries.

@@ -201,13 +201,14 @@ class LlamaModel final : public Model {
     return causal_attention_flops(attention_shape(T), n_tok / T);
   }
 
- protected:
-  std::vector<std::pair<std::string, std::int64_t>> outer_params() const override {
+ public:
+  std::vector<std::pair<std::string, std::int64_t>> non_layer_params() const override {
     std::vector<std::pair<std::string, std::int64_t>> out = {{"embed", embed_tokens_.size()}, {"norm", norm_.size()}};
     if (lm_head_.size() > 0) out.emplace_back("lm_head", lm_head_.size());
     return out;
   }
 
+ protected:
   void final_hidden(const MatrixF& h, MatrixF& x) const override { norm(h, norm_, x); }
 
   const MatrixF& lm_head_weight() const override { return lm_head_.size() > 0 ? lm_head_ : embed_tokens_; }

@@ -71,32 +71,6 @@ double Model::windows_nll(std::span<const std::int32_t> ids, int T) const {
   return total;
 }
 
-std::vector<std::pair<std::string, std::int64_t>> Model::param_breakdown() const {
-  std::vector<std::pair<std::string, std::int64_t>> out = {{"embed", 0}, {"attn", 0}, {"mlp", 0}, {"norm", 0}};
-  auto add = [&](const std::string& key, std::int64_t n) {
-    for (auto& [k, v] : out)
-      if (k == key) {
-        v += n;
-        return;
-      }
-    out.emplace_back(key, n);
-  };
-  for (const auto& layer : layers_) {
-    for (const auto& l : layer.linears) {
-      add(l.site == Site::AttnIn || l.site == Site::AttnOut ? "attn" : "mlp", l.num_params());
-    }
-    for (const auto& [name, v] : layer.norms) add("norm", v.size());
-  }
-  for (const auto& [k, v] : outer_params()) add(k, v);
-  return out;
-}
-
-std::int64_t Model::num_params() const {
-  std::int64_t total = 0;
-  for (const auto& [k, v] : param_breakdown()) total += v;
-  return total;
-}
-
 EmbedAndHead load_embed_and_head(const WeightLoader& w, const std::string& embed_name, const std::string& head_name,
                                  std::int64_t V, std::int64_t p, bool tie) {
   EmbedAndHead out;

@@ -137,8 +137,8 @@ class OptModel final : public Model {
     return causal_attention_flops(attention_shape(T), n_tok / T);
   }
 
- protected:
-  std::vector<std::pair<std::string, std::int64_t>> outer_params() const override {
+ public:
+  std::vector<std::pair<std::string, std::int64_t>> non_layer_params() const override {
     const std::int64_t embed = embed_tokens_.size() + embed_positions_.size() + project_in_.num_params() +
                                project_out_.num_params();
     std::vector<std::pair<std::string, std::int64_t>> out = {
@@ -147,6 +147,7 @@ class OptModel final : public Model {
     return out;
   }
 
+ protected:
   void final_hidden(const MatrixF& h, MatrixF& x) const override {
     MatrixF normed;  // [n, d]
     const MatrixF* cur = &h;

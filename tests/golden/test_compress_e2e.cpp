@@ -10,6 +10,7 @@
 #include "latentllm/compress.hpp"
 #include "latentllm/dataset.hpp"
 #include "latentllm/error.hpp"
+#include "latentllm/eval.hpp"
 #include "latentllm/log.hpp"
 #include "latentllm/model.hpp"
 #include "latentllm/tensor.hpp"
@@ -143,7 +144,7 @@ TEST_F(CompressE2E, PlanHoldsTheBudgetAndCheckpointReloadsExactly) {
   ASSERT_EQ(a.cols(), b.cols());
   EXPECT_TRUE(a == b) << "max |Δlogit| " << (a - b).cwiseAbs().maxCoeff();
   EXPECT_EQ(m->windows_nll(ids, 64), re->windows_nll(ids, 64));
-  EXPECT_EQ(re->num_params(), m->num_params());
+  EXPECT_EQ(eval::num_params(*re), eval::num_params(*m));
 }
 
 // f16 storage: the reloaded factors and biases are exactly the in-memory ones rounded to half
@@ -166,7 +167,7 @@ TEST_F(CompressE2E, F16CheckpointHoldsTheHalfRoundedFactors) {
   const double nll = m->windows_nll(ids, 64), nll16 = re->windows_nll(ids, 64);
   EXPECT_NE(nll, nll16);
   EXPECT_NEAR(nll16, nll, 1e-3 * nll);
-  EXPECT_EQ(re->num_params(), m->num_params());
+  EXPECT_EQ(eval::num_params(*re), eval::num_params(*m));
 }
 
 TEST_F(CompressE2E, RootCovarianceBeatsPlainSvdAndLatentLlmBeatsRootCov) {
@@ -178,7 +179,7 @@ TEST_F(CompressE2E, RootCovarianceBeatsPlainSvdAndLatentLlmBeatsRootCov) {
               rootcov, latent);
   EXPECT_LT(dense, rootcov);
   EXPECT_LT(rootcov, plain);
-  EXPECT_LE(latent, rootcov * 1.01);
+  EXPECT_LT(latent, 0.95 * rootcov);  // measured 2.8977 vs 3.1746: 0.913
 }
 
 TEST_F(CompressE2E, BadRatioIsRejected) {

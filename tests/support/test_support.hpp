@@ -3,7 +3,10 @@
 
 #include <exception>
 #include <filesystem>
+#include <initializer_list>
 #include <string>
+
+#include <gtest/gtest.h>
 
 namespace latentllm::test {
 
@@ -19,6 +22,17 @@ std::string error_of(F&& f) {
     return std::string("wrong exception type: ") + e.what();
   }
   return "no exception";
+}
+
+// Expects every part in msg (one failure per missing part, showing the message).
+inline void expect_contains(const std::string& msg, std::initializer_list<std::string> parts) {
+  for (const auto& part : parts) EXPECT_NE(msg.find(part), std::string::npos) << "'" << part << "' not in: " << msg;
+}
+
+// Expects fn to throw an E whose message contains every part.
+template <typename E, typename F>
+void expect_error(F&& fn, std::initializer_list<std::string> parts) {
+  expect_contains(error_of<E>(std::forward<F>(fn)), parts);
 }
 
 // ../shared/<rel> (models, data). Throws std::runtime_error if it does not exist, so a missing

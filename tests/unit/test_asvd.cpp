@@ -16,6 +16,7 @@
 #include "compress/preconditioner.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/error.hpp"
+#include "latentllm/eval.hpp"
 #include "linalg/linalg.hpp"
 
 namespace latentllm::compress {
@@ -158,7 +159,7 @@ TEST(Asvd, BlockIdentityHoldsAnExactIdentityBlock) {
       for (int i = 0; i < r; ++i) EXPECT_EQ(a(i, f.perm[static_cast<std::size_t>(j)]), i == j ? 1.0 : 0.0);
     }
     EXPECT_EQ(f.weight_params(), static_cast<std::int64_t>(r) * (d_out + d_in) - static_cast<std::int64_t>(r) * r);
-    EXPECT_EQ(f.weight_params(), factored_params(d_out, d_in, r, Junction::BlockIdentity));
+    EXPECT_EQ(f.weight_params(), eval::factored_params(d_out, d_in, r, Junction::BlockIdentity == Junction::BlockIdentity));
     // Maxvol bound: every stored entry has magnitude ≤ 1.05 (up to the final re-solve's round-off).
     if (f.A.size() > 0) {
       EXPECT_LE(f.A.cwiseAbs().maxCoeff(), 1.05 + 1e-9);

@@ -16,26 +16,10 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-template <typename E, typename Fn>
-std::string thrown_message(Fn&& fn) {
-  try {
-    fn();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type, message: " << e.what();
-    return {};
-  }
-  ADD_FAILURE() << "no exception thrown";
-  return {};
-}
 
-void expect_contains(const std::string& msg, std::initializer_list<std::string> parts) {
-  for (const auto& part : parts) EXPECT_NE(msg.find(part), std::string::npos) << "'" << part << "' not in: " << msg;
-}
 
 std::string config_error(const json& doc) {
-  return thrown_message<ConfigError>([&] { parse_config(doc, "dir/config.json"); });
+  return test::error_of<ConfigError>([&] { parse_config(doc, "dir/config.json"); });
 }
 
 json minimal_opt() {
@@ -197,9 +181,9 @@ TEST(Config, MistralSlidingWindowDefaultsTo4096AndNullMeansNone) {
   m["sliding_window"] = 7;
   EXPECT_EQ(parse_config(m, "config.json").sliding_window, 7);
   m["sliding_window"] = 0;
-  expect_contains(config_error(m), {"sliding_window (expected a positive integer, got 0)"});
+  test::expect_contains(config_error(m), {"sliding_window (expected a positive integer, got 0)"});
   m["sliding_window"] = "4096";
-  expect_contains(config_error(m), {"sliding_window (expected a positive integer, got \"4096\")"});
+  test::expect_contains(config_error(m), {"sliding_window (expected a positive integer, got \"4096\")"});
 }
 
 // Llama-3.1's rope_scaling (the values of its config.json) and the older "type" spelling of linear.
@@ -237,7 +221,7 @@ TEST(Config, Qwen3Defaults) {
   EXPECT_EQ(b.head_dim, 16);
   EXPECT_FALSE(parse_config(minimal_llama(), "config.json").qk_norm);
   d["use_sliding_window"] = true;
-  expect_contains(config_error(d), {"use_sliding_window is unsupported"});
+  test::expect_contains(config_error(d), {"use_sliding_window is unsupported"});
 }
 
 TEST(Config, ModelTypeAloneSelectsTheArchitecture) {
@@ -252,16 +236,16 @@ TEST(Config, ModelTypeAloneSelectsTheArchitecture) {
 
 TEST(ConfigErrors, UnsupportedArchitectureListsSupported) {
   json d = minimal_llama("GPT2LMHeadModel", "gpt2");
-  EXPECT_EQ(thrown_message<ConfigError>([&] { parse_config(d, "config.json"); }),
+  EXPECT_EQ(test::error_of<ConfigError>([&] { parse_config(d, "config.json"); }),
             "config.json: architecture GPT2LMHeadModel is not supported (supported: OPTForCausalLM, "
             "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM)");
   d.erase("architectures");
-  expect_contains(config_error(d), {"dir/config.json: model_type gpt2 is not supported",
+  test::expect_contains(config_error(d), {"dir/config.json: model_type gpt2 is not supported",
                                     "supported: opt, llama, qwen2, qwen3, mistral"});
   d.erase("model_type");
-  expect_contains(config_error(d), {"dir/config.json: missing key architectures (expected one of OPTForCausalLM"});
+  test::expect_contains(config_error(d), {"dir/config.json: missing key architectures (expected one of OPTForCausalLM"});
   json mismatch = minimal_llama("LlamaForCausalLM", "opt");
-  expect_contains(config_error(mismatch), {"model_type (expected llama for LlamaForCausalLM, got opt)"});
+  test::expect_contains(config_error(mismatch), {"model_type (expected llama for LlamaForCausalLM, got opt)"});
 }
 
 TEST(ConfigErrors, MissingKey) {
@@ -269,14 +253,14 @@ TEST(ConfigErrors, MissingKey) {
                           "max_position_embeddings"}) {
     json d = minimal_opt();
     d.erase(key);
-    expect_contains(config_error(d), {fmt::format("dir/config.json: missing key {} (expected a positive integer)", key)});
+    test::expect_contains(config_error(d), {fmt::format("dir/config.json: missing key {} (expected a positive integer)", key)});
   }
   json l = minimal_llama();
   l.erase("intermediate_size");
-  expect_contains(config_error(l), {"dir/config.json: missing key intermediate_size"});
+  test::expect_contains(config_error(l), {"dir/config.json: missing key intermediate_size"});
   json n = minimal_llama();
   n["hidden_size"] = nullptr;  // null counts as missing for a required key
-  expect_contains(config_error(n), {"missing key hidden_size"});
+  test::expect_contains(config_error(n), {"missing key hidden_size"});
 }
 
 TEST(ConfigErrors, WrongTypesAndValues) {
@@ -296,26 +280,26 @@ TEST(ConfigErrors, WrongTypesAndValues) {
   for (const auto& [patch, want] : cases) {
     json d = minimal_llama();
     d.update(patch);
-    expect_contains(config_error(d), {want});
+    test::expect_contains(config_error(d), {want});
   }
   json o = minimal_opt();
   o["enable_bias"] = "yes";
-  expect_contains(config_error(o), {R"(enable_bias (expected true or false, got "yes"))"});
+  test::expect_contains(config_error(o), {R"(enable_bias (expected true or false, got "yes"))"});
 }
 
 TEST(ConfigErrors, HeadDivisibility) {
   json d = minimal_llama();
   d["hidden_size"] = 60;  // 60 / 8 heads
-  expect_contains(config_error(d), {"dir/config.json: hidden_size 60 (expected a multiple of num_attention_heads 8)"});
+  test::expect_contains(config_error(d), {"dir/config.json: hidden_size 60 (expected a multiple of num_attention_heads 8)"});
   d["head_dim"] = 8;  // an explicit head_dim lifts that requirement
   EXPECT_EQ(parse_config(d, "config.json").head_dim, 8);
   json g = minimal_llama();
   g["num_key_value_heads"] = 3;
-  expect_contains(config_error(g),
+  test::expect_contains(config_error(g),
                   {"dir/config.json: num_attention_heads 8 (expected a multiple of num_key_value_heads 3)"});
   json o = minimal_opt();
   o["num_attention_heads"] = 5;
-  expect_contains(config_error(o), {"hidden_size 32 (expected a multiple of num_attention_heads 5)"});
+  test::expect_contains(config_error(o), {"hidden_size 32 (expected a multiple of num_attention_heads 5)"});
 }
 
 TEST(ConfigErrors, UnsupportedRopeScalingAndSlidingWindow) {
@@ -334,7 +318,7 @@ TEST(ConfigErrors, UnsupportedRopeScalingAndSlidingWindow) {
   EXPECT_EQ(config_error(odd), "dir/config.json: head_dim (expected even for RoPE, got 7)");
   json q = minimal_llama("Qwen2ForCausalLM", "qwen2");
   q["use_sliding_window"] = true;
-  expect_contains(config_error(q), {"use_sliding_window is unsupported"});
+  test::expect_contains(config_error(q), {"use_sliding_window is unsupported"});
 }
 
 TEST(ConfigErrors, FileLevelFailures) {
@@ -344,15 +328,15 @@ TEST(ConfigErrors, FileLevelFailures) {
     std::ofstream out(bad);
     out << R"({"architectures": ["OPTForCausalLM"], "hidden_size": 2)";  // truncated
   }
-  expect_contains(thrown_message<FormatError>([&] { load_config(bad); }), {bad.string() + ": not valid JSON"});
+  test::expect_contains(test::error_of<FormatError>([&] { load_config(bad); }), {bad.string() + ": not valid JSON"});
   {
     std::ofstream out(bad);
     out << "[1, 2]";
   }
-  expect_contains(thrown_message<ConfigError>([&] { load_config(bad); }),
+  test::expect_contains(test::error_of<ConfigError>([&] { load_config(bad); }),
                   {bad.string() + ": config (expected a JSON object, got array)"});
   const fs::path missing = dir / "nope" / "config.json";
-  expect_contains(thrown_message<IoError>([&] { load_config(missing); }), {missing.string(), "cannot open"});
+  test::expect_contains(test::error_of<IoError>([&] { load_config(missing); }), {missing.string(), "cannot open"});
 }
 
 }  // namespace

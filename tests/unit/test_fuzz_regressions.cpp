@@ -31,37 +31,24 @@ std::string le64(std::uint64_t n) {
   return s;
 }
 
-// Runs fn, expects exception type E whose message contains every part.
-template <typename E, typename Fn>
-void expect_error(Fn&& fn, std::initializer_list<std::string> parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "no exception thrown";
-  } catch (const E& e) {
-    const std::string msg = e.what();
-    for (const auto& part : parts) EXPECT_NE(msg.find(part), std::string::npos) << "'" << part << "' not in: " << msg;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type, message: " << e.what();
-  }
-}
 
 // fuzz_config, fuzz_safetensors: a number beyond double range made nlohmann throw out_of_range 406
 // (not parse_error), which escaped the loaders as an untyped exception.
 TEST(FuzzRegression, ConfigNumberOverflowIsFormatError) {
   const fs::path p = write_file(test::make_temp_dir("fuzz"), "config.json", "507E1507E1");
-  expect_error<FormatError>([&] { model::load_config(p); }, {p.string() + ": not valid JSON", "number overflow"});
+  test::expect_error<FormatError>([&] { model::load_config(p); }, {p.string() + ": not valid JSON", "number overflow"});
 }
 
 TEST(FuzzRegression, SafetensorsHeaderNumberOverflowIsFormatError) {
   const std::string header = R"({"a":1e999})";
   const fs::path p = write_file(test::make_temp_dir("fuzz"), "model.safetensors", le64(header.size()) + header);
-  expect_error<FormatError>([&] { io::SafetensorsFile f(p); }, {p.string() + ": header is not valid JSON"});
+  test::expect_error<FormatError>([&] { io::SafetensorsFile f(p); }, {p.string() + ": header is not valid JSON"});
 }
 
 TEST(FuzzRegression, ShardIndexNumberOverflowIsFormatError) {
   const fs::path dir = test::make_temp_dir("fuzz");
   const fs::path p = write_file(dir, "model.safetensors.index.json", "\n83888888888888888888e88563923-46422");
-  expect_error<FormatError>([&] { io::TensorStore::open(dir); }, {p.string() + ": not valid JSON"});
+  test::expect_error<FormatError>([&] { io::TensorStore::open(dir); }, {p.string() + ": not valid JSON"});
 }
 
 // fuzz_tokenizer_json seed: a Split pre-tokenizer with a {"String": ...} pattern never loaded, because
@@ -84,21 +71,21 @@ std::string nested(std::size_t depth) { return std::string(depth, '[') + std::st
 TEST(FuzzRegression, DeepConfigIsFormatError) {
   const fs::path p = write_file(test::make_temp_dir("fuzz"), "config.json",
                                 R"({"architectures": ["OPTForCausalLM"], "hidden_size": )" + nested(1000000) + "}");
-  expect_error<FormatError>([&] { model::load_config(p); }, {p.string() + ": JSON nesting too deep", "at most 64"});
+  test::expect_error<FormatError>([&] { model::load_config(p); }, {p.string() + ": JSON nesting too deep", "at most 64"});
 }
 
 TEST(FuzzRegression, DeepShardIndexIsFormatError) {
   const fs::path dir = test::make_temp_dir("fuzz");
   const fs::path p =
       write_file(dir, "model.safetensors.index.json", R"({"weight_map": {"a": )" + nested(100000) + "}}");
-  expect_error<FormatError>([&] { io::TensorStore::open(dir); }, {p.string() + ": JSON nesting too deep"});
+  test::expect_error<FormatError>([&] { io::TensorStore::open(dir); }, {p.string() + ": JSON nesting too deep"});
 }
 
 TEST(FuzzRegression, DeepTokenizerConfigIsFormatError) {
   const fs::path dir = test::make_temp_dir("fuzz");
   write_file(dir, "tokenizer.json", R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})");
   const fs::path p = write_file(dir, "tokenizer_config.json", R"({"bos_token": )" + nested(100000) + "}");
-  expect_error<FormatError>([&] { io::load_tokenizer(dir); }, {p.string() + ": JSON nesting too deep"});
+  test::expect_error<FormatError>([&] { io::load_tokenizer(dir); }, {p.string() + ": JSON nesting too deep"});
 }
 
 TEST(FuzzRegression, JsonDepthIgnoresBracketsInStrings) {
@@ -119,19 +106,19 @@ fs::path tokenizer_json_with_id(const std::string& id) {
 
 TEST(FuzzRegression, NegativeTokenIdIsFormatError) {
   const fs::path dir = tokenizer_json_with_id("-3");
-  expect_error<FormatError>([&] { io::load_tokenizer(dir); },
+  test::expect_error<FormatError>([&] { io::load_tokenizer(dir); },
                             {(dir / "tokenizer.json").string() + ": model: vocab \"a\": id (expected an integer in "
                                                                  "0..1073741823, got -3)"});
 }
 
 TEST(FuzzRegression, FloatTokenIdIsFormatError) {
   const fs::path dir = tokenizer_json_with_id("1e10");
-  expect_error<FormatError>([&] { io::load_tokenizer(dir); }, {"vocab \"a\": id (expected an integer", "got 1"});
+  test::expect_error<FormatError>([&] { io::load_tokenizer(dir); }, {"vocab \"a\": id (expected an integer", "got 1"});
 }
 
 TEST(FuzzRegression, HugeTokenIdIsFormatError) {
   const fs::path dir = tokenizer_json_with_id("2000000000");
-  expect_error<FormatError>([&] { io::load_tokenizer(dir); }, {"got 2000000000)"});
+  test::expect_error<FormatError>([&] { io::load_tokenizer(dir); }, {"got 2000000000)"});
 }
 
 TEST(FuzzRegression, LargestTokenIdLoadsWithoutADenseTable) {
@@ -147,19 +134,19 @@ TEST(FuzzRegression, AddedTokenAndTemplateIdsAreChecked) {
   write_file(dir, "tokenizer.json",
              R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},)"
              R"( "added_tokens": [{"id": -1, "content": "<s>"}]})");
-  expect_error<FormatError>([&] { io::load_tokenizer(dir); }, {"added token \"<s>\": id (expected", "got -1)"});
+  test::expect_error<FormatError>([&] { io::load_tokenizer(dir); }, {"added token \"<s>\": id (expected", "got -1)"});
   write_file(dir, "tokenizer.json",
              R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "post_processor":)"
              R"( {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>"}}],)"
              R"( "special_tokens": {"<s>": {"ids": [3.5e9]}}}})");
-  expect_error<FormatError>([&] { io::load_tokenizer(dir); }, {"post_processor: <s>: id (expected"});
+  test::expect_error<FormatError>([&] { io::load_tokenizer(dir); }, {"post_processor: <s>: id (expected"});
 }
 
 TEST(FuzzRegression, Gpt2MaxIntTokenIdIsFormatError) {
   const fs::path dir = test::make_temp_dir("fuzz");
   const fs::path vocab = write_file(dir, "vocab.json", R"({"a": 2147483647})");
   write_file(dir, "merges.txt", "a b\n");
-  expect_error<FormatError>([&] { io::load_tokenizer(dir); },
+  test::expect_error<FormatError>([&] { io::load_tokenizer(dir); },
                             {vocab.string() + ": token \"a\": id (expected an integer in 0..1073741823, got "
                                               "2147483647)"});
 }
@@ -171,12 +158,12 @@ TEST(FuzzRegression, EmptyMetaspaceReplacementIsFormatError) {
   write_file(dir, "tokenizer.json",
              R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},)"
              R"( "pre_tokenizer": {"type": "Metaspace", "replacement": ""}})");
-  expect_error<FormatError>([&] { io::load_tokenizer(dir); },
+  test::expect_error<FormatError>([&] { io::load_tokenizer(dir); },
                             {"pre_tokenizer: Metaspace replacement (expected one character, got \"\")"});
   write_file(dir, "tokenizer.json",
              R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},)"
              R"( "pre_tokenizer": {"type": "Metaspace", "replacement": "ab"}})");
-  expect_error<FormatError>([&] { io::load_tokenizer(dir); }, {"got \"ab\")"});
+  test::expect_error<FormatError>([&] { io::load_tokenizer(dir); }, {"got \"ab\")"});
 }
 
 // fuzz_safetensors: widening an empty F32 tensor (shape [0, 3]) passed the null data() of an empty
@@ -212,11 +199,11 @@ TEST(FuzzRegression, SentencePieceNulPieceIsFormatError) {
   const std::string nul_b{'\0', 'b'};
   const fs::path p = write_file(dir, "tokenizer.model", spm_piece("<unk>", 2) + spm_piece("a", 1) +
                                                             spm_piece(nul_b, 1) + proto_field(2, proto_varint(3, 1)));
-  expect_error<FormatError>([&] { io::load_tokenizer(dir); },
+  test::expect_error<FormatError>([&] { io::load_tokenizer(dir); },
                             {p.string() + ": not a readable SentencePiece model (piece 2 contains a NUL byte)"});
   write_file(dir, "tokenizer.model", spm_piece("<unk>", 2) + spm_piece("a", 1) + spm_piece("a" + nul_b, 1) +
                                          proto_field(2, proto_varint(3, 1)));
-  expect_error<FormatError>([&] { io::load_tokenizer(dir); }, {"(piece 2 contains a NUL byte)"});
+  test::expect_error<FormatError>([&] { io::load_tokenizer(dir); }, {"(piece 2 contains a NUL byte)"});
   // The same model without the empty piece loads and encodes (the test's proto encoding is right).
   write_file(dir, "tokenizer.model", spm_piece("<unk>", 2) + spm_piece("a", 1) + spm_piece("\u2581", 1) +
                                          proto_field(2, proto_varint(3, 1)));

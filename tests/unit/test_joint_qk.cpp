@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "compress/joint_qk.hpp"
+#include "joint_qk_reference.hpp"
 #include "model/rope.hpp"
 #include "joint_test_data.hpp"
 #include "latentllm/error.hpp"
@@ -85,27 +86,29 @@ TEST(JointQk, CovarianceLossEqualsExactLossOnTheData) {
   EXPECT_NEAR(cov, exact, 1e-8 * exact);
 }
 
-// At equal ranks both forms have d·(r_q + r_k) + H·d_h·r_q + H_kv·d_h·r_k parameters.
-void compare_with_separate(int h, int hkv, std::uint64_t seed, const char* label) {
+// At equal ranks both forms have d·(r_q + r_k) + H·d_h·r_q + H_kv·d_h·r_k parameters. The solver runs
+// without the local safeguard, so the bound measures Algorithm 1 itself: measured joint/separate
+// attention-map loss 0.25–0.58 (MHA) and 0.56–0.79 (GQA, where one key subspace serves 4 query heads).
+void compare_with_separate(int h, int hkv, std::uint64_t seed, const char* label, double bound) {
   const Case c = make_case(h, hkv, false, 0.0, false, seed);
   for (int r : {8, 16, 24, 32}) {
     QkOptions opt;
     opt.r_q = opt.r_k = std::min(r, hkv * kDh);
     opt.r_q = r;
+    opt.local_safeguard = false;
     const QkResult joint = joint_qk(c.w, c.s, c.m, opt, "test");
     const QkFactors sep = separate_qk(c.w, c.m, opt.r_q, opt.r_k, kDefaultLambdaRel, "test");
     EXPECT_EQ(joint.f.q.B.size() + joint.f.q.A.size() + joint.f.k.B.size() + joint.f.k.A.size(),
               sep.q.B.size() + sep.q.A.size() + sep.k.B.size() + sep.k.A.size());
     const double lj = qk_attention_loss(c.w, joint.f, c.s, c.m);
     const double ls = qk_attention_loss(c.w, sep, c.s, c.m);
-    std::printf("[qk %s] r_q=%d r_k=%d joint/separate attention-map loss = %.4f (local start used: %d)\n", label,
-                opt.r_q, opt.r_k, lj / ls, joint.used_local_start ? 1 : 0);
-    EXPECT_LE(lj, ls * (1 + 1e-9)) << label << " r=" << r;
+    std::printf("[qk %s] r_q=%d r_k=%d joint/separate attention-map loss = %.4f\n", label, opt.r_q, opt.r_k, lj / ls);
+    EXPECT_LT(lj, bound * ls) << label << " r=" << r;
   }
 }
 
-TEST(JointQk, BeatsSeparateRootCovMha) { compare_with_separate(4, 4, 21, "MHA"); }
-TEST(JointQk, BeatsSeparateRootCovGqa) { compare_with_separate(8, 2, 22, "GQA"); }
+TEST(JointQk, BeatsSeparateRootCovMha) { compare_with_separate(4, 4, 21, "MHA", 0.7); }
+TEST(JointQk, BeatsSeparateRootCovGqa) { compare_with_separate(8, 2, 22, "GQA", 0.85); }
 
 TEST(JointQk, BiasAwareBeatsBiasUnawareWithNonZeroMean) {
   const Case c = make_case(4, 4, true, 3.0, false, 31);

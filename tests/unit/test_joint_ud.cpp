@@ -65,7 +65,8 @@ TEST(JointUd, ReluPaperUpdatesMonotoneAndBeatLocal) {
       ASSERT_EQ(res.aux_loss.size(), static_cast<std::size_t>(opt.iters + 1));
       for (std::size_t i = 1; i < res.aux_loss.size(); ++i) EXPECT_LE(res.aux_loss[i], res.aux_loss[i - 1] * (1 + 1e-6));
       const double lj = mlp_output_loss(c.w, res.f, c.x);
-      EXPECT_LE(lj, ll);
+      EXPECT_LT(lj, 0.995 * ll);  // measured 0.94–0.99
+      EXPECT_LT(res.loss.back(), res.loss.front());  // the iterations improve on their start
       EXPECT_EQ(res.f.up.rank(), r);
       EXPECT_EQ(res.f.down.rank(), r);
       EXPECT_EQ(res.f.up.bias.size(), bias ? kF : 0);
@@ -73,6 +74,9 @@ TEST(JointUd, ReluPaperUpdatesMonotoneAndBeatLocal) {
   }
 }
 
+// Every iteration of the extension is accepted and lowers the true output loss below the previous one
+// (a broken Gauss-Newton step would be refused by the step halving and stall: loss[i] == loss[i−1]),
+// and the last is the one returned. Measured joint/local 0.91–0.99.
 TEST(JointUd, ExtensionBeatsLocalOnGeluAndSwiGlu) {
   struct Kind { model::Activation act; bool gated; const char* label; };
   for (const Kind k : {Kind{model::Activation::Gelu, false, "gelu"}, Kind{model::Activation::Silu, true, "swiglu"},
@@ -85,7 +89,12 @@ TEST(JointUd, ExtensionBeatsLocalOnGeluAndSwiGlu) {
       const UdResult res = joint_ud(c.w, c.x, opt, "test");
       const double ll = res.loss_local;
       report(k.label, opt.ranks, res, ll);
-      EXPECT_LE(mlp_output_loss(c.w, res.f, c.x), ll);
+      ASSERT_EQ(res.loss.size(), static_cast<std::size_t>(opt.iters + 1));
+      for (std::size_t i = 1; i < res.loss.size(); ++i) EXPECT_LT(res.loss[i], res.loss[i - 1]) << k.label << " " << i;
+      EXPECT_EQ(res.best_iter, opt.iters);
+      const double lj = mlp_output_loss(c.w, res.f, c.x);
+      EXPECT_NEAR(lj, res.loss.back(), 1e-6 * lj);
+      EXPECT_LT(lj, 0.995 * ll);
     }
   }
 }

@@ -13,6 +13,30 @@
 namespace latentllm::compress {
 namespace {
 
+// d·r_v + H_kv·d_h·r_v + d·r_o + r_o·H·d_h: the weights of the joint V-O factors (biases not counted),
+// the same as separate V and O at equal ranks.
+std::int64_t vo_params(const model::AttentionInfo& s, int r_v, int r_o) {
+  const std::int64_t d = s.hidden, dh = s.head_dim;
+  return d * r_v + s.num_kv_heads * dh * r_v + d * r_o + r_o * s.num_heads * dh;
+}
+
+// The statistics of the o_proj input if every head attended only to its own token (a_i = e_t):
+// z = W'_v·x' per head, [H·d_h].
+calib::SiteStats vo_identity_attention_moments(const VoDense& w, const model::AttentionInfo& s,
+                                               const calib::SiteStats& m) {
+  const MatrixD wv = with_bias_column(w.wv, w.bv);  // [H_kv·d_h, d+1]
+  MatrixD e(static_cast<Eigen::Index>(s.num_heads) * s.head_dim, wv.cols());  // [H·d_h, d+1]
+  for (int i = 0; i < s.num_heads; ++i) e.middleRows(i * s.head_dim, s.head_dim) = wv.middleRows(s.kv_head(i) * s.head_dim, s.head_dim);
+  VectorD s1(m.width() + 1);
+  s1.head(m.width()) = m.sum;
+  s1(m.width()) = static_cast<double>(m.n);
+  calib::SiteStats z;
+  z.xtx = e * m.augmented() * e.transpose();
+  z.sum = e * s1;
+  z.n = m.n;
+  return z;
+}
+
 constexpr int kD = 64, kDh = 16, kN = 1024, kL = 64;
 
 struct Case {
@@ -122,7 +146,10 @@ TEST(JointVo, BiasFoldBeatsBiasUnawareWithNonZeroMean) {
   }
 }
 
-// Joint V-O, plain and attention-aware, against separate root-cov V and O at equal parameters.
+// Joint V-O, plain and attention-aware, against separate root-cov V and O at equal parameters, on the
+// output of an attention block with synthetic attention (block_loss). Measured: the attention-aware
+// joint form 0.984–0.998 of separate, the plain Tucker-2 form (no o_proj input statistics) 1.08–1.17:
+// only the attention-aware form pays, and narrowly (docs/JOINT.md).
 void measure(int h, int hkv, std::uint64_t seed, const char* label) {
   const Case c = make_case(h, hkv, false, 0.0, seed);
   for (int r : {8, 16, 24}) {
@@ -139,8 +166,9 @@ void measure(int h, int hkv, std::uint64_t seed, const char* label) {
     const double ls = block_loss(c, sep), lp = block_loss(c, plain.f), la = block_loss(c, aware.f);
     std::printf("[vo %s] r_v=%d r_o=%d block output loss / separate: joint %.4f, attention-aware joint %.4f\n", label,
                 opt.r_v, opt.r_o, lp / ls, la / ls);
-    // The attention-aware O side sees the real o_proj input statistics: never much worse than separate.
-    EXPECT_LT(la, 1.5 * ls);
+    EXPECT_LT(la, 0.999 * ls);
+    EXPECT_GT(lp, 1.05 * ls);
+    EXPECT_LT(la, lp);
   }
 }
 

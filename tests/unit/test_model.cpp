@@ -13,6 +13,7 @@
 
 #include "latentllm/threads.hpp"
 #include "latentllm/error.hpp"
+#include "latentllm/eval.hpp"
 #include "latentllm/io.hpp"
 #include "latentllm/model.hpp"
 #include "model_fixtures.hpp"
@@ -180,7 +181,7 @@ TEST(LlamaModel, Qwen2BiasesAndUntiedHeadMatchReference) {
   const auto m = Model::load(c.write("qwen2"));
   expect_matches_reference(*m, s.V, 8, 3, [&](const auto& ids) { return reference_llama_nll(c, s, ids); });
   bool has_head = false;
-  for (const auto& [k, v] : m->param_breakdown()) has_head |= k == "lm_head" && v == s.V * s.d;
+  for (const auto& [k, v] : eval::param_breakdown(*m)) has_head |= k == "lm_head" && v == s.V * s.d;
   EXPECT_TRUE(has_head);
 }
 
@@ -244,8 +245,8 @@ TEST(Model, ParameterBreakdownCountsEveryTensorOnce) {
   const auto m = Model::load(c.write("params"));
   std::int64_t stored = 0;
   for (const auto& [name, t] : c.tensors) stored += static_cast<std::int64_t>(t.second.size());
-  EXPECT_EQ(m->num_params(), stored);
-  const auto breakdown = m->param_breakdown();
+  EXPECT_EQ(eval::num_params(*m), stored);
+  const auto breakdown = eval::param_breakdown(*m);
   std::map<std::string, std::int64_t> b(breakdown.begin(), breakdown.end());
   EXPECT_EQ(b["attn"], s.layers * 4 * (s.d * s.d + s.d));
   EXPECT_EQ(b["mlp"], s.layers * (2 * s.d * s.ffn + s.ffn + s.d));
@@ -465,7 +466,7 @@ TEST(Model, LatentCheckpointRunsTheFactoredModules) {
   EXPECT_EQ(l.weight.size(), 0);  // no dense copy kept
   EXPECT_EQ(l.A.rows(), r);       // A₂ only: the identity block is not stored
   EXPECT_EQ(l.A.cols(), in - r);
-  EXPECT_EQ(latent->num_params(), dense2->num_params() - (out * in - (out * r + r * (in - r))));
+  EXPECT_EQ(eval::num_params(*latent), eval::num_params(*dense2) - (out * in - (out * r + r * (in - r))));
   const auto ids = random_ids(24, s.V, 9);
   EXPECT_NEAR(latent->windows_nll(ids, 12), dense2->windows_nll(ids, 12), 1e-4 * dense2->windows_nll(ids, 12));
   EXPECT_NE(dense->windows_nll(ids, 12), dense2->windows_nll(ids, 12));
@@ -476,16 +477,7 @@ TEST(Model, LatentCheckpointRunsTheFactoredModules) {
 
 template <typename E>
 std::string load_error(const std::filesystem::path& dir) {
-  try {
-    Model::load(dir);
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-    return {};
-  }
-  ADD_FAILURE() << "no exception";
-  return {};
+  return test::error_of<E>([&] { Model::load(dir); });
 }
 
 TEST(ModelErrors, MissingTensorIsNamed) {

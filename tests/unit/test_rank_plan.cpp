@@ -7,6 +7,7 @@
 #include "compress/rank_plan.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/error.hpp"
+#include "latentllm/eval.hpp"
 
 namespace latentllm::compress {
 namespace {
@@ -15,12 +16,12 @@ constexpr Junction kBI = Junction::BlockIdentity;
 constexpr Junction kPlain = Junction::Identity;
 
 TEST(RankPlan, ParameterCounts) {
-  EXPECT_EQ(dense_params(768, 3072), 768 * 3072);
-  EXPECT_EQ(factored_params(768, 3072, 100, kPlain), 100 * (768 + 3072));
-  EXPECT_EQ(factored_params(768, 3072, 100, kBI), 100 * (768 + 3072) - 100 * 100);
-  for (Junction j : {Junction::SInv, Junction::SqrtSInv}) EXPECT_EQ(factored_params(10, 20, 5, j), 150);
+  EXPECT_EQ(eval::dense_params(768, 3072), 768 * 3072);
+  EXPECT_EQ(eval::factored_params(768, 3072, 100, false), 100 * (768 + 3072));
+  EXPECT_EQ(eval::factored_params(768, 3072, 100, true), 100 * (768 + 3072) - 100 * 100);
+  for (Junction j : {Junction::SInv, Junction::SqrtSInv}) EXPECT_EQ(eval::factored_params(10, 20, 5, j == Junction::BlockIdentity), 150);
   // Full rank with block identity stores exactly d'·d weights.
-  EXPECT_EQ(factored_params(64, 256, 64, kBI), 64 * 256);
+  EXPECT_EQ(eval::factored_params(64, 256, 64, true), 64 * 256);
 }
 
 TEST(RankPlan, HandComputedRanks) {
@@ -50,9 +51,9 @@ TEST(RankPlan, RankIsTheLargestWithinBudget) {
         const double budget = (1.0 - ratio) * static_cast<double>(out * in);
         ASSERT_GE(r, 1);
         ASSERT_LE(r, std::min(out, in));
-        EXPECT_LE(static_cast<double>(factored_params(out, in, r, j)), budget * (1 + 1e-12)) << out << "x" << in;
+        EXPECT_LE(static_cast<double>(eval::factored_params(out, in, r, j == Junction::BlockIdentity)), budget * (1 + 1e-12)) << out << "x" << in;
         if (r < std::min(out, in)) {
-          EXPECT_GT(static_cast<double>(factored_params(out, in, r + 1, j)), budget) << out << "x" << in;
+          EXPECT_GT(static_cast<double>(eval::factored_params(out, in, r + 1, j == Junction::BlockIdentity)), budget) << out << "x" << in;
         }
         EXPECT_LE(r, prev) << "rank must not grow with the ratio";
         prev = r;
@@ -71,7 +72,7 @@ TEST(RankPlan, BudgetSolverMatchesBruteForce) {
         for (double budget = 0; budget <= static_cast<double>(out * in); budget += 7.5) {
           std::int64_t brute = 0;
           for (std::int64_t r = 1; r <= std::min(out, in); ++r) {
-            if (static_cast<double>(factored_params(out, in, r, j)) <= budget) brute = r;
+            if (static_cast<double>(eval::factored_params(out, in, r, j == Junction::BlockIdentity)) <= budget) brute = r;
           }
           EXPECT_EQ(max_rank_for_budget(out, in, budget, j), brute) << out << "x" << in << " " << budget;
         }
@@ -102,7 +103,7 @@ TEST(RankPlan, PlanTotalsMacsAndFlops) {
   ASSERT_EQ(plan.modules.size(), 3u);
   std::int64_t params = 0, dense = 0;
   for (const ModulePlan& m : plan.modules) {
-    EXPECT_EQ(m.params, factored_params(m.out, m.in, m.rank, kBI));
+    EXPECT_EQ(m.params, eval::factored_params(m.out, m.in, m.rank, true));
     EXPECT_EQ(m.macs, 128 * m.params);
     EXPECT_EQ(m.dense_macs, 128 * m.out * m.in);
     params += m.params;
@@ -116,8 +117,8 @@ TEST(RankPlan, PlanTotalsMacsAndFlops) {
   EXPECT_EQ(plan.dense_flops(), 2 * 128 * dense);
   EXPECT_GE(plan.achieved_ratio(), 0.3);
   EXPECT_LT(plan.achieved_ratio(), 0.31);
-  EXPECT_EQ(factored_macs(768, 768, 10, kPlain, 128), 128 * 10 * 1536);
-  EXPECT_EQ(dense_macs(768, 768, 128), 128 * 768 * 768);
+  EXPECT_EQ(eval::factored_macs(768, 768, 10, false, 128), 128 * 10 * 1536);
+  EXPECT_EQ(eval::dense_macs(768, 768, 128), 128 * 768 * 768);
 }
 
 }  // namespace

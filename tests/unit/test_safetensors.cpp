@@ -49,29 +49,13 @@ const char* const kGoodHeader =
     R"({"__metadata__":{"format":"pt"},"a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},)"
     R"("b":{"dtype":"F16","shape":[4],"data_offsets":[24,32]}})";
 
-template <typename E, typename Fn>
-std::string thrown_message(Fn&& fn) {
-  try {
-    fn();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type, message: " << e.what();
-    return {};
-  }
-  ADD_FAILURE() << "no exception thrown";
-  return {};
-}
 
-void expect_contains(const std::string& msg, std::initializer_list<std::string> parts) {
-  for (const auto& part : parts) EXPECT_NE(msg.find(part), std::string::npos) << "'" << part << "' not in: " << msg;
-}
 
 // Opens a corrupted file, expects a FormatError naming the file and containing every part.
 void expect_format_error(const fs::path& p, std::initializer_list<std::string> parts) {
-  const std::string msg = thrown_message<FormatError>([&] { SafetensorsFile f(p); });
-  expect_contains(msg, {p.string() + ": "});
-  expect_contains(msg, parts);
+  const std::string msg = test::error_of<FormatError>([&] { SafetensorsFile f(p); });
+  test::expect_contains(msg, {p.string() + ": "});
+  test::expect_contains(msg, parts);
 }
 
 std::string entry(const std::string& name, const std::string& dtype, const std::string& shape, std::uint64_t begin,
@@ -225,7 +209,7 @@ TEST(SafetensorsCorrupt, MalformedEntries) {
 
 TEST(SafetensorsCorrupt, MissingFileIsIoError) {
   const fs::path p = test::make_temp_dir("st") / "absent.safetensors";
-  expect_contains(thrown_message<IoError>([&] { SafetensorsFile f(p); }), {p.string(), "cannot open"});
+  test::expect_contains(test::error_of<IoError>([&] { SafetensorsFile f(p); }), {p.string(), "cannot open"});
 }
 
 // ---- writer -----------------------------------------------------------------------------------
@@ -307,21 +291,21 @@ TEST(SafetensorsWriter, RejectsInvalidInput) {
   const fs::path p = test::make_temp_dir("stw") / "bad.safetensors";
   const std::vector<float> v(6, 1.0f);
   const std::vector<TensorToWrite> dup = {{"w", DType::F32, {6}, v}, {"w", DType::F16, {2, 3}, v}};
-  expect_contains(thrown_message<FormatError>([&] { write_safetensors(p, dup); }), {p.string(), R"("w")", "unique"});
+  test::expect_contains(test::error_of<FormatError>([&] { write_safetensors(p, dup); }), {p.string(), R"("w")", "unique"});
   const std::vector<TensorToWrite> size = {{"w", DType::F32, {2, 4}, v}};
-  expect_contains(thrown_message<FormatError>([&] { write_safetensors(p, size); }),
+  test::expect_contains(test::error_of<FormatError>([&] { write_safetensors(p, size); }),
                   {p.string(), "tensor w: value count for shape [2, 4] (expected 8, got 6)"});
   const std::vector<TensorToWrite> meta = {{"__metadata__", DType::F32, {6}, v}};
   EXPECT_THROW(write_safetensors(p, meta), FormatError);
   const std::vector<TensorToWrite> neg = {{"w", DType::F32, {-2, -3}, v}};
   EXPECT_THROW(write_safetensors(p, neg), FormatError);
   const std::vector<TensorToWrite> utf8 = {{"w\xff", DType::F32, {6}, v}};
-  expect_contains(thrown_message<FormatError>([&] { write_safetensors(p, utf8); }),
+  test::expect_contains(test::error_of<FormatError>([&] { write_safetensors(p, utf8); }),
                   {p.string(), "header cannot be encoded"});
   EXPECT_FALSE(fs::exists(p));  // nothing written
   const fs::path nodir = p.parent_path() / "no-such-dir" / "x.safetensors";
   const std::vector<TensorToWrite> ok = {{"w", DType::F32, {6}, v}};
-  expect_contains(thrown_message<IoError>([&] { write_safetensors(nodir, ok); }), {"no-such-dir"});
+  test::expect_contains(test::error_of<IoError>([&] { write_safetensors(nodir, ok); }), {"no-such-dir"});
 }
 
 // ---- TensorStore: single file and shards ------------------------------------------------------
@@ -337,9 +321,9 @@ TEST(TensorStore, SingleFileGetAndShapeCheck) {
   const TensorView* view = &s.get("m.w");
   const std::vector<std::int64_t> good = {2, 3}, bad = {3, 2};
   EXPECT_EQ(&s.get("m.w", good), view);
-  expect_contains(thrown_message<FormatError>([&] { s.get("m.w", bad); }),
+  test::expect_contains(test::error_of<FormatError>([&] { s.get("m.w", bad); }),
                   {(dir / "model.safetensors").string(), "tensor m.w: shape (expected [3, 2], got [2, 3])"});
-  expect_contains(thrown_message<FormatError>([&] { s.get("m.b"); }), {dir.string(), "missing tensor m.b"});
+  test::expect_contains(test::error_of<FormatError>([&] { s.get("m.b"); }), {dir.string(), "missing tensor m.b"});
   TensorStore moved = std::move(s);  // views stay valid across moves
   EXPECT_EQ(&moved.get("m.w"), view);
   EXPECT_EQ(moved.get("m.w").to_f32(), v);
@@ -380,43 +364,43 @@ TEST(TensorStore, DuplicateTensorAcrossShards) {
   const std::vector<float> v = {7};
   const std::vector<TensorToWrite> s2 = {{"z", DType::F32, {1}, v}, {"x", DType::F32, {1}, v}};
   write_safetensors(dir / "model-00002-of-00002.safetensors", s2);
-  expect_contains(thrown_message<FormatError>([&] { TensorStore::open(dir); }),
+  test::expect_contains(test::error_of<FormatError>([&] { TensorStore::open(dir); }),
                   {dir.string(), "tensor x stored twice", "model-00001-of-00002.safetensors",
                    "model-00002-of-00002.safetensors"});
 }
 
 TEST(TensorStore, MissingShardFile) {
   const fs::path dir = make_sharded(R"({"x":"model-00001-of-00002.safetensors","q":"model-00003.safetensors"})");
-  expect_contains(thrown_message<IoError>([&] { TensorStore::open(dir); }),
+  test::expect_contains(test::error_of<IoError>([&] { TensorStore::open(dir); }),
                   {"model.safetensors.index.json", (dir / "model-00003.safetensors").string(), "tensor q",
                    "does not exist"});
 }
 
 TEST(TensorStore, WeightMapNamesMissingTensor) {
   const fs::path dir = make_sharded(R"({"x":"model-00001-of-00002.safetensors","w":"model-00002-of-00002.safetensors"})");
-  expect_contains(thrown_message<FormatError>([&] { TensorStore::open(dir); }),
+  test::expect_contains(test::error_of<FormatError>([&] { TensorStore::open(dir); }),
                   {(dir / "model.safetensors.index.json").string(), "tensor w listed in weight_map is missing",
                    (dir / "model-00002-of-00002.safetensors").string()});
 }
 
 TEST(TensorStore, BadIndexAndMissingFiles) {
   const fs::path dir = make_sharded(R"({"x":"../model-00001-of-00002.safetensors"})");
-  expect_contains(thrown_message<FormatError>([&] { TensorStore::open(dir); }),
+  test::expect_contains(test::error_of<FormatError>([&] { TensorStore::open(dir); }),
                   {"weight_map.x (expected a shard file name in the same directory"});
   write_bytes(dir / "model.safetensors.index.json", R"({"weight_map": )");
-  expect_contains(thrown_message<FormatError>([&] { TensorStore::open(dir); }),
+  test::expect_contains(test::error_of<FormatError>([&] { TensorStore::open(dir); }),
                   {(dir / "model.safetensors.index.json").string(), "not valid JSON"});
   write_bytes(dir / "model.safetensors.index.json", R"({"weight_map": []})");
   EXPECT_THROW(TensorStore::open(dir), FormatError);
   const fs::path empty = test::make_temp_dir("store");
-  expect_contains(thrown_message<IoError>([&] { TensorStore::open(empty); }),
+  test::expect_contains(test::error_of<IoError>([&] { TensorStore::open(empty); }),
                   {empty.string(), "no model.safetensors or model.safetensors.index.json"});
 }
 
 TEST(TensorStore, CorruptShardNamesTheShard) {
   const fs::path dir = make_sharded();
   write_bytes(dir / "model-00002-of-00002.safetensors", le64(5000) + "{}");
-  expect_contains(thrown_message<FormatError>([&] { TensorStore::open(dir); }),
+  test::expect_contains(test::error_of<FormatError>([&] { TensorStore::open(dir); }),
                   {(dir / "model-00002-of-00002.safetensors").string(), "header length beyond the end of the file"});
 }
 

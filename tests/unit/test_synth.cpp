@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "latentllm/error.hpp"
+#include "latentllm/eval.hpp"
 #include "latentllm/io.hpp"
 #include "latentllm/log.hpp"
 #include "latentllm/model.hpp"
@@ -241,8 +242,8 @@ TEST_F(SynthWrite, GeneratedCheckpointsLoad) {
     s.vocab_size = std::string(name) == "llama-2-7b" ? 32000 : 2000;
     const WriteResult r = write_checkpoint(s, dir / name, options());
     const auto m = model::Model::load(dir / name);
-    EXPECT_EQ(m->num_params(), num_params(s));
-    EXPECT_EQ(m->num_params(), r.num_params);
+    EXPECT_EQ(eval::num_params(*m), num_params(s));
+    EXPECT_EQ(eval::num_params(*m), r.num_params);
     EXPECT_EQ(m->num_layers(), 2);
     EXPECT_EQ(m->config().architecture, preset(name).config.at("architectures").at(0).get<std::string>());
     EXPECT_EQ(m->config().num_key_value_heads, s.num_key_value_heads);
@@ -286,7 +287,7 @@ TEST_F(SynthWrite, ForcedShardingWritesAValidIndex) {
     EXPECT_TRUE(bytes <= o.max_shard_bytes || f.tensors().size() == 1) << k;
     EXPECT_EQ(f.metadata().at("format"), "pt");
   }
-  EXPECT_EQ(model::Model::load(dir / "q")->num_params(), r.num_params);
+  EXPECT_EQ(eval::num_params(*model::Model::load(dir / "q")), r.num_params);
 }
 
 TEST_F(SynthWrite, OutputIsAtomic) {

@@ -8,6 +8,7 @@
 
 #include "commands.hpp"
 #include "latentllm/error.hpp"
+#include "latentllm/eval.hpp"
 #include "latentllm/io.hpp"
 #include "latentllm/model.hpp"
 #include "latentllm/tokenizer.hpp"
@@ -48,9 +49,9 @@ nlohmann::ordered_json describe(const model::Model& m, const std::string& dir) {
                {"max_position_embeddings", c.max_position_embeddings}};
   if (c.word_embed_proj_dim != c.hidden_size) j["dims"]["word_embed_proj_dim"] = c.word_embed_proj_dim;
   nlohmann::ordered_json params = nlohmann::ordered_json::object();
-  for (const auto& [k, v] : m.param_breakdown()) params[k] = v;
+  for (const auto& [k, v] : eval::param_breakdown(m)) params[k] = v;
   j["parameters"] = params;
-  j["parameters_total"] = m.num_params();
+  j["parameters_total"] = eval::num_params(m);
   j["tie_word_embeddings"] = c.tie_word_embeddings;
 
   std::map<std::string, int> dtypes;  // stored tensors per dtype

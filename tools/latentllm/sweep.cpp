@@ -138,16 +138,6 @@ double mean_ratio(const std::vector<compress::JointLoss>& losses) {
 
 nlohmann::json nan_null(double v) { return std::isnan(v) ? nlohmann::json() : nlohmann::json(v); }
 
-// Whole-model MACs per token at n_tok tokens besides the compressed linears: the LM head, and the
-// attention products Q·Kᵀ and A·V over the full n_tok square (as calflops counts a forward).
-std::int64_t other_macs(const model::Model& m, std::int64_t n_tok) {
-  const auto& c = m.config();
-  const std::int64_t head = c.vocab_size * c.hidden_size;
-  const std::int64_t qdim = c.num_attention_heads * (c.head_dim > 0 ? c.head_dim : c.hidden_size / c.num_attention_heads);
-  const std::int64_t attn = 2 * n_tok * qdim * c.num_hidden_layers;
-  return n_tok * (head + attn);
-}
-
 class Sweep {
  public:
   Sweep(const SweepArgs& a) : a_(a), out_(a.out) {}
@@ -171,7 +161,7 @@ class Sweep {
 
     Run ref;
     ref.method = "dense";
-    ref.model_params = dense->num_params();
+    ref.model_params = eval::num_params(*dense);
     evaluate(*dense, ref);
     runs_.push_back(ref);
     write_results();
@@ -224,7 +214,7 @@ class Sweep {
     r.compress_s = rep.total_s;
     r.params = rep.params;
     r.dense_params = rep.dense_params;
-    r.model_params = m->num_params();
+    r.model_params = eval::num_params(*m);
     r.qk_loss_ratio = mean_ratio(rep.qk_losses);
     r.ud_loss_ratio = mean_ratio(rep.ud_losses);
     r.output_error = mean_output_error(rep);
@@ -292,8 +282,8 @@ class Sweep {
   // Paper Table 3: parameters, FLOPs and MACs at 128 tokens per ratio, with and without the
   // block-identity junction. Linear modules from the rank plan; LM head and attention products added.
   void write_table3(const model::Model& m, const std::vector<double>& ratios) const {
-    const std::int64_t n_tok = 128, other = other_macs(m, n_tok);
-    const std::int64_t total = m.num_params();
+    const std::int64_t n_tok = 128, other = eval::forward_macs(m, n_tok) - p_dense(m) * n_tok;  // head, attention
+    const std::int64_t total = eval::num_params(m);
     std::string s = fmt::format("# Parameters, FLOPs and MACs of {} at {} tokens\n\n"
                                 "Compressed linear modules from the rank plan; MACs add the LM head and the attention "
                                 "products (Q·Kᵀ, A·V over the full {}-token square, as calflops counts). FLOPs = 2·MACs.\n\n"

@@ -1,0 +1,69 @@
+// Parameters, MACs/FLOPs and KV-cache sizes (latentllm/eval.hpp): the one place that counts them.
+#include <algorithm>
+
+#include "latentllm/eval.hpp"
+
+namespace latentllm::eval {
+
+std::int64_t dense_params(std::int64_t out, std::int64_t in) { return out * in; }
+
+std::int64_t factored_params(std::int64_t out, std::int64_t in, std::int64_t rank, bool block_identity) {
+  const std::int64_t p = rank * (out + in);
+  return block_identity ? p - rank * rank : p;
+}
+
+std::int64_t dense_macs(std::int64_t out, std::int64_t in, std::int64_t n_tok) { return n_tok * dense_params(out, in); }
+
+std::int64_t factored_macs(std::int64_t out, std::int64_t in, std::int64_t rank, bool block_identity,
+                           std::int64_t n_tok) {
+  return n_tok * factored_params(out, in, rank, block_identity);
+}
+
+std::int64_t linear_macs(const model::Linear& l, std::int64_t n_tok) {
+  return n_tok * (l.factored() ? l.B.size() + l.A.size() : l.weight.size());
+}
+
+std::vector<std::pair<std::string, std::int64_t>> param_breakdown(const model::Model& m) {
+  std::vector<std::pair<std::string, std::int64_t>> out = {{"embed", 0}, {"attn", 0}, {"mlp", 0}, {"norm", 0}};
+  auto add = [&](const std::string& key, std::int64_t n) {
+    for (auto& [k, v] : out)
+      if (k == key) {
+        v += n;
+        return;
+      }
+    out.emplace_back(key, n);
+  };
+  for (int i = 0; i < m.num_layers(); ++i) {
+    const model::DecoderLayer& layer = m.layer(i);
+    for (const auto& l : layer.linears) {
+      add(l.site == model::Site::AttnIn || l.site == model::Site::AttnOut ? "attn" : "mlp", l.num_params());
+    }
+    for (const auto& [name, v] : layer.norms) add("norm", v.size());
+  }
+  for (const auto& [k, v] : m.non_layer_params()) add(k, v);
+  return out;
+}
+
+std::int64_t num_params(const model::Model& m) {
+  std::int64_t total = 0;
+  for (const auto& [k, v] : param_breakdown(m)) total += v;
+  return total;
+}
+
+std::int64_t forward_macs(const model::Model& m, std::int64_t n_tok) {
+  const auto& c = m.config();
+  std::int64_t macs = n_tok * c.vocab_size * c.word_embed_proj_dim;  // LM head
+  const std::int64_t q_width = c.num_attention_heads * c.head_dim;
+  for (int i = 0; i < m.num_layers(); ++i) {
+    for (const auto& l : m.layer(i).linears) macs += linear_macs(l, n_tok);
+    macs += 2 * n_tok * n_tok * q_width;  // Q·Kᵀ and A·V over the full square
+  }
+  return macs;
+}
+
+std::int64_t kv_cache_bytes_per_token(const model::Model& m, std::int64_t bytes_per_value) {
+  const auto& c = m.config();
+  return 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * bytes_per_value;
+}
+
+}  // namespace latentllm::eval
