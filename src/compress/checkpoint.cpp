@@ -68,91 +68,16 @@ nlohmann::json module_entry(const model::Linear& lin) {
   return e;
 }
 
-fs::path normalized(const fs::path& p) {
-  fs::path out = fs::absolute(p).lexically_normal();
-  if (!out.has_filename()) out = out.parent_path();  // "out/" names the directory "out"
-  return out;
-}
 
-fs::path partial_dir(const fs::path& out, long pid) {
-  return out.parent_path() / fmt::format("{}.partial-{}", out.filename().string(), pid);
-}
 
-// <out>.partial-<pid> left by a run that was killed while writing (its process is gone): remove, so
-// interrupted runs do not pile up multi-gigabyte debris.
-void remove_stale_partials(const fs::path& out) {
-  const std::string prefix = out.filename().string() + ".partial-";
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(out.parent_path(), ec)) {
-    const std::string name = e.path().filename().string();
-    if (!name.starts_with(prefix) || name.size() == prefix.size()) continue;
-    const std::string pid_text = name.substr(prefix.size());
-    if (pid_text.find_first_not_of("0123456789") != std::string::npos || pid_text.size() > 9) continue;
-    const long pid = std::stol(pid_text);
-    if (pid == ::getpid() || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
-    std::error_code rm;
-    fs::remove_all(e.path(), rm);
-    if (!rm) log_info("removed {} (left by an interrupted run)", e.path().string());
-  }
-}
 
-// fsync of a directory, so the entries (files created in it, renames) survive a crash.
-void sync_directory(const fs::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw IoError(fmt::format("{}: cannot open ({})", dir.string(), std::strerror(errno)));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) throw IoError(fmt::format("{}: sync failed ({})", dir.string(), std::strerror(err)));
-}
 
-// Renames the complete directory `tmp` to `out`. An existing `out` (--force) is swapped out in one
-// step (renameat2 RENAME_EXCHANGE), so `out` always holds a complete checkpoint, old or new; where the
-// file system cannot exchange, the old one is moved aside first.
-void move_into_place(const fs::path& tmp, const fs::path& out) {
-  std::error_code ec;
-  if (fs::exists(out)) {
-    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, out.c_str(), RENAME_EXCHANGE) == 0) {
-      fs::remove_all(tmp, ec);  // now the old checkpoint
-      sync_directory(out.parent_path());
-      return;
-    }
-    const fs::path old = out.parent_path() / fmt::format("{}.old-{}", out.filename().string(), ::getpid());
-    fs::rename(out, old, ec);
-    if (ec) throw IoError(fmt::format("{}: cannot move the existing directory aside ({})", out.string(), ec.message()));
-    fs::rename(tmp, out, ec);
-    if (ec) {
-      std::error_code back;
-      fs::rename(old, out, back);
-      throw IoError(fmt::format("{}: cannot rename into place ({})", out.string(), ec.message()));
-    }
-    fs::remove_all(old, ec);
-  } else {
-    fs::rename(tmp, out, ec);
-    if (ec) throw IoError(fmt::format("{}: cannot rename into place ({})", out.string(), ec.message()));
-  }
-  sync_directory(out.parent_path());
-}
 
 }  // namespace
 
 void check_output_writable(const fs::path& out_dir) {
-  const fs::path out = normalized(out_dir);
-  const fs::path parent = out.parent_path();
-  std::error_code ec;
-  fs::create_directories(parent, ec);
-  if (ec) {
-    throw IoError(fmt::format("{}: cannot create the parent directory {} ({})", out.string(), parent.string(),
-                              ec.message()));
-  }
-  const fs::path probe = parent / fmt::format(".{}.probe-{}", out.filename().string(), ::getpid());
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    throw IoError(fmt::format("{}: output directory is not writable (cannot create a file in {}: {})", out.string(),
-                              parent.string(), std::strerror(errno)));
-  }
-  ::close(fd);
-  ::unlink(probe.c_str());
+  // A staged directory checks the parent and leaves nothing behind when it is not committed.
+  const core::StagedDirectory probe(out_dir, /*overwrite=*/true);
 }
 
 void save(const model::Model& m, const fs::path& out_dir, const SaveOptions& opt) {
@@ -201,32 +126,14 @@ void save(const model::Model& m, const fs::path& out_dir, const SaveOptions& opt
   config["torch_dtype"] = opt.dtype == DType::F32 ? "float32" : opt.dtype == DType::F16 ? "float16" : "bfloat16";
 
   // Build everything in a temporary sibling, then rename it into place.
-  const fs::path out = normalized(out_dir);
-  if (fs::exists(out) && !opt.overwrite) {
-    throw IoError(fmt::format("{}: output directory exists (use --force to replace it)", out.string()));
+  core::StagedDirectory dir(out_dir, opt.overwrite);
+  io::write_safetensors(dir.path() / "model.safetensors", staged.tensors, {{"format", "pt"}});
+  core::write_text_atomic(dir.path() / "config.json", config.dump(2) + "\n");
+  for (const char* f : kTokenizerFiles) {
+    if (fs::exists(m.dir() / f)) core::write_text_atomic(dir.path() / f, core::read_file(m.dir() / f));  // fsynced copy
   }
-  check_output_writable(out);
-  remove_stale_partials(out);
-  const fs::path tmp = partial_dir(out, ::getpid());
-  std::error_code ec;
-  fs::remove_all(tmp, ec);
-  if (!fs::create_directories(tmp, ec) || ec) {
-    throw IoError(fmt::format("{}: cannot create output directory ({})", tmp.string(), ec.message()));
-  }
-  try {
-    io::write_safetensors(tmp / "model.safetensors", staged.tensors, {{"format", "pt"}});
-    const std::string text = config.dump(2) + "\n";
-    core::write_file_atomic(tmp / "config.json", std::as_bytes(std::span(text)));
-    for (const char* f : kTokenizerFiles) {
-      if (fs::exists(m.dir() / f)) core::write_text_atomic(tmp / f, core::read_file(m.dir() / f));  // fsynced copy
-    }
-    sync_directory(tmp);
-    move_into_place(tmp, out);
-  } catch (...) {
-    fs::remove_all(tmp, ec);
-    throw;
-  }
-  log_info("wrote {} ({} tensors, {} factored modules)", out.string(), staged.tensors.size(), modules.size());
+  dir.commit();
+  log_info("wrote {} ({} tensors, {} factored modules)", dir.target().string(), staged.tensors.size(), modules.size());
 }
 
 }  // namespace latentllm::checkpoint

@@ -87,54 +87,9 @@ TokenizerFiles tokenizer_files(const std::string& name) {
   throw ConfigError(fmt::format("synth: tokenizer (expected opt, llama2, llama3 or qwen3, got {})", name));
 }
 
-fs::path normalized(const fs::path& p) {
-  fs::path out = fs::absolute(p).lexically_normal();
-  if (!out.has_filename()) out = out.parent_path();  // "out/" names the directory "out"
-  return out;
-}
 
-// <out>.partial-<pid> left by a killed run (its process gone): removed, so interrupted runs do not
-// pile up multi-gigabyte debris (as checkpoint::save).
-void remove_stale_partials(const fs::path& out) {
-  const std::string prefix = out.filename().string() + ".partial-";
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(out.parent_path(), ec)) {
-    const std::string name = e.path().filename().string();
-    if (!name.starts_with(prefix) || name.size() == prefix.size()) continue;
-    const std::string pid_text = name.substr(prefix.size());
-    if (pid_text.find_first_not_of("0123456789") != std::string::npos || pid_text.size() > 9) continue;
-    const long pid = std::stol(pid_text);
-    if (pid == ::getpid() || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
-    std::error_code rm;
-    fs::remove_all(e.path(), rm);
-    if (!rm) log_info("removed {} (left by an interrupted run)", e.path().string());
-  }
-}
 
-void sync_directory(const fs::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw IoError(fmt::format("{}: cannot open ({})", dir.string(), std::strerror(errno)));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) throw IoError(fmt::format("{}: sync failed ({})", dir.string(), std::strerror(err)));
-}
 
-// Renames the complete `tmp` to `out`; an existing `out` (overwrite) is exchanged in one step
-// (renameat2 RENAME_EXCHANGE) and then removed, so `out` always holds a complete checkpoint.
-void move_into_place(const fs::path& tmp, const fs::path& out) {
-  std::error_code ec;
-  if (fs::exists(out)) {
-    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, out.c_str(), RENAME_EXCHANGE) != 0) {
-      throw IoError(fmt::format("{}: cannot replace the existing directory ({})", out.string(), std::strerror(errno)));
-    }
-    fs::remove_all(tmp, ec);  // now the old checkpoint
-  } else {
-    fs::rename(tmp, out, ec);
-    if (ec) throw IoError(fmt::format("{}: cannot rename into place ({})", out.string(), ec.message()));
-  }
-  sync_directory(out.parent_path());
-}
 
 void write_text(const fs::path& path, const std::string& text) { core::write_text_atomic(path, text); }
 
@@ -212,32 +167,17 @@ WriteResult write_checkpoint(const SynthSpec& spec, const fs::path& out_dir, con
   for (const auto& t : plan) res.num_params += static_cast<std::int64_t>(t.numel());
   for (const auto& s : shards) res.total_size += s.data_bytes;
 
-  const fs::path out = normalized(out_dir);
-  if (fs::exists(out) && !opt.overwrite) {
-    throw IoError(fmt::format("{}: output directory exists (use --force to replace it)", out.string()));
-  }
-  checkpoint::check_output_writable(out);
-  remove_stale_partials(out);
-  const fs::path tmp = out.parent_path() / fmt::format("{}.partial-{}", out.filename().string(), ::getpid());
-  std::error_code ec;
-  fs::remove_all(tmp, ec);
-  if (!fs::create_directories(tmp, ec) || ec) {
-    throw IoError(fmt::format("{}: cannot create output directory ({})", tmp.string(), ec.message()));
-  }
-  try {
-    write_text(tmp / "config.json", config.dump(2) + "\n");
-    const fs::path src = opt.tokenizers_dir / spec.tokenizer;
-    for (const char* f : tok.copied) write_text(tmp / f, core::read_file(src / f));
-    for (const auto& [f, text] : tok.written) write_text(tmp / f, text);
-    write_shards(spec, plan, shards, tmp, opt, t0, res);
-    if (shards.size() > 1) write_text(tmp / "model.safetensors.index.json", index_json(plan, shards, res.total_size));
-    write_text(tmp / "synth.json", provenance_json(spec, opt, res));
-    sync_directory(tmp);
-    move_into_place(tmp, out);
-  } catch (...) {
-    fs::remove_all(tmp, ec);
-    throw;
-  }
+  core::StagedDirectory dir(out_dir, opt.overwrite);
+  const fs::path& tmp = dir.path();
+  const fs::path out = dir.target();
+  write_text(tmp / "config.json", config.dump(2) + "\n");
+  const fs::path src = opt.tokenizers_dir / spec.tokenizer;
+  for (const char* f : tok.copied) write_text(tmp / f, core::read_file(src / f));
+  for (const auto& [f, text] : tok.written) write_text(tmp / f, text);
+  write_shards(spec, plan, shards, tmp, opt, t0, res);
+  if (shards.size() > 1) write_text(tmp / "model.safetensors.index.json", index_json(plan, shards, res.total_size));
+  write_text(tmp / "synth.json", provenance_json(spec, opt, res));
+  dir.commit();
   res.seconds = seconds_since(t0);
   log_info("wrote {}: {} ({} tensors, {:.3f} B parameters, {} shard{}, {:.2f} GB in {:.1f} s, {:.0f} MB/s)",
            out.string(), spec.name, res.num_tensors, static_cast<double>(res.num_params) * 1e-9, res.num_shards,

@@ -1,0 +1,174 @@
+#include "sweep_report.hpp"
+
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "latentllm/eval.hpp"
+#include "latentllm/files.hpp"
+#include "latentllm/log.hpp"
+#include "latentllm/resources.hpp"
+
+extern char** environ;
+
+namespace latentllm::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+nlohmann::json nan_null(double v) { return std::isnan(v) ? nlohmann::json() : nlohmann::json(v); }
+
+// Mean joint/local loss over the layers that have both (the local loss of Q-K and V-O only with
+// --diagnostics); NaN when none has.
+double mean_ratio(const std::vector<compress::JointLoss>& losses) {
+  double s = 0;
+  int n = 0;
+  for (const auto& l : losses)
+    if (l.local > 0) s += l.joint / l.local, ++n;
+  return n ? s / n : std::numeric_limits<double>::quiet_NaN();
+}
+
+std::int64_t dense_linear_params(const model::Model& m) {
+  std::int64_t n = 0;
+  for (int i = 0; i < m.num_layers(); ++i)
+    for (const auto& lin : m.layer(i).linears) n += lin.out * lin.in;
+  return n;
+}
+
+void run_gnuplot(const fs::path& script) {
+  const std::string path = script.string();
+  char* argv[] = {const_cast<char*>("gnuplot"), const_cast<char*>(path.c_str()), nullptr};
+  pid_t pid = 0;
+  int status = 0;
+  if (posix_spawnp(&pid, "gnuplot", nullptr, nullptr, argv, environ) != 0 || waitpid(pid, &status, 0) < 0 ||
+      !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    log_warn("sweep: gnuplot failed on {}: no PNG written (scripts/setup installs gnuplot-nox)", path);
+  }
+}
+
+}  // namespace
+
+void summarize(const compress::CompressReport& rep, SweepRun& r) {
+  r.compress_s = rep.total_s;
+  r.params = rep.params;
+  r.dense_params = rep.dense_params;
+  r.qk_loss_ratio = mean_ratio(rep.qk_losses);
+  r.ud_loss_ratio = mean_ratio(rep.ud_losses);
+  double s = 0;
+  int n = 0;
+  for (const auto& m : rep.modules)
+    if (m.how != "joint-ud") s += m.loss_rel, ++n;
+  r.output_error = n ? s / n : 0.0;
+}
+
+nlohmann::json SweepResults::to_json() const {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& r : runs) {
+    rows.push_back({{"method", r.method}, {"ratio", r.ratio}, {"ppl", r.ppl}, {"model_params", r.model_params},
+                    {"params", r.params}, {"dense_params", r.dense_params}, {"compress_seconds", r.compress_s},
+                    {"eval_seconds", r.eval_s}, {"qk_joint_over_local", nan_null(r.qk_loss_ratio)},
+                    {"ud_joint_over_local", nan_null(r.ud_loss_ratio)},
+                    {"mean_relative_output_error", r.output_error}});
+  }
+  nlohmann::json j = info;
+  j["model"] = model;
+  j["runs"] = rows;
+  j["peak_rss_bytes"] = core::peak_rss_bytes();
+  return j;
+}
+
+std::string SweepResults::table2() const {
+  std::string s = fmt::format("# Perplexity of {} (calibration: {})\n\n", label, calibration_title);
+  s += "| ratio | method |";
+  for (const auto& d : datasets) s += " " + d + " |";
+  s += " params | rel. output error | compress s |\n|---:|---|";
+  for (std::size_t i = 0; i < datasets.size(); ++i) s += "---:|";
+  s += "---:|---:|---:|\n";
+  for (const auto& r : runs) {
+    s += fmt::format("| {} | {} |", r.method == "dense" ? "0%" : fmt::format("{:.0f}%", 100 * r.ratio), r.method);
+    for (const auto& d : datasets) {
+      const auto it = r.ppl.find(d);
+      s += it == r.ppl.end() ? " |" : fmt::format(" {:.2f} |", it->second);
+    }
+    s += fmt::format(" {} | {:.4f} | {:.1f} |\n", r.model_params, r.output_error, r.compress_s);
+  }
+  s += "\nrel. output error: mean over the modules compressed one at a time (all but joint up-down) of "
+       "‖(W − Ŵ)X‖²/‖WX‖² on the calibration tokens, the loss the pre-conditioners minimize.\n";
+  return s;
+}
+
+void write_results(const fs::path& out, const SweepResults& r) {
+  std::string csv = "method,ratio,dataset,ppl,model_params,params,dense_params,compress_s,eval_s\n";
+  for (const auto& run : r.runs)
+    for (const auto& [d, p] : run.ppl)
+      csv += fmt::format("{},{:.2f},{},{:.6f},{},{},{},{:.2f},{:.2f}\n", run.method, run.ratio, d, p,
+                         run.model_params, run.params, run.dense_params, run.compress_s, run.eval_s);
+  core::write_text_atomic(out / "results.csv", csv);
+  core::write_text_atomic(out / "results.json", r.to_json().dump(2) + "\n");
+  core::write_text_atomic(out / "table2.md", r.table2());
+}
+
+void write_table3(const fs::path& out, const std::string& label, const model::Model& m,
+                  const std::vector<double>& ratios, const compress::CompressOptions& base) {
+  const std::int64_t n_tok = 128, dense_lin = dense_linear_params(m);
+  const std::int64_t other = eval::forward_macs(m, n_tok) - dense_lin * n_tok;  // LM head, attention products
+  const std::int64_t total = eval::num_params(m);
+  std::string s = fmt::format("# Parameters, FLOPs and MACs of {} at {} tokens\n\n"
+                              "Compressed linear modules from the rank plan; MACs add the LM head and the attention "
+                              "products (Q·Kᵀ, A·V over the full {}-token square, as calflops counts). FLOPs = 2·MACs.\n\n"
+                              "| ratio | junction | params | linear params | MACs | FLOPs |\n|---:|---|---:|---:|---:|---:|\n",
+                              label, n_tok, n_tok);
+  nlohmann::json rows = nlohmann::json::array();
+  auto row = [&](double ratio, const compress::RankPlan* p, const std::string& j) {
+    const std::int64_t lin = p ? p->params() : dense_lin;
+    const std::int64_t params = total - dense_lin + lin;
+    const std::int64_t macs = (p ? p->macs() : dense_lin * n_tok) + other;
+    s += fmt::format("| {:.0f}% | {} | {} | {} | {:.4g} | {:.4g} |\n", 100 * ratio, j, params, lin,
+                     static_cast<double>(macs), 2.0 * static_cast<double>(macs));
+    rows.push_back({{"ratio", ratio}, {"junction", j}, {"params", params}, {"linear_params", lin}, {"macs", macs},
+                    {"flops", 2 * macs}});
+  };
+  row(0, nullptr, "dense");
+  for (double ratio : ratios) {
+    for (auto j : {compress::Junction::BlockIdentity, compress::Junction::Identity}) {
+      compress::CompressOptions opt = base;
+      opt.ratio = ratio;
+      opt.local.junction = j;
+      const auto plan = compress::plan_model(m, opt, n_tok);
+      row(ratio, &plan, std::string(compress::junction_name(j)));
+    }
+  }
+  core::write_text_atomic(out / "table3.md", s);
+  core::write_text_atomic(out / "table3.json", rows.dump(2) + "\n");
+}
+
+void plot(const fs::path& out, const SweepResults& r) {
+  for (const auto& d : r.datasets) {
+    std::map<std::string, std::vector<std::pair<double, double>>> series;
+    double dense = 0;
+    for (const auto& run : r.runs) {
+      if (run.method == "dense") dense = run.ppl.at(d);
+      else series[run.method].push_back({100 * run.ratio, run.ppl.at(d)});
+    }
+    std::string gp = fmt::format(
+        "set terminal pngcairo size 800,560 noenhanced\nset output '{}'\nset logscale y\nset grid\n"
+        "set key top left\nset xlabel 'compression ratio (%)'\nset ylabel 'perplexity ({})'\n"
+        "set title '{}'\nplot {} title 'dense' with lines dashtype 2 lc rgb 'black'",
+        (out / ("ppl_" + d + ".png")).string(), d, r.label, dense);
+    std::string data;
+    for (const auto& [method, pts] : series) {
+      gp += fmt::format(", '-' using 1:2 with linespoints title '{}'", method);
+      for (const auto& [x, y] : pts) data += fmt::format("{} {}\n", x, y);
+      data += "e\n";
+    }
+    const fs::path script = out / ("ppl_" + d + ".gp");
+    core::write_text_atomic(script, gp + "\n" + data);
+    run_gnuplot(script);
+  }
+}
+
+}  // namespace latentllm::cli

@@ -1,0 +1,61 @@
+// What `latentllm sweep` writes: results.{csv,json}, the paper's Table 2 layout (table2.md), Table 3
+// (table3.{md,json}: parameters, FLOPs, MACs) and the perplexity-vs-ratio plots (ppl_<dataset>.png,
+// gnuplot).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "latentllm/compress.hpp"
+#include "latentllm/model.hpp"
+
+namespace latentllm::cli {
+
+// One cell of the grid (method "dense" at ratio 0 is the reference row).
+struct SweepRun {
+  std::string method;
+  double ratio = 0;
+  std::map<std::string, double> ppl;  // dataset -> perplexity
+  std::int64_t model_params = 0;      // whole model, stored weights and biases
+  std::int64_t params = 0, dense_params = 0;  // compressed modules' weights
+  double compress_s = 0, eval_s = 0;
+  double qk_loss_ratio = 0, ud_loss_ratio = 0;  // mean joint/local over layers (NaN: not measured)
+  // Mean relative output error ‖(W − Ŵ)X‖²/‖WX‖² over the calibration tokens of the modules
+  // compressed one at a time (joint up-down modules excluded): what the pre-conditioners minimize.
+  double output_error = 0;
+};
+
+struct SweepResults {
+  std::string model;                  // the --model directory
+  std::string label;                  // its name for titles
+  std::string calibration_title;      // "N x L tokens of FILE, seed S"
+  std::vector<std::string> datasets;  // column names, in order
+  nlohmann::json info;                // calibration, settings, datasets, evaluation window (results.json)
+  std::vector<SweepRun> runs;
+
+  nlohmann::json to_json() const;
+  std::string table2() const;  // Paper Table 2 layout: a row per (ratio, method), a column per dataset
+};
+
+// The run's summary numbers from its compression report (qk/ud ratios, mean output error).
+void summarize(const compress::CompressReport& rep, SweepRun& r);
+
+// results.csv, results.json and table2.md, each written atomically (after every run, so a killed sweep
+// keeps what it finished).
+void write_results(const std::filesystem::path& out, const SweepResults& r);
+
+// Paper Table 3 for the dense model m: parameters, FLOPs and MACs at 128 tokens per ratio, with and
+// without the block-identity junction, planned with `base` (its ratio and junction replaced).
+void write_table3(const std::filesystem::path& out, const std::string& label, const model::Model& m,
+                  const std::vector<double>& ratios, const compress::CompressOptions& base);
+
+// Figure 4 analogue: perplexity vs ratio per method, log y, one PNG per dataset (gnuplot; a warning
+// and no PNG when gnuplot fails).
+void plot(const std::filesystem::path& out, const SweepResults& r);
+
+}  // namespace latentllm::cli
