@@ -5,7 +5,7 @@
 // Xᵀ·W_q,iᵀ·W_k,g·X, and with C = XXᵀ, P = C^{1/2}:  Σ_i ‖Xᵀ(W_q,iᵀW_k,g − M̂_i)X‖² = Σ_i ‖P(…)P‖².
 // With G_i = P·W_q,iᵀ·W_k,g·P the optimum over shared compressions A_q = U_qᵀP⁻¹, A_k = U_kᵀP⁻¹ and
 // per-head decompressions B_q,i = W_q,i·P·U_q, B_k,g = W_k,g·P·U_k maximizes Σ_i ‖U_qᵀG_iU_k‖²,
-// solved by alternating top-eigenvector updates (joint_common.hpp: solve_pair). Stacked over heads,
+// solved by alternating top-eigenvector updates (pair_solver.hpp: solve_pair). Stacked over heads,
 // q_proj ≈ B_q·A_q and k_proj ≈ B_k·A_k are ordinary factored Linears.
 //
 // Biases: with bias_aware the problem is solved for the augmented input x' = [x; 1] (C' = X'X'ᵀ,

@@ -4,7 +4,7 @@
 // row sums to 1). Ignoring the attention mixing, its error is measured by H_i = W_o,i·W_v,g·P
 // ([d, d]; W_o,i: [d, d_h] columns of o_proj, P = root covariance of the v_proj input). Tucker-2/HOSVD
 // over the heads: U_o = top-r_o eigenvectors of Σ H_iH_iᵀ, V = top-r_v eigenvectors of Σ H_iᵀH_i,
-// refined by the same alternating updates as joint Q-K (joint_common.hpp: solve_pair) to maximize
+// refined by the same alternating updates as joint Q-K (pair_solver.hpp: solve_pair) to maximize
 // Σ_i ‖U_oᵀH_iV‖². Then
 //   v_proj ≈ B_v·A_v,  A_v = Vᵀ·P⁻¹ [r_v, d] (shared), B_v = W_v·P·V [H_kv·d_h, r_v] (per kv head)
 //   o_proj ≈ B_o·A_o,  B_o = U_o [d, r_o] (shared), A_o = U_oᵀ·W_o [r_o, H·d_h] (per head blocks)
