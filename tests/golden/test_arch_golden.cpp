@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "latentllm/compress.hpp"
 #include "latentllm/model.hpp"
 #include "latentllm/tokenizer.hpp"
 #include "synth.hpp"
@@ -130,6 +131,35 @@ TEST(ArchGolden, PresetTokenizersMatchTheirReferences) {
     }
   }
 }
+
+}  // namespace
+}  // namespace latentllm::test
+
+namespace latentllm::test {
+namespace {
+
+// The compressor on the new architectures: Qwen3's q/k norms make joint Q-K fall back to local Q and K
+// (a joint-skipped note per layer); Llama-3 rope_scaling enters joint Q-K's RoPE window (the rotation
+// between the factors is the scaled one). Every module is factored and the forward stays finite.
+void compress_preset(const std::string& name, int rope_window, bool expect_skipped) {
+  const json g = golden(name);
+  auto m = load_preset(g);
+  const auto ids = g.at("input_ids").get<std::vector<std::int32_t>>();  // one window of 64 tokens
+  compress::CompressOptions o;
+  o.ratio = 0.3;
+  o.rope_window = rope_window;
+  const auto rep = compress::compress_model(*m, ids, static_cast<int>(ids.size()), o);
+  int skipped = 0;
+  for (const auto& n : rep.notes) skipped += n.kind == "joint-skipped";
+  EXPECT_EQ(skipped, expect_skipped ? m->num_layers() : 0) << name;
+  EXPECT_EQ(rep.qk_losses.size(), expect_skipped ? 0u : static_cast<std::size_t>(m->num_layers())) << name;
+  for (int i = 0; i < m->num_layers(); ++i)
+    for (const auto& l : m->layer(i).linears) EXPECT_TRUE(l.factored()) << l.name;
+  EXPECT_TRUE(std::isfinite(m->windows_nll(ids, static_cast<int>(ids.size()))));
+}
+
+TEST(ArchGolden, CompressQwen3FallsBackToLocalQk) { compress_preset("qwen3-tiny", 0, true); }
+TEST(ArchGolden, CompressLlama3WithScaledRopeWindow) { compress_preset("llama3-tiny", 4, false); }
 
 }  // namespace
 }  // namespace latentllm::test

@@ -136,6 +136,10 @@ inline Checkpoint make_llama(const LlamaDims& s, std::uint32_t seed) {
     c.add(lp + "mlp.down_proj.weight", {s.d, s.ffn}, rng);
     c.add(lp + "input_layernorm.weight", {s.d}, rng, 0.1f, 1.0f);
     c.add(lp + "post_attention_layernorm.weight", {s.d}, rng, 0.1f, 1.0f);
+    if (s.type == "qwen3") {  // per-head q/k RMSNorm weights
+      c.add(lp + "self_attn.q_norm.weight", {s.d_h}, rng, 0.1f, 1.0f);
+      c.add(lp + "self_attn.k_norm.weight", {s.d_h}, rng, 0.1f, 1.0f);
+    }
   }
   return c;
 }

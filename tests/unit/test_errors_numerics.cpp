@@ -197,6 +197,17 @@ TEST_F(Quiet, NumericalFallbacks) {
              o.ranks.down = 3;
              (void)compress::joint_ud(w, gaussian(40, 6, 5), o, "model.decoder.layers.0.fc1, fc2");
            })}},
+          {"note-joint-skipped-qk-norm", {[] {
+             LlamaDims d;
+             d.arch = "Qwen3ForCausalLM";
+             d.type = "qwen3";
+             d.layers = 1;
+             auto m = model::Model::load(make_llama(d, 9).write("err-num-qwen3"));
+             const auto rep = compress::compress_model(*m, ids_of(2, 10, static_cast<int>(d.V)), 10, method("latentllm"));
+             for (const auto& n : rep.notes)
+               if (n.kind == "joint-skipped") return Outcome{"note", n.message()};
+             return Outcome{"", "no joint-skipped note"};
+           }}},
           {"note-few-tokens", {[] {
              auto m = opt_model([](Checkpoint&) {});
              const auto rep = compress::compress_model(*m, ids_of(1, 8), 8, method("latentllm"));
