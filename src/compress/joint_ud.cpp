@@ -7,57 +7,44 @@
 #include <Eigen/QR>
 
 #include "compress/asvd.hpp"
-#include "compress/regression.hpp"
 #include "compress/notes.hpp"
+#include "compress/regression.hpp"
+#include "compress/token_passes.hpp"
 #include "latentllm/error.hpp"
 #include "linalg/linalg.hpp"
-#include "core/parallel.hpp"
 #include "model/activation.hpp"
 
 namespace latentllm::compress {
 
 namespace {
 
-// out(i, j) = f(column j of the inputs, i) for every element, over column blocks on the forward's
-// threads: these [f, n] passes over all calibration tokens are memory-bound, and any split gives the
-// same result. fn(c0, c1) fills columns [c0, c1).
-template <typename Fn>
-void for_column_blocks(Eigen::Index cols, Fn&& fn) {
-  core::parallel_for(cols, 1024, [&](std::int64_t c0, std::int64_t c1) { fn(c0, c1 - c0); });
-}
+using Cols = Eigen::Ref<const MatrixD>;                                                 // [rows, c] a chunk
+using MatrixRowF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;  // [n, f] per token
 
 MatrixD act_of(model::Activation a, const MatrixD& z) {
-  MatrixD out(z.rows(), z.cols());
-  for_column_blocks(z.cols(), [&](Eigen::Index c0, Eigen::Index nc) {
-    out.middleCols(c0, nc) = z.middleCols(c0, nc).unaryExpr([a](double v) { return model::activate(a, v); });
-  });
-  return out;
+  return z.unaryExpr([a](double v) { return model::activate(a, v); });
 }
 MatrixD slope_of(model::Activation a, const MatrixD& z) {
-  MatrixD out(z.rows(), z.cols());
-  for_column_blocks(z.cols(), [&](Eigen::Index c0, Eigen::Index nc) {
-    out.middleCols(c0, nc) = z.middleCols(c0, nc).unaryExpr([a](double v) { return model::activate_slope(a, v); });
-  });
-  return out;
+  return z.unaryExpr([a](double v) { return model::activate_slope(a, v); });
 }
 
-// y = W·x + b for the columns of xt: [in, n] -> [out, n].
-MatrixD apply(const MatrixD& w, const VectorD& b, const MatrixD& xt) {
+// y = W·x + b for the columns of xt: [in, c] -> [out, c].
+MatrixD apply(const MatrixD& w, const VectorD& b, const Cols& xt) {
   MatrixD y = w * xt;
   if (b.size() > 0) y.colwise() += b;
   return y;
 }
-MatrixD apply(const LowRank& f, const MatrixD& xt) {
+MatrixD apply(const LowRank& f, const Cols& xt) {
   MatrixD y = f.B * (f.A * xt);  // never forms B·A
   if (f.bias.size() > 0) y.colwise() += f.bias;
   return y;
 }
 
-// Pre-activations and hidden activations of the compressed MLP, [f, n] each.
+// Pre-activations and hidden activations of the compressed MLP on a chunk, [f, c] each.
 struct Hidden {
   MatrixD zu, zg, h;
 };
-Hidden hidden_of(const MlpDense& w, const MlpFactors& f, const MatrixD& xt) {
+Hidden hidden_of(const MlpDense& w, const MlpFactors& f, const Cols& xt) {
   Hidden hd;
   hd.zu = apply(f.up, xt);
   if (w.gated) {
@@ -69,66 +56,75 @@ Hidden hidden_of(const MlpDense& w, const MlpFactors& f, const MatrixD& xt) {
   return hd;
 }
 
-// Rank-r least-squares map from the columns of src to those of tgt (with a free bias if `bias`).
-LowRank fit(const MatrixD& src, const MatrixD& tgt, int r, bool bias, double lambda_rel, std::string_view context) {
-  return reduced_rank_regression(regression_stats(src, tgt), r, bias, lambda_rel, context);
+MatrixD dense_forward(const MlpDense& w, const Cols& xt) {
+  const MatrixD zu = apply(w.w_up, w.b_up, xt);  // [f, c]
+  const MatrixD h = w.gated ? MatrixD(act_of(w.act, apply(w.w_gate, w.b_gate, xt)).cwiseProduct(zu)) : act_of(w.act, zu);
+  return apply(w.w_down, w.b_down, h);
 }
 
-// argmin_H α‖T − Ŵ·H‖² + β‖H − H0‖² for the factored Ŵ = B·A (rank r), T: [d, n], H0: [f, n].
-// With Ŵ = U·S·Vᵀ (thin, from QRs of B and Aᵀ): (αŴᵀŴ + βI)⁻¹ = (I − V·diag(αs²/(αs²+β))·Vᵀ)/β,
-// so the [f, f] system is never formed (ridge step of the paper's Z' update). With R = αŴᵀT + βH0 =
-// V·C + βH0 (C = α·S·UᵀT) and VᵀV = I: H = H0 + V·(C − k ⊙ (C + β·VᵀH0))/β, k = αs²/(αs²+β) —
-// two [f, r]×[r, n] products instead of three, and R is never formed.
-MatrixD ridge_hidden(const LowRank& down, const MatrixD& t, const MatrixD& h0, double alpha, double beta,
-                     std::string_view context) {
-  const int r = down.rank();
-  const Eigen::HouseholderQR<MatrixD> qb(down.B), qa(down.A.transpose());
-  const MatrixD q_b = qb.householderQ() * MatrixD::Identity(down.B.rows(), r);  // [d, r]
-  const MatrixD q_a = qa.householderQ() * MatrixD::Identity(down.A.cols(), r);  // [f, r]
-  const MatrixD r_b = qb.matrixQR().topRows(r).triangularView<Eigen::Upper>();
-  const MatrixD r_a = qa.matrixQR().topRows(r).triangularView<Eigen::Upper>();
-  const linalg::Svd core = linalg::svd(r_b * r_a.transpose(), context);  // [r, r]
-  const MatrixD u = q_b * core.u, v = q_a * core.v;                     // [d, r], [f, r]
-  const VectorD s2 = core.s.array().square();
-  const VectorD shrink = (alpha * s2.array() / (alpha * s2.array() + beta)).matrix();
-  const MatrixD c = alpha * core.s.asDiagonal() * (u.transpose() * t);    // [r, n]
-  const MatrixD g = v.transpose() * h0;                                   // [r, n]
-  const MatrixD step = (c - shrink.asDiagonal() * (c + beta * g)) / beta;  // [r, n]
-  MatrixD h = h0;
-  h.noalias() += v * step;  // [f, n]
-  return h;
-}
+// argmin_H α‖T − Ŵ·H‖² + β‖H − H0‖² for the factored Ŵ = B·A (rank r), per token (column). With
+// Ŵ = U·S·Vᵀ (thin, from QRs of B and Aᵀ): (αŴᵀŴ + βI)⁻¹ = (I − V·diag(αs²/(αs²+β))·Vᵀ)/β, so the
+// [f, f] system is never formed (ridge step of the paper's Z' update). With R = αŴᵀT + βH0 = V·C + βH0
+// (C = α·S·UᵀT) and VᵀV = I: H = H0 + V·(C − k ⊙ (C + β·VᵀH0))/β, k = αs²/(αs²+β). The
+// decomposition is built once per iteration and applied to every chunk.
+class RidgeStep {
+ public:
+  RidgeStep(const LowRank& down, double alpha, double beta, std::string_view context) : alpha_(alpha), beta_(beta) {
+    const int r = down.rank();
+    const Eigen::HouseholderQR<MatrixD> qb(down.B), qa(down.A.transpose());
+    const MatrixD q_b = qb.householderQ() * MatrixD::Identity(down.B.rows(), r);  // [d, r]
+    const MatrixD q_a = qa.householderQ() * MatrixD::Identity(down.A.cols(), r);  // [f, r]
+    const MatrixD r_b = qb.matrixQR().topRows(r).triangularView<Eigen::Upper>();
+    const MatrixD r_a = qa.matrixQR().topRows(r).triangularView<Eigen::Upper>();
+    const linalg::Svd core = linalg::svd(r_b * r_a.transpose(), context);  // [r, r]
+    ut_ = (q_b * core.u).transpose();                                    // [r, d]
+    v_ = q_a * core.v;                                                   // [f, r]
+    s_ = core.s;
+    const VectorD s2 = s_.array().square();
+    shrink_ = (alpha * s2.array() / (alpha * s2.array() + beta)).matrix();
+    bias_ = down.bias;
+  }
+  // t: [d, c] the targets (dense outputs; the down bias is taken off here), h0: [f, c].
+  MatrixD operator()(const Cols& t, const MatrixD& h0) const {
+    MatrixD c = alpha_ * s_.asDiagonal() * (ut_ * t);                    // [r, c]
+    if (bias_.size() > 0) c -= alpha_ * s_.asDiagonal() * (ut_ * bias_).replicate(1, t.cols());
+    const MatrixD g = v_.transpose() * h0;                               // [r, c]
+    const MatrixD step = (c - shrink_.asDiagonal() * (c + beta_ * g)) / beta_;
+    MatrixD h = h0;
+    h.noalias() += v_ * step;  // [f, c]
+    return h;
+  }
+
+ private:
+  double alpha_, beta_;
+  MatrixD ut_, v_;  // [r, d], [f, r]
+  VectorD s_, shrink_, bias_;
+};
 
 // Paper's Z update for ReLU, per element: min β(z' − σ(z))² + γ(z − w)², the better of the branches
 // z ≥ 0 (σ(z) = z) and z ≤ 0 (σ(z) = 0), each a clipped quadratic.
 MatrixD relu_case_split(const MatrixD& zp, const MatrixD& w, double beta, double gamma) {
-  MatrixD z(zp.rows(), zp.cols());
-  for_column_blocks(z.cols(), [&](Eigen::Index c0, Eigen::Index nc) {
-    for (Eigen::Index j = c0; j < c0 + nc; ++j) {
-      for (Eigen::Index i = 0; i < z.rows(); ++i) {
-        const double p = zp(i, j), u = w(i, j);
-        const double zpos = std::max(0.0, (beta * p + gamma * u) / (beta + gamma));
-        const double cpos = beta * (p - zpos) * (p - zpos) + gamma * (zpos - u) * (zpos - u);
-        const double zneg = std::min(u, 0.0);
-        const double cneg = beta * p * p + gamma * (zneg - u) * (zneg - u);
-        z(i, j) = cpos <= cneg ? zpos : zneg;
-      }
-    }
+  return zp.binaryExpr(w, [beta, gamma](double p, double u) {
+    const double zpos = std::max(0.0, (beta * p + gamma * u) / (beta + gamma));
+    const double cpos = beta * (p - zpos) * (p - zpos) + gamma * (zpos - u) * (zpos - u);
+    const double zneg = std::min(u, 0.0);
+    const double cneg = beta * p * p + gamma * (zneg - u) * (zneg - u);
+    return cpos <= cneg ? zpos : zneg;
   });
-  return z;
 }
 
-MatrixD target_minus_bias(const MatrixD& y, const LowRank& down) {
-  MatrixD t = y;
-  if (down.bias.size() > 0) t.colwise() -= down.bias;
-  return t;
+// Gauss-Newton target for a pre-activation: z + η·s(h* − h)/(s² + ε), with ε 1 % of the chunk's mean
+// s² (a guard against vanishing slopes, relative to their scale).
+MatrixD gn_target(const MatrixD& z, const MatrixD& s, const MatrixD& dh, double eta) {
+  const double eps = 1e-2 * std::max(s.squaredNorm() / static_cast<double>(std::max<Eigen::Index>(1, s.size())), 1e-300);
+  return (z.array() + eta * (s.array() * dh.array() / (s.array().square() + eps))).matrix();
 }
 
-// Σ_t ‖y_t − (Ŵ·h_t + b)‖² for the factored Ŵ = B·A and bias b of `down`, from the regression
-// stats of (H, Y) and yy = ‖Y‖²: the square expanded, so no [d, n] residual is formed. The
-// expansion cancels about log10(‖Y‖² / loss) of double's 16 digits (3 for a 0.1 % loss).
+// Σ_t ‖y_t − (Ŵ·h_t + b)‖² for the factored Ŵ = B·A and bias b of `down`, from the regression stats
+// of (H, Y) and yy = ‖Y‖²: the square expanded, so no [d, n] residual is formed. The expansion cancels
+// about log10(‖Y‖² / loss) of double's 16 digits (3 for a 0.1 % loss).
 double loss_from_stats(const RegressionStats& st, double yy, const LowRank& down) {
-  const MatrixD w = down.dense();                                     // [d, f]
+  const MatrixD w = down.dense();  // [d, f]
   double l = yy - 2.0 * (w.array() * st.cross.array()).sum() + (w * st.cov).cwiseProduct(w).sum();
   if (down.bias.size() > 0) {
     const VectorD& b = down.bias;
@@ -137,24 +133,40 @@ double loss_from_stats(const RegressionStats& st, double yy, const LowRank& down
   return std::max(l, 0.0);
 }
 
+MatrixD rows_of(const MatrixRowF& m, Eigen::Index t0, Eigen::Index c) {  // [f, c] from token rows
+  return m.middleRows(t0, c).transpose().cast<double>();
+}
+
+// The problem: dense MLP, token rows (inputs, dense outputs), input statistics, options.
 struct Ctx {
   const MlpDense& w;
-  const MatrixD& xt;  // [d, n]
-  const MatrixD& y;   // [d, n] dense output
+  TokenRows tokens;
   const UdOptions& opt;
   std::string_view context;
-  double yy = y.squaredNorm();  // ‖Y‖²
+  RegressionStats x_stats;  // of the inputs: cov [d, d], sum_s [d] (the sources of the up/gate fits)
+  double yy = 0;            // ‖Y‖²
 
-  // True output loss of f, given its hidden activations h = hidden_of(w, f, xt).h: [f, n].
-  double loss(const MlpFactors& f, const MatrixD& h) const { return (y - apply(f.down, h)).squaredNorm(); }
-  // The down projection's view of hidden activations h: the regression stats of (h, Y), from which
-  // the output-aware refit and the loss of any down factor on h follow without another [f, n] pass.
-  RegressionStats on_hidden(const MatrixD& h) const { return regression_stats(h, y); }
-  double loss(const LowRank& down, const RegressionStats& st) const { return loss_from_stats(st, yy, down); }
+  Eigen::Index f() const { return w.w_up.rows(); }
+  Eigen::Index d() const { return w.w_up.cols(); }
+  // Rank-r fit of the pass's targets on the inputs: cross from acc, cov from x_stats.
+  LowRank fit_from_inputs(const RegressionAccumulator& acc, int r, bool bias) const {
+    RegressionStats st = acc.stats();
+    st.cov = x_stats.cov;
+    st.sum_s = x_stats.sum_s;
+    return reduced_rank_regression(st, r, bias, opt.lambda_rel, context);
+  }
   // Output-aware refit of the down projection: rank-r_d regression of the DENSE output Y on the
   // compressed hidden activations, so it absorbs the upstream (up/gate) error.
   LowRank refit_down(const RegressionStats& st) const {
     return reduced_rank_regression(st, opt.ranks.down, w.b_down.size() > 0, opt.lambda_rel, context);
+  }
+  // The regression stats of (hidden activations of f, Y) over all tokens: one pass.
+  RegressionStats on_hidden(const MlpFactors& f) const {
+    RegressionAccumulator acc(this->f(), d(), true);
+    token_pass(tokens, {&acc}, [&](Eigen::Index, Eigen::Index, const Cols& xt, const Cols& yt, ChunkOut& out) {
+      out.pairs.emplace_back(hidden_of(w, f, xt).h, yt);
+    });
+    return acc.stats();
   }
 };
 
@@ -172,8 +184,11 @@ struct Best {
   }
 };
 
-// The paper's auxiliary-variable iterations (ReLU, not gated). Ŵ_u·X and the hidden activations
-// of each iterate are computed once and shared by the Z update, the losses and the down refit.
+// The paper's auxiliary-variable iterations (ReLU, not gated). Z persists between iterations (float
+// per token). Pass k makes the Z' and Z updates and gathers both fits' statistics; it evaluates
+// Ŵ_u·X of iterate k − 1 anyway, so it also gives that iterate's true output loss (and, tracked, its
+// auxiliary objective). One last pass gives the last iterate's loss and the statistics of its hidden
+// activations, for the output-aware down refit of the answer (the refit never feeds the iterations).
 void paper_iterations(const Ctx& c, MlpFactors cur, Best& best, UdResult& out) {
   UdOptions o = c.opt;
   // β, γ are relative to the mean squared singular value of the starting Ŵ_d, so the trade-off of
@@ -182,82 +197,107 @@ void paper_iterations(const Ctx& c, MlpFactors cur, Best& best, UdResult& out) {
   o.beta *= gain;
   o.gamma *= gain;
   const bool bu = c.w.b_up.size() > 0, bd = c.w.b_down.size() > 0;
-  MatrixD ux = apply(cur.up, c.xt);  // [f, n] Ŵ_u·X of the current up factor
-  MatrixD z = ux;                    // [f, n]
-  MatrixD zp;                        // [f, n]
-  if (o.track_aux_loss) {
-    out.aux_loss.push_back(o.alpha * (c.y - apply(cur.down, act_of(model::Activation::Relu, z))).squaredNorm());
-  }
+  const auto relu = model::Activation::Relu;
+  MatrixRowF z(c.tokens.size(), c.f());  // [n, f]; Z = Ŵ_u·X before the first iteration
+  MatrixRowF zp_kept;                    // [n, f] Z' when tracking the auxiliary objective
+  if (o.track_aux_loss) zp_kept.resize(c.tokens.size(), c.f());
+  // Scalars of a pass over iterate `cur`: [0] its true output loss, [1] its auxiliary objective.
+  auto evaluate = [&](const Cols& xt, const Cols& yt, Eigen::Index t0, int it, const MatrixD& ux, ChunkOut& r) {
+    const MatrixD h = act_of(relu, ux);
+    r.scalars = {(yt - apply(cur.down, h)).squaredNorm(), 0.0};
+    if (o.track_aux_loss && it == 0) r.scalars[1] = o.alpha * r.scalars[0];  // Z = Ŵ_u·X, no Z' yet
+    if (o.track_aux_loss && it > 0) {
+      const MatrixD zc = rows_of(z, t0, xt.cols()), zpc = rows_of(zp_kept, t0, xt.cols());
+      r.scalars[1] = o.alpha * (yt - apply(cur.down, zpc)).squaredNorm() + o.beta * (zpc - act_of(relu, zc)).squaredNorm() +
+                     o.gamma * (zc - ux).squaredNorm();
+    }
+  };
+  auto record = [&](const std::vector<double>& s, int it) {
+    if (it > 0) {
+      best.offer(cur, s.at(0), it);
+      out.loss.push_back(s.at(0));
+    }
+    if (o.track_aux_loss) out.aux_loss.push_back(s.at(1));
+  };
   for (int it = 1; it <= o.iters; ++it) {
-    zp = ridge_hidden(cur.down, target_minus_bias(c.y, cur.down), act_of(model::Activation::Relu, z), o.alpha, o.beta,
-                      c.context);
-    z = relu_case_split(zp, ux, o.beta, o.gamma);
-    cur.up = fit(c.xt, z, o.ranks.up, bu, o.lambda_rel, c.context);
-    cur.down = fit(zp, c.y, o.ranks.down, bd, o.lambda_rel, c.context);
-    ux = apply(cur.up, c.xt);
-    if (o.track_aux_loss) {
-      out.aux_loss.push_back(o.alpha * (c.y - apply(cur.down, zp)).squaredNorm() +
-                             o.beta * (zp - act_of(model::Activation::Relu, z)).squaredNorm() +
-                             o.gamma * (z - ux).squaredNorm());
-    }
-    const MatrixD h = act_of(model::Activation::Relu, ux);  // hidden activations of cur
-    if (!o.refit_down) {
-      const double l = c.loss(cur, h);
-      best.offer(cur, l, it);
-      out.loss.push_back(l);
-      continue;
-    }
-    const RegressionStats st = c.on_hidden(h);
-    const double l = c.loss(cur.down, st);
-    best.offer(cur, l, it);
-    MlpFactors r = cur;
-    r.down = c.refit_down(st);
-    const double lr = c.loss(r.down, st);
-    best.offer(r, lr, it);
-    out.loss.push_back(std::min(l, lr));
+    const RidgeStep ridge(cur.down, o.alpha, o.beta, c.context);
+    RegressionAccumulator up_acc(c.d(), c.f(), false), down_acc(c.f(), c.d(), true);
+    const auto s = token_pass(c.tokens, {&up_acc, &down_acc},
+                              [&](Eigen::Index, Eigen::Index t0, const Cols& xt, const Cols& yt, ChunkOut& r) {
+                                const MatrixD ux = apply(cur.up, xt);  // [f, c] Ŵ_u·X of iterate it − 1
+                                evaluate(xt, yt, t0, it - 1, ux, r);
+                                const MatrixD zc = it == 1 ? ux : rows_of(z, t0, xt.cols());
+                                MatrixD zpc = ridge(yt, act_of(relu, zc));
+                                MatrixD zn = relu_case_split(zpc, ux, o.beta, o.gamma);
+                                z.middleRows(t0, xt.cols()) = zn.transpose().cast<float>();
+                                if (o.track_aux_loss) zp_kept.middleRows(t0, xt.cols()) = zpc.transpose().cast<float>();
+                                r.pairs.emplace_back(xt, std::move(zn));
+                                r.pairs.emplace_back(std::move(zpc), yt);
+                              });
+    record(s, it - 1);
+    cur.up = c.fit_from_inputs(up_acc, o.ranks.up, bu);
+    cur.down = reduced_rank_regression(down_acc.stats(), o.ranks.down, bd, o.lambda_rel, c.context);
   }
+  RegressionAccumulator h_acc(c.f(), c.d(), true);
+  const auto s = token_pass(c.tokens, {&h_acc},
+                            [&](Eigen::Index, Eigen::Index t0, const Cols& xt, const Cols& yt, ChunkOut& r) {
+                              const MatrixD ux = apply(cur.up, xt);
+                              evaluate(xt, yt, t0, o.iters, ux, r);
+                              r.pairs.emplace_back(act_of(relu, ux), yt);
+                            });
+  record(s, o.iters);
+  if (!o.refit_down || o.iters == 0) return;
+  const RegressionStats st = h_acc.stats();
+  MlpFactors refit = cur;
+  refit.down = c.refit_down(st);
+  const double lr = loss_from_stats(st, c.yy, refit.down);
+  best.offer(refit, lr, o.iters);
+  out.loss.back() = std::min(out.loss.back(), lr);
 }
 
-// Gauss-Newton target for a pre-activation: z + η·s(h* − h)/(s² + ε), ε relative to mean s².
-MatrixD gn_target(const MatrixD& z, const MatrixD& s, const MatrixD& dh, double eta) {
-  const double eps = 1e-2 * std::max(s.squaredNorm() / static_cast<double>(std::max<Eigen::Index>(1, s.size())), 1e-300);
-  MatrixD out(z.rows(), z.cols());
-  for_column_blocks(z.cols(), [&](Eigen::Index c0, Eigen::Index nc) {
-    const auto sc = s.middleCols(c0, nc).array();
-    out.middleCols(c0, nc) =
-        (z.middleCols(c0, nc).array() + eta * (sc * dh.middleCols(c0, nc).array() / (sc.square() + eps))).matrix();
-  });
-  return out;
-}
-
-// The extension (any activation, gated or not): see the header and docs/JOINT.md. `hd` holds the
-// hidden activations of `cur`; each candidate's are computed once for its down refit and its loss.
-void extension_iterations(const Ctx& c, MlpFactors cur, double cur_loss, Hidden hd, Best& best, UdResult& out) {
+// One Gauss-Newton candidate of the extension: up (then gate) refit towards the ridge hidden target
+// with step η, down refit on its hidden activations. Returns its loss; one pass per refit module.
+double extension_candidate(const Ctx& c, const MlpFactors& cur, const RidgeStep& ridge, double eta, MlpFactors& cand) {
   const UdOptions& o = c.opt;
-  const bool bu = c.w.b_up.size() > 0, bg = c.w.b_gate.size() > 0;
+  cand = cur;
+  RegressionAccumulator up_acc(c.d(), c.f(), false);
+  token_pass(c.tokens, {&up_acc}, [&](Eigen::Index, Eigen::Index, const Cols& xt, const Cols& yt, ChunkOut& r) {
+    const Hidden hd = hidden_of(c.w, cur, xt);
+    const MatrixD dh = ridge(yt, hd.h) - hd.h;                                       // h* − h
+    const MatrixD su = c.w.gated ? act_of(c.w.act, hd.zg) : slope_of(c.w.act, hd.zu);  // ∂h/∂z_u
+    r.pairs.emplace_back(xt, gn_target(hd.zu, su, dh, eta));
+  });
+  cand.up = c.fit_from_inputs(up_acc, o.ranks.up, c.w.b_up.size() > 0);
+  if (c.w.gated) {
+    RegressionAccumulator gate_acc(c.d(), c.f(), false);
+    token_pass(c.tokens, {&gate_acc}, [&](Eigen::Index, Eigen::Index, const Cols& xt, const Cols& yt, ChunkOut& r) {
+      const Hidden hd = hidden_of(c.w, cur, xt);
+      const MatrixD hstar = ridge(yt, hd.h);
+      const MatrixD zu = apply(cand.up, xt);
+      const MatrixD h = act_of(c.w.act, hd.zg).cwiseProduct(zu);
+      const MatrixD sg = slope_of(c.w.act, hd.zg).cwiseProduct(zu);  // ∂h/∂z_g
+      r.pairs.emplace_back(xt, gn_target(hd.zg, sg, hstar - h, eta));
+    });
+    cand.gate = c.fit_from_inputs(gate_acc, o.ranks.gate, c.w.b_gate.size() > 0);
+  }
+  const RegressionStats st = c.on_hidden(cand);
+  cand.down = c.refit_down(st);
+  return loss_from_stats(st, c.yy, cand.down);
+}
+
+// The extension (any activation, gated or not): see the header and docs/JOINT.md.
+void extension_iterations(const Ctx& c, MlpFactors cur, double cur_loss, Best& best, UdResult& out) {
+  const UdOptions& o = c.opt;
   for (int it = 1; it <= o.iters; ++it) {
     const double gain = cur.down.dense().squaredNorm() / cur.down.rank();  // relative β as in the paper path
     if (!(gain > 0 && std::isfinite(gain))) break;  // a zero down factor: no ridge step (joint_ud notes it)
-    const MatrixD hstar =
-        ridge_hidden(cur.down, target_minus_bias(c.y, cur.down), hd.h, o.alpha, o.beta * gain, c.context);
-    const MatrixD su = c.w.gated ? act_of(c.w.act, hd.zg) : slope_of(c.w.act, hd.zu);  // ∂h/∂z_u
+    const RidgeStep ridge(cur.down, o.alpha, o.beta * gain, c.context);
     bool accepted = false;
     for (double eta : {1.0, 0.5, 0.25}) {
-      MlpFactors cand = cur;
-      cand.up = fit(c.xt, gn_target(hd.zu, su, hstar - hd.h, eta), o.ranks.up, bu, o.lambda_rel, c.context);
-      if (c.w.gated) {
-        const MatrixD zu = apply(cand.up, c.xt);
-        const MatrixD h = act_of(c.w.act, hd.zg).cwiseProduct(zu);
-        const MatrixD sg = slope_of(c.w.act, hd.zg).cwiseProduct(zu);  // ∂h/∂z_g
-        cand.gate = fit(c.xt, gn_target(hd.zg, sg, hstar - h, eta), o.ranks.gate, bg, o.lambda_rel, c.context);
-      }
-      Hidden hc = hidden_of(c.w, cand, c.xt);
-      const RegressionStats st = c.on_hidden(hc.h);
-      cand.down = c.refit_down(st);
-      const double l = c.loss(cand.down, st);
+      MlpFactors cand;
+      const double l = extension_candidate(c, cur, ridge, eta, cand);
       if (l < cur_loss) {
         cur = std::move(cand);
-        hd = std::move(hc);
         cur_loss = l;
         accepted = true;
         break;
@@ -269,28 +309,95 @@ void extension_iterations(const Ctx& c, MlpFactors cur, double cur_loss, Hidden 
   }
 }
 
-void check_mlp(const MlpDense& w, const MatrixD& x, const UdOptions& o, std::string_view context) {
+void check_mlp(const MlpDense& w, Eigen::Index x_rows, Eigen::Index x_cols, const UdOptions& o,
+               std::string_view context) {
   const auto f = w.w_up.rows(), d = w.w_up.cols();
-  const bool ok = w.w_down.rows() == d && w.w_down.cols() == f && x.cols() == d &&
+  const bool ok = w.w_down.rows() == d && w.w_down.cols() == f && x_cols == d &&
                   (!w.gated || (w.w_gate.rows() == f && w.w_gate.cols() == d));
   if (!ok) {
     throw ConfigError(fmt::format("{}: MLP shapes (expected up [f, d], down [d, f], x [n, d]; got up [{}, {}], "
                                   "down [{}, {}], x [{}, {}])", context, f, d, w.w_down.rows(), w.w_down.cols(),
-                                  x.rows(), x.cols()));
+                                  x_rows, x_cols));
   }
-  if (o.iters < 0 || !(o.alpha > 0 && o.beta > 0 && o.gamma > 0)) {
-    throw ConfigError(fmt::format("{}: joint UD options (expected iters ≥ 0 and α, β, γ > 0, got {} {} {} {})", context,
-                                  o.iters, o.alpha, o.beta, o.gamma));
+  if (o.iters < 0 || !(o.alpha > 0 && o.beta > 0 && o.gamma > 0) || o.chunk_tokens < 0) {
+    throw ConfigError(fmt::format("{}: joint UD options (expected iters ≥ 0, chunk_tokens ≥ 0 and α, β, γ > 0, got {} "
+                                  "{} {} {} {})", context, o.iters, o.chunk_tokens, o.alpha, o.beta, o.gamma));
   }
+}
+
+Eigen::Index chunk_of(const UdOptions& o, Eigen::Index f) {
+  if (o.chunk_tokens > 0) return o.chunk_tokens;
+  return std::clamp<Eigen::Index>(((4 << 20) / std::max<Eigen::Index>(f, 1)) / 256 * 256, 256, 4096);
+}
+
+// The dense outputs (into y), the input statistics, ‖Y‖² and the output energy ‖Y − mean Y‖².
+void prepare(const MlpDense& w, const MatrixRowD& x, MatrixRowD& y, Ctx& c, UdResult& out) {
+  RegressionAccumulator x_acc(w.w_up.cols(), 0, true);
+  const TokenRows self{x, x, c.tokens.chunk};  // y is written as the pass goes
+  token_pass(self, {&x_acc}, [&](Eigen::Index, Eigen::Index t0, const Cols& xt, const Cols&, ChunkOut& r) {
+    y.middleRows(t0, xt.cols()) = dense_forward(w, xt).transpose();
+    r.pairs.emplace_back(xt, MatrixD(0, xt.cols()));
+  });
+  c.x_stats = x_acc.stats();
+  c.yy = y.squaredNorm();
+  const VectorD mean = y.colwise().mean().transpose();
+  out.output_energy = std::max(c.yy - static_cast<double>(y.rows()) * mean.squaredNorm(), 0.0);
+}
+
+UdResult solve(const MlpDense& w, const MatrixRowD& x, const UdOptions& opt, std::string_view context) {
+  check_mlp(w, x.rows(), x.cols(), opt, context);
+  MatrixRowD y(x.rows(), w.w_down.rows());  // [n, d] dense outputs
+  Ctx c{w, TokenRows{x, y, chunk_of(opt, w.w_up.rows())}, opt, context, {}, 0.0};
+  UdResult out;
+  prepare(w, x, y, c, out);
+  // The local root-cov start, sequential: down from the hidden activations of the compressed up/gate.
+  calib::SiteStats xs;
+  xs.xtx = c.x_stats.cov;
+  xs.sum = c.x_stats.sum_s;
+  xs.n = static_cast<std::int64_t>(c.x_stats.n);
+  MlpFactors start;
+  start.up = local_rootcov(w.w_up, w.b_up, xs, opt.ranks.up, opt.lambda_rel, context);
+  if (w.gated) start.gate = local_rootcov(w.w_gate, w.b_gate, xs, opt.ranks.gate, opt.lambda_rel, context);
+  const RegressionStats st = c.on_hidden(start);
+  calib::SiteStats hs;
+  hs.xtx = st.cov;
+  hs.sum = st.sum_s;
+  hs.n = static_cast<std::int64_t>(st.n);
+  start.down = local_rootcov(w.w_down, w.b_down, hs, opt.ranks.down, opt.lambda_rel, context);
+  Best best;
+  out.loss_local = loss_from_stats(st, c.yy, start.down);
+  best.offer(start, out.loss_local, -1);
+  MlpFactors cur = start;
+  double cur_loss = out.loss_local;
+  if (opt.refit_down) {
+    cur.down = c.refit_down(st);
+    cur_loss = loss_from_stats(st, c.yy, cur.down);
+    best.offer(cur, cur_loss, 0);
+  }
+  out.loss.push_back(cur_loss);
+  // The ridge step's β, γ are relative to the mean squared singular value of the down factor; when it
+  // is zero (a zero down_proj, or hidden activations that are all zero) the step is undefined and
+  // nothing can improve on the local solution: keep it.
+  const bool paper = opt.paper_admm && w.act == model::Activation::Relu && !w.gated;
+  const LowRank& first_down = paper ? start.down : cur.down;  // where each path starts
+  const double gain = first_down.dense().squaredNorm() / first_down.rank();
+  if (opt.iters > 0 && !(gain > 0 && std::isfinite(gain))) {
+    record_note(context, "joint-skipped",
+                fmt::format("joint up-down iterations skipped: the compressed down projection is zero (squared "
+                            "norm per rank {:g}), so the local solution is kept", gain));
+  } else if (paper) {
+    paper_iterations(c, start, best, out);  // the paper starts from the local solution
+  } else {
+    extension_iterations(c, cur, cur_loss, best, out);
+  }
+  out.f = std::move(best.f);
+  out.best_iter = best.iter;
+  return out;
 }
 
 }  // namespace
 
-MatrixD mlp_forward(const MlpDense& w, const MatrixD& xt) {
-  const MatrixD zu = apply(w.w_up, w.b_up, xt);  // [f, n]
-  const MatrixD h = w.gated ? MatrixD(act_of(w.act, apply(w.w_gate, w.b_gate, xt)).cwiseProduct(zu)) : act_of(w.act, zu);
-  return apply(w.w_down, w.b_down, h);
-}
+MatrixD mlp_forward(const MlpDense& w, const MatrixD& xt) { return dense_forward(w, xt); }
 
 MatrixD mlp_forward(const MlpDense& w, const MlpFactors& f, const MatrixD& xt) {
   return apply(f.down, hidden_of(w, f, xt).h);
@@ -320,49 +427,11 @@ MlpFactors local_mlp(const MlpDense& w, const MatrixD& x, const MlpRanks& r, dou
 }
 
 UdResult joint_ud(const MlpDense& w, const MatrixD& x, const UdOptions& opt, std::string_view context) {
-  check_mlp(w, x, opt, context);
-  const MatrixD xt = x.transpose();  // [d, n]
-  const MatrixD y = mlp_forward(w, xt);  // [d, n] dense output
-  const Ctx c{w, xt, y, opt, context};
-  UdResult out;
-  out.output_energy = (y.colwise() - y.rowwise().mean()).squaredNorm();
-  Best best;
-  MlpFactors start = local_mlp(w, x, opt.ranks, opt.lambda_rel, true, context);
-  Hidden hd = hidden_of(w, start, xt);  // of start, and of cur (the same up and gate)
-  const RegressionStats st = c.on_hidden(hd.h);
-  out.loss_local = c.loss(start.down, st);
-  best.offer(start, out.loss_local, -1);
-  MlpFactors cur = start;
-  double cur_loss = out.loss_local;
-  if (opt.refit_down) {
-    cur.down = c.refit_down(st);
-    cur_loss = c.loss(cur.down, st);
-    best.offer(cur, cur_loss, 0);
-  }
-  out.loss.push_back(cur_loss);
-  // The ridge step's β, γ are relative to the mean squared singular value of the down factor; when it
-  // is zero (a zero down_proj, or hidden activations that are all zero) the step is undefined and
-  // nothing can improve on the local solution: keep it.
-  const bool paper = opt.paper_admm && w.act == model::Activation::Relu && !w.gated;
-  const LowRank& first_down = paper ? start.down : cur.down;  // where each path starts
-  const double gain = first_down.dense().squaredNorm() / first_down.rank();
-  if (opt.iters > 0 && !(gain > 0 && std::isfinite(gain))) {
-    record_note(context, "joint-skipped",
-                fmt::format("joint up-down iterations skipped: the compressed down projection is zero (squared "
-                            "norm per rank {:g}), so the local solution is kept", gain));
-    out.f = std::move(best.f);
-    out.best_iter = best.iter;
-    return out;
-  }
-  if (paper) paper_iterations(c, start, best, out);  // the paper starts from the local solution
-  else extension_iterations(c, cur, cur_loss, std::move(hd), best, out);
-  out.f = std::move(best.f);
-  out.best_iter = best.iter;
-  return out;
+  return solve(w, MatrixRowD(x), opt, context);
 }
 
 UdResult joint_ud(const MlpDense& w, const MatrixF& x, const UdOptions& opt, std::string_view context) {
-  return joint_ud(w, MatrixD(x.cast<double>()), opt, context);
+  return solve(w, MatrixRowD(x.cast<double>()), opt, context);
 }
 
 }  // namespace latentllm::compress

@@ -17,7 +17,10 @@
 // true loss drops (step halving otherwise).
 //
 // Both paths start from the local root-cov solution and return the best candidate seen, never worse
-// than that start. Memory: a few [f, n] double matrices (f = intermediate size, n = tokens).
+// than that start. The tokens are streamed in chunks (token_passes.hpp): memory is the inputs and the
+// dense outputs in double ([n, d] each), the paper path's auxiliary Z in float ([n, f]; also Z' with
+// track_aux_loss), a few [f, c] chunk matrices per thread and the [f, f] statistics — never an
+// [f, n] double matrix. Results do not depend on the thread count.
 #pragma once
 
 #include <string_view>
@@ -67,8 +70,11 @@ struct UdOptions {
   double lambda_rel = kDefaultLambdaRel;   // damping of every covariance
   bool refit_down = true;                  // also try the output-aware down refit of each iterate
   bool paper_admm = true;                  // ReLU, not gated: use the paper's auxiliary updates
-  // Paper path: record the auxiliary objective per iteration (three more [f, n] passes each).
+  // Paper path: record the auxiliary objective per iteration (keeps Z' too: another [n, f] float).
   bool track_aux_loss = false;
+  // Tokens per chunk of the streaming passes; 0 = about 4 M elements of an [f, c] chunk matrix
+  // (clamped to 256..4096 tokens).
+  int chunk_tokens = 0;
 };
 
 struct UdResult {

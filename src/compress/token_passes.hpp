@@ -1,0 +1,64 @@
+// Streaming passes over calibration tokens for the joint solvers that need the tokens themselves
+// (joint up-down): the tokens are visited in chunks of columns, two chunks at a time on the pool's
+// threads (each with single-threaded BLAS), and what each chunk contributes to the regression
+// statistics is folded into shared accumulators in chunk order, the work split into fixed column and
+// row blocks across threads. Sums therefore do not depend on the thread count, and the working set is
+// a few [f, c] matrices per thread plus the accumulators — never an [f, n] matrix over all tokens.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "compress/regression.hpp"
+#include "latentllm/tensor.hpp"
+
+namespace latentllm::compress {
+
+using MatrixRowD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// Σ t·sᵀ (cross [out, in]), Σ s·sᵀ (Gram [in, in], when `gram`), Σ s, Σ t and the token count of pairs
+// of chunk matrices s [in, c], t [out, c] (columns = tokens).
+class RegressionAccumulator {
+ public:
+  RegressionAccumulator(Eigen::Index in, Eigen::Index out, bool gram);
+  // Adds one chunk; threads split the cross by row blocks and the Gram's upper triangle by column
+  // blocks (fixed splits). Call from outside the pool.
+  void add(const MatrixD& s, const MatrixD& t);
+  // The statistics (Gram mirrored; cov left empty without `gram`, the caller supplies it).
+  RegressionStats stats() const;
+  const MatrixD& cross() const { return cross_; }
+
+ private:
+  MatrixD cross_, gram_;  // [out, in], [in, in] upper triangle
+  VectorD sum_s_, sum_t_;
+  double n_ = 0;
+  bool has_gram_;
+};
+
+// What one chunk contributes: a (source, target) pair per accumulator, in the accumulators' order
+// (an empty source skips that accumulator for the chunk), and scalars summed over chunks in order.
+struct ChunkOut {
+  std::vector<std::pair<MatrixD, MatrixD>> pairs;
+  std::vector<double> scalars;
+};
+
+// Tokens as rows, in double: x [n, d] the inputs, y [n, d'] the targets (dense outputs).
+struct TokenRows {
+  const MatrixRowD& x;
+  const MatrixRowD& y;
+  Eigen::Index chunk = 1024;  // tokens per chunk
+  Eigen::Index size() const { return x.rows(); }
+  Eigen::Index chunks() const { return (size() + chunk - 1) / chunk; }
+};
+
+// body(k, t0, xt, yt, out): chunk k holds tokens [t0, t0 + c) with xt = their inputs [d, c] and yt
+// their targets [d', c]; it fills out.pairs (one per accumulator) and out.scalars. Bodies of different
+// chunks run concurrently and may write only their own tokens' rows of shared storage. Returns the
+// scalars summed over the chunks in order.
+using ChunkBody = std::function<void(Eigen::Index k, Eigen::Index t0, const Eigen::Ref<const MatrixD>& xt,
+                                     const Eigen::Ref<const MatrixD>& yt, ChunkOut& out)>;
+std::vector<double> token_pass(const TokenRows& tokens, const std::vector<RegressionAccumulator*>& accs,
+                               const ChunkBody& body);
+
+}  // namespace latentllm::compress
