@@ -51,7 +51,10 @@ struct SiteStats {
 
   void reset(int width);
   // x: [n_tok, w]. Throws NumericError naming the token (first_token + row) and feature of a NaN/Inf.
-  void add(const MatrixF& x, std::int64_t first_token = 0);
+  // xtx in double from products of the widened inputs (dsyrk), or with f32_products from float products
+  // (ssyrk, about twice the rate) over blocks of 1024 tokens, each block's sum added in double:
+  // relative error about √1024·2⁻²⁴ ≈ 2e-6 of Σ|x_i·x_j| per entry (tests/unit/test_pipeline.cpp).
+  void add(const MatrixF& x, std::int64_t first_token = 0, bool f32_products = false);
   int width() const { return static_cast<int>(xtx.rows()); }
   VectorD mean() const;        // [w]  μ = Σ x / n
   VectorD abs_mean() const;    // [w]
@@ -109,6 +112,8 @@ struct PipelineOptions {
   // same layer (not only of earlier layers).
   bool sequential_within_layer = true;
   int batch_windows = 8;  // windows per layer_forward call (bounds intermediate memory)
+  // Covariances from float products summed in double per block of 1024 tokens (SiteStats::add).
+  bool covariance_f32 = false;
   // Each stage's pass resumes where the previous one stopped (one model::LayerState per batch of
   // windows), so every module runs once per layer; off, each pass re-runs the layer from its input
   // (the results are bit-identical either way).

@@ -26,9 +26,10 @@ double seconds_since(Clock::time_point t0) {
 class SiteTap : public model::ForwardObserver {
  public:
   SiteTap(const model::DecoderLayer& layer_modules, int layer, std::vector<model::Site> sites, std::vector<bool> keep,
-          std::int64_t total_rows)
+          std::int64_t total_rows, bool f32_products)
       : layer_modules_(layer_modules), layer_(layer), sites_(std::move(sites)), keep_(std::move(keep)),
-        total_rows_(total_rows), stats(sites_.size()), activations(sites_.size()), rows_(sites_.size(), 0) {}
+        total_rows_(total_rows), f32_(f32_products), stats(sites_.size()), activations(sites_.size()),
+        rows_(sites_.size(), 0) {}
 
   void on_input(int layer, model::Site site, const MatrixF& x) override {
     if (layer != layer_) return;
@@ -36,7 +37,7 @@ class SiteTap : public model::ForwardObserver {
       if (sites_[k] != site) continue;
       const auto t0 = Clock::now();
       if (stats[k].xtx.size() == 0) stats[k].reset(static_cast<int>(x.cols()));
-      with_context(site_modules(layer_modules_, layer_, site), [&] { stats[k].add(x, rows_seen_[k]); });
+      with_context(site_modules(layer_modules_, layer_, site), [&] { stats[k].add(x, rows_seen_[k], f32_); });
       rows_seen_[k] += x.rows();
       if (keep_[k]) {
         if (activations[k].size() == 0) activations[k].resize(total_rows_, x.cols());
@@ -60,6 +61,7 @@ class SiteTap : public model::ForwardObserver {
   std::vector<model::Site> sites_;
   std::vector<bool> keep_;
   std::int64_t total_rows_;
+  bool f32_;
 
  public:
   std::vector<SiteStats> stats;
@@ -158,7 +160,7 @@ class LayerPasses {
     const bool in_place = opt_.resume_passes && opt_.sequential_within_layer &&
                           4 * n_tok * (m_.config().hidden_size + site_width(m_.layer(layer_), until)) <= limit;
     if (!valid_) state_ = input_states(hidden_, rows_per_batch_);
-    auto tap = std::make_unique<SiteTap>(m_.layer(layer_), layer_, sites, keep, n_tok);
+    auto tap = std::make_unique<SiteTap>(m_.layer(layer_), layer_, sites, keep, n_tok, opt_.covariance_f32);
     const auto from = state_.front().at;
     const auto t0 = Clock::now();
     advance(m_, layer_, state_, seqlen_, tap.get(), in_place);

@@ -54,6 +54,66 @@ void syrk_on_forward_threads(const double* x, Eigen::Index rows, Eigen::Index w,
   });
 }
 
+// Σ x, Σ |x| of rows [r0, r0 + rows) of x in double, in fixed blocks of 256 rows added in order, on
+// the pool's threads (bit-identical for any thread count); throws on a non-finite entry.
+void add_sums(const MatrixF& x, Eigen::Index r0, Eigen::Index rows, SiteStats& st, std::int64_t first_token) {
+  constexpr Eigen::Index kBlock = 256;
+  const auto w = x.cols();
+  const Eigen::Index blocks = (rows + kBlock - 1) / kBlock;
+  MatrixD part(2 * w, blocks);  // per block: Σ x, then Σ |x|
+  core::parallel_for(blocks, 1, [&](std::int64_t b0, std::int64_t b1) {
+    for (auto b = b0; b < b1; ++b) {
+      double* s = part.col(b).data();
+      double* a = s + w;
+      std::fill(s, s + 2 * w, 0.0);
+      for (Eigen::Index t = b * kBlock; t < std::min(rows, (b + 1) * kBlock); ++t) {
+        const float* src = x.data() + (r0 + t) * w;
+        for (Eigen::Index j = 0; j < w; ++j) {
+          const double v = src[j];
+          s[j] += v;
+          a[j] += std::abs(v);
+        }
+      }
+    }
+  });
+  if (!part.bottomRows(w).allFinite()) throw_non_finite(x, first_token);
+  for (Eigen::Index b = 0; b < blocks; ++b) {
+    st.sum += part.col(b).head(w);
+    st.abs_sum += part.col(b).tail(w);
+  }
+}
+
+// SiteStats::add with float products: per block of 1024 rows, ssyrk into a float [w, w] (4 column
+// blocks of equal area on the pool's threads, single-threaded BLAS), each column block then added to
+// the double accumulator by the same task — fixed splits, so the sums do not depend on the threads.
+void add_f32(SiteStats& st, const MatrixF& x, std::int64_t first_token) {
+  constexpr Eigen::Index kRows = 1024;
+  constexpr int kBlocks = 4;
+  const int w = static_cast<int>(x.cols());
+  add_sums(x, 0, x.rows(), st, first_token);
+  std::vector<float> part(static_cast<std::size_t>(w) * w);  // [w, w] column-major, upper triangle used
+  const auto edge = [&](std::int64_t k) { return static_cast<int>(std::lround(w * std::sqrt(static_cast<double>(k) / kBlocks))); };
+  core::BlasSingleThreaded single;
+  for (Eigen::Index r0 = 0; r0 < x.rows(); r0 += kRows) {
+    const int rows = static_cast<int>(std::min(kRows, x.rows() - r0));
+    core::parallel_for(kBlocks, 1, [&](std::int64_t t0, std::int64_t t1) {
+      for (auto t = t0; t < t1; ++t) {
+        const std::int64_t b = kBlocks - 1 - t;  // the last (narrowest) columns first
+        const int j0 = edge(b), j1 = edge(b + 1);
+        for (int j = j0; j < j1; ++j) std::fill_n(part.data() + static_cast<std::int64_t>(j) * w, j + 1, 0.0f);
+        core::ssyrk_upper_add_columns(x.data() + r0 * w, rows, w, j0, j1, part.data());
+        for (int j = j0; j < j1; ++j) {
+          const float* pj = part.data() + static_cast<std::int64_t>(j) * w;
+          double* cj = st.xtx.data() + static_cast<std::int64_t>(j) * w;
+          for (int i = 0; i <= j; ++i) cj[i] += pj[i];
+        }
+      }
+    });
+  }
+  core::mirror_upper(st.xtx);
+  st.n += x.rows();
+}
+
 }  // namespace
 
 void SiteStats::reset(int width) {
@@ -63,11 +123,12 @@ void SiteStats::reset(int width) {
   n = 0;
 }
 
-void SiteStats::add(const MatrixF& x, std::int64_t first_token) {
+void SiteStats::add(const MatrixF& x, std::int64_t first_token, bool f32_products) {
   const auto w = x.cols();
   if (w != xtx.rows()) {
     throw Error(fmt::format("calibration statistics: input width (expected {}, got {})", xtx.rows(), w));
   }
+  if (f32_products) return add_f32(*this, x, first_token);
   // Chunks of rows are widened to double on the forward's threads, in blocks whose partial sums are
   // added in block order (bit-identical for any thread count), then one dsyrk per chunk: with a long
   // inner dimension it runs near its peak, and the widening no longer waits on one core.

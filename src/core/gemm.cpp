@@ -47,6 +47,13 @@ void syrk_upper_add_columns(const double* x, int n, int d, int j0, int j1, Matri
   cblas_dsyrk(CblasColMajor, CblasUpper, CblasNoTrans, j1 - j0, n, 1.0, x + j0, d, 1.0, cj + j0, d);
 }
 
+void ssyrk_upper_add_columns(const float* x, int n, int d, int j0, int j1, float* c) {
+  if (n == 0 || j0 == j1) return;
+  float* cj = c + static_cast<std::int64_t>(j0) * d;  // column j0 of C
+  if (j0 > 0) cblas_sgemm(CblasColMajor, CblasNoTrans, CblasTrans, j0, j1 - j0, n, 1.0f, x, d, x + j0, d, 1.0f, cj, d);
+  cblas_ssyrk(CblasColMajor, CblasUpper, CblasNoTrans, j1 - j0, n, 1.0f, x + j0, d, 1.0f, cj + j0, d);
+}
+
 void mirror_upper(MatrixD& c) { c.triangularView<Eigen::StrictlyLower>() = c.transpose(); }
 
 void set_blas_threads(int n) {

@@ -18,6 +18,9 @@ void sgemm_rm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, cons
 // upper one there.
 void syrk_upper_add_columns(const double* x, int n, int d, int j0, int j1, MatrixD& c);
 void mirror_upper(MatrixD& c);
+// The same in float for x: [n, d] row-major float and a float accumulator c: [d, d] column-major
+// (c += over columns [j0, j1) of its upper triangle).
+void ssyrk_upper_add_columns(const float* x, int n, int d, int j0, int j1, float* c);
 
 // Sets the number of BLAS threads (0 = all cores).
 void set_blas_threads(int n);

@@ -327,6 +327,48 @@ TEST(SiteStats, MomentsMatchDoubleSumsForAnyThreadCount) {
   EXPECT_EQ(one.abs_sum, two.abs_sum);
 }
 
+// With float products (ssyrk per block of 1024 tokens, each block's sum added in double) every entry
+// of XᵀX is within 4e-6 of Σ|x_i|·|x_j| of the double sum (rounding of a 1024-term float sum: about
+// √1024·2⁻²⁴ ≈ 2e-6 typical; measured below 1e-6), across the 4 column blocks and a partial block;
+// the sums are the double ones, and 1 and 2 threads give the same bits.
+TEST(SiteStats, FloatProductsStayWithinTheirRoundingBound) {
+  const int w = 301;  // columns split 151/62/48/40 between the tasks
+  MatrixF x = MatrixF::Random(2500, w);
+  x.col(7).array() += 3.0f;  // a feature with a large mean: the worst case for cancellation
+  const MatrixD xd = x.cast<double>();
+  calib::SiteStats one, two, exact;
+  core::set_num_threads(1);
+  one.reset(w);
+  one.add(x.topRows(1100), 0, true);
+  one.add(x.bottomRows(1400), 1100, true);
+  core::set_num_threads(2);
+  two.reset(w);
+  two.add(x.topRows(1100), 0, true);
+  two.add(x.bottomRows(1400), 1100, true);
+  core::set_num_threads(0);
+  exact.reset(w);
+  exact.add(x);
+  const MatrixD ref = xd.transpose() * xd;
+  const MatrixD scale = xd.cwiseAbs().transpose() * xd.cwiseAbs();
+  const double err = ((one.xtx - ref).cwiseAbs().array() / scale.array()).maxCoeff();
+  EXPECT_LT(err, 4e-6);
+  EXPECT_GT(err, 1e-12);  // the float route is really taken
+  EXPECT_EQ(one.xtx, one.xtx.transpose());
+  EXPECT_EQ(one.xtx, two.xtx);
+  EXPECT_EQ(one.sum, exact.sum);
+  EXPECT_EQ(one.abs_sum, exact.abs_sum);
+  EXPECT_EQ(one.n, 2500);
+}
+
+TEST(SiteStats, NonFiniteWithFloatProductsNamesItsToken) {
+  MatrixF x = MatrixF::Ones(3000, 4);
+  x(2500, 1) = std::numeric_limits<float>::infinity();
+  calib::SiteStats s;
+  s.reset(4);
+  const auto what = test::error_of<NumericError>([&] { s.add(x, 10, true); });
+  EXPECT_EQ(what, "non-finite calibration input (expected finite activations, got inf at token 2510, feature 1)");
+}
+
 TEST(SiteStats, NonFiniteInALaterChunkNamesItsToken) {
   MatrixF x = MatrixF::Ones(9000, 4);
   x(8500, 3) = std::numeric_limits<float>::quiet_NaN();

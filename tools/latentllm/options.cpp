@@ -21,7 +21,7 @@ void add_method_options(CLI::App* sub, MethodArgs& a) {
   sub->add_option("--ud-iters", a.ud_iters, "Joint up-down iterations")->capture_default_str()->group("Method");
   sub->add_option("--ud-tokens", a.ud_tokens,
                   "Joint up-down on at most this many calibration tokens (evenly strided; 0 = all): bounds its "
-                  "memory, several [ffn, tokens] double matrices")->capture_default_str()->group("Method");
+                  "time (its passes over the tokens) and its inputs and outputs kept in double")->capture_default_str()->group("Method");
   sub->add_option("--rope-window", a.rope_window, "RoPE-aware joint Q-K over offsets 0..w (0 = plain)")
       ->capture_default_str()->group("Method");
   sub->add_flag("--diagnostics", a.diagnostics,
@@ -30,6 +30,10 @@ void add_method_options(CLI::App* sub, MethodArgs& a) {
   sub->add_flag("--no-intra-layer", a.no_intra_layer,
                 "Gather all of a layer's statistics on the dense layer (SparseGPT) instead of re-running it "
                 "after each stage")->group("Calibration");
+  sub->add_option("--covariance", a.covariance,
+                  "Products of the input covariances XXᵀ: f64 (widened, dsyrk) or f32 (ssyrk per 1024 tokens, "
+                  "summed in double: faster, entries within ~2e-6 of Σ|x_i·x_j|)")
+      ->check(CLI::IsMember({"f64", "f32"}))->capture_default_str()->group("Calibration");
   sub->add_option("--batch", a.batch, "Windows per forward call")->capture_default_str()->group("Run");
 }
 
@@ -92,6 +96,7 @@ compress::CompressOptions to_compress_options(const MethodArgs& a, const std::st
   o.rope_window = a.rope_window;
   o.pipeline.sequential_within_layer = !a.no_intra_layer;
   o.pipeline.batch_windows = a.batch;
+  o.pipeline.covariance_f32 = a.covariance == "f32";
   return o;
 }
 
@@ -115,7 +120,7 @@ nlohmann::json method_json(const MethodArgs& a, const std::string& method, doubl
   return {{"method", method}, {"ratio", ratio}, {"junction", a.junction}, {"lambda_rel", a.lambda_rel},
           {"alpha", a.alpha}, {"joint", method == "latentllm" ? a.joint : "none"}, {"qk_iters", a.qk_iters},
           {"vo_iters", a.vo_iters}, {"ud_iters", a.ud_iters}, {"rope_window", a.rope_window}, {"ud_tokens", a.ud_tokens},
-          {"intra_layer", !a.no_intra_layer}};
+          {"intra_layer", !a.no_intra_layer}, {"covariance", a.covariance}};
 }
 
 nlohmann::json calib_json(const calib::CalibOptions& c, const std::string& sampling) {
