@@ -16,7 +16,7 @@ namespace latentllm::bench {
 struct BlasCounters {
   std::atomic<double> flops_d{0}, flops_s{0};  // double / single precision BLAS FLOPs
   std::atomic<double> blas_s{0};               // seconds inside BLAS (summed over calling threads)
-  std::atomic<double> lapack_s{0};             // seconds inside LAPACKE eigen/SVD/QR calls
+  std::atomic<double> lapack_s{0};             // seconds inside LAPACKE eigen/SVD/QR/Cholesky calls
 };
 
 inline BlasCounters& blas_counters() {
@@ -136,6 +136,24 @@ void __wrap_cblas_dsyrk(CBLAS_ORDER o, CBLAS_UPLO u, CBLAS_TRANSPOSE t, blasint 
                         const double* a, blasint lda, double be, double* c, blasint ldc) {
   blas_counters().flops_d.fetch_add(d(n) * (d(n) + 1) * d(k));
   timed_call(blas_counters().blas_s, [&] { __real_cblas_dsyrk(o, u, t, n, k, al, a, lda, be, c, ldc); });
+}
+void __real_cblas_dtrmm(CBLAS_ORDER, CBLAS_SIDE, CBLAS_UPLO, CBLAS_TRANSPOSE, CBLAS_DIAG, blasint, blasint, double,
+                        const double*, blasint, double*, blasint);
+void __wrap_cblas_dtrmm(CBLAS_ORDER o, CBLAS_SIDE side, CBLAS_UPLO u, CBLAS_TRANSPOSE t, CBLAS_DIAG dg, blasint m,
+                        blasint n, double al, const double* a, blasint lda, double* b, blasint ldb) {
+  blas_counters().flops_d.fetch_add(d(m) * d(n) * (side == CblasLeft ? d(m) : d(n)));
+  timed_call(blas_counters().blas_s, [&] { __real_cblas_dtrmm(o, side, u, t, dg, m, n, al, a, lda, b, ldb); });
+}
+void __real_cblas_dtrsm(CBLAS_ORDER, CBLAS_SIDE, CBLAS_UPLO, CBLAS_TRANSPOSE, CBLAS_DIAG, blasint, blasint, double,
+                        const double*, blasint, double*, blasint);
+void __wrap_cblas_dtrsm(CBLAS_ORDER o, CBLAS_SIDE side, CBLAS_UPLO u, CBLAS_TRANSPOSE t, CBLAS_DIAG dg, blasint m,
+                        blasint n, double al, const double* a, blasint lda, double* b, blasint ldb) {
+  blas_counters().flops_d.fetch_add(d(m) * d(n) * (side == CblasLeft ? d(m) : d(n)));
+  timed_call(blas_counters().blas_s, [&] { __real_cblas_dtrsm(o, side, u, t, dg, m, n, al, a, lda, b, ldb); });
+}
+lapack_int __real_LAPACKE_dpotrf(int, char, lapack_int, double*, lapack_int);
+lapack_int __wrap_LAPACKE_dpotrf(int layout, char uplo, lapack_int n, double* a, lapack_int lda) {
+  return timed_call(blas_counters().lapack_s, [&] { return __real_LAPACKE_dpotrf(layout, uplo, n, a, lda); });
 }
 lapack_int __real_LAPACKE_dsyevd(int, char, char, lapack_int, double*, lapack_int, double*);
 lapack_int __wrap_LAPACKE_dsyevd(int layout, char jobz, char uplo, lapack_int n, double* a, lapack_int lda,

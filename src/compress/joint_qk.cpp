@@ -76,11 +76,12 @@ QkResult joint_qk(const QkDense& w, const model::AttentionInfo& s, const calib::
   const bool aug = opt.bias_aware && has_bias;
   const MatrixD wq = aug ? augment(w.wq, w.bq) : w.wq;  // [H·d_h, d']
   const MatrixD wk = aug ? augment(w.wk, w.bk) : w.wk;  // [H_kv·d_h, d']
-  const RootCovariance pc = root_covariance(aug ? m.augmented() : m.xtx, opt.lambda_rel, context);
+  // Any F·Fᵀ = C + λI serves as P (whitening.hpp): ‖Fᵀ·Δ·F‖ = ‖P·Δ·P‖, the optimal U rotate with F.
+  const Whitening wh = whiten(aug ? m.augmented() : m.xtx, opt.lambda_rel, context);
 
-  // G_i^(Δ) = (W_q,i·P)ᵀ·R_{−Δ}·(W_k,g·P), kept factored: never a [d, d] matrix per head.
-  const MatrixD qt = wq * pc.p;  // [H·d_h, d']
-  const MatrixD kt = wk * pc.p;  // [H_kv·d_h, d']
+  // G_i^(Δ) = (W_q,i·F)ᵀ·R_{−Δ}·(W_k,g·F), kept factored: never a [d, d] matrix per head.
+  const MatrixD qt = wh.times(wq);  // [H·d_h, d']
+  const MatrixD kt = wh.times(wk);  // [H_kv·d_h, d']
   PairProblem p;
   for (int i = 0; i < s.num_heads; ++i) p.left.push_back(head_rows(qt, i, s.head_dim));
   for (int g = 0; g < s.num_kv_heads; ++g) p.right.push_back(head_rows(kt, g, s.head_dim));
@@ -108,11 +109,11 @@ QkResult joint_qk(const QkDense& w, const model::AttentionInfo& s, const calib::
   }
   out.loss = sol.loss;
 
-  // A' = Uᵀ·P⁻¹ (shared), B = W'·P·U (per head, stacked).
-  const MatrixD aq = sol.u_l.transpose() * pc.p_pinv;  // [r_q, d']
-  const MatrixD ak = sol.u_r.transpose() * pc.p_pinv;  // [r_k, d']
-  out.f.q.B = qt * sol.u_l;                            // [H·d_h, r_q]
-  out.f.k.B = kt * sol.u_r;                            // [H_kv·d_h, r_k]
+  // A' = Uᵀ·F⁻¹ (shared), B = W'·F·U (per head, stacked).
+  const MatrixD aq = wh.times_pinv(sol.u_l.transpose());  // [r_q, d']
+  const MatrixD ak = wh.times_pinv(sol.u_r.transpose());  // [r_k, d']
+  out.f.q.B = qt * sol.u_l;                               // [H·d_h, r_q]
+  out.f.k.B = kt * sol.u_r;                               // [H_kv·d_h, r_k]
   const int d = s.hidden;
   out.f.q.A = aq.leftCols(d);
   out.f.k.A = ak.leftCols(d);

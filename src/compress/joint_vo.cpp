@@ -55,8 +55,9 @@ VoResult joint_vo(const VoDense& w, const model::AttentionInfo& s, const calib::
   // The v bias is folded through the augmented input (it passes the attention unchanged).
   const bool aug = opt.bias_aware && w.bv.size() > 0;
   const MatrixD wv = aug ? with_bias_column(w.wv, w.bv) : w.wv;  // [H_kv·d_h, d']
-  const RootCovariance pc = root_covariance(aug ? m.augmented() : m.xtx, opt.lambda_rel, context);
-  const MatrixD vt = wv * pc.p;  // [H_kv·d_h, d']
+  // Any F·Fᵀ = C + λI serves as P (whitening.hpp): H_i = W_o,i·W_v,g·F, the optimal V rotates with F.
+  const Whitening wh = whiten(aug ? m.augmented() : m.xtx, opt.lambda_rel, context);
+  const MatrixD vt = wh.times(wv);  // [H_kv·d_h, d']
 
   // H_i = W_o,i·(W_v,g·P) = L_iᵀ·R_g with L_i = W_o,iᵀ: [d_h, d], R_g: [d_h, d'].
   PairProblem p;
@@ -78,8 +79,8 @@ VoResult joint_vo(const VoDense& w, const model::AttentionInfo& s, const calib::
 
   VoResult out;
   out.loss = sol.loss;
-  const MatrixD av = sol.u_r.transpose() * pc.p_pinv;  // [r_v, d']
-  out.f.v.B = vt * sol.u_r;                            // [H_kv·d_h, r_v]
+  const MatrixD av = wh.times_pinv(sol.u_r.transpose());  // [r_v, d']
+  out.f.v.B = vt * sol.u_r;                               // [H_kv·d_h, r_v]
   out.f.v.A = av.leftCols(d);
   out.f.v.bias = aug ? VectorD(out.f.v.B * av.col(d)) : w.bv;
   out.f.o.B = sol.u_l;                   // [d, r_o]

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <utility>
 
 #include "latentllm/error.hpp"
 #include "compress/notes.hpp"
@@ -146,16 +147,22 @@ Preconditioner parse_preconditioner(std::string_view name) {
 }
 
 MatrixD PreconditionerMatrix::right_multiply(const MatrixD& w) const {
+  if (root.f.size() > 0) return root.times(w);
   return diagonal() ? MatrixD(w * diag.asDiagonal()) : MatrixD(w * dense);
 }
 
 MatrixD PreconditionerMatrix::right_multiply_pinv(const MatrixD& m) const {
+  if (root.f.size() > 0) return root.times_pinv(m);
   return diagonal() ? MatrixD(m * diag_pinv.asDiagonal()) : MatrixD(m * dense_pinv);
 }
 
-MatrixD PreconditionerMatrix::matrix() const { return diagonal() ? MatrixD(diag.asDiagonal()) : dense; }
+MatrixD PreconditionerMatrix::matrix() const {
+  if (root.f.size() > 0) return root.f;
+  return diagonal() ? MatrixD(diag.asDiagonal()) : dense;
+}
 
 MatrixD PreconditionerMatrix::pinv_matrix() const {
+  if (root.f.size() > 0) return root.pinv_matrix();
   return diagonal() ? MatrixD(diag_pinv.asDiagonal()) : dense_pinv;
 }
 
@@ -201,10 +208,15 @@ PreconditionerMatrix make_preconditioner(Preconditioner kind, const MatrixD& c, 
       break;
     }
     case Preconditioner::RootCovariance: {
-      const DampedSpectrum e = spectrum(out, c, opt, context);
-      if (e.zero) break;
-      out.dense = spectral(e, [](double w) { return std::sqrt(w); });
-      out.dense_pinv = spectral(e, [](double w) { return 1.0 / std::sqrt(w); });
+      Whitening w = whiten(c, opt.lambda_rel, context, opt.pinv_floor_rel);
+      out.lambda = w.lambda;
+      out.dropped = w.dropped;
+      if (w.zero) {
+        set_identity(out, d);
+        out.zero_fallback = true;
+        break;
+      }
+      out.root = std::move(w);
       break;
     }
   }

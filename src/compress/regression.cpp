@@ -29,11 +29,12 @@ LowRank reduced_rank_regression(const RegressionStats& st, int r, bool fit_bias,
     cov -= st.n * mu_s * mu_s.transpose();
     cross -= st.n * mu_t * mu_s.transpose();
   }
-  const RootCovariance pc = root_covariance(cov, lambda_rel, context);
-  const linalg::Svd s = linalg::svd(cross * pc.p_pinv, context);
+  // With cov + λI = F·Fᵀ: Σ‖t − W·s‖² = ‖W·F − cross·F⁻ᵀ‖² + const, so W·F = svd_r[cross·F⁻ᵀ].
+  const Whitening wh = whiten(cov, lambda_rel, context);
+  const linalg::Svd s = linalg::svd(wh.times_pinv_t(cross), context);
   LowRank out;
   out.B = s.u.leftCols(r) * s.s.head(r).asDiagonal();  // [out, r]
-  out.A = s.v.leftCols(r).transpose() * pc.p_pinv;      // [r, in]
+  out.A = wh.times_pinv(s.v.leftCols(r).transpose());  // [r, in]
   if (fit_bias) out.bias = mu_t - out.B * (out.A * mu_s);
   return out;
 }

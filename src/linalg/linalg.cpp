@@ -1,5 +1,6 @@
 #include "linalg/linalg.hpp"
 
+#include <cblas.h>
 #include <lapacke.h>
 
 #include <algorithm>
@@ -73,6 +74,57 @@ PivotedQr pivoted_qr(const MatrixD& m, std::string_view context) {
   out.r = a.topRows(k).triangularView<Eigen::Upper>();
   out.perm.resize(static_cast<std::size_t>(cols));
   for (std::size_t j = 0; j < jpvt.size(); ++j) out.perm[j] = static_cast<int>(jpvt[j] - 1);  // LAPACK is 1-based
+  return out;
+}
+
+std::optional<MatrixD> cholesky(const MatrixD& s, std::string_view context) {
+  const auto d = s.rows();
+  if (s.cols() != d) {
+    throw NumericError(fmt::format("{}: cholesky needs a square matrix (got [{}, {}])", context, d, s.cols()));
+  }
+  check_finite(s, context, "symmetric matrix");
+  MatrixD l = s;
+  if (d > 0) {
+    const lapack_int info =
+        LAPACKE_dpotrf(LAPACK_COL_MAJOR, 'L', static_cast<lapack_int>(d), l.data(), static_cast<lapack_int>(d));
+    if (info < 0) {
+      throw NumericError(fmt::format("{}: Cholesky factorization failed (LAPACK dpotrf info {})", context, info));
+    }
+    if (info > 0) return std::nullopt;  // the leading minor of order info is not positive
+  }
+  l.triangularView<Eigen::StrictlyUpper>().setZero();
+  return l;
+}
+
+namespace {
+
+void check_lower(const MatrixD& m, const MatrixD& l, std::string_view what) {
+  if (l.rows() != l.cols() || m.cols() != l.rows()) {
+    throw NumericError(fmt::format("{}: shapes disagree (expected M [k, {}] and L [{}, {}], got M [{}, {}] and L "
+                                   "[{}, {}])", what, l.rows(), l.rows(), l.rows(), m.rows(), m.cols(), l.rows(),
+                                   l.cols()));
+  }
+}
+
+}  // namespace
+
+MatrixD times_lower(const MatrixD& m, const MatrixD& l) {
+  check_lower(m, l, "times_lower");
+  MatrixD out = m;
+  if (out.size() == 0) return out;
+  cblas_dtrmm(CblasColMajor, CblasRight, CblasLower, CblasNoTrans, CblasNonUnit, static_cast<blasint>(m.rows()),
+              static_cast<blasint>(m.cols()), 1.0, l.data(), static_cast<blasint>(l.rows()), out.data(),
+              static_cast<blasint>(out.rows()));
+  return out;
+}
+
+MatrixD solve_lower_right(const MatrixD& m, const MatrixD& l, bool transposed) {
+  check_lower(m, l, "solve_lower_right");
+  MatrixD out = m;
+  if (out.size() == 0) return out;
+  cblas_dtrsm(CblasColMajor, CblasRight, CblasLower, transposed ? CblasTrans : CblasNoTrans, CblasNonUnit,
+              static_cast<blasint>(m.rows()), static_cast<blasint>(m.cols()), 1.0, l.data(),
+              static_cast<blasint>(l.rows()), out.data(), static_cast<blasint>(out.rows()));
   return out;
 }
 

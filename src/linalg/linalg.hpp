@@ -3,6 +3,7 @@
 // NumericError with the caller's context on failure or on non-finite input.
 #pragma once
 
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -27,6 +28,17 @@ struct Svd {
   MatrixD v;   // [n, k]  (V, not Vᵀ)
 };
 Svd svd(const MatrixD& m, std::string_view context);
+
+// Cholesky factor S = L·Lᵀ (dpotrf, lower). Reads the LOWER triangle of S; L comes back with its strict
+// upper triangle zeroed. Returns nullopt when S is not numerically positive definite (dpotrf info > 0:
+// the leading minor of that order is not positive), so the caller can take another route; throws
+// NumericError on non-finite input or an illegal argument (info < 0). Cost d³/3 multiply-adds.
+std::optional<MatrixD> cholesky(const MatrixD& s, std::string_view context);
+
+// With L: [d, d] lower triangular (only its lower triangle is read) and M: [k, d], each d²·k/2
+// multiply-adds (dtrmm / dtrsm; half a general product, and no inverse is formed):
+MatrixD times_lower(const MatrixD& m, const MatrixD& l);                         // M·L    [k, d]
+MatrixD solve_lower_right(const MatrixD& m, const MatrixD& l, bool transposed);  // M·L⁻¹, or M·L⁻ᵀ  [k, d]
 
 // Symmetric matrix function f(S) = V·diag(f(w))·Vᵀ for PSD S, with eigenvalues clamped at 0 first.
 // Used for (XXᵀ+λI)^{1/2} and its inverse. `power` is applied to each clamped eigenvalue; for negative

@@ -271,8 +271,10 @@ TEST(Asvd, PreconditionerFormsMatchTable1) {
   s.diagonal().array() += lambda;
   const auto build = [&](Preconditioner k) { return make_preconditioner(k, p.c, p.abs_mean, o, "test"); };
   EXPECT_LT(rel(build(Preconditioner::Covariance).matrix(), s), 1e-12);
-  const MatrixD root = build(Preconditioner::RootCovariance).matrix();
-  EXPECT_LT(rel(root * root, s), 1e-12);
+  // The root covariance may be any factor with P·Pᵀ = C + λI (whitening.hpp): here the Cholesky factor.
+  const PreconditionerMatrix root = build(Preconditioner::RootCovariance);
+  EXPECT_EQ(root.root.route, WhiteningRoute::Cholesky);
+  EXPECT_LT(rel(root.matrix() * root.matrix().transpose(), s), 1e-12);
   const VectorD h = s.inverse().diagonal();
   EXPECT_LT(rel(build(Preconditioner::DiagHessian).diag, h.cwiseSqrt().cwiseInverse()), 1e-10);
   EXPECT_LT(rel(build(Preconditioner::DiagL2).diag, p.c.diagonal().cwiseSqrt()), 1e-14);

@@ -1,9 +1,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
+#include <optional>
+
+#include <Eigen/Cholesky>
+#include <Eigen/LU>
 
 #include "latentllm/error.hpp"
 #include "linalg/linalg.hpp"
+#include "test_support.hpp"
 
 namespace latentllm {
 namespace {
@@ -62,6 +68,57 @@ TEST(Linalg, NonFiniteInputIsRejectedWithContext) {
   } catch (const NumericError& e) {
     EXPECT_NE(std::string(e.what()).find("model.layers.2.self_attn.q_proj"), std::string::npos);
   }
+}
+
+// S = XᵀX + I: [d, d] symmetric positive definite.
+MatrixD spd(int d) {
+  const MatrixD x = MatrixD::Random(3 * d, d);
+  return x.transpose() * x + MatrixD::Identity(d, d);
+}
+
+TEST(Linalg, CholeskyMatchesEigenLlt) {
+  const MatrixD s = spd(37);
+  MatrixD junk = s;
+  junk.triangularView<Eigen::StrictlyUpper>().setConstant(1e3);  // only the lower triangle is read
+  const std::optional<MatrixD> l = linalg::cholesky(junk, "test");
+  ASSERT_TRUE(l.has_value());
+  const MatrixD ref = Eigen::LLT<MatrixD>(s).matrixL();
+  EXPECT_LT((*l - ref).norm(), 1e-12 * ref.norm());
+  EXPECT_EQ(MatrixD(l->triangularView<Eigen::StrictlyUpper>()).norm(), 0.0);
+  EXPECT_LT((*l * l->transpose() - s).norm(), 1e-13 * s.norm());
+}
+
+TEST(Linalg, CholeskyOfIndefiniteIsNullopt) {
+  MatrixD s = spd(12);
+  s(5, 5) = -1.0;  // a negative diagonal entry: not positive definite
+  EXPECT_FALSE(linalg::cholesky(s, "test").has_value());
+  const MatrixD singular = MatrixD::Zero(4, 4);
+  EXPECT_FALSE(linalg::cholesky(singular, "test").has_value());
+}
+
+TEST(Linalg, CholeskyRejectsNonFiniteAndNonSquare) {
+  MatrixD s = spd(6);
+  s(3, 2) = std::numeric_limits<double>::quiet_NaN();
+  test::expect_error<NumericError>([&] { (void)linalg::cholesky(s, "layers.4.mlp.up_proj"); },
+                                   {"layers.4.mlp.up_proj"});
+  test::expect_error<NumericError>([&] { (void)linalg::cholesky(MatrixD::Zero(3, 4), "m"); },
+                                   {"m: cholesky needs a square matrix (got [3, 4])"});
+}
+
+TEST(Linalg, TriangularProductsMatchDense) {
+  const MatrixD s = spd(29);
+  const MatrixD l = Eigen::LLT<MatrixD>(s).matrixL();  // [d, d] lower
+  MatrixD junk = l;
+  junk.triangularView<Eigen::StrictlyUpper>().setConstant(7.0);  // only the lower triangle is read
+  const MatrixD m = MatrixD::Random(11, 29);                     // [k, d]
+  const MatrixD l_inv = l.inverse();
+  EXPECT_LT((linalg::times_lower(m, junk) - m * l).norm(), 1e-13 * (m * l).norm());
+  EXPECT_LT((linalg::solve_lower_right(m, junk, false) - m * l_inv).norm(), 1e-11 * (m * l_inv).norm());
+  EXPECT_LT((linalg::solve_lower_right(m, junk, true) - m * l_inv.transpose()).norm(),
+            1e-11 * (m * l_inv.transpose()).norm());
+  EXPECT_EQ(linalg::times_lower(MatrixD(0, 29), l).rows(), 0);
+  EXPECT_THROW((void)linalg::times_lower(MatrixD::Random(3, 28), l), NumericError);
+  EXPECT_THROW((void)linalg::solve_lower_right(MatrixD::Random(3, 28), l, true), NumericError);
 }
 
 }  // namespace
