@@ -126,6 +126,9 @@ struct PipelineOptions {
   // output for the N windows ([N·L, d]).
   int start_layer = 0;
   const MatrixF* start_hidden = nullptr;
+  // Stop after layers [start_layer, end_layer) (-1: every layer): the cost of the first layers of a
+  // large model, or a long run split over several sessions (with progress saving and resume).
+  int end_layer = -1;
   // Called after layer i is compressed and the hidden states propagated through it (progress saving).
   std::function<void(int layer, const MatrixF& hidden)> layer_done;
 };

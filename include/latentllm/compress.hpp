@@ -174,6 +174,9 @@ struct CompressOptions {
   // here, and with `resume` a matching state is restored and the run continues after its last layer.
   std::filesystem::path state_dir;
   bool resume = false;
+  // Compress layers up to this many (counted from layer 0, resumed ones included; 0 = all) and stop:
+  // CompressReport::layers_done < layers_total then, and the model is only partly compressed.
+  int stop_after_layers = 0;
   // Called after layer i is compressed, its hidden states propagated and its progress saved (state_dir
   // set); an exception it throws stops the run there (the saved progress stays resumable).
   std::function<void(int layer)> layer_done;
@@ -220,6 +223,8 @@ struct CompressReport {
   std::map<std::string, double> part_seconds;  // decompositions by stage: local, joint-qk, joint-vo, joint-ud
   double calib_sample_s = 0;        // tokenizing and sampling the calibration set
   double total_s = 0;
+  int layers_done = 0, layers_total = 0;  // compressed layers (resumed ones included) of the model's
+  int layers_resumed = 0;                 // of which restored from the progress directory
   std::int64_t dense_params = 0;    // Σ over compressed modules
   std::int64_t params = 0;
   nlohmann::json to_json() const;

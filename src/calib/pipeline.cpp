@@ -344,7 +344,8 @@ PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, 
   const std::vector<SiteGroup> groups = group_stages(stages);
   const std::int64_t limit = resume_limit(opt);
 
-  for (int i = opt.start_layer; i < n_layers; ++i) {
+  const int end = opt.end_layer < 0 ? n_layers : std::min(opt.end_layer, n_layers);
+  for (int i = opt.start_layer; i < end; ++i) {
     const auto t_layer = Clock::now();
     LayerPasses passes(m, i, hidden, seqlen, opt, times);
     LayerStats kept;  // the statistics of the sites tapped so far that a later stage still reads

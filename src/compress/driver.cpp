@@ -88,7 +88,15 @@ CompressReport compress_model(model::Model& m, std::span<const std::int32_t> ids
     if (opt.layer_done) opt.layer_done(layer);
   };
   note_few_tokens(m, static_cast<std::int64_t>(ids.size()), opt, report);  // after a restore: deduplicated
+  if (opt.stop_after_layers < 0) {
+    throw ConfigError(fmt::format("stop after layers (expected >= 0, got {})", opt.stop_after_layers));
+  }
+  report.layers_total = m.num_layers();
+  report.layers_resumed = po.start_layer;
+  po.end_layer = opt.stop_after_layers > 0 ? std::max(po.start_layer, std::min(opt.stop_after_layers, m.num_layers()))
+                                           : m.num_layers();
   report.times = calib::run_layerwise(m, ids, seqlen, stage_ptrs, po);
+  report.layers_done = po.end_layer;
   for (const auto& r : report.modules) {
     report.dense_params += r.dense_params;
     report.params += r.params;

@@ -105,6 +105,7 @@ nlohmann::json CompressReport::to_json() const {
           {"notes", notes_json},
           {"dense_params", dense_params},
           {"params", params},
+          {"layers", {{"done", layers_done}, {"total", layers_total}, {"resumed", layers_resumed}}},
           {"seconds", {{"total", total_s},
                        {"calibration_sampling", calib_sample_s},
                        {"forward", times.forward},

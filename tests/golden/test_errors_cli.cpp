@@ -38,6 +38,7 @@ TEST(ErrorsDoc, CompressOptions) {
                     {"opt-ud-tokens", {compress("--ud-tokens=-5 --dry-run")}},
                     {"opt-batch", {compress("--batch 0 --dry-run")}},
                     {"opt-threads", {compress("--threads=-2 --dry-run")}},
+                    {"opt-stop-after", {compress("--stop-after-layers=-1 --dry-run")}},
                     {"opt-dtype", {compress("--dtype f8 --dry-run")}},
                     {"opt-out", {compress(calib())}},
                     {"opt-calib-data", {compress(out)}},

@@ -157,5 +157,24 @@ TEST(Resume, ResumeWithoutStateStartsFromTheFirstLayer) {
   EXPECT_FALSE(fs::exists(tmp / "out.resume")) << "progress removed after success";
 }
 
+// --stop-after-layers: the first layers only, no checkpoint, the progress kept; two more sessions with
+// --resume (the second one stopping again) end in the checkpoint of an uninterrupted run, bit for bit.
+TEST(Resume, StopAfterLayersSplitsARunIntoSessions) {
+  const auto tmp = test::make_temp_dir("resume-stop");
+  std::string out;
+  ASSERT_EQ(test::run_command(compress_cmd(tmp / "cut", " --stop-after-layers 2 --json"), out), 0) << out;
+  EXPECT_FALSE(fs::exists(tmp / "cut")) << "no checkpoint from a stopped run";
+  test::expect_contains(out, {"\"stopped\": true", "\"done\": 2", "\"total\": 5", "projected_seconds_all_layers"});
+  EXPECT_NE(read(tmp / "cut.resume" / "progress.json").find("\"layers_done\": 2"), std::string::npos);
+  ASSERT_EQ(test::run_command(compress_cmd(tmp / "cut", " --resume --stop-after-layers 4"), out), 0) << out;
+  test::expect_contains(out, {"stopped after layer 4 of 5", "layer 3/5 done", "layer 4/5 done"});
+  EXPECT_EQ(out.find("layer 2/5 done"), std::string::npos) << out;
+  ASSERT_EQ(test::run_command(compress_cmd(tmp / "cut", " --resume"), out), 0) << out;
+  EXPECT_EQ(out.find("layer 4/5 done"), std::string::npos) << out;
+  ASSERT_EQ(test::run_command(compress_cmd(tmp / "full", ""), out), 0) << out;
+  EXPECT_EQ(digest(tmp / "cut" / "model.safetensors"), digest(tmp / "full" / "model.safetensors"));
+  EXPECT_FALSE(fs::exists(tmp / "cut.resume"));
+}
+
 }  // namespace
 }  // namespace latentllm

@@ -19,7 +19,7 @@ struct CompressArgs {
   double ratio = 0.2;
   MethodArgs m;
   CalibArgs c;
-  int threads = 0;
+  int threads = 0, stop_after_layers = 0;
   bool dry_run = false, json = false, force = false, resume = false;
 };
 
@@ -41,7 +41,36 @@ void print_plan(const compress::RankPlan& plan, const compress::RankPlan& plain,
               (long long)(2 * plain.macs()), (long long)(2 * plain.dense_macs()));
 }
 
+// --stop-after-layers: no checkpoint; the progress directory stays for --resume, and the time of the
+// layers run so far projects the whole model's.
+int report_stopped(const CompressArgs& a, const compress::CompressReport& report, const std::filesystem::path& state) {
+  const int ran = report.layers_done - report.layers_resumed;
+  const double per_layer = ran > 0 ? report.total_s / ran : 0.0;
+  const double projected = per_layer * (report.layers_total - report.layers_resumed);
+  auto j = report.to_json();
+  j["stopped"] = true;
+  j["progress"] = state.string();
+  j["projected_seconds_all_layers"] = projected;
+  j["peak_rss_bytes"] = core::peak_rss_bytes();
+  if (a.json) {
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::printf("stopped after layer %d of %d (--stop-after-layers %d): no checkpoint written; progress in %s "
+                "(run again with --resume to continue)\n", report.layers_done, report.layers_total, a.stop_after_layers,
+                state.string().c_str());
+    std::printf("time: %.1fs for %d layers = forward %.1fs + covariance %.1fs + decompositions %.1fs; "
+                "%.1fs a layer, %.0fs projected for all %d layers\n", report.total_s, ran, report.times.forward,
+                report.times.covariance, report.times.compress, per_layer, projected,
+                report.layers_total - report.layers_resumed);
+    std::printf("peak memory: %.1f MiB\n", core::peak_rss_bytes() / 1048576.0);
+  }
+  return 0;
+}
+
 int run_compress(const CompressArgs& a) {
+  if (a.stop_after_layers < 0) {
+    throw ConfigError(fmt::format("--stop-after-layers (expected >= 0, got {})", a.stop_after_layers));
+  }
   if (a.threads < 0) throw ConfigError(fmt::format("--threads (expected >= 0, got {})", a.threads));
   core::set_num_threads(a.threads);
   auto opt = to_compress_options(a.m, a.method, a.ratio);
@@ -71,6 +100,7 @@ int run_compress(const CompressArgs& a) {
   // --resume after a kill continues where the run stopped.
   opt.state_dir = out + ".resume";
   opt.resume = a.resume;
+  opt.stop_after_layers = a.stop_after_layers;
 
   const auto t0 = std::chrono::steady_clock::now();
   const auto tok = io::load_tokenizer(a.model);
@@ -81,6 +111,7 @@ int run_compress(const CompressArgs& a) {
 
   auto report = compress::compress_model(*model, ids, co.seqlen, opt);
   report.calib_sample_s = sample_s;
+  if (report.layers_done < report.layers_total) return report_stopped(a, report, opt.state_dir);
 
   checkpoint::SaveOptions so;
   so.dtype = dtype;
@@ -130,6 +161,9 @@ Command add_compress(CLI::App& app) {
   sub->add_flag("--resume", a->resume,
                 "Continue an interrupted run from its saved progress (<out>.resume); the result is identical "
                 "to an uninterrupted run")->group("Model");
+  sub->add_option("--stop-after-layers", a->stop_after_layers,
+                  "Compress the first N layers only and stop without writing a checkpoint (progress kept for "
+                  "--resume; prints the projected time of all layers; 0 = all)")->capture_default_str()->group("Run");
   sub->add_flag("--dry-run", a->dry_run, "Print the rank plan (ranks, parameters, FLOPs/MACs at 128 tokens) and exit")->group("Method");
   add_calib_options(sub, a->c);
   sub->add_option("--threads", a->threads, "Threads of the forward pass and BLAS (0 = all cores)")->capture_default_str()->group("Run");
