@@ -4,9 +4,15 @@
 // achieved FLOP rates as fractions of this machine's sgemm and dgemm peaks, measured in this process.
 // Writes <out>.json and <out>.md (speed bars of issues 3 and 4).
 //
-//   compress_time [--shared ../shared] [--model DIR] [--ratio 0.2] [--nsamples 64]
+//   compress_time [--shared ../shared] [--model DIR] [--ratio 0.2] [--nsamples 64] [--seqlen L]
 //                 [--methods asvd-rootcov,asvd-rootcov/restart,latentllm] [--out bench/results/compress_time]
+//                 [--stop-after-layers N] [--project-layers M] [--threads T] [--covariance f64|f32]
 // A method "<m>/restart" runs m with every calibration pass restarting at the layer input (baseline).
+// --stop-after-layers N (bench/run_scale.sh): the first N layers only, no checkpoint written; the
+// whole model's time is projected from them (per-layer stages × layers, plus sampling and embedding).
+// --project-layers M projects to M layers instead of the checkpoint's (a real shape truncated to a few
+// layers with latentllm-synth --layers, so that its weights fit in memory while lazy loading is not in
+// compress). L defaults to min(2048, max_position_embeddings).
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -42,8 +48,13 @@ struct MethodTimes {
 
 // spec: a method, or "<method>/restart" for the same with every calibration pass restarting at the
 // layer input (PipelineOptions::resume_passes off: the pipeline before the passes resumed).
-MethodTimes run_method(const std::string& model_dir, const std::string& c4, const std::string& spec, double ratio,
-                       int nsamples) {
+struct RunArgs {
+  double ratio = 0.2;
+  int nsamples = 64, seqlen = 0, stop_after_layers = 0;
+  bool covariance_f32 = false;
+};
+
+MethodTimes run_method(const std::string& model_dir, const std::string& c4, const std::string& spec, const RunArgs& a) {
   MethodTimes t;
   t.method = spec;
   const bool restart = spec.ends_with("/restart");
@@ -52,14 +63,16 @@ MethodTimes run_method(const std::string& model_dir, const std::string& c4, cons
   const auto tok = io::load_tokenizer(model_dir);
   calib::CalibOptions co;
   co.data = c4;
-  co.nsamples = nsamples;
-  co.seqlen = static_cast<int>(std::min<std::int64_t>(2048, m->config().max_position_embeddings));
+  co.nsamples = a.nsamples;
+  co.seqlen = a.seqlen > 0 ? a.seqlen : static_cast<int>(std::min<std::int64_t>(2048, m->config().max_position_embeddings));
   auto t0 = Clock::now();
   const auto ids = calib::sample_calibration(*tok, co);
   t.sample_s = seconds_since(t0);
   compress::CompressOptions opt;
   opt.method = compress::parse_method(method);
-  opt.ratio = ratio;
+  opt.ratio = a.ratio;
+  opt.stop_after_layers = a.stop_after_layers;
+  opt.pipeline.covariance_f32 = a.covariance_f32;
   bench::BlasSnapshot at_begin;
   opt.part_observer = [&](std::string_view part, bool begin) {
     if (begin) at_begin = bench::BlasSnapshot::now();
@@ -71,6 +84,7 @@ MethodTimes run_method(const std::string& model_dir, const std::string& c4, cons
   t.rep = compress::compress_model(*m, ids, co.seqlen, opt);
   model::set_profiling(false);
   t.profile = model::forward_profile();
+  if (t.rep.layers_done < t.rep.layers_total) return t;  // a partly compressed model: nothing to write
   const auto dir = std::filesystem::temp_directory_path() / fmt::format("latentllm-bench-{}", method);
   checkpoint::SaveOptions so;
   so.overwrite = true;
@@ -91,8 +105,16 @@ int main(int argc, char** argv) try {
   const std::string shared = arg(argc, argv, "--shared", "../shared");
   const std::string model_dir = arg(argc, argv, "--model", shared + "/models/opt-tiny");
   const std::string c4 = arg(argc, argv, "--calib-data", shared + "/data/c4/c4-train.00000-of-01024.first1000.jsonl");
-  const double ratio = std::stod(arg(argc, argv, "--ratio", "0.2"));
-  const int nsamples = std::stoi(arg(argc, argv, "--nsamples", "64"));
+  RunArgs ra;
+  ra.ratio = std::stod(arg(argc, argv, "--ratio", "0.2"));
+  ra.nsamples = std::stoi(arg(argc, argv, "--nsamples", "64"));
+  ra.seqlen = std::stoi(arg(argc, argv, "--seqlen", "0"));
+  ra.stop_after_layers = std::stoi(arg(argc, argv, "--stop-after-layers", "0"));
+  ra.covariance_f32 = arg(argc, argv, "--covariance", "f64") == "f32";
+  core::set_num_threads(std::stoi(arg(argc, argv, "--threads", "0")));
+  const int project_layers = std::stoi(arg(argc, argv, "--project-layers", "0"));
+  const double ratio = ra.ratio;
+  const int nsamples = ra.nsamples;
   const std::string methods = arg(argc, argv, "--methods", "asvd-rootcov,asvd-rootcov/restart,latentllm");
   const std::string out = arg(argc, argv, "--out", "bench/results/compress_time");
   set_log_callback([](LogLevel, std::string_view) {});
@@ -114,7 +136,7 @@ int main(int argc, char** argv) try {
   std::stringstream list(methods);
   for (std::string method; std::getline(list, method, ',');) {
     std::fprintf(stderr, "compressing with %s...\n", method.c_str());
-    const auto t = run_method(model_dir, c4, method, ratio, nsamples);
+    const auto t = run_method(model_dir, c4, method, ra);
     const auto& pt = t.rep.times;
     const double total = t.sample_s + t.rep.total_s + t.write_s;
     forward_s[method] = pt.forward;
@@ -146,8 +168,18 @@ int main(int argc, char** argv) try {
                      {"fraction_of_dgemm_peak", rate / dpeak}, {"fraction_of_sgemm_peak", rate / speak},
                      {"blas_gflops", b.blas_s > 0 ? (b.flops_d + b.flops_s) / b.blas_s / 1e9 : 0.0}};
     }
-    row("writing the checkpoint (f16)", t.write_s, 0, 1);
-    row("**total**", total, 0, 1);
+    const int ran = std::max(1, t.rep.layers_done - t.rep.layers_resumed);
+    const int all_layers = project_layers > 0 ? project_layers : t.rep.layers_total;
+    const double projected = t.sample_s + t.rep.total_s / ran * all_layers;  // writing not included
+    if (t.rep.layers_done < all_layers) {
+      row(fmt::format("**total of {} of {} layers** (no checkpoint written)", t.rep.layers_done, all_layers), total, 0,
+          1);
+      md += fmt::format("| {} | **projected for all {} layers** (sampling + {} × the layers' mean) | {:.0f} | | | | | |\n",
+                        method, all_layers, all_layers, projected);
+    } else {
+      row("writing the checkpoint (f16)", t.write_s, 0, 1);
+      row("**total**", total, 0, 1);
+    }
     runs.push_back({{"method", method},
                     {"seconds", {{"sampling", t.sample_s}, {"forward", pt.forward}, {"covariance", pt.covariance},
                                  {"decompositions", pt.compress}, {"decompositions_by_part", t.rep.part_seconds},
@@ -159,6 +191,9 @@ int main(int argc, char** argv) try {
                                                  {"other", fp.other_s}}},
                     {"covariance_gflops", cov_rate}, {"covariance_fraction_of_dgemm_peak", cov_rate / dpeak},
                     {"covariance_fraction_of_sgemm_peak", cov_rate / speak}, {"decomposition_parts", parts},
+                    {"layers", t.rep.to_json().at("layers")}, {"projected_layers", all_layers},
+                    {"projected_seconds_all_layers", projected},
+                    {"peak_rss_bytes", core::peak_rss_bytes()},
                     {"attention_map_loss", t.rep.to_json().at("attention_map_loss")},
                     {"mlp_output_loss", t.rep.to_json().at("mlp_output_loss")}});
   }
@@ -181,7 +216,8 @@ int main(int argc, char** argv) try {
         "the part's wall time; the two last columns say where that time goes: inside BLAS, inside LAPACK (dsyevd, "
         "dgesdd, dgeqp3, whose internal FLOPs are not counted), and the rest is Eigen element-wise work and "
         "bookkeeping.\n";
-  const nlohmann::json j = {{"model", model_dir}, {"ratio", ratio}, {"nsamples", nsamples},
+  const nlohmann::json j = {{"model", model_dir}, {"ratio", ratio}, {"nsamples", nsamples}, {"seqlen", ra.seqlen},
+                            {"threads", core::num_threads()}, {"covariance", ra.covariance_f32 ? "f32" : "f64"},
                             {"sgemm_peak_gflops", speak}, {"sgemm_square_gflops", peak_detail},
                             {"dgemm_peak_gflops", dpeak}, {"load_average_before", load_before},
                             {"load_average_after", bench::load_average()}, {"peak_rss_bytes", core::peak_rss_bytes()},
