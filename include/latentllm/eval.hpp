@@ -17,6 +17,7 @@
 
 #include "latentllm/dataset.hpp"
 #include "latentllm/model.hpp"
+#include "latentllm/resources.hpp"
 #include "latentllm/tokenizer.hpp"
 
 namespace latentllm::eval {
@@ -31,6 +32,7 @@ struct PplOptions {
 
 struct PplProgress {
   std::int64_t windows_done = 0, windows_total = 0;
+  int layers_done = 0, layers_total = 0;  // layer-major evaluation (lazy model); 0 otherwise
   double seconds = 0;       // since the first window started
   double tokens_per_s = 0;  // window tokens (T per window) per second
   double eta_s = 0;
@@ -57,14 +59,49 @@ int default_seqlen(const model::ModelConfig& config);
 std::vector<std::int32_t> eval_ids(const io::Tokenizer& tok, io::Dataset dataset, const std::filesystem::path& file,
                                    int seqlen);
 
-// Perplexity of `ids` cut into windows of `seqlen`. `origin` names the data in errors: FormatError
-// "<origin>: dataset too short for one window (expected >= T tokens, got N)".
-PplResult perplexity_ids(const model::Model& m, std::span<const std::int32_t> ids, int seqlen, int max_windows,
-                         int batch, const std::string& origin, const PplProgressFn& progress = {});
+// Perplexity of `ids` cut into windows of `seqlen`, `batch` windows per forward pass. `origin` names
+// the data in errors: FormatError "<origin>: dataset too short for one window (expected >= T tokens,
+// got N)".
+//
+// An eager model is evaluated window-major: each batch runs through embed, every layer and the head
+// (Model::windows_nll). A lazy model (model::LoadOptions) is evaluated layer-major: every batch is
+// embedded, then for each layer i: load_layer(i), every batch through it, release_layer(i) (unless the
+// caller had loaded it); then the head per batch. It holds the hidden states of all windows
+// ([windows·T, d] float32) and one layer's weights instead of the whole model. The batches and their
+// arithmetic are the same in both orders, so the perplexity is the same to the last bit.
+PplResult perplexity_ids(model::Model& m, std::span<const std::int32_t> ids, int seqlen, int max_windows, int batch,
+                         const std::string& origin, const PplProgressFn& progress = {});
 
 // eval_ids + perplexity_ids with the options' defaults resolved.
-PplResult perplexity(const model::Model& m, const io::Tokenizer& tok, const PplOptions& opt,
+PplResult perplexity(model::Model& m, const io::Tokenizer& tok, const PplOptions& opt,
                      const PplProgressFn& progress = {});
+
+// Windows perplexity_ids evaluates: ids / seqlen, at most max_windows (> 0).
+std::int64_t eval_windows(std::int64_t n_ids, int seqlen, int max_windows);
+// Windows per forward pass: batch, or about 4096 tokens' worth when batch is 0.
+int eval_batch(int batch, int seqlen);
+
+// ---- Memory of an evaluation (latentllm ppl --max-memory) ------------------------------------------
+// Estimated peak bytes of perplexity_ids in each order, item by item (core::MemoryPlan), from the
+// model's WeightFootprint (known without loading its layers) and the evaluation's shape:
+//   eager:       every weight in float32; one batch's activations; the head's per-thread blocks; the
+//                mapped pages of the largest tensor while it is widened at load; the runtime.
+//   layer-major: the largest layer in float32; the weights outside the layers that a lazy model
+//                widens (norms, positions); the hidden states of all windows; one batch's
+//                activations; the head's per-thread blocks, widened blocks included; the mapped
+//                pages of the embedding or the head (read per batch) and of one layer tensor; the
+//                runtime.
+// Activations of a batch of n tokens: n·(2d + max(2·H·d_h + 2·H_kv·d_h, 2·ffn, d + p)) floats (the
+// residual stream, a block's input and the largest pair of intermediates). The runtime is a fixed
+// 256 MiB (program, BLAS buffers, tokenizer) plus the token ids.
+struct PplMemory {
+  core::MemoryPlan eager, layer_major;
+};
+PplMemory plan_perplexity_memory(const model::Model& m, std::int64_t n_ids, std::int64_t windows, int seqlen,
+                                 int batch, int threads, std::int64_t budget);
+// The most windows (<= windows) whose layer-major plan fits the budget; 0 when not even one does.
+std::int64_t max_layer_major_windows(const model::Model& m, std::int64_t n_ids, std::int64_t windows, int seqlen,
+                                     int batch, int threads, std::int64_t budget);
 
 // ---- Accounting --------------------------------------------------------------------------------
 // A linear module y = W·x + b with W: [d', d] stores d'·d weights dense, and r·(d' + d) factored as

@@ -51,6 +51,10 @@ class SafetensorsFile {
   const std::vector<TensorView>& tensors() const;   // in file order
   const TensorView* find(const std::string& name) const;  // nullptr if absent
   const std::map<std::string, std::string>& metadata() const;  // "__metadata__"
+  // Drops the mapped pages holding `t`'s bytes (t one of tensors(); its range widened to whole
+  // pages) from this process's resident set, madvise(MADV_DONTNEED): after widening a tensor, its
+  // pages need not stay resident. Views stay valid; a later read faults the pages in again.
+  void release_pages(const TensorView& t) const;
 
  private:
   struct Impl;
@@ -78,6 +82,8 @@ class TensorStore {
   const std::filesystem::path& dir() const;
   // Merged "__metadata__" of all files (on a key clash the first shard's value wins).
   const std::map<std::string, std::string>& metadata() const;
+  // SafetensorsFile::release_pages of the tensor `name` (FormatError "missing tensor" when absent).
+  void release_pages(const std::string& name) const;
 
  private:
   TensorStore();

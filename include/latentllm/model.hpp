@@ -1,6 +1,7 @@
 // Decoder-only transformer models on CPU: OPT and the Llama family (Llama, Qwen2, Qwen3, Mistral).
-// Weights are float32 in memory (widened from F16/BF16 on load). Every linear module is a `Linear`,
-// dense or low-rank factored, so compressed (latent) checkpoints run the same code.
+// Weights are float32 in memory (widened from F16/BF16 on load; a lazy model widens a decoder layer
+// when asked, see LoadOptions). Every linear module is a `Linear`, dense or low-rank factored, so
+// compressed (latent) checkpoints run the same code.
 //
 // Glossary: T = tokens per window (seqlen), n_seq = windows in a batch, d = hidden_size,
 // d_h = head_dim, H = attention heads, H_kv = key/value heads, V = vocab size, r = rank.
@@ -214,13 +215,58 @@ struct DecoderLayer {
   const VectorF& norm(std::string_view rel_name) const;
 };
 
+// How Model::load holds the weights.
+struct LoadOptions {
+  // false (eager): every weight is widened to float32 at load and the checkpoint is closed.
+  // true (lazy): the checkpoint stays memory-mapped. Decoder layers are not widened: load_layer(i)
+  // widens layer i (dense or factored modules), release_layer(i) frees it. The token embedding and
+  // the LM head are never copied: embed() widens the rows it gathers, the head one vocabulary block
+  // at a time. Norms, OPT's learned positions and project_in/out are widened at load (small). The
+  // numbers are those of an eager model to the last bit (the widening is exact). Load checks every
+  // tensor's name and shape as eager load does; finiteness is checked when values are widened.
+  bool lazy = false;
+};
+
+// The float32 bytes of a model's weights (what they take once widened), known without loading them.
+struct WeightFootprint {
+  std::vector<std::int64_t> layers;  // [num_layers] each decoder layer's weights (perm indices included)
+  std::int64_t tables = 0;  // token embedding + untied LM head: held by eager models only
+  std::int64_t other = 0;   // the rest outside the layers (norms, positions, projections): held always
+  // Checkpoint (stored) bytes of the largest decoder-layer tensor: its mapped pages are resident
+  // while it is widened. And of the larger of the embedding and the head: a lazy model reads it
+  // (mapped) in every embed() or head pass, and drops its pages after.
+  std::int64_t largest_layer_tensor_stored = 0;
+  std::int64_t largest_table_stored = 0;
+  std::int64_t largest_layer() const;
+  std::int64_t all_layers() const;
+};
+
+class WeightLoader;  // src/model/weights.hpp
+class WeightTable;  // the token embedding / LM head (src/model/weight_table.hpp)
+struct WeightSource;  // the open checkpoint of a lazy model (src/model/weights.hpp)
+
 class Model {
  public:
-  virtual ~Model() = default;
+  virtual ~Model();
 
-  // Loads config.json + safetensors (+ the `latent` section of a latent checkpoint, see docs/FORMAT.md).
-  // Throws ConfigError / FormatError naming the file or tensor on bad input.
-  static std::unique_ptr<Model> load(const std::filesystem::path& dir);
+  // Loads config.json + safetensors (+ the `latent` section of a latent checkpoint, see docs/FORMAT.md),
+  // eagerly unless opt.lazy. Throws ConfigError / FormatError naming the file or tensor on bad input,
+  // NumericError for a non-finite weight (lazy: when it is widened).
+  static std::unique_ptr<Model> load(const std::filesystem::path& dir, const LoadOptions& opt = {});
+
+  // ---- lazy layers (LoadOptions::lazy) ----
+  bool lazy() const { return source_ != nullptr; }
+  // True when layer i's weights are in memory (always for an eager model).
+  bool layer_loaded(int i) const { return loaded_.at(static_cast<std::size_t>(i)) != 0; }
+  // Widens layer i from the mapped checkpoint (its pages are dropped afterwards); nothing when it is
+  // loaded. Throws as Model::load would for that layer's tensors (NumericError for a non-finite value).
+  void load_layer(int i);
+  // Frees layer i's weights; changes made to them (a compressed module) are lost, and a later
+  // load_layer(i) reads the checkpoint's weights again. Lazy models only: Error "<dir>:
+  // release_layer(i) on an eager model (expected a model loaded with LoadOptions::lazy, ...)".
+  void release_layer(int i);
+  // float32 bytes of the weights, per layer and outside the layers.
+  const WeightFootprint& footprint() const { return footprint_; }
 
   const ModelConfig& config() const { return config_; }
   // The attention geometry and the MLP of the layers, for the compressor.
@@ -228,8 +274,10 @@ class Model {
   const MlpInfo& mlp() const { return mlp_; }
   const std::filesystem::path& dir() const { return dir_; }
   int num_layers() const { return static_cast<int>(layers_.size()); }
-  DecoderLayer& layer(int i) { return layers_.at(static_cast<std::size_t>(i)); }
-  const DecoderLayer& layer(int i) const { return layers_.at(static_cast<std::size_t>(i)); }
+  // Decoder layer i. Throws Error "<dir>: layer i is not loaded (...)" when a lazy model has not
+  // loaded it (the forward asks for it the same way, so running an unloaded layer throws this too).
+  DecoderLayer& layer(int i);
+  const DecoderLayer& layer(int i) const;
   // Architecture family name for inspect: "opt" or "llama" (the compressor never branches on it).
   virtual std::string_view family() const = 0;
 
@@ -252,6 +300,11 @@ class Model {
   // (row blocks × vocabulary blocks, an online log-sum-exp in double), so the [n, V] logits are
   // never materialized.
   double windows_nll(std::span<const std::int32_t> ids, int T) const;
+  // The head part of windows_nll: h: [n_seq·T, d], the hidden states after the last layer, of the
+  // windows ids: [n_seq·T] -> their summed NLL. windows_nll(ids, T) = embed, every layer_forward, and
+  // head_nll, so running the layers in another order over the windows (layer by layer, eval) and
+  // finishing with head_nll gives the same bits. Throws NumericError "<dir>: non-finite NLL".
+  double head_nll(const MatrixF& h, std::span<const std::int32_t> ids, int T) const;
 
   // Parameters outside the decoder layers per module type ("embed", "norm", "lm_head"; eval::param_breakdown
   // counts the whole model).
@@ -262,11 +315,22 @@ class Model {
   AttentionInfo attention_;
   MlpInfo mlp_;
   std::filesystem::path dir_;
-  std::vector<DecoderLayer> layers_;
   // The LM head's input: final norm (+ OPT project_out).  h: [n, d] -> x: [n, p].
   virtual void final_hidden(const MatrixF& h, MatrixF& x) const = 0;
   // The LM head weight [V, p]: lm_head.weight, or the token embedding when tied.
-  virtual const MatrixF& lm_head_weight() const = 0;
+  virtual const WeightTable& lm_head() const = 0;
+  // Builds decoder layer i from w (the architecture's tensor names and module table).
+  virtual DecoderLayer build_layer(WeightLoader& w, int i) const = 0;
+
+ private:
+  // After the architecture's constructor: loads every layer (eager) or checks them and keeps the
+  // source (lazy); fills footprint_.
+  void init_layers(std::shared_ptr<WeightSource> source, bool lazy);
+
+  std::vector<DecoderLayer> layers_;
+  std::vector<char> loaded_;               // [num_layers] layer_loaded
+  std::shared_ptr<WeightSource> source_;   // lazy models only
+  WeightFootprint footprint_;
 };
 
 // Wall-clock breakdown of forward passes, for the throughput benchmark (bench/). Off by default;

@@ -1,7 +1,10 @@
-// Process resource figures reported by long-running commands.
+// Process resource figures reported by long-running commands, and the memory plan commands check
+// against a budget before they start.
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace latentllm::core {
 
@@ -18,5 +21,39 @@ std::int64_t physical_memory_bytes();
 // system time 150 s -> 43 s). Process-wide, so for programs (the CLI, the benchmarks) to call at
 // start; the library itself never changes allocator settings.
 void reuse_large_allocations();
+
+// What a command will hold in memory at its peak, item by item, against a budget: planned before any
+// work so that a run that cannot fit says so at once instead of being killed midway. `ppl` builds
+// one per evaluation mode (eval::plan_perplexity_memory); `compress` is meant to do the same.
+struct MemoryItem {
+  std::string name;      // "hidden states", "one layer (float32)", ...
+  std::int64_t bytes = 0;
+  std::string detail;    // how it was counted, e.g. "140 windows x 2048 tokens x 2048 x 4 B"
+};
+
+struct MemoryPlan {
+  std::string title;       // the mode the plan is for, e.g. "layer-major"
+  std::int64_t budget = 0;  // bytes
+  std::vector<MemoryItem> items;
+
+  void add(std::string name, std::int64_t bytes, std::string detail = {});
+  std::int64_t total() const;
+  bool fits() const { return total() <= budget; }
+  // "<title>: <total> of <budget> budget (fits|does not fit)", then one line per item
+  // "  <name padded>  <size>  <detail>".
+  std::string describe() const;
+  // "<name> <size>, <name> <size>, ..." on one line (for error messages).
+  std::string summary() const;
+};
+
+// 1536 -> "1.50 KiB": B, KiB, MiB, GiB, TiB with two decimals (bytes as an integer).
+std::string format_bytes(std::int64_t bytes);
+// A byte count: whole bytes ("21474836480") or a decimal number with a binary unit K, M, G or T,
+// optionally followed by "iB" or "B" (case-insensitive: "20G", "20GiB", "1.5g", "512M" = 512 MiB).
+// Throws ConfigError "<what> (expected a byte count such as 20G, 512M or 21474836480, got <text>)"
+// for anything else, a count of 0 or one beyond 2^62.
+std::int64_t parse_bytes(const std::string& text, const std::string& what);
+// The default budget of commands that plan their memory: physical memory minus 2 GiB (at least 1 GiB).
+std::int64_t default_memory_budget();
 
 }  // namespace latentllm::core

@@ -42,6 +42,9 @@ struct TensorView {
   // Widens to float32 into out (numel() elements).
   void to_f32(std::span<float> out) const;
   std::vector<float> to_f32() const;
+  // Widens the out.size() elements from flat index `first` on (row-major) into out; the same values
+  // as the whole-tensor widening (exact for F16 and BF16). Throws Error when the range leaves the tensor.
+  void to_f32(std::int64_t first, std::span<float> out) const;
 };
 
 // Row-major float matrices hold weights ([out, in]) and activations ([n_tok, d]), so that a

@@ -74,22 +74,32 @@ void TensorView::to_f32(std::span<float> out) const {
   if (out.size() != n) {
     throw Error(fmt::format("{}: to_f32 buffer size (expected {}, got {})", name, n, out.size()));
   }
+  to_f32(0, out);
+}
+
+void TensorView::to_f32(std::int64_t first, std::span<float> out) const {
+  const auto n = out.size();
+  if (first < 0 || static_cast<std::uint64_t>(first) + n > static_cast<std::uint64_t>(numel())) {
+    throw Error(fmt::format("{}: to_f32 range [{}, {}) (expected within [0, {}))", name, first,
+                            static_cast<std::uint64_t>(first) + n, numel()));
+  }
   if (n == 0) return;  // an empty tensor: out.data() may be null, which memcpy must never get
+  const std::byte* src = data + static_cast<std::size_t>(first) * dtype_size(dtype);
   switch (dtype) {
     case DType::F32:
-      std::memcpy(out.data(), data, n * 4);
+      std::memcpy(out.data(), src, n * 4);
       break;
     case DType::F16:
       for (std::size_t i = 0; i < n; ++i) {
         std::uint16_t h;
-        std::memcpy(&h, data + 2 * i, 2);
+        std::memcpy(&h, src + 2 * i, 2);
         out[i] = f16_to_f32(h);
       }
       break;
     case DType::BF16:
       for (std::size_t i = 0; i < n; ++i) {
         std::uint16_t h;
-        std::memcpy(&h, data + 2 * i, 2);
+        std::memcpy(&h, src + 2 * i, 2);
         out[i] = bf16_to_f32(h);
       }
       break;

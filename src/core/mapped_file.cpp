@@ -5,7 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -33,6 +35,15 @@ MappedFile::MappedFile(const std::filesystem::path& path) : path_(path) {
     data_ = static_cast<const std::byte*>(p);
   }
   ::close(fd);
+}
+
+void MappedFile::drop_pages(const std::byte* p, std::size_t n) const {
+  if (data_ == nullptr || n == 0 || p < data_ || p + n > data_ + size_) return;
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<std::uintptr_t>(p) / page * page;
+  const auto end = std::min(reinterpret_cast<std::uintptr_t>(data_ + size_),
+                            (reinterpret_cast<std::uintptr_t>(p + n) + page - 1) / page * page);
+  ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
 MappedFile::~MappedFile() {

@@ -19,6 +19,12 @@ class MappedFile {
   MappedFile& operator=(const MappedFile&) = delete;
 
   std::span<const std::byte> bytes() const { return {data_, size_}; }
+  // Drops the pages of [p, p + n) (a range inside bytes(), widened to whole pages) from this process:
+  // madvise(MADV_DONTNEED). The mapping is read-only and file-backed, so nothing is lost: a later read
+  // faults the page in again from the page cache or the disk. Pages read to widen a tensor otherwise
+  // stay in this process's resident set (and in ru_maxrss) until the file is unmapped. Best effort:
+  // a failing madvise changes nothing but the resident set, so it is ignored.
+  void drop_pages(const std::byte* p, std::size_t n) const;
   const std::filesystem::path& path() const { return path_; }
 
  private:

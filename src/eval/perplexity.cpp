@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <vector>
 
 #include "latentllm/error.hpp"
 #include "latentllm/eval.hpp"
@@ -33,8 +34,80 @@ std::vector<std::int32_t> eval_ids(const io::Tokenizer& tok, io::Dataset dataset
   return ids;
 }
 
-PplResult perplexity_ids(const model::Model& m, std::span<const std::int32_t> ids, int seqlen, int max_windows,
-                         int batch, const std::string& origin, const PplProgressFn& progress) {
+std::int64_t eval_windows(std::int64_t n_ids, int seqlen, int max_windows) {
+  const std::int64_t w = n_ids / seqlen;
+  return max_windows > 0 ? std::min<std::int64_t>(w, max_windows) : w;
+}
+
+int eval_batch(int batch, int seqlen) { return batch > 0 ? batch : std::max(1, kAutoBatchTokens / seqlen); }
+
+namespace {
+
+// Progress after `windows_done` windows and `layers_done` layers (layer-major: windows are done at the head).
+void report(const PplProgressFn& progress, Clock::time_point t0, std::int64_t windows_done, std::int64_t windows,
+            int seqlen, int layers_done, int layers_total) {
+  if (!progress) return;
+  PplProgress p;
+  p.windows_done = windows_done;
+  p.windows_total = windows;
+  p.layers_done = layers_done;
+  p.layers_total = layers_total;
+  p.seconds = seconds_since(t0);
+  // Layer-major: the layers are the work (the head counts as one more step).
+  const double done = layers_total > 0 ? (layers_done + static_cast<double>(windows_done) / windows) / (layers_total + 1)
+                                       : static_cast<double>(windows_done) / windows;
+  p.tokens_per_s = done * static_cast<double>(windows * seqlen) / std::max(p.seconds, 1e-9);
+  p.eta_s = done > 0 ? p.seconds / done * (1.0 - done) : 0.0;
+  progress(p);
+}
+
+// Window-major: each batch through the whole model.
+double window_major_nll(const model::Model& m, std::span<const std::int32_t> ids, int seqlen, std::int64_t windows,
+                        int per_batch, const PplProgressFn& progress, Clock::time_point t0) {
+  double nll = 0;
+  for (std::int64_t w0 = 0; w0 < windows; w0 += per_batch) {
+    const std::int64_t n = std::min<std::int64_t>(per_batch, windows - w0);
+    nll += m.windows_nll(ids.subspan(static_cast<std::size_t>(w0 * seqlen), static_cast<std::size_t>(n * seqlen)),
+                         seqlen);
+    report(progress, t0, w0 + n, windows, seqlen, 0, 0);
+  }
+  return nll;
+}
+
+// Layer-major (lazy models): the same batches, embedded, then run layer by layer, then through the
+// head, so each batch sees the same operations as in window_major_nll and the sum the same order.
+double layer_major_nll(model::Model& m, std::span<const std::int32_t> ids, int seqlen, std::int64_t windows,
+                       int per_batch, const PplProgressFn& progress, Clock::time_point t0) {
+  std::vector<std::span<const std::int32_t>> batches;
+  for (std::int64_t w0 = 0; w0 < windows; w0 += per_batch) {
+    const std::int64_t n = std::min<std::int64_t>(per_batch, windows - w0);
+    batches.push_back(ids.subspan(static_cast<std::size_t>(w0 * seqlen), static_cast<std::size_t>(n * seqlen)));
+  }
+  std::vector<MatrixF> hidden(batches.size());  // [n_b·T, d] per batch
+  for (std::size_t b = 0; b < batches.size(); ++b) m.embed(batches[b], seqlen, hidden[b]);
+  const int layers = m.num_layers();
+  for (int i = 0; i < layers; ++i) {
+    const bool was_loaded = m.layer_loaded(i);
+    m.load_layer(i);
+    for (auto& h : hidden) m.layer_forward(i, h, seqlen);
+    if (!was_loaded) m.release_layer(i);
+    report(progress, t0, 0, windows, seqlen, i + 1, layers);
+  }
+  double nll = 0;
+  std::int64_t done = 0;
+  for (std::size_t b = 0; b < batches.size(); ++b) {
+    nll += m.head_nll(hidden[b], batches[b], seqlen);
+    MatrixF().swap(hidden[b]);
+    done += static_cast<std::int64_t>(batches[b].size()) / seqlen;
+    report(progress, t0, done, windows, seqlen, layers, layers);
+  }
+  return nll;
+}
+
+}  // namespace
+
+PplResult perplexity_ids(model::Model& m, std::span<const std::int32_t> ids, int seqlen, int max_windows, int batch,
+                         const std::string& origin, const PplProgressFn& progress) {
   if (seqlen < 2) throw ConfigError(fmt::format("seqlen (expected >= 2, got {})", seqlen));
   if (max_windows < 0) throw ConfigError(fmt::format("max windows (expected >= 0, got {})", max_windows));
   if (batch < 0) throw ConfigError(fmt::format("batch (expected >= 0, got {})", batch));
@@ -46,27 +119,13 @@ PplResult perplexity_ids(const model::Model& m, std::span<const std::int32_t> id
   PplResult r;
   r.tokens = n_tok;
   r.seqlen = seqlen;
-  r.windows = n_tok / seqlen;
-  if (max_windows > 0) r.windows = std::min<std::int64_t>(r.windows, max_windows);
+  r.windows = eval_windows(n_tok, seqlen, max_windows);
   r.predicted = r.windows * (seqlen - 1);
-  const int per_batch = batch > 0 ? batch : std::max(1, kAutoBatchTokens / seqlen);
+  const int per_batch = eval_batch(batch, seqlen);
 
   const auto t0 = Clock::now();
-  double nll = 0;
-  for (std::int64_t w0 = 0; w0 < r.windows; w0 += per_batch) {
-    const std::int64_t n = std::min<std::int64_t>(per_batch, r.windows - w0);
-    nll += m.windows_nll(ids.subspan(static_cast<std::size_t>(w0 * seqlen), static_cast<std::size_t>(n * seqlen)),
-                         seqlen);
-    if (progress) {
-      PplProgress p;
-      p.windows_done = w0 + n;
-      p.windows_total = r.windows;
-      p.seconds = seconds_since(t0);
-      p.tokens_per_s = static_cast<double>(p.windows_done * seqlen) / std::max(p.seconds, 1e-9);
-      p.eta_s = p.seconds / static_cast<double>(p.windows_done) * static_cast<double>(r.windows - p.windows_done);
-      progress(p);
-    }
-  }
+  const double nll = m.lazy() ? layer_major_nll(m, ids, seqlen, r.windows, per_batch, progress, t0)
+                              : window_major_nll(m, ids, seqlen, r.windows, per_batch, progress, t0);
   r.seconds = seconds_since(t0);
   r.tokens_per_s = static_cast<double>(r.windows * seqlen) / std::max(r.seconds, 1e-9);
   r.mean_nll = nll / static_cast<double>(r.predicted);
@@ -74,7 +133,7 @@ PplResult perplexity_ids(const model::Model& m, std::span<const std::int32_t> id
   return r;
 }
 
-PplResult perplexity(const model::Model& m, const io::Tokenizer& tok, const PplOptions& opt,
+PplResult perplexity(model::Model& m, const io::Tokenizer& tok, const PplOptions& opt,
                      const PplProgressFn& progress) {
   const int seqlen = opt.seqlen > 0 ? opt.seqlen : default_seqlen(m.config());
   const auto t0 = Clock::now();

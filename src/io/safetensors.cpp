@@ -62,6 +62,8 @@ const fs::path& SafetensorsFile::path() const { return impl_->file.path(); }
 const std::vector<TensorView>& SafetensorsFile::tensors() const { return impl_->tensors; }
 const std::map<std::string, std::string>& SafetensorsFile::metadata() const { return impl_->metadata; }
 
+void SafetensorsFile::release_pages(const TensorView& t) const { impl_->file.drop_pages(t.data, t.nbytes); }
+
 const TensorView* SafetensorsFile::find(const std::string& name) const {
   const auto it = impl_->index.find(name);
   return it == impl_->index.end() ? nullptr : &impl_->tensors[it->second];
@@ -190,6 +192,11 @@ const TensorView& TensorStore::get(const std::string& name, std::span<const std:
                                   fmt::join(expected_shape, ", "), fmt::join(shape, ", ")));
   }
   return *loc.view;
+}
+
+void TensorStore::release_pages(const std::string& name) const {
+  const auto& loc = impl_->locate(name);
+  loc.file->release_pages(*loc.view);
 }
 
 std::vector<std::string> TensorStore::names() const { return impl_->order; }

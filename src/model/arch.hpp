@@ -26,6 +26,7 @@ struct Architecture {
   // Reads the architecture's keys into c (the registry has set architecture, model_type and the keys
   // every architecture shares); throws ConfigError through keys.fail for a bad key.
   void (*parse)(const io::JsonKeys& keys, ModelConfig& c);
+  // The model with its weights outside the decoder layers (Model::load then loads or checks the layers).
   std::unique_ptr<Model> (*make)(const ModelConfig& c, const std::filesystem::path& dir, WeightLoader& w);
 };
 std::span<const Architecture> opt_architectures();    // opt.cpp
@@ -61,16 +62,14 @@ inline bool reach(LayerState& s, Site site, ForwardObserver* obs, int layer) {
 
 // The token embedding [V, p] and the LM head [V, p] (empty when tied). Tied per config: when tied,
 // either of the pair stands in for the other when only one is stored (TinyStories-656K stores only
-// lm_head); when untied, both must be stored (FormatError naming the missing tensor).
+// lm_head); when untied, both must be stored (FormatError naming the missing tensor). Mapped tables
+// when the loader is lazy.
 struct EmbedAndHead {
-  MatrixF embed;  // [V, p]
-  MatrixF head;   // [V, p] or empty (tied: the head is `embed`)
+  WeightTable embed;  // [V, p]
+  WeightTable head;   // [V, p] or empty (tied: the head is `embed`)
 };
 EmbedAndHead load_embed_and_head(const WeightLoader& w, const std::string& embed_name, const std::string& head_name,
                                  std::int64_t V, std::int64_t p, bool tie);
-
-// Gathers embedding rows: h[i, :] = table[ids[i], :]. Throws FormatError for ids outside [0, rows).
-void gather_rows(const MatrixF& table, std::span<const std::int32_t> ids, MatrixF& h);
 
 // Throws Error "<dir>: hidden states [r, c] (expected [n_seq·T, d])" unless h is whole windows of width d.
 void check_hidden(const MatrixF& h, int T, std::int64_t d, const std::filesystem::path& dir);

@@ -82,15 +82,16 @@ std::vector<std::string> supported_architectures() {
   return out;
 }
 
-std::unique_ptr<Model> Model::load(const std::filesystem::path& dir) {
+std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, const LoadOptions& opt) {
   const auto config = load_config(dir / "config.json");
   const Architecture* arch = nullptr;
   for (const Architecture* a : registry())
     if (a->architecture == config.architecture) arch = a;
-  const auto store = io::TensorStore::open(dir);
-  WeightLoader w(store, io::parse_latent_modules(config.raw, (dir / "config.json").string()));
-  auto m = arch->make(config, dir, w);
-  w.check_latent_used();
+  auto source = std::make_shared<WeightSource>(dir, config.raw, (dir / "config.json").string());
+  source->loader.set_lazy(opt.lazy);
+  auto m = arch->make(config, dir, source->loader);
+  m->init_layers(source, opt.lazy);
+  source->loader.check_latent_used();
   return m;
 }
 

@@ -45,8 +45,8 @@ struct RowLse {
 
 }  // namespace
 
-void fused_head_nll(const MatrixF& x, const MatrixF& w, std::span<const std::int32_t> targets, std::span<double> nll,
-                    HeadCpuTimes* times) {
+void fused_head_nll(const MatrixF& x, const WeightTable& w, std::span<const std::int32_t> targets,
+                    std::span<double> nll, HeadCpuTimes* times) {
   const std::int64_t n = x.rows(), p = x.cols(), V = w.rows();
   if (w.cols() != p || static_cast<std::int64_t>(targets.size()) != n || static_cast<std::int64_t>(nll.size()) != n) {
     throw Error(fmt::format("fused_head_nll: shapes (x [{}, {}], w [{}, {}], {} targets, {} outputs)", n, p, V,
@@ -63,16 +63,18 @@ void fused_head_nll(const MatrixF& x, const MatrixF& w, std::span<const std::int
   core::parallel_for(n, kRows, [&](std::int64_t r0, std::int64_t r1) {
     const std::int64_t rows = r1 - r0;
     thread_local core::ScratchF logits;  // [rows, kVocab], aligned (see core::ScratchF)
+    thread_local core::ScratchF wblock;  // [kVocab, p] a widened vocabulary block (lazy w only)
     logits.resize(static_cast<std::size_t>(kRows * kVocab));
     std::vector<RowLse> lse(static_cast<std::size_t>(rows));
     double t_gemm = 0, t_lse = 0;
     for (std::int64_t v0 = 0; v0 < V; v0 += kVocab) {
       const std::int64_t vb = std::min(kVocab, V - v0);
       const auto t0 = times ? Clock::now() : Clock::time_point{};
+      const float* wb = w.block(v0, vb, wblock);  // [vb, p]
       // logits: [rows, vb] = x[r0:r1]·W[v0:v0+vb]ᵀ
       core::sgemm_rm(false, true, static_cast<int>(rows), static_cast<int>(vb), static_cast<int>(p), 1.0f,
-                     x.data() + r0 * p, static_cast<int>(p), w.data() + v0 * p, static_cast<int>(p), 0.0f,
-                     logits.data(), static_cast<int>(vb));
+                     x.data() + r0 * p, static_cast<int>(p), wb, static_cast<int>(p), 0.0f, logits.data(),
+                     static_cast<int>(vb));
       const auto t1 = times ? Clock::now() : Clock::time_point{};
       for (std::int64_t i = 0; i < rows; ++i) {
         const float* z = logits.data() + i * vb;
@@ -97,6 +99,26 @@ void fused_head_nll(const MatrixF& x, const MatrixF& w, std::span<const std::int
       times->lse += t_lse;
     }
   });
+  w.release_pages();
+}
+
+void head_logits(const MatrixF& x, const WeightTable& w, MatrixF& logits) {
+  if (!w.is_mapped()) {
+    core::parallel_xwt(x, w.matrix(), logits);  // eager: one product, as every other wide GEMM
+    return;
+  }
+  const std::int64_t n = x.rows(), p = x.cols(), V = w.rows();
+  if (w.cols() != p) throw Error(fmt::format("head_logits: inner dimension (expected {}, got {})", w.cols(), p));
+  logits.resize(n, V);
+  core::BlasSingleThreaded single;
+  core::parallel_for(V, kVocab, [&](std::int64_t v0, std::int64_t v1) {
+    thread_local core::ScratchF wblock;  // [kVocab, p]
+    const float* wb = w.block(v0, v1 - v0, wblock);
+    // logits[:, v0:v1] = x · W[v0:v1]ᵀ
+    core::sgemm_rm(false, true, static_cast<int>(n), static_cast<int>(v1 - v0), static_cast<int>(p), 1.0f, x.data(),
+                   static_cast<int>(p), wb, static_cast<int>(p), 0.0f, logits.data() + v0, static_cast<int>(V));
+  });
+  w.release_pages();
 }
 
 }  // namespace latentllm::model

@@ -5,6 +5,7 @@
 #include <span>
 
 #include "latentllm/tensor.hpp"
+#include "model/weight_table.hpp"
 
 namespace latentllm::model {
 
@@ -16,9 +17,15 @@ struct HeadCpuTimes {
 // nll[i] = −log softmax(x_i·Wᵀ)[targets[i]] for every row with targets[i] >= 0 (0 elsewhere).
 // x: [n, p], w: [V, p], targets: [n], nll: [n]. Row blocks go to the forward's threads; each computes
 // its logits one vocabulary block at a time with a single-threaded sgemm (the block stays in L2) and
-// keeps an online max-subtracted log-sum-exp per row (float exp, sums in double). Throws FormatError
-// for a target outside [0, V). times (may be null) receives the split when profiling.
-void fused_head_nll(const MatrixF& x, const MatrixF& w, std::span<const std::int32_t> targets, std::span<double> nll,
-                    HeadCpuTimes* times);
+// keeps an online max-subtracted log-sum-exp per row (float exp, sums in double). A mapped (lazy) w
+// is widened one vocabulary block at a time into the task's scratch, 1/rows of the block's GEMM, and
+// its pages are dropped at the end. Throws FormatError for a target outside [0, V). times (may be
+// null) receives the split when profiling.
+void fused_head_nll(const MatrixF& x, const WeightTable& w, std::span<const std::int32_t> targets,
+                    std::span<double> nll, HeadCpuTimes* times);
+
+// logits: [n, V] = x: [n, p] · wᵀ. An eager w is one core::parallel_xwt; a mapped one is widened a
+// block of vocabulary rows at a time, each block's columns of the logits computed by one sgemm.
+void head_logits(const MatrixF& x, const WeightTable& w, MatrixF& logits);
 
 }  // namespace latentllm::model

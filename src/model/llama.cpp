@@ -151,7 +151,6 @@ class LlamaModel final : public Model {
     embed_tokens_ = std::move(eh.embed);
     lm_head_ = std::move(eh.head);
     norm_ = w.vector("model.norm.weight", d);
-    for (std::int64_t i = 0; i < config_.num_hidden_layers; ++i) layers_.push_back(load_layer(w, i));
   }
 
   std::string_view family() const override { return "llama"; }
@@ -161,12 +160,12 @@ class LlamaModel final : public Model {
     if (T <= 0 || ids.size() % static_cast<std::size_t>(T) != 0) {
       throw ConfigError(fmt::format("{}: window of {} tokens does not divide {} ids", dir_.string(), T, ids.size()));
     }
-    gather_rows(embed_tokens_, ids, h);  // [n, d]
+    embed_tokens_.gather(ids, h);  // [n, d]
   }
 
   // Each block runs from the site the state stands at to the next (layer_resume in model.hpp).
   void layer_resume(int i, LayerState& s, int T, ForwardObserver* obs) const override {
-    const DecoderLayer& L = layers_.at(static_cast<std::size_t>(i));
+    const DecoderLayer& L = layer(i);
     MatrixF& h = s.resid;  // [n, d]
     MatrixF& x = s.x;      // [n, width of s.at]
     check_hidden(h, T, config_.hidden_size, dir_);
@@ -204,17 +203,16 @@ class LlamaModel final : public Model {
  public:
   std::vector<std::pair<std::string, std::int64_t>> non_layer_params() const override {
     std::vector<std::pair<std::string, std::int64_t>> out = {{"embed", embed_tokens_.size()}, {"norm", norm_.size()}};
-    if (lm_head_.size() > 0) out.emplace_back("lm_head", lm_head_.size());
+    if (!lm_head_.empty()) out.emplace_back("lm_head", lm_head_.size());
     return out;
   }
 
  protected:
   void final_hidden(const MatrixF& h, MatrixF& x) const override { norm(h, norm_, x); }
 
-  const MatrixF& lm_head_weight() const override { return lm_head_.size() > 0 ? lm_head_ : embed_tokens_; }
+  const WeightTable& lm_head() const override { return lm_head_.empty() ? embed_tokens_ : lm_head_; }
 
- private:
-  DecoderLayer load_layer(WeightLoader& w, std::int64_t i) const {
+  DecoderLayer build_layer(WeightLoader& w, int i) const override {
     const std::string lp = fmt::format("model.layers.{}.", i);
     DecoderLayer L;
     L.linears = load_linears(w, lp, kModules, config_);
@@ -225,6 +223,7 @@ class LlamaModel final : public Model {
     return L;
   }
 
+ private:
   AttentionShape attention_shape(int T) const {
     const int H = static_cast<int>(config_.num_attention_heads), H_kv = static_cast<int>(config_.num_key_value_heads);
     const int d_h = static_cast<int>(config_.head_dim);
@@ -259,8 +258,8 @@ class LlamaModel final : public Model {
   Activation act_ = Activation::Silu;
   float eps_ = 1e-6f;
   int window_ = 0;        // sliding window in tokens (attention.hpp), 0 = none
-  MatrixF embed_tokens_;  // [V, d]
-  MatrixF lm_head_;       // [V, d]; empty when tied to embed_tokens_
+  WeightTable embed_tokens_;  // [V, d]
+  WeightTable lm_head_;       // [V, d]; empty when tied to embed_tokens_
   VectorF norm_;          // [d]
 };
 

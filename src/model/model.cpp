@@ -4,11 +4,13 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <utility>
 
 #include "latentllm/error.hpp"
 #include "latentllm/model.hpp"
 #include "model/arch.hpp"
 #include "model/head.hpp"
+#include "model/weights.hpp"
 #include "core/parallel.hpp"
 #include "model/profile.hpp"
 
@@ -34,6 +36,69 @@ void Model::layer_forward(int i, MatrixF& h, int T, ForwardObserver* obs) const 
   h.swap(s.resid);
 }
 
+Model::~Model() = default;
+
+DecoderLayer& Model::layer(int i) { return const_cast<DecoderLayer&>(std::as_const(*this).layer(i)); }
+
+const DecoderLayer& Model::layer(int i) const {
+  const DecoderLayer& L = layers_.at(static_cast<std::size_t>(i));
+  if (!loaded_[static_cast<std::size_t>(i)]) {
+    throw Error(fmt::format("{}: layer {} is not loaded (expected load_layer({}) before using it in a lazy model)",
+                            dir_.string(), i, i));
+  }
+  return L;
+}
+
+void Model::init_layers(std::shared_ptr<WeightSource> source, bool lazy) {
+  WeightLoader& w = source->loader;
+  footprint_.tables = w.table_bytes();
+  footprint_.other = w.take_counted_bytes();
+  footprint_.largest_table_stored = w.largest_table_stored();
+  w.take_largest_stored();
+  const int n = static_cast<int>(config_.num_hidden_layers);
+  layers_.resize(static_cast<std::size_t>(n));
+  loaded_.assign(static_cast<std::size_t>(n), lazy ? 0 : 1);
+  w.set_checking(lazy);  // lazy: check names and shapes now, widen later
+  for (int i = 0; i < n; ++i) {
+    DecoderLayer L = build_layer(w, i);
+    if (!lazy) layers_[static_cast<std::size_t>(i)] = std::move(L);
+    footprint_.layers.push_back(w.take_counted_bytes());
+  }
+  w.set_checking(false);
+  footprint_.largest_layer_tensor_stored = w.take_largest_stored();
+  if (lazy) source_ = std::move(source);
+}
+
+void Model::load_layer(int i) {
+  if (layer_loaded(i)) return;
+  WeightLoader& w = source_->loader;
+  DecoderLayer L = build_layer(w, i);
+  w.take_counted_bytes();
+  layers_[static_cast<std::size_t>(i)] = std::move(L);
+  loaded_[static_cast<std::size_t>(i)] = 1;
+}
+
+void Model::release_layer(int i) {
+  if (!lazy()) {
+    throw Error(fmt::format("{}: release_layer({}) on an eager model (expected a model loaded with "
+                            "LoadOptions::lazy, got one that cannot load it again)", dir_.string(), i));
+  }
+  layers_.at(static_cast<std::size_t>(i)) = DecoderLayer{};
+  loaded_[static_cast<std::size_t>(i)] = 0;
+}
+
+std::int64_t WeightFootprint::largest_layer() const {
+  std::int64_t m = 0;
+  for (auto b : layers) m = std::max(m, b);
+  return m;
+}
+
+std::int64_t WeightFootprint::all_layers() const {
+  std::int64_t t = 0;
+  for (auto b : layers) t += b;
+  return t;
+}
+
 double Model::windows_nll(std::span<const std::int32_t> ids, int T) const {
   if (T < 2 || ids.empty() || ids.size() % static_cast<std::size_t>(T) != 0) {
     throw ConfigError(fmt::format("windows_nll: token count {} is not a positive multiple of the window {} (>= 2)",
@@ -42,7 +107,14 @@ double Model::windows_nll(std::span<const std::int32_t> ids, int T) const {
   MatrixF h;  // [n_seq·T, d]
   embed(ids, T, h);
   for (int i = 0; i < num_layers(); ++i) layer_forward(i, h, T);
+  return head_nll(h, ids, T);
+}
 
+double Model::head_nll(const MatrixF& h, std::span<const std::int32_t> ids, int T) const {
+  if (T < 2 || static_cast<std::size_t>(h.rows()) != ids.size() || h.rows() % T != 0) {
+    throw ConfigError(fmt::format("head_nll: {} hidden rows for {} ids (expected equal, a multiple of the window {} "
+                                  ">= 2)", h.rows(), ids.size(), T));
+  }
   MatrixF x;  // [n, p] the head's input
   final_hidden(h, x);
   const std::int64_t n = h.rows();
@@ -51,7 +123,7 @@ double Model::windows_nll(std::span<const std::int32_t> ids, int T) const {
   for (std::int64_t r = 0; r < n; ++r)
     targets[static_cast<std::size_t>(r)] = r % T == T - 1 ? -1 : ids[static_cast<std::size_t>(r + 1)];
   std::vector<double> nll(static_cast<std::size_t>(n), 0.0);  // [n]
-  const MatrixF& w = lm_head_weight();                        // [V, p]
+  const WeightTable& w = lm_head();                           // [V, p]
   const bool prof = detail::profile_active();
   HeadCpuTimes cpu;
   const auto t0 = std::chrono::steady_clock::now();
@@ -82,22 +154,22 @@ EmbedAndHead load_embed_and_head(const WeightLoader& w, const std::string& embed
       throw FormatError(fmt::format("{}: missing tensor {} (expected with tie_word_embeddings false, got {})",
                                     w.dir().string(), head_name, has_embed ? "only " + embed_name : "neither"));
     }
-    out.embed = w.matrix(embed_name, V, p);  // throws "missing tensor" when absent
-    out.head = w.matrix(head_name, V, p);
+    out.embed = w.table(embed_name, V, p);  // throws "missing tensor" when absent
+    out.head = w.table(head_name, V, p);
     return out;
   }
   if (!has_embed && !has_head) w.resolve(embed_name);  // throws "missing tensor"
-  out.embed = w.matrix(has_embed ? embed_name : head_name, V, p);
+  out.embed = w.table(has_embed ? embed_name : head_name, V, p);
   return out;
 }
 
 void Model::head(const MatrixF& h, MatrixF& logits) const {
   MatrixF x;  // [n, p]
   final_hidden(h, x);
-  const MatrixF& w = lm_head_weight();  // [V, p]
+  const WeightTable& w = lm_head();  // [V, p]
   detail::ProfileScope scope(&ForwardProfile::head_s, &ForwardProfile::head_flops,
                              2.0 * static_cast<double>(w.size()) * static_cast<double>(x.rows()));
-  core::parallel_xwt(x, w, logits);  // [n, V]
+  head_logits(x, w, logits);  // [n, V]
 }
 
 std::int64_t dim_of(const ModelConfig& c, Dim d) {
@@ -127,18 +199,6 @@ void check_hidden(const MatrixF& h, int T, std::int64_t d, const std::filesystem
   if (T <= 0 || h.cols() != d || h.rows() % T != 0) {
     throw Error(fmt::format("{}: hidden states [{}, {}] (expected [n_seq·{}, {}])", dir.string(), h.rows(), h.cols(),
                             T, d));
-  }
-}
-
-void gather_rows(const MatrixF& table, std::span<const std::int32_t> ids, MatrixF& h) {
-  const auto n = static_cast<std::int64_t>(ids.size());
-  h.resize(n, table.cols());
-  for (std::int64_t i = 0; i < n; ++i) {
-    const std::int32_t id = ids[static_cast<std::size_t>(i)];
-    if (id < 0 || id >= table.rows()) {
-      throw FormatError(fmt::format("token id at position {} (expected 0..{}, got {})", i, table.rows() - 1, id));
-    }
-    h.row(i) = table.row(id);
   }
 }
 

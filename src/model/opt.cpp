@@ -78,7 +78,7 @@ class OptModel final : public Model {
       final_norm_w_ = w.vector(pre + "final_layer_norm.weight", d);
       final_norm_b_ = w.vector(pre + "final_layer_norm.bias", d);
     }
-    for (std::int64_t i = 0; i < config_.num_hidden_layers; ++i) layers_.push_back(load_layer(w, pre, i));
+    pre_ = pre;
   }
 
   std::string_view family() const override { return "opt"; }
@@ -90,7 +90,7 @@ class OptModel final : public Model {
                                     config_.max_position_embeddings, ids.size()));
     }
     MatrixF e;  // [n, p]
-    gather_rows(embed_tokens_, ids, e);
+    embed_tokens_.gather(ids, e);
     if (project_in_.in > 0) {
       project_in_.forward(e, h);  // [n, d]
     } else {
@@ -101,7 +101,7 @@ class OptModel final : public Model {
 
   // Each block runs from the site the state stands at to the next (layer_resume in model.hpp).
   void layer_resume(int i, LayerState& s, int T, ForwardObserver* obs) const override {
-    const DecoderLayer& L = layers_.at(static_cast<std::size_t>(i));
+    const DecoderLayer& L = layer(i);
     const bool pre_ln = config_.do_layer_norm_before;
     MatrixF& h = s.resid;  // [n, d]
     MatrixF& x = s.x;      // [n, width of s.at]
@@ -143,7 +143,7 @@ class OptModel final : public Model {
                                project_out_.num_params();
     std::vector<std::pair<std::string, std::int64_t>> out = {
         {"embed", embed}, {"norm", final_norm_w_.size() + final_norm_b_.size()}};
-    if (lm_head_.size() > 0) out.emplace_back("lm_head", lm_head_.size());
+    if (!lm_head_.empty()) out.emplace_back("lm_head", lm_head_.size());
     return out;
   }
 
@@ -163,11 +163,10 @@ class OptModel final : public Model {
     }
   }
 
-  const MatrixF& lm_head_weight() const override { return lm_head_.size() > 0 ? lm_head_ : embed_tokens_; }
+  const WeightTable& lm_head() const override { return lm_head_.empty() ? embed_tokens_ : lm_head_; }
 
- private:
-  DecoderLayer load_layer(WeightLoader& w, const std::string& pre, std::int64_t i) const {
-    const std::string lp = fmt::format("{}layers.{}.", pre, i);
+  DecoderLayer build_layer(WeightLoader& w, int i) const override {
+    const std::string lp = fmt::format("{}layers.{}.", pre_, i);
     DecoderLayer L;
     L.linears = load_linears(w, lp, kModules, config_);
     if (config_.layer_norm_elementwise_affine) {
@@ -181,6 +180,7 @@ class OptModel final : public Model {
     return L;
   }
 
+ private:
   AttentionShape attention_shape(int T) const {
     const int H = static_cast<int>(config_.num_attention_heads);
     const int d_h = static_cast<int>(config_.hidden_size / H);
@@ -215,9 +215,10 @@ class OptModel final : public Model {
   }
 
   Activation act_ = Activation::Relu;
-  MatrixF embed_tokens_;     // [V, p]
+  std::string pre_;          // "model.decoder." or "decoder."
+  WeightTable embed_tokens_;  // [V, p]
   MatrixF embed_positions_;  // [max_position_embeddings + 2, d]
-  MatrixF lm_head_;          // [V, p]; empty when tied to embed_tokens_
+  WeightTable lm_head_;      // [V, p]; empty when tied to embed_tokens_
   Linear project_in_;        // [d, p] (in = 0 when absent)
   Linear project_out_;       // [p, d] (in = 0 when absent)
   bool has_final_norm_ = true;

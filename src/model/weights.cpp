@@ -1,5 +1,6 @@
 #include "model/weights.hpp"
 
+#include <algorithm>
 #include <vector>
 
 #include <fmt/ranges.h>
@@ -45,18 +46,50 @@ const TensorView& WeightLoader::view(const std::string& name, std::initializer_l
 
 MatrixF WeightLoader::matrix(const std::string& name, std::int64_t rows, std::int64_t cols) const {
   const auto& t = view(name, {rows, cols});
+  counted_bytes_ += 4 * rows * cols;
+  largest_stored_ = std::max(largest_stored_, static_cast<std::int64_t>(t.nbytes));
+  if (checking_) return {};
   MatrixF m(rows, cols);
   t.to_f32(std::span<float>(m.data(), static_cast<std::size_t>(m.size())));
+  store_.release_pages(t.name);
   check_finite(m, name);
   return m;
 }
 
 VectorF WeightLoader::vector(const std::string& name, std::int64_t n) const {
   const auto& t = view(name, {n});
+  counted_bytes_ += 4 * n;
+  largest_stored_ = std::max(largest_stored_, static_cast<std::int64_t>(t.nbytes));
+  if (checking_) return {};
   VectorF v(n);
   t.to_f32(std::span<float>(v.data(), static_cast<std::size_t>(v.size())));
+  store_.release_pages(t.name);
   check_finite(v, name);
   return v;
+}
+
+WeightTable WeightLoader::table(const std::string& name, std::int64_t rows, std::int64_t cols) const {
+  largest_table_stored_ = std::max(largest_table_stored_, static_cast<std::int64_t>(view(name, {rows, cols}).nbytes));
+  if (!lazy_) {
+    WeightTable t = WeightTable::widened(matrix(name, rows, cols));
+    counted_bytes_ -= 4 * rows * cols;  // counted as a table
+    table_bytes_ += 4 * rows * cols;
+    return t;
+  }
+  table_bytes_ += 4 * rows * cols;
+  return WeightTable::mapped(store_, resolve(name));
+}
+
+std::int64_t WeightLoader::take_largest_stored() {
+  const std::int64_t b = largest_stored_;
+  largest_stored_ = 0;
+  return b;
+}
+
+std::int64_t WeightLoader::take_counted_bytes() {
+  const std::int64_t b = counted_bytes_;
+  counted_bytes_ = 0;
+  return b;
 }
 
 Linear WeightLoader::linear(const std::string& module, std::int64_t in, std::int64_t out, bool has_bias) {
@@ -75,6 +108,7 @@ Linear WeightLoader::linear(const std::string& module, std::int64_t in, std::int
     l.A = matrix(module + ".A.weight", r, lm.block_identity ? in - r : in);          // [r, in(−r)]
     l.block_identity = lm.block_identity;
     l.perm = lm.perm;
+    counted_bytes_ += 4 * static_cast<std::int64_t>(lm.perm.size());
     latent_used_.insert(module);
   } else {
     l.weight = matrix(module + ".weight", out, in);  // [out, in]

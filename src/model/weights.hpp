@@ -1,7 +1,12 @@
 // Fetches named weights from a checkpoint for the architecture files: resolves aliases (tied
 // embeddings, safetensors "__metadata__" renames), checks shapes against the config and values for
 // finiteness, widens to float32, and builds Linear modules (dense, or factored from the `latent`
-// section of a latent checkpoint, docs/FORMAT.md).
+// section of a latent checkpoint, docs/FORMAT.md). The mapped pages of a widened tensor are dropped
+// from the process right after (TensorStore::release_pages): the float32 copy is what the model uses.
+//
+// Lazy models (model::LoadOptions) keep the store and this loader (WeightSource) to widen a layer
+// later; at load they run each layer's construction in `checking` mode, which checks every tensor's
+// presence and shape, widens nothing and returns empty weights, so a bad checkpoint fails at load.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +16,7 @@
 
 #include "latentllm/io.hpp"
 #include "latentllm/model.hpp"
+#include "model/weight_table.hpp"
 
 namespace latentllm::model {
 
@@ -30,6 +36,9 @@ class WeightLoader {
   MatrixF matrix(const std::string& name, std::int64_t rows, std::int64_t cols) const;
   // [n] float copy; same checks.
   VectorF vector(const std::string& name, std::int64_t n) const;
+  // [rows, cols] embedding or LM head: a float copy (as matrix()), or with `lazy` (set_lazy) the
+  // mapped tensor, widened on use (WeightTable).
+  WeightTable table(const std::string& name, std::int64_t rows, std::int64_t cols) const;
   // The linear module `module` ("model.layers.0.self_attn.q_proj") of shape [out, in], with a bias
   // if has_bias; factored when the latent section lists it.
   Linear linear(const std::string& module, std::int64_t in, std::int64_t out, bool has_bias);
@@ -38,12 +47,38 @@ class WeightLoader {
 
   const std::filesystem::path& dir() const { return store_.dir(); }
 
+  // Checking mode (see the top): matrix(), vector() and linear() check names and shapes and return
+  // empty weights.
+  void set_checking(bool on) { checking_ = on; }
+  // table() returns mapped tables.
+  void set_lazy(bool on) { lazy_ = on; }
+  // Float32 bytes of the matrices and vectors asked for since the last call (checking mode included):
+  // what they take once widened.
+  std::int64_t take_counted_bytes();
+  // Float32 bytes of the tables asked for so far (widened or not).
+  std::int64_t table_bytes() const { return table_bytes_; }
+  // Stored bytes of the largest matrix or vector asked for since the last call.
+  std::int64_t take_largest_stored();
+  // Stored bytes of the largest table asked for so far.
+  std::int64_t largest_table_stored() const { return largest_table_stored_; }
+
  private:
   const TensorView& view(const std::string& name, std::initializer_list<std::int64_t> shape) const;
 
   const io::TensorStore& store_;
   std::map<std::string, io::LatentModule> latent_;
   std::set<std::string> latent_used_;
+  bool checking_ = false, lazy_ = false;
+  mutable std::int64_t counted_bytes_ = 0, table_bytes_ = 0, largest_stored_ = 0, largest_table_stored_ = 0;
+};
+
+// The open checkpoint of a lazy model: the mapped tensors and the loader that widens a layer from them.
+struct WeightSource {
+  io::TensorStore store;
+  WeightLoader loader;
+  // Opens dir's safetensors, then parses config's `latent` section (origin names config.json).
+  WeightSource(const std::filesystem::path& dir, const nlohmann::json& config, const std::string& origin)
+      : store(io::TensorStore::open(dir)), loader(store, io::parse_latent_modules(config, origin)) {}
 };
 
 }  // namespace latentllm::model

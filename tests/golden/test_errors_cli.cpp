@@ -1,5 +1,5 @@
-// docs/ERRORS.md in sync with the code (tests/support/errors_doc.hpp): the `compress` options and the
-// output/resource errors, each produced by running the CLI on stories260K (exit status 1, one message).
+// docs/ERRORS.md in sync with the code (tests/support/errors_doc.hpp): the `compress` and `ppl` options
+// and the output/resource errors, each produced by running the CLI on stories260K (exit status 1, one message).
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -42,6 +42,24 @@ TEST(ErrorsDoc, CompressOptions) {
                     {"opt-dtype", {compress("--dtype f8 --dry-run")}},
                     {"opt-out", {compress(calib())}},
                     {"opt-calib-data", {compress(out)}},
+                });
+}
+
+TEST(ErrorsDoc, EvaluationOptions) {
+  const std::string ppl = "ppl --model " + model() + " --dataset text --data " +
+                          q(shared_path("data/tinystories/TinyStories-valid.stories0001-0232.clean.txt")) +
+                          " --seqlen 64 ";
+  // opt-tiny on wikitext2 in windows of 256: 1123 windows, ~280 MiB of hidden states, so that a
+  // 400 MiB budget holds some of them layer-major (and the eager plan, ~370 MiB, is skipped by
+  // --layer-major).
+  const std::string wiki = "ppl --model " + q(shared_path("models/opt-tiny")) + " --data " +
+                           q(shared_path("data/wikitext2/wiki.test.raw")) + " --seqlen 256 --layer-major ";
+  check_section("Evaluation options (`latentllm ppl`)",
+                {
+                    {"ppl-max-memory",
+                     {cli(ppl + "--max-memory 20X"), cli(ppl + "--max-memory 0"), cli(ppl + "--max-memory 1.5"),
+                      cli(ppl + "--max-memory=-1G"), cli(ppl + "--max-memory 0x10")}},
+                    {"ppl-budget", {cli(ppl + "--max-memory 100M"), cli(wiki + "--max-memory 400M")}},
                 });
 }
 

@@ -109,7 +109,13 @@ TEST_F(Quiet, NumericsErrors) {
       {
           {"num-weight", {lib([] { (void)opt_model([](Checkpoint& c) {
              c.data("model.decoder.layers.1.fc1.weight")[7] = std::nanf("");
-           }); })}},
+           }); }),
+                          // A lazy model: when it widens the layer.
+                          lib([] {
+                            Checkpoint c = make_opt({}, 31);
+                            c.data("model.decoder.layers.1.fc1.weight")[7] = std::nanf("");
+                            model::Model::load(c.write("err-num-lazy"), {.lazy = true})->load_layer(1);
+                          })}},
           {"num-activation", {lib([] {
              auto m = opt_model([](Checkpoint&) {});
              for (auto& [name, v] : m->layer(0).norms)

@@ -1,6 +1,7 @@
 // `latentllm ppl`: perplexity of a (dense or latent) checkpoint by the GPTQ / SparseGPT protocol.
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <string>
 
@@ -26,8 +27,12 @@ struct PplArgs {
   int max_windows = 0;
   int batch = 0;
   int threads = 0;
+  std::string max_memory;  // empty: physical memory − 2 GiB
+  bool layer_major = false;
   bool json = false;
 };
+
+using Clock = std::chrono::steady_clock;
 
 double peak_rss_mib() { return static_cast<double>(core::peak_rss_bytes()) / 1048576.0; }
 
@@ -39,9 +44,11 @@ class ProgressLine {
     const bool last = p.windows_done == p.windows_total;
     if (!tty_ && !last && p.seconds - last_print_ < 10.0) return;
     last_print_ = p.seconds;
-    std::fprintf(stderr, "%sppl: windows %lld/%lld, %.0f tok/s, elapsed %.1f s, ETA %.1f s%s", tty_ ? "\r" : "",
-                 static_cast<long long>(p.windows_done), static_cast<long long>(p.windows_total), p.tokens_per_s,
-                 p.seconds, p.eta_s, tty_ && !last ? "" : "\n");
+    const std::string step = p.layers_total > 0 && p.layers_done < p.layers_total
+                                 ? fmt::format("layers {}/{}", p.layers_done, p.layers_total)
+                                 : fmt::format("windows {}/{}", p.windows_done, p.windows_total);
+    std::fprintf(stderr, "%sppl: %s, %.0f tok/s, elapsed %.1f s, ETA %.1f s%s", tty_ ? "\r" : "", step.c_str(),
+                 p.tokens_per_s, p.seconds, p.eta_s, tty_ && !last ? "" : "\n");
     std::fflush(stderr);
   }
 
@@ -50,36 +57,81 @@ class ProgressLine {
   double last_print_ = -1e9;
 };
 
+// "--max-memory 10G": the budget rounded up to whole GiB, for advice in messages.
+std::string gib_option(std::int64_t bytes) {
+  const std::int64_t gib = std::int64_t{1} << 30;
+  return fmt::format("{}G", (bytes + gib - 1) / gib);
+}
+
+// Prints how the budget would be spent in each order (stderr) and picks the order: eager when it fits
+// (and --layer-major is not set), else layer-major; throws ConfigError, before any work, when neither fits.
+bool choose_layer_major(const PplArgs& a, const model::Model& lazy_model, std::int64_t n_ids, std::int64_t windows,
+                        int seqlen, std::int64_t budget) {
+  const auto plan = eval::plan_perplexity_memory(lazy_model, n_ids, windows, seqlen, a.batch, core::num_threads(), budget);
+  std::fprintf(stderr, "ppl: memory budget %s (%s)\n%s%s", core::format_bytes(budget).c_str(),
+               a.max_memory.empty() ? "physical memory - 2 GiB; --max-memory" : "--max-memory",
+               plan.eager.describe().c_str(), plan.layer_major.describe().c_str());
+  const bool layer_major = a.layer_major || !plan.eager.fits();
+  if (!layer_major || plan.layer_major.fits()) {
+    std::fprintf(stderr, "ppl: evaluating %s\n", layer_major ? "layer-major: one layer in memory at a time"
+                                                              : "window-major: the model widened at load");
+    return layer_major;
+  }
+  const std::int64_t k = eval::max_layer_major_windows(lazy_model, n_ids, windows, seqlen, a.batch,
+                                                       core::num_threads(), budget);
+  const std::string advice =
+      k > 0 ? fmt::format("use --max-windows {} (at most {} of the {} windows fit) or --max-memory {}", k, k, windows,
+                          gib_option(plan.layer_major.total()))
+            : fmt::format("use --max-memory {}", gib_option(plan.layer_major.total()));
+  throw ConfigError(fmt::format("--max-memory: budget too small for layer-major evaluation of {} windows (expected at "
+                                "least {}: {}; got {}); {}", windows, core::format_bytes(plan.layer_major.total()),
+                                plan.layer_major.summary(), core::format_bytes(budget), advice));
+}
+
 int run_ppl(const PplArgs& a) {
   if (a.threads < 0) throw ConfigError(fmt::format("--threads (expected >= 0, got {})", a.threads));
   core::set_num_threads(a.threads);
-  eval::PplOptions opt;
-  opt.dataset = io::parse_dataset(a.dataset);
-  opt.data = a.data;
-  opt.seqlen = a.seqlen;
-  opt.max_windows = a.max_windows;
-  opt.batch = a.batch;
+  const io::Dataset dataset = io::parse_dataset(a.dataset);
   if (a.seqlen < 0) throw ConfigError(fmt::format("--seqlen (expected >= 2, got {})", a.seqlen));
+  if (a.max_windows < 0) throw ConfigError(fmt::format("max windows (expected >= 0, got {})", a.max_windows));
+  const std::int64_t budget = a.max_memory.empty() ? core::default_memory_budget() : core::parse_bytes(a.max_memory, "--max-memory");
 
-  const auto m = model::Model::load(a.model);
+  // A lazy load maps the checkpoint and checks its tensors without widening any: the plan needs the
+  // weights' sizes, the tokenization the number of windows, before the model takes its memory.
+  std::unique_ptr<model::Model> m = model::Model::load(a.model, {.lazy = true});
   const auto tok = io::load_tokenizer(a.model);
+  const int seqlen = a.seqlen > 0 ? a.seqlen : eval::default_seqlen(m->config());
+  const auto t0 = Clock::now();
+  const auto ids = eval::eval_ids(*tok, dataset, a.data, seqlen);
+  const double tokenize_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  const auto n_ids = static_cast<std::int64_t>(ids.size());
+  const bool layer_major =
+      choose_layer_major(a, *m, n_ids, eval::eval_windows(n_ids, seqlen, a.max_windows), seqlen, budget);
+  if (!layer_major) {
+    m.reset();
+    m = model::Model::load(a.model);
+  }
+
   ProgressLine progress;
-  const auto r = eval::perplexity(*m, *tok, opt, std::ref(progress));
+  auto r = eval::perplexity_ids(*m, ids, seqlen, a.max_windows, a.batch, a.data, std::ref(progress));
+  r.tokenize_seconds = tokenize_s;
   const double peak_mib = peak_rss_mib();
+  const char* order = layer_major ? "layer-major" : "window-major";
 
   if (a.json) {
-    const nlohmann::json j = {{"model", a.model},         {"dataset", io::dataset_name(opt.dataset)},
+    const nlohmann::json j = {{"model", a.model},         {"dataset", io::dataset_name(dataset)},
                               {"data", a.data},           {"seqlen", r.seqlen},
                               {"tokens", r.tokens},       {"windows", r.windows},
                               {"predicted_tokens", r.predicted}, {"ppl", r.ppl},
                               {"mean_nll", r.mean_nll},   {"seconds", r.seconds},
                               {"tokens_per_s", r.tokens_per_s}, {"tokenize_seconds", r.tokenize_seconds},
-                              {"peak_rss_bytes", core::peak_rss_bytes()}, {"peak_rss_mib", peak_mib}};
+                              {"peak_rss_bytes", core::peak_rss_bytes()}, {"peak_rss_mib", peak_mib},
+                              {"order", order},           {"memory_budget_bytes", budget}};
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
   std::printf("model        %s (%s)\n", a.model.c_str(), m->config().architecture.c_str());
-  std::printf("dataset      %s  %s\n", std::string(io::dataset_name(opt.dataset)).c_str(), a.data.c_str());
+  std::printf("dataset      %s  %s\n", std::string(io::dataset_name(dataset)).c_str(), a.data.c_str());
   std::printf("seqlen       %d\n", r.seqlen);
   std::printf("tokens       %lld\n", static_cast<long long>(r.tokens));
   std::printf("windows      %lld (%lld predicted tokens)\n", static_cast<long long>(r.windows),
@@ -88,6 +140,7 @@ int run_ppl(const PplArgs& a) {
   std::printf("mean NLL     %.6f nats/token\n", r.mean_nll);
   std::printf("speed        %.0f tokens/s (%.2f s forward, %.2f s tokenize)\n", r.tokens_per_s, r.seconds,
               r.tokenize_seconds);
+  std::printf("order        %s\n", order);
   std::printf("peak memory  %.0f MiB\n", peak_mib);
   return 0;
 }
@@ -121,6 +174,14 @@ Command add_ppl(CLI::App& app) {
       ->group("Performance");
   sub->add_option("--threads", args->threads, "Threads for BLAS and OpenMP; 0 = all cores")
       ->capture_default_str()
+      ->group("Performance");
+  sub->add_option("--max-memory", args->max_memory,
+                  "Memory budget in bytes or with a unit (20G, 512M; binary units). Default: physical memory "
+                  "minus 2 GiB. The model is widened at load when that fits, else evaluated layer by layer; a "
+                  "budget that neither fits is refused before any work")
+      ->group("Performance");
+  sub->add_flag("--layer-major", args->layer_major,
+                "Evaluate layer by layer (one layer in memory) even when the whole model fits")
       ->group("Performance");
   sub->add_flag("--json", args->json, "Print the result as one JSON object")->group("Output");
   return {sub, [args] { return run_ppl(*args); }};

@@ -165,7 +165,7 @@ class Sweep {
     return s;
   }
 
-  void evaluate(const model::Model& m, SweepRun& r) {
+  void evaluate(model::Model& m, SweepRun& r) {
     const auto t0 = Clock::now();
     for (const auto& d : datasets_) {
       eval::PplOptions po;

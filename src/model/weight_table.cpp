@@ -1,0 +1,76 @@
+#include "model/weight_table.hpp"
+
+#include <cmath>
+
+#include "latentllm/error.hpp"
+
+namespace latentllm::model {
+namespace {
+
+// NumericError naming the first non-finite value of rows [r0, r0 + n) (widened at p: [n, cols]).
+void check_rows_finite(const float* p, std::int64_t r0, std::int64_t n, std::int64_t cols, const std::string& name) {
+  const Eigen::Map<const Eigen::ArrayXf> a(p, n * cols);
+  if (a.allFinite()) return;
+  for (std::int64_t k = 0; k < n * cols; ++k) {
+    if (!std::isfinite(p[k])) {
+      throw NumericError(fmt::format("{}: non-finite value at [{}, {}] (expected finite, got {})", name,
+                                     r0 + k / cols, k % cols, p[k]));
+    }
+  }
+}
+
+}  // namespace
+
+WeightTable WeightTable::widened(MatrixF m) {
+  WeightTable t;
+  t.rows_ = m.rows();
+  t.cols_ = m.cols();
+  t.m_ = std::move(m);
+  return t;
+}
+
+WeightTable WeightTable::mapped(const io::TensorStore& store, const std::string& name) {
+  WeightTable t;
+  t.store_ = &store;
+  t.view_ = &store.get(name);
+  if (t.view_->shape.size() != 2) {
+    throw FormatError(fmt::format("{}: tensor {}: shape (expected 2 dimensions, got {})", store.dir().string(), name,
+                                  t.view_->shape.size()));
+  }
+  t.rows_ = t.view_->shape[0];
+  t.cols_ = t.view_->shape[1];
+  return t;
+}
+
+void WeightTable::gather(std::span<const std::int32_t> ids, MatrixF& h) const {
+  const auto n = static_cast<std::int64_t>(ids.size());
+  h.resize(n, cols_);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int32_t id = ids[static_cast<std::size_t>(i)];
+    if (id < 0 || id >= rows_) {
+      throw FormatError(fmt::format("token id at position {} (expected 0..{}, got {})", i, rows_ - 1, id));
+    }
+    if (view_ == nullptr) {
+      h.row(i) = m_.row(id);
+      continue;
+    }
+    float* row = h.data() + i * cols_;  // [cols]
+    view_->to_f32(static_cast<std::int64_t>(id) * cols_, std::span<float>(row, static_cast<std::size_t>(cols_)));
+    check_rows_finite(row, id, 1, cols_, view_->name);
+  }
+  release_pages();
+}
+
+const float* WeightTable::block(std::int64_t r0, std::int64_t n, core::ScratchF& scratch) const {
+  if (view_ == nullptr) return m_.data() + r0 * cols_;
+  scratch.resize(static_cast<std::size_t>(n * cols_));
+  view_->to_f32(r0 * cols_, std::span<float>(scratch.data(), scratch.size()));
+  check_rows_finite(scratch.data(), r0, n, cols_, view_->name);
+  return scratch.data();
+}
+
+void WeightTable::release_pages() const {
+  if (view_ != nullptr) store_->release_pages(view_->name);
+}
+
+}  // namespace latentllm::model

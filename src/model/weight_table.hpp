@@ -1,0 +1,52 @@
+// The token embedding and the LM head as the forward reads them: a [rows, cols] weight read by rows
+// (embedding lookups) or by blocks of rows (the LM head's vocabulary blocks). An eager model holds it
+// widened to float32; a lazy model (model::LoadOptions) reads the checkpoint's memory-mapped tensor
+// (F32, F16 or BF16) and widens only the rows it needs, when it needs them. Both give the same floats
+// (the widening is exact), so the same arithmetic on them gives the same bits.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "core/parallel.hpp"
+#include "latentllm/io.hpp"
+#include "latentllm/tensor.hpp"
+
+namespace latentllm::model {
+
+class WeightTable {
+ public:
+  WeightTable() = default;
+  // An eager table: m: [rows, cols] float32 (checked finite by the loader).
+  static WeightTable widened(MatrixF m);
+  // A lazy table: the tensor `name` of `store` (the store outlives the table), shape [rows, cols].
+  static WeightTable mapped(const io::TensorStore& store, const std::string& name);
+
+  std::int64_t rows() const { return rows_; }
+  std::int64_t cols() const { return cols_; }
+  std::int64_t size() const { return rows_ * cols_; }  // parameters
+  bool empty() const { return rows_ == 0; }
+  bool is_mapped() const { return view_ != nullptr; }
+
+  // h: [ids.size(), cols] = the rows ids. Throws FormatError "token id at position i (expected
+  // 0..rows−1, got id)"; lazy: NumericError "<tensor>: non-finite value at [id, j] (...)" for a
+  // non-finite value in a gathered row, and the tensor's pages are dropped afterwards.
+  void gather(std::span<const std::int32_t> ids, MatrixF& h) const;
+  // Rows [r0, r0 + n) as float32 [n, cols], row-major: a pointer into the matrix (eager), or the rows
+  // widened into `scratch` (lazy; NumericError for a non-finite value as gather). Valid until scratch
+  // changes.
+  const float* block(std::int64_t r0, std::int64_t n, core::ScratchF& scratch) const;
+  // The float32 matrix of an eager table (empty for a mapped one).
+  const MatrixF& matrix() const { return m_; }
+  // Lazy: drops the tensor's mapped pages from this process (TensorStore::release_pages); eager: nothing.
+  void release_pages() const;
+
+ private:
+  MatrixF m_;                              // [rows, cols] eager; empty when mapped
+  const io::TensorStore* store_ = nullptr;  // lazy
+  const TensorView* view_ = nullptr;        // lazy: [rows, cols] in the mapping
+  std::int64_t rows_ = 0, cols_ = 0;
+};
+
+}  // namespace latentllm::model
