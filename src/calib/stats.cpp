@@ -55,8 +55,11 @@ void syrk_on_forward_threads(const double* x, Eigen::Index rows, Eigen::Index w,
 }
 
 // Σ x, Σ |x| of rows [r0, r0 + rows) of x in double, in fixed blocks of 256 rows added in order, on
-// the pool's threads (bit-identical for any thread count); throws on a non-finite entry.
-void add_sums(const MatrixF& x, Eigen::Index r0, Eigen::Index rows, SiteStats& st, std::int64_t first_token) {
+// the pool's threads (bit-identical for any thread count); with dst, those rows are also widened into
+// it ([rows, w] row-major). A NaN or Inf anywhere makes its block's Σ|x| non-finite (floats cannot
+// overflow it in double): throws naming the token.
+void sum_rows(const MatrixF& x, Eigen::Index r0, Eigen::Index rows, double* dst, SiteStats& st,
+              std::int64_t first_token) {
   constexpr Eigen::Index kBlock = 256;
   const auto w = x.cols();
   const Eigen::Index blocks = (rows + kBlock - 1) / kBlock;
@@ -68,6 +71,7 @@ void add_sums(const MatrixF& x, Eigen::Index r0, Eigen::Index rows, SiteStats& s
       std::fill(s, s + 2 * w, 0.0);
       for (Eigen::Index t = b * kBlock; t < std::min(rows, (b + 1) * kBlock); ++t) {
         const float* src = x.data() + (r0 + t) * w;
+        if (dst) std::copy(src, src + w, dst + t * w);  // widened
         for (Eigen::Index j = 0; j < w; ++j) {
           const double v = src[j];
           s[j] += v;
@@ -90,7 +94,7 @@ void add_f32(SiteStats& st, const MatrixF& x, std::int64_t first_token) {
   constexpr Eigen::Index kRows = 1024;
   constexpr int kBlocks = 4;
   const int w = static_cast<int>(x.cols());
-  add_sums(x, 0, x.rows(), st, first_token);
+  sum_rows(x, 0, x.rows(), nullptr, st, first_token);
   std::vector<float> part(static_cast<std::size_t>(w) * w);  // [w, w] column-major, upper triangle used
   const auto edge = [&](std::int64_t k) { return static_cast<int>(std::lround(w * std::sqrt(static_cast<double>(k) / kBlocks))); };
   core::BlasSingleThreaded single;
@@ -132,37 +136,14 @@ void SiteStats::add(const MatrixF& x, std::int64_t first_token, bool f32_product
   // Chunks of rows are widened to double on the forward's threads, in blocks whose partial sums are
   // added in block order (bit-identical for any thread count), then one dsyrk per chunk: with a long
   // inner dimension it runs near its peak, and the widening no longer waits on one core.
-  constexpr Eigen::Index kChunk = 4096, kBlock = 256;
+  constexpr Eigen::Index kChunk = 4096;
   const Eigen::Index chunk = std::min(kChunk, x.rows());
   // [rows, w] row-major; not zero-filled (every entry is written before it is read).
   const std::unique_ptr<double[]> buf(new double[static_cast<std::size_t>(chunk * w)]);
-  MatrixD part(2 * w, (chunk + kBlock - 1) / kBlock);  // per block: Σ x, then Σ |x|
   MatrixD half;  // [w, w] the second halves' upper triangle (syrk_on_forward_threads)
   for (Eigen::Index r0 = 0; r0 < x.rows(); r0 += kChunk) {
     const Eigen::Index rows = std::min(kChunk, x.rows() - r0);
-    const Eigen::Index blocks = (rows + kBlock - 1) / kBlock;
-    core::parallel_for(blocks, 1, [&](std::int64_t b0, std::int64_t b1) {
-      for (auto b = b0; b < b1; ++b) {
-        double* s = part.col(b).data();
-        double* a = s + w;
-        std::fill(s, s + 2 * w, 0.0);
-        for (Eigen::Index t = b * kBlock; t < std::min(rows, (b + 1) * kBlock); ++t) {
-          const float* src = x.data() + (r0 + t) * w;
-          double* dst = buf.get() + t * w;
-          for (Eigen::Index j = 0; j < w; ++j) {
-            dst[j] = src[j];
-            s[j] += dst[j];
-            a[j] += std::abs(dst[j]);
-          }
-        }
-      }
-    });
-    // A NaN or Inf anywhere makes its block's Σ|x| non-finite (floats cannot overflow it in double).
-    if (!part.leftCols(blocks).bottomRows(w).allFinite()) throw_non_finite(x, first_token);
-    for (Eigen::Index b = 0; b < blocks; ++b) {
-      sum += part.col(b).head(w);
-      abs_sum += part.col(b).tail(w);
-    }
+    sum_rows(x, r0, rows, buf.get(), *this, first_token);
     syrk_on_forward_threads(buf.get(), rows, w, xtx, half);
   }
   if (half.size() > 0) xtx.triangularView<Eigen::Upper>() += half;
