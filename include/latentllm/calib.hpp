@@ -146,7 +146,8 @@ std::string site_modules(const model::DecoderLayer& layer, int i, model::Site si
 // that reads them. Memory: the hidden states of the N windows twice (the layer's input and its
 // running residual) plus one site's inputs (within resume_limit_bytes), never the whole model's
 // activations. Throws ConfigError when the stages are not in the sites' forward order or read a
-// later site.
+// later site. A lazy model (model::LoadOptions::lazy) has layer i loaded for its work and released
+// after layer_done, which must keep what is needed of it (compress writes its factors to a file).
 PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, int seqlen,
                             std::span<Stage* const> stages, const PipelineOptions& opt = {});
 

@@ -20,10 +20,17 @@ struct SaveOptions {
   DType dtype = DType::F16;   // storage type of every floating tensor
   nlohmann::json info;        // method, ratio, calibration, ... copied into latent (besides modules)
   bool overwrite = false;     // replace an existing output directory
+  // Where the compressed modules of layers the model does not hold are (a lazy model after
+  // compression: the per-layer files below, compress keeps them in its progress directory). Layers
+  // that are loaded are written from the model.
+  std::filesystem::path layer_factors_dir;
 };
 
 // Writes `m` (dense and factored modules, current biases) as a checkpoint in `out_dir`: the
 // non-linear tensors are copied from the source checkpoint m.dir(), tokenizer files are copied.
+// Streamed (io::SafetensorsWriter): besides the model, it holds one tensor and one decoder layer's
+// factors at a time, so a lazy model of any size can be written; a layer that is not loaded is read
+// from opt.layer_factors_dir (its modules absent there are copied unchanged from the source).
 // Atomic: everything is written (and fsynced) into the sibling `<out>.partial-<pid>`, which is then
 // renamed into place; an existing `out` (overwrite) is exchanged in one step, so `out` always holds
 // a complete checkpoint. Partial directories of killed runs (their pid gone) are removed. Throws
@@ -34,5 +41,17 @@ void save(const model::Model& m, const std::filesystem::path& out_dir, const Sav
 // Checks, before hours of work, that `out_dir` can be created: creates its parent directories and
 // a probe file there. Throws IoError "<out>: output directory is not writable (…)" otherwise.
 void check_output_writable(const std::filesystem::path& out_dir);
+
+// ---- Per-layer factor files ----------------------------------------------------------------------
+// One decoder layer's compressed modules in a safetensors file, float32 so they reload exactly:
+// <module>.B [out, r], <module>.A [r, in] (or [r, in − r]), <module>.perm [in] (block identity, as
+// floats) and <module>.bias [out], by HF module name. Compression writes one per finished layer (its
+// progress, compress::ResumeState) and save() writes a lazy model's checkpoint from them.
+std::filesystem::path layer_factors_file(const std::filesystem::path& dir, int layer);  // dir/layer-<i>.safetensors
+// Writes the factored modules of `layer` (atomically; IoError when it cannot).
+void write_layer_factors(const std::filesystem::path& file, const model::DecoderLayer& layer);
+// Installs the modules `file` holds into `layer` (factors, perm, bias; the dense weight dropped);
+// modules absent from the file are left as they are. IoError / FormatError naming the file.
+void read_layer_factors(const std::filesystem::path& file, model::DecoderLayer& layer);
 
 }  // namespace latentllm::checkpoint

@@ -21,6 +21,7 @@
 
 #include "latentllm/calib.hpp"
 #include "latentllm/model.hpp"
+#include "latentllm/resources.hpp"
 
 namespace latentllm::compress {
 
@@ -172,6 +173,8 @@ struct CompressOptions {
   calib::PipelineOptions pipeline;
   // Per-layer progress (src/compress/resume.hpp): when set, the state after every layer is saved
   // here, and with `resume` a matching state is restored and the run continues after its last layer.
+  // Required for a lazy model (model::LoadOptions::lazy), whose layers are released once compressed:
+  // its compressed modules then live only here (checkpoint::SaveOptions::layer_factors_dir).
   std::filesystem::path state_dir;
   bool resume = false;
   // Compress layers up to this many (counted from layer 0, resumed ones included; 0 = all) and stop:
@@ -237,6 +240,12 @@ NumericNote note_from_json(const nlohmann::json& j);
 // The ranks `opt` gives each module of `m`, without touching data (for --dry-run and for the plan
 // printed before work starts). n_tok: tokens the MACs are counted for.
 RankPlan plan_model(const model::Model& m, const CompressOptions& opt, std::int64_t n_tok = 128);
+
+// Estimated peak bytes of compressing a lazy model (compress_model on model::LoadOptions::lazy) on
+// n_tok calibration tokens in windows of seqlen, item by item, against `budget`; docs/SCALE.md says how
+// each item is counted and how the estimate compares with measured peaks.
+core::MemoryPlan plan_compress_memory(const model::Model& m, std::int64_t n_tok, int seqlen, const CompressOptions& opt,
+                                      std::int64_t budget);
 
 // Compresses `m` in place on the calibration windows `ids` ([N·L]).
 CompressReport compress_model(model::Model& m, std::span<const std::int32_t> ids, int seqlen,

@@ -97,6 +97,8 @@ int eval_batch(int batch, int seqlen);
 struct PplMemory {
   core::MemoryPlan eager, layer_major;
 };
+// Floats per token of a batch's activations at a layer's peak (the formula above).
+std::int64_t activation_floats_per_token(const model::ModelConfig& c);
 PplMemory plan_perplexity_memory(const model::Model& m, std::int64_t n_ids, std::int64_t windows, int seqlen,
                                  int batch, int threads, std::int64_t budget);
 // The most windows (<= windows) whose layer-major plan fits the budget; 0 when not even one does.

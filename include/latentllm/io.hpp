@@ -50,6 +50,9 @@ class SafetensorsFile {
   const std::filesystem::path& path() const;
   const std::vector<TensorView>& tensors() const;   // in file order
   const TensorView* find(const std::string& name) const;  // nullptr if absent
+  // The named 2-D tensor widened to float32 ([rows, cols] as stored). FormatError "<path>: tensor
+  // <name> (expected a matrix, got none|another shape)".
+  MatrixF matrix(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const;  // "__metadata__"
   // Drops the mapped pages holding `t`'s bytes (t one of tensors(); its range widened to whole
   // pages) from this process's resident set, madvise(MADV_DONTNEED): after widening a tensor, its

@@ -225,6 +225,10 @@ struct LoadOptions {
   // numbers are those of an eager model to the last bit (the widening is exact). Load checks every
   // tensor's name and shape as eager load does; finiteness is checked when values are widened.
   bool lazy = false;
+  // Lazy: also read every decoder-layer weight once at load (widened one tensor at a time, then
+  // dropped) so that a non-finite value fails at load, as an eager load does, not after hours of work
+  // on the layers before it (compress sets it; about a second per GB stored).
+  bool scan_finite = false;
 };
 
 // The float32 bytes of a model's weights (what they take once widened), known without loading them.
@@ -278,6 +282,9 @@ class Model {
   // loaded it (the forward asks for it the same way, so running an unloaded layer throws this too).
   DecoderLayer& layer(int i);
   const DecoderLayer& layer(int i) const;
+  // Layer i's modules and norms as the architecture declares them (HF names, roles, sites, in/out),
+  // loaded or not: layer(i) when loaded, otherwise a skeleton whose weights are empty.
+  const DecoderLayer& layer_spec(int i) const;
   // Architecture family name for inspect: "opt" or "llama" (the compressor never branches on it).
   virtual std::string_view family() const = 0;
 
@@ -328,6 +335,7 @@ class Model {
   void init_layers(std::shared_ptr<WeightSource> source, bool lazy);
 
   std::vector<DecoderLayer> layers_;
+  std::vector<DecoderLayer> specs_;        // lazy models: the layers' skeletons (layer_spec)
   std::vector<char> loaded_;               // [num_layers] layer_loaded
   std::shared_ptr<WeightSource> source_;   // lazy models only
   WeightFootprint footprint_;

@@ -347,6 +347,7 @@ PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, 
   const int end = opt.end_layer < 0 ? n_layers : std::min(opt.end_layer, n_layers);
   for (int i = opt.start_layer; i < end; ++i) {
     const auto t_layer = Clock::now();
+    if (m.lazy()) m.load_layer(i);  // widened for its passes and stages; released once it is done
     LayerPasses passes(m, i, hidden, seqlen, opt, times);
     LayerStats kept;  // the statistics of the sites tapped so far that a later stage still reads
     for (std::size_t g = 0; g < groups.size(); ++g) {
@@ -384,6 +385,7 @@ PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, 
                                      "{} at token {}, feature {})", layer_name(m.layer(i), i), hidden(t, f), t, f));
     }
     if (opt.layer_done) opt.layer_done(i, hidden);
+    if (m.lazy()) m.release_layer(i);  // layer_done kept what is needed of it
     const double elapsed = seconds_since(t_start);
     const double eta = elapsed / (i + 1 - opt.start_layer) * (n_layers - i - 1);
     log_info("layer {}/{} done in {:.1f}s (elapsed {:.1f}s, ETA {:.1f}s)", i + 1, n_layers,

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <functional>
 #include <set>
 
 #include "core/mapped_file.hpp"
@@ -46,16 +47,39 @@ void check_representable(const std::string& name, DType dtype, const std::vector
   }
 }
 
-// Owned float copies of the tensors to write (TensorToWrite holds spans into these).
-struct Staged {
-  std::vector<std::vector<float>> buffers;
-  std::vector<io::TensorToWrite> tensors;
+std::vector<float> to_float(const std::vector<std::int32_t>& v) { return {v.begin(), v.end()}; }
 
-  void add(std::string name, DType dtype, std::vector<std::int64_t> shape, std::vector<float> data) {
-    check_representable(name, dtype, shape, data);
-    buffers.push_back(std::move(data));
-    tensors.push_back({std::move(name), dtype, std::move(shape), std::span<const float>(buffers.back())});
+// The decoder layers as they are written, one at a time: the model's layer when it is loaded,
+// otherwise its skeleton with the factors of the layer factors directory (the last one read is kept).
+class LayerReader {
+ public:
+  LayerReader(const model::Model& m, const fs::path& dir) : m_(m), dir_(dir) {}
+  const model::DecoderLayer& get(int i) {
+    if (m_.layer_loaded(i)) return m_.layer(i);
+    if (i != current_) {
+      if (dir_.empty()) {
+        throw Error(fmt::format("{}: layer {} is not loaded (expected SaveOptions::layer_factors_dir for a lazy "
+                                "model, got none)", m_.dir().string(), i));
+      }
+      current_ = -1;
+      copy_ = m_.layer_spec(i);
+      read_layer_factors(layer_factors_file(dir_, i), copy_);
+      current_ = i;
+    }
+    return copy_;
   }
+
+ private:
+  const model::Model& m_;
+  fs::path dir_;
+  model::DecoderLayer copy_;
+  int current_ = -1;
+};
+
+// A tensor of the output: its spec, and its values made when the writer reaches it.
+struct Entry {
+  io::TensorSpec spec;
+  std::function<std::vector<float>()> values;
 };
 
 std::vector<float> to_vector(const MatrixF& m) { return std::vector<float>(m.data(), m.data() + m.size()); }
@@ -67,11 +91,71 @@ nlohmann::json module_entry(const model::Linear& lin) {
   if (lin.block_identity) e["perm"] = lin.perm;
   return e;
 }
+// The output's tensors in the source's order, a module's tensors where its first one was: the
+// non-linear tensors and the modules of layers neither loaded nor compressed from the source,
+// the others from `layers`. Fills `modules` (the latent section's entries).
+std::vector<Entry> plan_tensors(const model::Model& m, const io::TensorStore& src, LayerReader& layers, DType dtype,
+                                nlohmann::json& modules) {
+  std::map<std::string, std::pair<int, std::size_t>> where;  // module -> (layer, index in its linears)
+  for (int i = 0; i < m.num_layers(); ++i) {
+    const auto& lins = m.layer_spec(i).linears;
+    for (std::size_t k = 0; k < lins.size(); ++k) where.emplace(lins[k].name, std::pair{i, k});
+  }
+  std::vector<Entry> out;
+  auto from_source = [&](const std::string& name) {
+    out.push_back({{name, dtype, src.get(name).shape}, [&src, name] { return src.get(name).to_f32(); }});
+  };
+  std::set<std::string> done;
+  for (const auto& name : src.names()) {
+    const auto dot = name.rfind('.');
+    const std::string module = dot == std::string::npos ? name : name.substr(0, dot);
+    const auto it = where.find(module);
+    if (it == where.end()) {
+      from_source(name);  // not a linear of a decoder layer (embeddings, norms, positions, head): unchanged
+      continue;
+    }
+    if (!done.insert(module).second) continue;
+    const auto [i, k] = it->second;
+    const model::Linear& lin = layers.get(i).linears[k];
+    auto current = [&layers, i = i, k = k]() -> const model::Linear& { return layers.get(i).linears[k]; };
+    auto add = [&](std::string n, std::vector<std::int64_t> shape, auto part) {
+      out.push_back({{std::move(n), dtype, std::move(shape)}, [current, part] { return to_vector(part(current())); }});
+    };
+    if (lin.factored()) {
+      add(module + ".A.weight", {lin.A.rows(), lin.A.cols()}, [](const model::Linear& l) -> const MatrixF& { return l.A; });
+      add(module + ".B.weight", {lin.B.rows(), lin.B.cols()}, [](const model::Linear& l) -> const MatrixF& { return l.B; });
+      modules[module] = module_entry(lin);
+    } else if (lin.weight.size() > 0) {
+      add(module + ".weight", {lin.weight.rows(), lin.weight.cols()},
+          [](const model::Linear& l) -> const MatrixF& { return l.weight; });
+    } else {
+      from_source(module + ".weight");  // a layer not loaded whose module was not compressed
+    }
+    if (lin.bias.size() > 0) {
+      add(module + ".bias", {lin.bias.size()}, [](const model::Linear& l) -> const VectorF& { return l.bias; });
+    } else if (!m.layer_loaded(i) && !lin.factored() && src.has(module + ".bias")) {
+      from_source(module + ".bias");
+    }
+  }
+  // Modules whose weight the source stored under another name would be lost silently: refuse.
+  for (const auto& [name, loc] : where) {
+    if (!done.count(name)) throw FormatError(fmt::format("{}: module {} not found in the source checkpoint", m.dir().string(), name));
+  }
+  return out;
+}
 
-
-
-
-
+// Streams the entries into `path`, each checked against the storage type before it is written.
+void write_entries(const fs::path& path, const std::vector<Entry>& entries) {
+  std::vector<io::TensorSpec> specs;
+  for (const auto& e : entries) specs.push_back(e.spec);
+  io::SafetensorsWriter w(path, std::move(specs), {{"format", "pt"}});
+  for (const auto& e : entries) {
+    const std::vector<float> v = e.values();
+    check_representable(e.spec.name, e.spec.dtype, e.spec.shape, v);
+    w.append(v);
+  }
+  w.finish();
+}
 
 }  // namespace
 
@@ -80,42 +164,51 @@ void check_output_writable(const fs::path& out_dir) {
   const core::StagedDirectory probe(out_dir, /*overwrite=*/true);
 }
 
+fs::path layer_factors_file(const fs::path& dir, int layer) { return dir / fmt::format("layer-{}.safetensors", layer); }
+
+void write_layer_factors(const fs::path& file, const model::DecoderLayer& layer) {
+  std::vector<io::TensorToWrite> tensors;
+  std::vector<std::vector<float>> perms;
+  perms.reserve(layer.linears.size());
+  auto span_of = [](const auto& x) { return std::span<const float>(x.data(), static_cast<std::size_t>(x.size())); };
+  for (const auto& lin : layer.linears) {
+    if (!lin.factored()) continue;
+    tensors.push_back({lin.name + ".B", DType::F32, {lin.B.rows(), lin.B.cols()}, span_of(lin.B)});
+    tensors.push_back({lin.name + ".A", DType::F32, {lin.A.rows(), lin.A.cols()}, span_of(lin.A)});
+    if (lin.block_identity) {
+      perms.push_back(to_float(lin.perm));
+      tensors.push_back({lin.name + ".perm", DType::F32, {static_cast<std::int64_t>(lin.perm.size())}, perms.back()});
+    }
+    if (lin.bias.size() > 0) tensors.push_back({lin.name + ".bias", DType::F32, {lin.bias.size()}, span_of(lin.bias)});
+  }
+  io::write_safetensors(file, tensors);
+}
+
+void read_layer_factors(const fs::path& file, model::DecoderLayer& layer) {
+  const io::SafetensorsFile st(file);
+  for (auto& lin : layer.linears) {
+    if (!st.find(lin.name + ".B")) continue;
+    lin.B = st.matrix(lin.name + ".B");
+    lin.A = st.matrix(lin.name + ".A");
+    lin.perm.clear();
+    lin.block_identity = false;
+    if (const TensorView* p = st.find(lin.name + ".perm")) {
+      for (float v : p->to_f32()) lin.perm.push_back(static_cast<std::int32_t>(v));
+      lin.block_identity = true;
+    }
+    if (const TensorView* bias = st.find(lin.name + ".bias")) {
+      const auto v = bias->to_f32();
+      lin.bias = Eigen::Map<const VectorF>(v.data(), static_cast<Eigen::Index>(v.size()));
+    }
+    lin.weight.resize(0, 0);
+  }
+}
+
 void save(const model::Model& m, const fs::path& out_dir, const SaveOptions& opt) {
   const auto src = io::TensorStore::open(m.dir());
-  // Modules by HF name, to route their weight/bias tensors.
-  std::map<std::string, const model::Linear*> linears;
-  for (int i = 0; i < m.num_layers(); ++i)
-    for (const auto& lin : m.layer(i).linears) linears.emplace(lin.name, &lin);
-
-  Staged staged;
+  LayerReader layers(m, opt.layer_factors_dir);
   nlohmann::json modules = nlohmann::json::object();
-  std::set<std::string> done;
-  for (const auto& name : src.names()) {
-    const auto dot = name.rfind('.');
-    const std::string module = dot == std::string::npos ? name : name.substr(0, dot);
-    const std::string leaf = dot == std::string::npos ? "" : name.substr(dot + 1);
-    const auto it = linears.find(module);
-    if (it == linears.end()) {
-      // Not a linear of a decoder layer (embeddings, norms, positions, head): copied unchanged.
-      const auto& view = src.get(name);
-      staged.add(name, opt.dtype, view.shape, view.to_f32());
-      continue;
-    }
-    const model::Linear& lin = *it->second;
-    if (!done.insert(module).second) continue;
-    if (lin.factored()) {
-      staged.add(module + ".A.weight", opt.dtype, {lin.A.rows(), lin.A.cols()}, to_vector(lin.A));
-      staged.add(module + ".B.weight", opt.dtype, {lin.B.rows(), lin.B.cols()}, to_vector(lin.B));
-      modules[module] = module_entry(lin);
-    } else {
-      staged.add(module + ".weight", opt.dtype, {lin.weight.rows(), lin.weight.cols()}, to_vector(lin.weight));
-    }
-    if (lin.bias.size() > 0) staged.add(module + ".bias", opt.dtype, {lin.bias.size()}, to_vector(lin.bias));
-  }
-  // Modules whose weight the source stored under another name would be lost silently: refuse.
-  for (const auto& [name, lin] : linears) {
-    if (!done.count(name)) throw FormatError(fmt::format("{}: module {} not found in the source checkpoint", m.dir().string(), name));
-  }
+  const std::vector<Entry> entries = plan_tensors(m, src, layers, opt.dtype, modules);
 
   nlohmann::json config = m.config().raw;
   nlohmann::json latent = opt.info.is_object() ? opt.info : nlohmann::json::object();
@@ -127,13 +220,13 @@ void save(const model::Model& m, const fs::path& out_dir, const SaveOptions& opt
 
   // Build everything in a temporary sibling, then rename it into place.
   core::StagedDirectory dir(out_dir, opt.overwrite);
-  io::write_safetensors(dir.path() / "model.safetensors", staged.tensors, {{"format", "pt"}});
+  write_entries(dir.path() / "model.safetensors", entries);
   core::write_text_atomic(dir.path() / "config.json", config.dump(2) + "\n");
   for (const char* f : kTokenizerFiles) {
     if (fs::exists(m.dir() / f)) core::write_text_atomic(dir.path() / f, core::read_file(m.dir() / f));  // fsynced copy
   }
   dir.commit();
-  log_info("wrote {} ({} tensors, {} factored modules)", dir.target().string(), staged.tensors.size(), modules.size());
+  log_info("wrote {} ({} tensors, {} factored modules)", dir.target().string(), entries.size(), modules.size());
 }
 
 }  // namespace latentllm::checkpoint

@@ -16,7 +16,7 @@ namespace {
 std::vector<ModuleShape> module_shapes(const model::Model& m) {
   std::vector<ModuleShape> shapes;
   for (int i = 0; i < m.num_layers(); ++i)
-    for (const auto& lin : m.layer(i).linears) shapes.push_back({lin.name, lin.out, lin.in});
+    for (const auto& lin : m.layer_spec(i).linears) shapes.push_back({lin.name, lin.out, lin.in});
   return shapes;
 }
 
@@ -27,7 +27,7 @@ void note_few_tokens(const model::Model& m, std::int64_t n_tok, const CompressOp
   const model::Linear* widest = nullptr;
   int short_modules = 0, modules = 0;
   for (int i = 0; i < m.num_layers(); ++i) {
-    for (const auto& lin : m.layer(i).linears) {
+    for (const auto& lin : m.layer_spec(i).linears) {
       ++modules;
       if (lin.in <= n_tok) continue;
       ++short_modules;
@@ -71,6 +71,11 @@ CompressReport compress_model(model::Model& m, std::span<const std::int32_t> ids
   calib::PipelineOptions po = opt.pipeline;
   MatrixF start_hidden;  // [N·L, d] after the restored layers
   std::optional<ResumeState> state;
+  if (m.lazy() && opt.state_dir.empty()) {
+    throw ConfigError(fmt::format("{}: compressing a lazy model needs a progress directory (expected "
+                                  "CompressOptions::state_dir, got none): its compressed layers are kept there, "
+                                  "not in memory", m.dir().string()));
+  }
   if (!opt.state_dir.empty()) {
     state.emplace(opt.state_dir, run_fingerprint(m, ids, seqlen, opt));
     if (opt.resume) {

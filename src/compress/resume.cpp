@@ -3,6 +3,7 @@
 #include <fstream>
 #include <vector>
 
+#include "latentllm/checkpoint.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/files.hpp"
 #include "latentllm/io.hpp"
@@ -22,20 +23,6 @@ struct Fnv {
   }
   void add(const std::string& s) { add(s.data(), s.size() + 1); }
 };
-
-std::vector<float> to_float(const std::vector<std::int32_t>& v) { return {v.begin(), v.end()}; }
-
-// The named 2-D tensor of a state file as a matrix; FormatError when missing or not 2-D.
-MatrixF matrix_of(const io::SafetensorsFile& st, const std::string& name) {
-  const TensorView* t = st.find(name);
-  if (!t || t->shape.size() != 2) {
-    throw FormatError(fmt::format("{}: tensor {} (expected a matrix, got {})", st.path().string(), name,
-                                  t ? "another shape" : "none"));
-  }
-  MatrixF m(t->shape[0], t->shape[1]);
-  t->to_f32(std::span<float>(m.data(), static_cast<std::size_t>(m.size())));
-  return m;
-}
 
 nlohmann::json report_json(const CompressReport& r) {
   nlohmann::json mods = nlohmann::json::array();
@@ -59,26 +46,6 @@ void restore_report(const nlohmann::json& j, CompressReport& r) {
   for (const auto& l : j.at("ud")) r.ud_losses.push_back(JointLoss::from_json(l));
   for (const auto& l : j.at("vo")) r.vo_losses.push_back(JointLoss::from_json(l));
   r.part_seconds = j.at("part_seconds").get<std::map<std::string, double>>();
-}
-
-void restore_layer(model::Model& m, int i, const fs::path& file) {
-  const io::SafetensorsFile st(file);
-  for (auto& lin : m.layer(i).linears) {
-    if (!st.find(lin.name + ".B")) continue;
-    lin.B = matrix_of(st, lin.name + ".B");
-    lin.A = matrix_of(st, lin.name + ".A");
-    lin.perm.clear();
-    lin.block_identity = false;
-    if (const TensorView* p = st.find(lin.name + ".perm")) {
-      for (float v : p->to_f32()) lin.perm.push_back(static_cast<std::int32_t>(v));
-      lin.block_identity = true;
-    }
-    if (const TensorView* bias = st.find(lin.name + ".bias")) {
-      const auto v = bias->to_f32();
-      lin.bias = Eigen::Map<const VectorF>(v.data(), static_cast<Eigen::Index>(v.size()));
-    }
-    lin.weight.resize(0, 0);
-  }
 }
 
 }  // namespace
@@ -121,8 +88,9 @@ int ResumeState::restore(model::Model& m, MatrixF& hidden, CompressReport& repor
     throw FormatError(fmt::format("{}: hidden (expected \"{}\"; a state of another version: remove the directory "
                                   "to start over)", progress.string(), hidden_file(done - 1)));
   }
-  for (int i = 0; i < done; ++i) restore_layer(m, i, dir_ / fmt::format("layer-{}.safetensors", i));
-  hidden = matrix_of(io::SafetensorsFile(dir_ / hidden_file(done - 1)), "hidden");
+  // A lazy model keeps its compressed layers in these files (checkpoint::SaveOptions::layer_factors_dir).
+  if (!m.lazy()) for (int i = 0; i < done; ++i) checkpoint::read_layer_factors(layer_file(i), m.layer(i));
+  hidden = io::SafetensorsFile(dir_ / hidden_file(done - 1)).matrix("hidden");
   restore_report(j.at("report"), report);
   log_info("resume: layers 0..{} restored from {}", done - 1, dir_.string());
   return done;
@@ -131,21 +99,7 @@ int ResumeState::restore(model::Model& m, MatrixF& hidden, CompressReport& repor
 void ResumeState::save_layer(const model::Model& m, int layer, const MatrixF& hidden,
                              const CompressReport& report) const {
   create();
-  std::vector<io::TensorToWrite> tensors;
-  std::vector<std::vector<float>> perms;
-  perms.reserve(m.layer(layer).linears.size());
-  for (const auto& lin : m.layer(layer).linears) {
-    if (!lin.factored()) continue;
-    auto span_of = [](const auto& x) { return std::span<const float>(x.data(), static_cast<std::size_t>(x.size())); };
-    tensors.push_back({lin.name + ".B", DType::F32, {lin.B.rows(), lin.B.cols()}, span_of(lin.B)});
-    tensors.push_back({lin.name + ".A", DType::F32, {lin.A.rows(), lin.A.cols()}, span_of(lin.A)});
-    if (lin.block_identity) {
-      perms.push_back(to_float(lin.perm));
-      tensors.push_back({lin.name + ".perm", DType::F32, {static_cast<std::int64_t>(lin.perm.size())}, perms.back()});
-    }
-    if (lin.bias.size() > 0) tensors.push_back({lin.name + ".bias", DType::F32, {lin.bias.size()}, span_of(lin.bias)});
-  }
-  io::write_safetensors(dir_ / fmt::format("layer-{}.safetensors", layer), tensors);
+  checkpoint::write_layer_factors(layer_file(layer), m.layer(layer));
   const std::vector<io::TensorToWrite> h = {
       {"hidden", DType::F32, {hidden.rows(), hidden.cols()},
        std::span<const float>(hidden.data(), static_cast<std::size_t>(hidden.size()))}};
@@ -164,6 +118,8 @@ void ResumeState::create() const {
   fs::create_directories(dir_, ec);
   if (ec) throw IoError(fmt::format("{}: cannot create the progress directory ({})", dir_.string(), ec.message()));
 }
+
+fs::path ResumeState::layer_file(int layer) const { return checkpoint::layer_factors_file(dir_, layer); }
 
 std::string ResumeState::hidden_file(int layer) { return fmt::format("hidden-{}.safetensors", layer); }
 

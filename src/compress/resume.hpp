@@ -41,6 +41,7 @@ class ResumeState {
   // before the first layer's work rather than after it.
   void create() const;
   static std::string hidden_file(int layer);  // "hidden-<layer>.safetensors"
+  std::filesystem::path layer_file(int layer) const;  // checkpoint::layer_factors_file in dir()
 
   const std::filesystem::path& dir() const { return dir_; }
 

@@ -43,6 +43,8 @@ void add_common(core::MemoryPlan& plan, const Shape& s, std::int64_t n_ids, std:
 
 }  // namespace
 
+std::int64_t activation_floats_per_token(const model::ModelConfig& c) { return activation_floats(shape_of(c)); }
+
 PplMemory plan_perplexity_memory(const model::Model& m, std::int64_t n_ids, std::int64_t windows, int seqlen,
                                  int batch, int threads, std::int64_t budget) {
   const model::WeightFootprint& f = m.footprint();

@@ -88,6 +88,17 @@ struct TensorStore::Impl {
   const Location& locate(const std::string& name) const;
 };
 
+MatrixF SafetensorsFile::matrix(const std::string& name) const {
+  const TensorView* t = find(name);
+  if (!t || t->shape.size() != 2) {
+    throw FormatError(fmt::format("{}: tensor {} (expected a matrix, got {})", path().string(), name,
+                                  t ? "another shape" : "none"));
+  }
+  MatrixF m(t->shape[0], t->shape[1]);
+  t->to_f32(std::span<float>(m.data(), static_cast<std::size_t>(m.size())));
+  return m;
+}
+
 void TensorStore::Impl::add_file(std::unique_ptr<SafetensorsFile> f) {
   for (const auto& t : f->tensors()) {
     const auto [it, inserted] = by_name.emplace(t.name, Location{&t, f.get()});

@@ -89,6 +89,7 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, const LoadO
     if (a->architecture == config.architecture) arch = a;
   auto source = std::make_shared<WeightSource>(dir, config.raw, (dir / "config.json").string());
   source->loader.set_lazy(opt.lazy);
+  source->loader.set_scan(opt.lazy && opt.scan_finite);
   auto m = arch->make(config, dir, source->loader);
   m->init_layers(source, opt.lazy);
   source->loader.check_latent_used();

@@ -49,6 +49,11 @@ const DecoderLayer& Model::layer(int i) const {
   return L;
 }
 
+const DecoderLayer& Model::layer_spec(int i) const {
+  const auto k = static_cast<std::size_t>(i);
+  return loaded_.at(k) ? layers_[k] : specs_.at(k);
+}
+
 void Model::init_layers(std::shared_ptr<WeightSource> source, bool lazy) {
   WeightLoader& w = source->loader;
   footprint_.tables = w.table_bytes();
@@ -61,7 +66,8 @@ void Model::init_layers(std::shared_ptr<WeightSource> source, bool lazy) {
   w.set_checking(lazy);  // lazy: check names and shapes now, widen later
   for (int i = 0; i < n; ++i) {
     DecoderLayer L = build_layer(w, i);
-    if (!lazy) layers_[static_cast<std::size_t>(i)] = std::move(L);
+    if (lazy) specs_.push_back(std::move(L));
+    else layers_[static_cast<std::size_t>(i)] = std::move(L);
     footprint_.layers.push_back(w.take_counted_bytes());
   }
   w.set_checking(false);

@@ -48,11 +48,12 @@ MatrixF WeightLoader::matrix(const std::string& name, std::int64_t rows, std::in
   const auto& t = view(name, {rows, cols});
   counted_bytes_ += 4 * rows * cols;
   largest_stored_ = std::max(largest_stored_, static_cast<std::int64_t>(t.nbytes));
-  if (checking_) return {};
+  if (checking_ && !scan_) return {};
   MatrixF m(rows, cols);
   t.to_f32(std::span<float>(m.data(), static_cast<std::size_t>(m.size())));
   store_.release_pages(t.name);
   check_finite(m, name);
+  if (checking_) return {};  // scanned only
   return m;
 }
 
@@ -60,11 +61,12 @@ VectorF WeightLoader::vector(const std::string& name, std::int64_t n) const {
   const auto& t = view(name, {n});
   counted_bytes_ += 4 * n;
   largest_stored_ = std::max(largest_stored_, static_cast<std::int64_t>(t.nbytes));
-  if (checking_) return {};
+  if (checking_ && !scan_) return {};
   VectorF v(n);
   t.to_f32(std::span<float>(v.data(), static_cast<std::size_t>(v.size())));
   store_.release_pages(t.name);
   check_finite(v, name);
+  if (checking_) return {};  // scanned only
   return v;
 }
 

@@ -50,6 +50,9 @@ class WeightLoader {
   // Checking mode (see the top): matrix(), vector() and linear() check names and shapes and return
   // empty weights.
   void set_checking(bool on) { checking_ = on; }
+  // In checking mode, also widen each matrix and vector to a temporary and check it is finite (one
+  // tensor in memory at a time): LoadOptions::scan_finite.
+  void set_scan(bool on) { scan_ = on; }
   // table() returns mapped tables.
   void set_lazy(bool on) { lazy_ = on; }
   // Float32 bytes of the matrices and vectors asked for since the last call (checking mode included):
@@ -68,7 +71,7 @@ class WeightLoader {
   const io::TensorStore& store_;
   std::map<std::string, io::LatentModule> latent_;
   std::set<std::string> latent_used_;
-  bool checking_ = false, lazy_ = false;
+  bool checking_ = false, lazy_ = false, scan_ = false;
   mutable std::int64_t counted_bytes_ = 0, table_bytes_ = 0, largest_stored_ = 0, largest_table_stored_ = 0;
 };
 

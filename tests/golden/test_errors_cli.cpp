@@ -22,6 +22,9 @@ CaseFn compress(const std::string& args) { return cli("compress --model " + mode
 
 TEST(ErrorsDoc, CompressOptions) {
   const std::string out = " --out " + q(make_temp_dir("err-opt") / "out");
+  const std::string big = " --calib text --calib-data " +
+                          q(shared_path("data/tinystories/TinyStories-valid.stories0001-0232.clean.txt")) +
+                          " --nsamples 20000 --seqlen 256";
   check_section("Compress options (`latentllm compress`)",
                 {
                     {"opt-ratio",
@@ -39,6 +42,11 @@ TEST(ErrorsDoc, CompressOptions) {
                     {"opt-batch", {compress("--batch 0 --dry-run")}},
                     {"opt-threads", {compress("--threads=-2 --dry-run")}},
                     {"opt-stop-after", {compress("--stop-after-layers=-1 --dry-run")}},
+                    {"opt-max-memory", {compress(calib() + out + " --max-memory 20X"), compress(calib() + out + " --max-memory 0")}},
+                    // 100M is below the fixed runtime item; 20000 windows of 256 tokens need gigabytes of
+                    // hidden states (refused before the calibration text is read).
+                    {"compress-budget", {compress(calib() + out + " --max-memory 100M"),
+                                         compress(big + out + " --max-memory 1G")}},
                     {"opt-dtype", {compress("--dtype f8 --dry-run")}},
                     {"opt-out", {compress(calib())}},
                     {"opt-calib-data", {compress(out)}},

@@ -17,6 +17,7 @@
 #include "latentllm/calib.hpp"
 #include "latentllm/checkpoint.hpp"
 #include "latentllm/compress.hpp"
+#include "latentllm/error.hpp"
 #include "latentllm/model.hpp"
 #include "latentllm/tokenizer.hpp"
 #include "test_support.hpp"
@@ -48,6 +49,8 @@ fs::path stories() { return test::shared_path("data/tinystories/TinyStories-vali
 struct CompressRun {
   compress::CompressOptions opt;
   calib::CalibOptions calib;
+  bool lazy = false;  // model::LoadOptions::lazy: the checkpoint is written from the progress files
+  fs::path model = model_dir();
 
   CompressRun(compress::Method method, int nsamples, int seqlen) {
     opt.method = method;
@@ -60,15 +63,17 @@ struct CompressRun {
 
   // Compresses and saves to `out`; `on_layer` runs after each layer's progress is saved.
   compress::CompressReport go(const fs::path& out, bool resume, std::function<void(int)> on_layer = {}) const {
-    auto m = model::Model::load(model_dir());
-    const auto ids = calib::sample_calibration(*io::load_tokenizer(model_dir()), calib);
+    auto m = model::Model::load(model, {.lazy = lazy});
+    const auto ids = calib::sample_calibration(*io::load_tokenizer(model), calib);
     compress::CompressOptions o = opt;
     o.state_dir = out.string() + ".resume";
     o.resume = resume;
     o.layer_done = std::move(on_layer);
     auto report = compress::compress_model(*m, ids, calib.seqlen, o);
+    for (int i = 0; lazy && i < m->num_layers(); ++i) EXPECT_FALSE(m->layer_loaded(i)) << "layer " << i;
     checkpoint::SaveOptions so;
     so.dtype = DType::F32;
+    if (lazy) so.layer_factors_dir = o.state_dir;
     so.info["notes"] = report.to_json().at("notes");
     checkpoint::save(*m, out, so);
     fs::remove_all(o.state_dir);
@@ -111,6 +116,44 @@ TEST(Resume, KilledRunResumesToABitIdenticalCheckpoint) {
   EXPECT_EQ(read(cut / "config.json"), read(full / "config.json"));
   EXPECT_EQ(resumed.to_json().at("modules"), whole.to_json().at("modules"));
   EXPECT_EQ(resumed.to_json().at("mlp_output_loss"), whole.to_json().at("mlp_output_loss"));
+}
+
+// A lazy model (one layer widened at a time, compressed layers only in the progress files) gives the
+// eager run's checkpoint bit for bit, also when it was killed and resumed; the checkpoint streams
+// from the progress files.
+TEST(Resume, LazyModelWritesTheEagerCheckpoint) {
+  // stories260K (Llama, no biases) and opt-tiny (biases, updated by the compression).
+  const auto tmp = test::make_temp_dir("resume-lazy");
+  std::vector<CompressRun> runs(2, CompressRun(compress::Method::LatentLlm, 4, 64));
+  runs[1].model = test::shared_path("models/opt-tiny");
+  for (std::size_t k = 0; k < runs.size(); ++k) {  // first: fork before this process starts threads
+    runs[k].lazy = true;
+    ASSERT_EQ(runs[k].killed_after(tmp / fmt::format("cut{}", k), 1), SIGKILL);
+  }
+  for (std::size_t k = 0; k < runs.size(); ++k) {
+    const fs::path base = tmp / fmt::format("{}", k);
+    runs[k].go(tmp / fmt::format("cut{}", k), true);
+    runs[k].go(base / "lazy", false);
+    runs[k].lazy = false;
+    runs[k].go(base / "eager", false);
+    for (const fs::path& dir : {base / "lazy", tmp / fmt::format("cut{}", k)}) {
+      EXPECT_EQ(digest(dir / "model.safetensors"), digest(base / "eager" / "model.safetensors")) << dir;
+      EXPECT_EQ(read(dir / "config.json"), read(base / "eager" / "config.json")) << dir;
+    }
+  }
+}
+
+TEST(Resume, LazyModelNeedsAProgressDirectory) {
+  auto m = model::Model::load(model_dir(), {.lazy = true});
+  compress::CompressOptions o;
+  const std::vector<std::int32_t> ids(64, 1);
+  test::expect_error<ConfigError>([&] { compress::compress_model(*m, ids, 64, o); },
+                                  {"compressing a lazy model needs a progress directory", "state_dir"});
+  checkpoint::SaveOptions so;
+  const auto tmp = test::make_temp_dir("resume-lazy-save");
+  test::expect_error<Error>([&] { checkpoint::save(*m, tmp / "out", so); },
+                            {"is not loaded", "layer_factors_dir"});
+  EXPECT_FALSE(fs::exists(tmp / "out")) << "no partial checkpoint";
 }
 
 TEST(Resume, NumericalNotesSurviveAResume) {

@@ -4,6 +4,8 @@
 // checked against hand-computed byte counts; core::parse_bytes.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <cmath>
 
 #include "latentllm/error.hpp"
@@ -125,6 +127,16 @@ TEST(LazyModel, NonFiniteWeightIsFoundWhenTheLayerLoads) {
   test::expect_error<NumericError>([&] { m->load_layer(1); },
                                    {"model.decoder.layers.1.fc2.weight: non-finite value at [0, 5] (expected finite"});
   EXPECT_FALSE(m->layer_loaded(1));
+}
+
+TEST(LazyModel, ScanFiniteFindsANonFiniteWeightAtLoad) {
+  auto c = test::make_opt(OptDims{}, 76);
+  c.data("model.decoder.layers.1.fc2.weight")[5] = std::numeric_limits<float>::infinity();
+  const auto dir = c.write("lazy-scan");
+  test::expect_error<NumericError>([&] { Model::load(dir, {.lazy = true, .scan_finite = true}); },
+                                   {"model.decoder.layers.1.fc2.weight: non-finite value at [0, 5] (expected finite"});
+  const auto ok = Model::load(test::make_opt(OptDims{}, 76).write("lazy-scan-ok"), {.lazy = true, .scan_finite = true});
+  EXPECT_FALSE(ok->layer_loaded(0)) << "scanned, not kept";
 }
 
 TEST(LazyModel, NonFiniteEmbeddingRowIsFoundWhenGathered) {

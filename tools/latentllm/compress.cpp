@@ -16,6 +16,7 @@ namespace {
 
 struct CompressArgs {
   std::string model, out, method = "latentllm", dtype = "f16";
+  std::string max_memory;  // empty: physical memory − 2 GiB
   double ratio = 0.2;
   MethodArgs m;
   CalibArgs c;
@@ -41,9 +42,33 @@ void print_plan(const compress::RankPlan& plan, const compress::RankPlan& plain,
               (long long)(2 * plain.macs()), (long long)(2 * plain.dense_macs()));
 }
 
+// Prints how the budget will be spent (stderr) and throws ConfigError, before any work, when the plan
+// does not fit, naming the largest --nsamples that fits.
+core::MemoryPlan check_memory(const CompressArgs& a, const model::Model& m, const compress::CompressOptions& opt,
+                              const calib::CalibOptions& co) {
+  const std::int64_t budget = a.max_memory.empty() ? core::default_memory_budget()
+                                                   : core::parse_bytes(a.max_memory, "--max-memory");
+  auto plan_of = [&](std::int64_t windows) {
+    return compress::plan_compress_memory(m, windows * co.seqlen, co.seqlen, opt, budget);
+  };
+  const core::MemoryPlan plan = plan_of(co.nsamples);
+  std::fprintf(stderr, "compress: memory budget %s (%s)\n%s", core::format_bytes(budget).c_str(),
+               a.max_memory.empty() ? "physical memory - 2 GiB; --max-memory" : "--max-memory",
+               plan.describe().c_str());
+  if (plan.fits()) return plan;
+  int k = co.nsamples - 1;
+  while (k > 0 && !plan_of(k).fits()) --k;
+  const std::string advice = k > 0 ? fmt::format("use --nsamples {} or --max-memory {}", k, gib_option(plan.total()))
+                                   : fmt::format("use --max-memory {}", gib_option(plan.total()));
+  throw ConfigError(fmt::format("--max-memory: budget too small to compress with {} windows of {} tokens (expected at "
+                                "least {}: {}; got {}); {}", co.nsamples, co.seqlen, core::format_bytes(plan.total()),
+                                plan.summary(), core::format_bytes(budget), advice));
+}
+
 // --stop-after-layers: no checkpoint; the progress directory stays for --resume, and the time of the
 // layers run so far projects the whole model's.
-int report_stopped(const CompressArgs& a, const compress::CompressReport& report, const std::filesystem::path& state) {
+int report_stopped(const CompressArgs& a, const compress::CompressReport& report, const std::filesystem::path& state,
+                   const core::MemoryPlan& memory) {
   const int ran = report.layers_done - report.layers_resumed;
   const double per_layer = ran > 0 ? report.total_s / ran : 0.0;
   const double projected = per_layer * (report.layers_total - report.layers_resumed);
@@ -52,6 +77,7 @@ int report_stopped(const CompressArgs& a, const compress::CompressReport& report
   j["progress"] = state.string();
   j["projected_seconds_all_layers"] = projected;
   j["peak_rss_bytes"] = core::peak_rss_bytes();
+  j["planned_peak_bytes"] = memory.total();
   if (a.json) {
     std::printf("%s\n", j.dump(2).c_str());
   } else {
@@ -76,7 +102,8 @@ int run_compress(const CompressArgs& a) {
   auto opt = to_compress_options(a.m, a.method, a.ratio);
   const DType dtype = a.dtype == "f32" ? DType::F32 : a.dtype == "f16" ? DType::F16 : a.dtype == "bf16" ? DType::BF16
                       : throw ConfigError(fmt::format("--dtype (expected f16, bf16 or f32, got {})", a.dtype));
-  auto model = model::Model::load(a.model);
+  // Lazy: one decoder layer is widened at a time; the compressed ones go to the progress directory.
+  auto model = model::Model::load(a.model, {.lazy = true, .scan_finite = true});
   const auto plan = compress::plan_model(*model, opt);
   auto plain_opt = opt;
   plain_opt.local.junction = compress::Junction::Identity;
@@ -96,6 +123,7 @@ int run_compress(const CompressArgs& a) {
   }
   checkpoint::check_output_writable(out);  // fail now, not after the compression
   const calib::CalibOptions co = to_calib_options(a.c, model->config());
+  const core::MemoryPlan memory = check_memory(a, *model, opt, co);
   // Progress after every layer goes to <out>.resume (removed once the checkpoint is written), so that
   // --resume after a kill continues where the run stopped.
   opt.state_dir = out + ".resume";
@@ -111,7 +139,7 @@ int run_compress(const CompressArgs& a) {
 
   auto report = compress::compress_model(*model, ids, co.seqlen, opt);
   report.calib_sample_s = sample_s;
-  if (report.layers_done < report.layers_total) return report_stopped(a, report, opt.state_dir);
+  if (report.layers_done < report.layers_total) return report_stopped(a, report, opt.state_dir, memory);
 
   checkpoint::SaveOptions so;
   so.dtype = dtype;
@@ -119,6 +147,7 @@ int run_compress(const CompressArgs& a) {
   so.info = method_json(a.m, a.method, a.ratio);
   so.info["calibration"] = calib_json(co, a.c.sampling);
   so.info["notes"] = report.to_json().at("notes");
+  so.layer_factors_dir = opt.state_dir;
   const auto tw = std::chrono::steady_clock::now();
   checkpoint::save(*model, out, so);
   std::error_code ec;
@@ -129,6 +158,7 @@ int run_compress(const CompressArgs& a) {
   auto j = report.to_json();
   j["seconds"]["write"] = write_s;
   j["peak_rss_bytes"] = core::peak_rss_bytes();
+  j["planned_peak_bytes"] = memory.total();
   j["out"] = out;
   j["plan"] = plan_json(plan);
   if (a.json) {
@@ -167,6 +197,9 @@ Command add_compress(CLI::App& app) {
   sub->add_flag("--dry-run", a->dry_run, "Print the rank plan (ranks, parameters, FLOPs/MACs at 128 tokens) and exit")->group("Method");
   add_calib_options(sub, a->c);
   sub->add_option("--threads", a->threads, "Threads of the forward pass and BLAS (0 = all cores)")->capture_default_str()->group("Run");
+  sub->add_option("--max-memory", a->max_memory,
+                  "Memory budget (e.g. 20G; default: physical memory - 2 GiB): the plan of the run is printed at "
+                  "start and a run that does not fit is refused before any work")->group("Run");
   sub->add_flag("--json", a->json, "Print the result as JSON")->group("Run");
   return {sub, [a] { return run_compress(*a); }};
 }

@@ -139,4 +139,9 @@ nlohmann::json plan_json(const compress::RankPlan& p) {
           {"achieved_ratio", p.achieved_ratio()}, {"modules", mods}};
 }
 
+std::string gib_option(std::int64_t bytes) {
+  const std::int64_t gib = std::int64_t{1} << 30;
+  return fmt::format("{}G", (bytes + gib - 1) / gib);
+}
+
 }  // namespace latentllm::cli

@@ -1,4 +1,4 @@
-// Options shared by `compress` and `sweep`: the method's knobs and the calibration set.
+// Options shared by `compress` and `sweep` (the method's knobs and the calibration set), and helpers of the commands.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -38,6 +38,9 @@ calib::CalibOptions to_calib_options(const CalibArgs& a, const model::ModelConfi
 // The method's settings as recorded in a checkpoint's latent.info and in sweep results.
 nlohmann::json method_json(const MethodArgs& a, const std::string& method, double ratio);
 nlohmann::json calib_json(const calib::CalibOptions& c, const std::string& sampling);
+
+// "--max-memory 10G": a byte count rounded up to whole GiB, for advice in messages.
+std::string gib_option(std::int64_t bytes);
 
 // A rank plan as JSON: totals and per-module ranks, parameters and MACs.
 nlohmann::json plan_json(const compress::RankPlan& p);

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "options.hpp"
 #include "latentllm/threads.hpp"
 #include "latentllm/dataset.hpp"
 #include "latentllm/error.hpp"
@@ -56,12 +57,6 @@ class ProgressLine {
   bool tty_;
   double last_print_ = -1e9;
 };
-
-// "--max-memory 10G": the budget rounded up to whole GiB, for advice in messages.
-std::string gib_option(std::int64_t bytes) {
-  const std::int64_t gib = std::int64_t{1} << 30;
-  return fmt::format("{}G", (bytes + gib - 1) / gib);
-}
 
 // Prints how the budget would be spent in each order (stderr) and picks the order: eager when it fits
 // (and --layer-major is not set), else layer-major; throws ConfigError, before any work, when neither fits.

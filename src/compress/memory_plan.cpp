@@ -1,0 +1,70 @@
+// The memory plan of a lazy compression run (latentllm/compress.hpp, plan_compress_memory; the
+// items are explained in docs/SCALE.md).
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "latentllm/compress.hpp"
+#include "latentllm/eval.hpp"
+
+namespace latentllm::compress {
+namespace {
+
+constexpr std::int64_t kMiB = std::int64_t{1} << 20;
+constexpr std::int64_t kRuntime = 256 * kMiB;  // program, BLAS buffers, tokenizer (as eval's plan)
+
+// Widths of the sites the method's stages wait for (stage.cpp plan_stages): attention input d, the
+// o_proj input H·d_h, the MLP input d and, without joint up-down, the down_proj input ffn.
+std::int64_t widest_site(const model::ModelConfig& c, bool ud) {
+  const std::int64_t q = c.num_attention_heads * c.head_dim;
+  return ud ? std::max(c.hidden_size, q) : std::max({c.hidden_size, q, c.ffn_width()});
+}
+std::int64_t site_covariances(const model::ModelConfig& c, bool ud) {
+  const std::int64_t d = c.hidden_size, q = c.num_attention_heads * c.head_dim, f = c.ffn_width();
+  return 8 * (2 * d * d + q * q + (ud ? 0 : f * f));
+}
+
+}  // namespace
+
+core::MemoryPlan plan_compress_memory(const model::Model& m, std::int64_t n_tok, int seqlen, const CompressOptions& opt,
+                                      std::int64_t budget) {
+  const model::WeightFootprint& fp = m.footprint();
+  const model::ModelConfig& c = m.config();
+  const bool ud = opt.method == Method::LatentLlm && opt.joint.ud;
+  const std::int64_t d = c.hidden_size, f = c.ffn_width(), w = widest_site(c, ud);
+  core::MemoryPlan p;
+  p.title = "compress (lazy layers)";
+  p.budget = budget;
+  p.add("one layer and its factors (float32)", 2 * fp.largest_layer(), "the largest decoder layer, twice");
+  p.add("other weights (float32)", fp.other, "norms, positions, projections");
+  p.add("mapped pages", fp.largest_table_stored + fp.largest_layer_tensor_stored,
+        "embedding (read per batch) + one layer tensor (while widened)");
+  p.add("hidden states", 4 * n_tok * d, fmt::format("{} tokens x {} x 4 B (the layer's input)", n_tok, d));
+  const std::int64_t limit = opt.pipeline.resume_limit_bytes >= 0 ? opt.pipeline.resume_limit_bytes
+                                                                  : core::physical_memory_bytes() / 4;
+  const std::int64_t batch_tokens = static_cast<std::int64_t>(opt.pipeline.batch_windows) * seqlen;
+  if (4 * n_tok * (d + w) <= limit) {
+    p.add("pass states", 4 * n_tok * (d + w), fmt::format("{} tokens x ({} + {}) x 4 B (residual + site input)", n_tok, d, w));
+  } else {
+    p.add("pass states", 4 * n_tok * d + 4 * batch_tokens * (d + w),
+          fmt::format("residual of {} tokens + one batch of {} tokens x ({} + {}) x 4 B", n_tok, batch_tokens, d, w));
+  }
+  const std::int64_t act = eval::activation_floats_per_token(c);
+  p.add("forward activations", 4 * batch_tokens * act, fmt::format("{} tokens x {} floats", batch_tokens, act));
+  p.add("site covariances (double)", site_covariances(c, ud), "every tapped site's [w, w] at once");
+  if (ud) {
+    const std::int64_t n_ud = opt.ud_max_tokens > 0 ? std::min(n_tok, opt.ud_max_tokens) : n_tok;
+    const std::int64_t mats = m.mlp().gated ? 3 : 2;
+    p.add("MLP inputs kept for joint up-down", 4 * n_tok * d + (n_ud < n_tok ? 4 * n_ud * d : 0),
+          fmt::format("{} tokens x {} x 4 B (+ the {} strided rows)", n_tok, d, n_ud));
+    p.add("joint up-down working set", 8 * n_ud * 2 * d + 4 * n_ud * f + 8 * (4 * f * f + (6 + mats) * f * d),
+          fmt::format("{} tokens: inputs and outputs in double, Z in float; {} x {} statistics and solvers", n_ud, f, f));
+  } else {
+    p.add("decomposition working set", 8 * (2 * w * w + 4 * w * std::max(d, f)),
+          fmt::format("whitening and SVD of a [{}, {}] module in double", std::max(d, f), w));
+  }
+  p.add("runtime and token ids", kRuntime + 4 * n_tok, fmt::format("256 MiB + {} ids x 4 B", n_tok));
+  return p;
+}
+
+}  // namespace latentllm::compress
