@@ -1,11 +1,14 @@
 // The memory plan of a lazy compression run (latentllm/compress.hpp, plan_compress_memory; the
 // items are explained in docs/SCALE.md).
 #include <algorithm>
+#include <tuple>
+#include <utility>
 
 #include <fmt/format.h>
 
 #include "latentllm/compress.hpp"
 #include "latentllm/eval.hpp"
+#include "latentllm/threads.hpp"
 
 namespace latentllm::compress {
 namespace {
@@ -57,11 +60,23 @@ core::MemoryPlan plan_compress_memory(const model::Model& m, std::int64_t n_tok,
     const std::int64_t mats = m.mlp().gated ? 3 : 2;
     p.add("MLP inputs kept for joint up-down", 4 * n_tok * d + (n_ud < n_tok ? 4 * n_ud * d : 0),
           fmt::format("{} tokens x {} x 4 B (+ the {} strided rows)", n_tok, d, n_ud));
-    p.add("joint up-down working set", 8 * n_ud * 2 * d + 4 * n_ud * f + 8 * (4 * f * f + (6 + mats) * f * d),
-          fmt::format("{} tokens: inputs and outputs in double, Z in float; {} x {} statistics and solvers", n_ud, f, f));
+    // Per thread, about a dozen [f, c] double matrices of the chunk in flight (joint_ud.cpp sizes c so
+    // that f·c is about 4 Mi elements, c >= 256).
+    const std::int64_t chunk = std::max<std::int64_t>(f * 256, std::int64_t{4} << 20);
+    const std::int64_t threads = std::max(core::num_threads(), 1);
+    p.add("joint up-down working set",
+          8 * n_ud * 2 * d + 4 * n_ud * f + 8 * (5 * f * f + (12 + mats) * f * d) + threads * 12 * 8 * chunk,
+          fmt::format("{} tokens: inputs and outputs in double, Z in float; [{}, {}] statistics, regressions, "
+                      "factor candidates; {} threads' chunks", n_ud, f, f, threads));
   } else {
-    p.add("decomposition working set", 8 * (2 * w * w + 4 * w * std::max(d, f)),
-          fmt::format("whitening and SVD of a [{}, {}] module in double", std::max(d, f), w));
+    // The widest module's whitening (in²) and the SVD of W·L ([out, in]) with its factors, in double.
+    const std::int64_t q = c.num_attention_heads * c.head_dim;
+    std::int64_t work = 0, in = 0, out = 0;
+    for (const auto& [i, o] : {std::pair{d, f}, std::pair{f, d}, std::pair{d, q}, std::pair{q, d}}) {
+      if (2 * i * i + 4 * i * o > work) std::tie(work, in, out) = std::tuple{2 * i * i + 4 * i * o, i, o};
+    }
+    p.add("decomposition working set", 8 * work,
+          fmt::format("whitening and SVD of a [{}, {}] module in double", out, in));
   }
   p.add("runtime and token ids", kRuntime + 4 * n_tok, fmt::format("256 MiB + {} ids x 4 B", n_tok));
   return p;

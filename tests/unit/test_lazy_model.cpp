@@ -4,14 +4,15 @@
 // checked against hand-computed byte counts; core::parse_bytes.
 #include <gtest/gtest.h>
 
-#include <limits>
-
 #include <cmath>
+#include <limits>
 
 #include "latentllm/error.hpp"
 #include "latentllm/eval.hpp"
+#include "latentllm/compress.hpp"
 #include "latentllm/model.hpp"
 #include "latentllm/resources.hpp"
+#include "latentllm/threads.hpp"
 #include "model_fixtures.hpp"
 #include "test_support.hpp"
 
@@ -186,6 +187,27 @@ TEST(PlanPerplexityMemory, TotalsAreTheHandComputedBytes) {
   EXPECT_EQ(eval::max_layer_major_windows(*m, 1000, 3, 8, 2, 2, three), 3);
   EXPECT_EQ(eval::max_layer_major_windows(*m, 1000, 3, 8, 2, 2, three - 1), 2);
   EXPECT_EQ(eval::max_layer_major_windows(*m, 1000, 3, 8, 2, 2, one.layer_major.total() - 1), 0);
+}
+
+// Compression of the same fixture (d 16, H·d_h 24, ffn 20, gated) on 64 tokens in windows of 8, 2
+// threads: every item of plan_compress_memory by hand (docs/SCALE.md).
+TEST(PlanCompressMemory, TotalsAreTheHandComputedBytes) {
+  const auto m = Model::load(test::make_llama(untied(), 80).write("plan-compress"), {.lazy = true});
+  core::set_num_threads(2);
+  compress::CompressOptions o;  // latentllm, joint Q-K and up-down, batches of 8 windows
+  o.pipeline.resume_limit_bytes = 1 << 30;
+  constexpr std::int64_t kRuntime = (256 << 20) + 4 * 64, kChunks = 2 * 12 * 8 * (std::int64_t{4} << 20);
+  const std::int64_t common = 2 * 8576 + 64 + (3072 + 1536) + 4 * 64 * 16 + 4 * 64 * 104 + kRuntime;
+  const auto plan = compress::plan_compress_memory(*m, 64, 8, o, std::int64_t{2} << 30);
+  EXPECT_EQ(plan.total(), common + 4 * 64 * (16 + 24) + 8 * (2 * 256 + 576) + 4 * 64 * 16 +
+                              (8 * 64 * 2 * 16 + 4 * 64 * 20 + 8 * (5 * 400 + 15 * 20 * 16) + kChunks));
+  EXPECT_TRUE(plan.fits());
+  o.joint.ud = false;  // the down_proj input (20 wide) is tapped; a local decomposition instead
+  o.pipeline.resume_limit_bytes = 0;  // passes on per-batch copies
+  const auto local = compress::plan_compress_memory(*m, 64, 8, o, 1000);
+  EXPECT_EQ(local.total(), common + (4 * 64 * 16 + 4 * 64 * (16 + 24)) + 8 * (2 * 256 + 576 + 400) +
+                               8 * (2 * 576 + 4 * 24 * 16));  // o_proj [16, 24] beats down_proj [16, 20]
+  EXPECT_FALSE(local.fits());
 }
 
 TEST(MemoryPlan, SumsDescribesAndSummarizes) {

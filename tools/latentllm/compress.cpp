@@ -58,8 +58,13 @@ core::MemoryPlan check_memory(const CompressArgs& a, const model::Model& m, cons
   if (plan.fits()) return plan;
   int k = co.nsamples - 1;
   while (k > 0 && !plan_of(k).fits()) --k;
-  const std::string advice = k > 0 ? fmt::format("use --nsamples {} or --max-memory {}", k, gib_option(plan.total()))
-                                   : fmt::format("use --max-memory {}", gib_option(plan.total()));
+  std::string advice = k > 0 ? fmt::format("use --nsamples {} or --max-memory {}", k, gib_option(plan.total()))
+                             : fmt::format("use --max-memory {}", gib_option(plan.total()));
+  compress::CompressOptions no_ud = opt;
+  no_ud.joint.ud = false;
+  if (opt.joint.ud && compress::plan_compress_memory(m, co.nsamples * co.seqlen, co.seqlen, no_ud, budget).fits()) {
+    advice += " (or drop joint up-down, whose [ffn, ffn] statistics dominate: --joint qk)";
+  }
   throw ConfigError(fmt::format("--max-memory: budget too small to compress with {} windows of {} tokens (expected at "
                                 "least {}: {}; got {}); {}", co.nsamples, co.seqlen, core::format_bytes(plan.total()),
                                 plan.summary(), core::format_bytes(budget), advice));
