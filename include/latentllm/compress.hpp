@@ -167,6 +167,9 @@ struct CompressOptions {
   // Joint up-down keeps several [ffn, n] double matrices: above this many calibration tokens it runs
   // on evenly strided rows (0 = all tokens). 32768 = 64 windows of 512.
   std::int64_t ud_max_tokens = 32768;
+  // Joint up-down's token passes in float (sgemm; statistics summed in double, regressions in double):
+  // compress/joint_ud.hpp, UdOptions::f32_passes.
+  bool ud_f32 = true;
   // Also compress each joint group separately (local root covariance) and report both losses
   // (CompressReport::qk_losses, vo_losses): diagnostics only, the extra decompositions are discarded.
   bool diagnostics = false;

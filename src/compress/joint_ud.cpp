@@ -18,58 +18,83 @@ namespace latentllm::compress {
 
 namespace {
 
-using Cols = Eigen::Ref<const MatrixD>;                                                 // [rows, c] a chunk
-using MatrixRowF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;  // [n, f] per token
+template <typename T>
+using Mat = MatrixX<T>;                          // column-major
+template <typename T>
+using Vec = Eigen::Matrix<T, Eigen::Dynamic, 1>;
+template <typename T>
+using Cols = Eigen::Ref<const Mat<T>>;           // [rows, c] a chunk
 
-MatrixD act_of(model::Activation a, const MatrixD& z) {
-  return z.unaryExpr([a](double v) { return model::activate(a, v); });
+template <typename T>
+Mat<T> act_of(model::Activation a, const Mat<T>& z) {
+  return z.unaryExpr([a](T v) { return model::activate(a, v); });
 }
-MatrixD slope_of(model::Activation a, const MatrixD& z) {
-  return z.unaryExpr([a](double v) { return model::activate_slope(a, v); });
-}
-
-// y = W·x + b for the columns of xt: [in, c] -> [out, c].
-MatrixD apply(const MatrixD& w, const VectorD& b, const Cols& xt) {
-  MatrixD y = w * xt;
-  if (b.size() > 0) y.colwise() += b;
-  return y;
-}
-MatrixD apply(const LowRank& f, const Cols& xt) {
-  MatrixD y = f.B * (f.A * xt);  // never forms B·A
-  if (f.bias.size() > 0) y.colwise() += f.bias;
-  return y;
+template <typename T>
+Mat<T> slope_of(model::Activation a, const Mat<T>& z) {
+  return z.unaryExpr([a](T v) { return model::activate_slope(a, v); });
 }
 
-// Pre-activations and hidden activations of the compressed MLP on a chunk, [f, c] each.
-struct Hidden {
-  MatrixD zu, zg, h;
+// A linear map in the passes' precision: dense (B empty, A = W) or factored B·A; bias may be empty.
+template <typename T>
+struct Lin {
+  Mat<T> B, A;  // [out, r], [r, in]; or B empty and A = W [out, in]
+  Vec<T> bias;  // [out]
+  static Lin dense(const MatrixD& w, const VectorD& b) { return {Mat<T>(), w.cast<T>(), b.cast<T>()}; }
+  static Lin of(const LowRank& f) { return {f.B.cast<T>(), f.A.cast<T>(), f.bias.cast<T>()}; }
+  // y = map(x) for the columns of xt: [in, c] -> [out, c]; never forms B·A.
+  Mat<T> operator()(const Cols<T>& xt) const {
+    Mat<T> y = B.size() > 0 ? Mat<T>(B * (A * xt)) : Mat<T>(A * xt);
+    if (bias.size() > 0) y.colwise() += bias;
+    return y;
+  }
 };
-Hidden hidden_of(const MlpDense& w, const MlpFactors& f, const Cols& xt) {
-  Hidden hd;
-  hd.zu = apply(f.up, xt);
-  if (w.gated) {
-    hd.zg = apply(f.gate, xt);
-    hd.h = act_of(w.act, hd.zg).cwiseProduct(hd.zu);
+
+// The MLP (dense or factored) in the passes' precision; gate unused when not gated.
+template <typename T>
+struct Mlp {
+  model::Activation act;
+  bool gated;
+  Lin<T> up, gate, down;
+  static Mlp dense(const MlpDense& w) {
+    return {w.act, w.gated, Lin<T>::dense(w.w_up, w.b_up), Lin<T>::dense(w.w_gate, w.b_gate),
+            Lin<T>::dense(w.w_down, w.b_down)};
+  }
+  static Mlp of(const MlpDense& w, const MlpFactors& f) {
+    return {w.act, w.gated, Lin<T>::of(f.up), Lin<T>::of(f.gate), Lin<T>::of(f.down)};
+  }
+};
+
+// Pre-activations and hidden activations on a chunk, [f, c] each.
+template <typename T>
+struct Hidden {
+  Mat<T> zu, zg, h;
+};
+template <typename T>
+Hidden<T> hidden_of(const Mlp<T>& m, const Cols<T>& xt) {
+  Hidden<T> hd;
+  hd.zu = m.up(xt);
+  if (m.gated) {
+    hd.zg = m.gate(xt);
+    hd.h = act_of(m.act, hd.zg).cwiseProduct(hd.zu);
   } else {
-    hd.h = act_of(w.act, hd.zu);
+    hd.h = act_of(m.act, hd.zu);
   }
   return hd;
 }
-
-MatrixD dense_forward(const MlpDense& w, const Cols& xt) {
-  const MatrixD zu = apply(w.w_up, w.b_up, xt);  // [f, c]
-  const MatrixD h = w.gated ? MatrixD(act_of(w.act, apply(w.w_gate, w.b_gate, xt)).cwiseProduct(zu)) : act_of(w.act, zu);
-  return apply(w.w_down, w.b_down, h);
+template <typename T>
+Mat<T> forward(const Mlp<T>& m, const Cols<T>& xt) {
+  return m.down(hidden_of(m, xt).h);
 }
 
 // argmin_H α‖T − Ŵ·H‖² + β‖H − H0‖² for the factored Ŵ = B·A (rank r), per token (column). With
 // Ŵ = U·S·Vᵀ (thin, from QRs of B and Aᵀ): (αŴᵀŴ + βI)⁻¹ = (I − V·diag(αs²/(αs²+β))·Vᵀ)/β, so the
 // [f, f] system is never formed (ridge step of the paper's Z' update). With R = αŴᵀT + βH0 = V·C + βH0
 // (C = α·S·UᵀT) and VᵀV = I: H = H0 + V·(C − k ⊙ (C + β·VᵀH0))/β, k = αs²/(αs²+β). The
-// decomposition is built once per iteration and applied to every chunk.
+// decomposition is built once per iteration in double and applied to every chunk in T.
+template <typename T>
 class RidgeStep {
  public:
-  RidgeStep(const LowRank& down, double alpha, double beta, std::string_view context) : alpha_(alpha), beta_(beta) {
+  RidgeStep(const LowRank& down, double alpha, double beta, std::string_view context) : beta_(static_cast<T>(beta)) {
     const int r = down.rank();
     const Eigen::HouseholderQR<MatrixD> qb(down.B), qa(down.A.transpose());
     const MatrixD q_b = qb.householderQ() * MatrixD::Identity(down.B.rows(), r);  // [d, r]
@@ -77,47 +102,58 @@ class RidgeStep {
     const MatrixD r_b = qb.matrixQR().topRows(r).triangularView<Eigen::Upper>();
     const MatrixD r_a = qa.matrixQR().topRows(r).triangularView<Eigen::Upper>();
     const linalg::Svd core = linalg::svd(r_b * r_a.transpose(), context);  // [r, r]
-    ut_ = (q_b * core.u).transpose();                                    // [r, d]
-    v_ = q_a * core.v;                                                   // [f, r]
-    s_ = core.s;
-    const VectorD s2 = s_.array().square();
-    shrink_ = (alpha * s2.array() / (alpha * s2.array() + beta)).matrix();
-    bias_ = down.bias;
+    const VectorD s2 = core.s.array().square();
+    // α·S·Uᵀ, applied to the targets with the down bias taken off.
+    const MatrixD asu = alpha * core.s.asDiagonal() * (q_b * core.u).transpose();  // [r, d]
+    asut_ = asu.cast<T>();
+    v_ = (q_a * core.v).cast<T>();                                                  // [f, r]
+    shrink_ = (alpha * s2.array() / (alpha * s2.array() + beta)).matrix().cast<T>();
+    if (down.bias.size() > 0) asub_ = (asu * down.bias).cast<T>();
   }
-  // t: [d, c] the targets (dense outputs; the down bias is taken off here), h0: [f, c].
-  MatrixD operator()(const Cols& t, const MatrixD& h0) const {
-    MatrixD c = alpha_ * s_.asDiagonal() * (ut_ * t);                    // [r, c]
-    if (bias_.size() > 0) c -= alpha_ * s_.asDiagonal() * (ut_ * bias_).replicate(1, t.cols());
-    const MatrixD g = v_.transpose() * h0;                               // [r, c]
-    const MatrixD step = (c - shrink_.asDiagonal() * (c + beta_ * g)) / beta_;
-    MatrixD h = h0;
+  // t: [d, c] the targets (dense outputs), h0: [f, c].
+  Mat<T> operator()(const Cols<T>& t, const Mat<T>& h0) const {
+    Mat<T> c = asut_ * t;                                                // [r, c]
+    if (asub_.size() > 0) c.colwise() -= asub_;
+    const Mat<T> g = v_.transpose() * h0;                                // [r, c]
+    const Mat<T> step = (c - shrink_.asDiagonal() * (c + beta_ * g)) / beta_;
+    Mat<T> h = h0;
     h.noalias() += v_ * step;  // [f, c]
     return h;
   }
 
  private:
-  double alpha_, beta_;
-  MatrixD ut_, v_;  // [r, d], [f, r]
-  VectorD s_, shrink_, bias_;
+  T beta_;
+  Mat<T> asut_, v_;  // [r, d], [f, r]
+  Vec<T> shrink_, asub_;
 };
 
 // Paper's Z update for ReLU, per element: min β(z' − σ(z))² + γ(z − w)², the better of the branches
 // z ≥ 0 (σ(z) = z) and z ≤ 0 (σ(z) = 0), each a clipped quadratic.
-MatrixD relu_case_split(const MatrixD& zp, const MatrixD& w, double beta, double gamma) {
-  return zp.binaryExpr(w, [beta, gamma](double p, double u) {
-    const double zpos = std::max(0.0, (beta * p + gamma * u) / (beta + gamma));
-    const double cpos = beta * (p - zpos) * (p - zpos) + gamma * (zpos - u) * (zpos - u);
-    const double zneg = std::min(u, 0.0);
-    const double cneg = beta * p * p + gamma * (zneg - u) * (zneg - u);
+template <typename T>
+Mat<T> relu_case_split(const Mat<T>& zp, const Mat<T>& w, double beta_d, double gamma_d) {
+  const T beta = static_cast<T>(beta_d), gamma = static_cast<T>(gamma_d);
+  return zp.binaryExpr(w, [beta, gamma](T p, T u) {
+    const T zpos = std::max(T(0), (beta * p + gamma * u) / (beta + gamma));
+    const T cpos = beta * (p - zpos) * (p - zpos) + gamma * (zpos - u) * (zpos - u);
+    const T zneg = std::min(u, T(0));
+    const T cneg = beta * p * p + gamma * (zneg - u) * (zneg - u);
     return cpos <= cneg ? zpos : zneg;
   });
 }
 
 // Gauss-Newton target for a pre-activation: z + η·s(h* − h)/(s² + ε), with ε 1 % of the chunk's mean
 // s² (a guard against vanishing slopes, relative to their scale).
-MatrixD gn_target(const MatrixD& z, const MatrixD& s, const MatrixD& dh, double eta) {
-  const double eps = 1e-2 * std::max(s.squaredNorm() / static_cast<double>(std::max<Eigen::Index>(1, s.size())), 1e-300);
-  return (z.array() + eta * (s.array() * dh.array() / (s.array().square() + eps))).matrix();
+template <typename T>
+Mat<T> gn_target(const Mat<T>& z, const Mat<T>& s, const Mat<T>& dh, double eta) {
+  const double ms = s.template cast<double>().squaredNorm() / static_cast<double>(std::max<Eigen::Index>(1, s.size()));
+  const T eps = static_cast<T>(1e-2 * std::max(ms, 1e-300)), e = static_cast<T>(eta);
+  return (z.array() + e * (s.array() * dh.array() / (s.array().square() + eps))).matrix();
+}
+
+// Σ over a chunk's columns of ‖·‖², summed in double.
+template <typename T>
+double sq_norm(const Mat<T>& m) {
+  return m.colwise().squaredNorm().template cast<double>().sum();
 }
 
 // Σ_t ‖y_t − (Ŵ·h_t + b)‖² for the factored Ŵ = B·A and bias b of `down`, from the regression stats
@@ -133,14 +169,16 @@ double loss_from_stats(const RegressionStats& st, double yy, const LowRank& down
   return std::max(l, 0.0);
 }
 
-MatrixD rows_of(const MatrixRowF& m, Eigen::Index t0, Eigen::Index c) {  // [f, c] from token rows
-  return m.middleRows(t0, c).transpose().cast<double>();
+template <typename T>
+Mat<T> rows_of(const MatrixRowF& m, Eigen::Index t0, Eigen::Index c) {  // [f, c] from token rows
+  return m.middleRows(t0, c).transpose().template cast<T>();
 }
 
 // The problem: dense MLP, token rows (inputs, dense outputs), input statistics, options.
+template <typename T>
 struct Ctx {
   const MlpDense& w;
-  TokenRows tokens;
+  TokenRows<T> tokens;
   const UdOptions& opt;
   std::string_view context;
   RegressionStats x_stats;  // of the inputs: cov [d, d], sum_s [d] (the sources of the up/gate fits)
@@ -149,8 +187,8 @@ struct Ctx {
   Eigen::Index f() const { return w.w_up.rows(); }
   Eigen::Index d() const { return w.w_up.cols(); }
   // Rank-r fit of the pass's targets on the inputs: cross from acc, cov from x_stats.
-  LowRank fit_from_inputs(const RegressionAccumulator& acc, int r, bool bias) const {
-    RegressionStats st = acc.stats();
+  LowRank fit_from_inputs(RegressionAccumulator& acc, int r, bool bias) const {
+    RegressionStats st = acc.take();
     st.cov = x_stats.cov;
     st.sum_s = x_stats.sum_s;
     return reduced_rank_regression(st, r, bias, opt.lambda_rel, context);
@@ -161,12 +199,13 @@ struct Ctx {
     return reduced_rank_regression(st, opt.ranks.down, w.b_down.size() > 0, opt.lambda_rel, context);
   }
   // The regression stats of (hidden activations of f, Y) over all tokens: one pass.
-  RegressionStats on_hidden(const MlpFactors& f) const {
-    RegressionAccumulator acc(this->f(), d(), true);
-    token_pass(tokens, {&acc}, [&](Eigen::Index, Eigen::Index, const Cols& xt, const Cols& yt, ChunkOut& out) {
-      out.pairs.emplace_back(hidden_of(w, f, xt).h, yt);
+  RegressionStats on_hidden(const MlpFactors& fs) const {
+    const Mlp<T> m = Mlp<T>::of(w, fs);
+    RegressionAccumulator acc(f(), d(), true);
+    token_pass<T>(tokens, {&acc}, [&](Eigen::Index, Eigen::Index, const Cols<T>& xt, const Cols<T>& yt, ChunkOut<T>& out) {
+      out.pairs.emplace_back(hidden_of(m, xt).h, yt);
     });
-    return acc.stats();
+    return acc.take();
   }
 };
 
@@ -189,7 +228,8 @@ struct Best {
 // Ŵ_u·X of iterate k − 1 anyway, so it also gives that iterate's true output loss (and, tracked, its
 // auxiliary objective). One last pass gives the last iterate's loss and the statistics of its hidden
 // activations, for the output-aware down refit of the answer (the refit never feeds the iterations).
-void paper_iterations(const Ctx& c, MlpFactors cur, Best& best, UdResult& out) {
+template <typename T>
+void paper_iterations(const Ctx<T>& c, MlpFactors cur, Best& best, UdResult& out) {
   UdOptions o = c.opt;
   // β, γ are relative to the mean squared singular value of the starting Ŵ_d, so the trade-off of
   // the ridge step (αŴ_dᵀŴ_d + βI) does not depend on the scale of W_d (docs/JOINT.md).
@@ -202,14 +242,15 @@ void paper_iterations(const Ctx& c, MlpFactors cur, Best& best, UdResult& out) {
   MatrixRowF zp_kept;                    // [n, f] Z' when tracking the auxiliary objective
   if (o.track_aux_loss) zp_kept.resize(c.tokens.size(), c.f());
   // Scalars of a pass over iterate `cur`: [0] its true output loss, [1] its auxiliary objective.
-  auto evaluate = [&](const Cols& xt, const Cols& yt, Eigen::Index t0, int it, const MatrixD& ux, ChunkOut& r) {
-    const MatrixD h = act_of(relu, ux);
-    r.scalars = {(yt - apply(cur.down, h)).squaredNorm(), 0.0};
+  auto evaluate = [&](const Lin<T>& down, const Cols<T>& xt, const Cols<T>& yt, Eigen::Index t0, int it,
+                      const Mat<T>& ux, ChunkOut<T>& r) {
+    const Mat<T> h = act_of(relu, ux);
+    r.scalars = {sq_norm<T>(yt - down(h)), 0.0};
     if (o.track_aux_loss && it == 0) r.scalars[1] = o.alpha * r.scalars[0];  // Z = Ŵ_u·X, no Z' yet
     if (o.track_aux_loss && it > 0) {
-      const MatrixD zc = rows_of(z, t0, xt.cols()), zpc = rows_of(zp_kept, t0, xt.cols());
-      r.scalars[1] = o.alpha * (yt - apply(cur.down, zpc)).squaredNorm() + o.beta * (zpc - act_of(relu, zc)).squaredNorm() +
-                     o.gamma * (zc - ux).squaredNorm();
+      const Mat<T> zc = rows_of<T>(z, t0, xt.cols()), zpc = rows_of<T>(zp_kept, t0, xt.cols());
+      r.scalars[1] = o.alpha * sq_norm<T>(yt - down(zpc)) + o.beta * sq_norm<T>(zpc - act_of(relu, zc)) +
+                     o.gamma * sq_norm<T>(zc - ux);
     }
   };
   auto record = [&](const std::vector<double>& s, int it) {
@@ -220,34 +261,36 @@ void paper_iterations(const Ctx& c, MlpFactors cur, Best& best, UdResult& out) {
     if (o.track_aux_loss) out.aux_loss.push_back(s.at(1));
   };
   for (int it = 1; it <= o.iters; ++it) {
-    const RidgeStep ridge(cur.down, o.alpha, o.beta, c.context);
+    const RidgeStep<T> ridge(cur.down, o.alpha, o.beta, c.context);
+    const Lin<T> up = Lin<T>::of(cur.up), down = Lin<T>::of(cur.down);
     RegressionAccumulator up_acc(c.d(), c.f(), false), down_acc(c.f(), c.d(), true);
-    const auto s = token_pass(c.tokens, {&up_acc, &down_acc},
-                              [&](Eigen::Index, Eigen::Index t0, const Cols& xt, const Cols& yt, ChunkOut& r) {
-                                const MatrixD ux = apply(cur.up, xt);  // [f, c] Ŵ_u·X of iterate it − 1
-                                evaluate(xt, yt, t0, it - 1, ux, r);
-                                const MatrixD zc = it == 1 ? ux : rows_of(z, t0, xt.cols());
-                                MatrixD zpc = ridge(yt, act_of(relu, zc));
-                                MatrixD zn = relu_case_split(zpc, ux, o.beta, o.gamma);
-                                z.middleRows(t0, xt.cols()) = zn.transpose().cast<float>();
-                                if (o.track_aux_loss) zp_kept.middleRows(t0, xt.cols()) = zpc.transpose().cast<float>();
-                                r.pairs.emplace_back(xt, std::move(zn));
-                                r.pairs.emplace_back(std::move(zpc), yt);
-                              });
+    const auto s = token_pass<T>(c.tokens, {&up_acc, &down_acc},
+                                 [&](Eigen::Index, Eigen::Index t0, const Cols<T>& xt, const Cols<T>& yt, ChunkOut<T>& r) {
+                                   const Mat<T> ux = up(xt);  // [f, c] Ŵ_u·X of iterate it − 1
+                                   evaluate(down, xt, yt, t0, it - 1, ux, r);
+                                   const Mat<T> zc = it == 1 ? ux : rows_of<T>(z, t0, xt.cols());
+                                   Mat<T> zpc = ridge(yt, act_of(relu, zc));
+                                   Mat<T> zn = relu_case_split(zpc, ux, o.beta, o.gamma);
+                                   z.middleRows(t0, xt.cols()) = zn.transpose().template cast<float>();
+                                   if (o.track_aux_loss) zp_kept.middleRows(t0, xt.cols()) = zpc.transpose().template cast<float>();
+                                   r.pairs.emplace_back(xt, std::move(zn));
+                                   r.pairs.emplace_back(std::move(zpc), yt);
+                                 });
     record(s, it - 1);
     cur.up = c.fit_from_inputs(up_acc, o.ranks.up, bu);
-    cur.down = reduced_rank_regression(down_acc.stats(), o.ranks.down, bd, o.lambda_rel, c.context);
+    cur.down = reduced_rank_regression(down_acc.take(), o.ranks.down, bd, o.lambda_rel, c.context);
   }
   RegressionAccumulator h_acc(c.f(), c.d(), true);
-  const auto s = token_pass(c.tokens, {&h_acc},
-                            [&](Eigen::Index, Eigen::Index t0, const Cols& xt, const Cols& yt, ChunkOut& r) {
-                              const MatrixD ux = apply(cur.up, xt);
-                              evaluate(xt, yt, t0, o.iters, ux, r);
-                              r.pairs.emplace_back(act_of(relu, ux), yt);
-                            });
+  const Lin<T> up = Lin<T>::of(cur.up), down = Lin<T>::of(cur.down);
+  const auto s = token_pass<T>(c.tokens, {&h_acc},
+                               [&](Eigen::Index, Eigen::Index t0, const Cols<T>& xt, const Cols<T>& yt, ChunkOut<T>& r) {
+                                 const Mat<T> ux = up(xt);
+                                 evaluate(down, xt, yt, t0, o.iters, ux, r);
+                                 r.pairs.emplace_back(act_of(relu, ux), yt);
+                               });
   record(s, o.iters);
   if (!o.refit_down || o.iters == 0) return;
-  const RegressionStats st = h_acc.stats();
+  const RegressionStats st = h_acc.take();
   MlpFactors refit = cur;
   refit.down = c.refit_down(st);
   const double lr = loss_from_stats(st, c.yy, refit.down);
@@ -257,26 +300,30 @@ void paper_iterations(const Ctx& c, MlpFactors cur, Best& best, UdResult& out) {
 
 // One Gauss-Newton candidate of the extension: up (then gate) refit towards the ridge hidden target
 // with step η, down refit on its hidden activations. Returns its loss; one pass per refit module.
-double extension_candidate(const Ctx& c, const MlpFactors& cur, const RidgeStep& ridge, double eta, MlpFactors& cand) {
+template <typename T>
+double extension_candidate(const Ctx<T>& c, const MlpFactors& cur, const RidgeStep<T>& ridge, double eta,
+                           MlpFactors& cand) {
   const UdOptions& o = c.opt;
+  const Mlp<T> m = Mlp<T>::of(c.w, cur);
   cand = cur;
   RegressionAccumulator up_acc(c.d(), c.f(), false);
-  token_pass(c.tokens, {&up_acc}, [&](Eigen::Index, Eigen::Index, const Cols& xt, const Cols& yt, ChunkOut& r) {
-    const Hidden hd = hidden_of(c.w, cur, xt);
-    const MatrixD dh = ridge(yt, hd.h) - hd.h;                                       // h* − h
-    const MatrixD su = c.w.gated ? act_of(c.w.act, hd.zg) : slope_of(c.w.act, hd.zu);  // ∂h/∂z_u
+  token_pass<T>(c.tokens, {&up_acc}, [&](Eigen::Index, Eigen::Index, const Cols<T>& xt, const Cols<T>& yt, ChunkOut<T>& r) {
+    const Hidden<T> hd = hidden_of(m, xt);
+    const Mat<T> dh = ridge(yt, hd.h) - hd.h;                                           // h* − h
+    const Mat<T> su = m.gated ? act_of(m.act, hd.zg) : slope_of(m.act, hd.zu);  // ∂h/∂z_u
     r.pairs.emplace_back(xt, gn_target(hd.zu, su, dh, eta));
   });
   cand.up = c.fit_from_inputs(up_acc, o.ranks.up, c.w.b_up.size() > 0);
-  if (c.w.gated) {
+  if (m.gated) {
+    const Lin<T> up_new = Lin<T>::of(cand.up);
     RegressionAccumulator gate_acc(c.d(), c.f(), false);
-    token_pass(c.tokens, {&gate_acc}, [&](Eigen::Index, Eigen::Index, const Cols& xt, const Cols& yt, ChunkOut& r) {
-      const Hidden hd = hidden_of(c.w, cur, xt);
-      const MatrixD hstar = ridge(yt, hd.h);
-      const MatrixD zu = apply(cand.up, xt);
-      const MatrixD h = act_of(c.w.act, hd.zg).cwiseProduct(zu);
-      const MatrixD sg = slope_of(c.w.act, hd.zg).cwiseProduct(zu);  // ∂h/∂z_g
-      r.pairs.emplace_back(xt, gn_target(hd.zg, sg, hstar - h, eta));
+    token_pass<T>(c.tokens, {&gate_acc}, [&](Eigen::Index, Eigen::Index, const Cols<T>& xt, const Cols<T>& yt, ChunkOut<T>& r) {
+      const Hidden<T> hd = hidden_of(m, xt);
+      const Mat<T> hstar = ridge(yt, hd.h);
+      const Mat<T> zu = up_new(xt);
+      const Mat<T> h = act_of(m.act, hd.zg).cwiseProduct(zu);
+      const Mat<T> sg = slope_of(m.act, hd.zg).cwiseProduct(zu);  // ∂h/∂z_g
+      r.pairs.emplace_back(xt, gn_target<T>(hd.zg, sg, hstar - h, eta));
     });
     cand.gate = c.fit_from_inputs(gate_acc, o.ranks.gate, c.w.b_gate.size() > 0);
   }
@@ -286,12 +333,13 @@ double extension_candidate(const Ctx& c, const MlpFactors& cur, const RidgeStep&
 }
 
 // The extension (any activation, gated or not): see the header and docs/JOINT.md.
-void extension_iterations(const Ctx& c, MlpFactors cur, double cur_loss, Best& best, UdResult& out) {
+template <typename T>
+void extension_iterations(const Ctx<T>& c, MlpFactors cur, double cur_loss, Best& best, UdResult& out) {
   const UdOptions& o = c.opt;
   for (int it = 1; it <= o.iters; ++it) {
     const double gain = cur.down.dense().squaredNorm() / cur.down.rank();  // relative β as in the paper path
     if (!(gain > 0 && std::isfinite(gain))) break;  // a zero down factor: no ridge step (joint_ud notes it)
-    const RidgeStep ridge(cur.down, o.alpha, o.beta * gain, c.context);
+    const RidgeStep<T> ridge(cur.down, o.alpha, o.beta * gain, c.context);
     bool accepted = false;
     for (double eta : {1.0, 0.5, 0.25}) {
       MlpFactors cand;
@@ -325,29 +373,37 @@ void check_mlp(const MlpDense& w, Eigen::Index x_rows, Eigen::Index x_cols, cons
   }
 }
 
+// Tokens per chunk: about 4 M elements (double) or 8 M (float) of an [f, c] chunk matrix, so the float
+// path's per-chunk addition into the double sums stays small next to the chunk's products.
 Eigen::Index chunk_of(const UdOptions& o, Eigen::Index f) {
   if (o.chunk_tokens > 0) return o.chunk_tokens;
-  return std::clamp<Eigen::Index>(((4 << 20) / std::max<Eigen::Index>(f, 1)) / 256 * 256, 256, 4096);
+  const Eigen::Index elems = o.f32_passes ? (8 << 20) : (4 << 20);
+  return std::clamp<Eigen::Index>((elems / std::max<Eigen::Index>(f, 1)) / 256 * 256, 256, 4096);
 }
 
 // The dense outputs (into y), the input statistics, ‖Y‖² and the output energy ‖Y − mean Y‖².
-void prepare(const MlpDense& w, const MatrixRowD& x, MatrixRowD& y, Ctx& c, UdResult& out) {
+template <typename T>
+void prepare(const MlpDense& w, const MatrixRow<T>& x, MatrixRow<T>& y, Ctx<T>& c, UdResult& out) {
   RegressionAccumulator x_acc(w.w_up.cols(), 0, true);
-  const TokenRows self{x, x, c.tokens.chunk};  // y is written as the pass goes
-  token_pass(self, {&x_acc}, [&](Eigen::Index, Eigen::Index t0, const Cols& xt, const Cols&, ChunkOut& r) {
-    y.middleRows(t0, xt.cols()) = dense_forward(w, xt).transpose();
-    r.pairs.emplace_back(xt, MatrixD(0, xt.cols()));
+  const Mlp<T> dense = Mlp<T>::dense(w);
+  const TokenRows<T> self{x, x, c.tokens.chunk};  // y is written as the pass goes
+  const auto s = token_pass<T>(self, {&x_acc}, [&](Eigen::Index, Eigen::Index t0, const Cols<T>& xt, const Cols<T>&, ChunkOut<T>& r) {
+    const Mat<T> yc = forward(dense, xt);  // [d, c]
+    y.middleRows(t0, xt.cols()) = yc.transpose();
+    r.scalars = {sq_norm<T>(yc)};
+    r.pairs.emplace_back(xt, Mat<T>(0, xt.cols()));
   });
-  c.x_stats = x_acc.stats();
-  c.yy = y.squaredNorm();
-  const VectorD mean = y.colwise().mean().transpose();
+  c.x_stats = x_acc.take();
+  c.yy = s.empty() ? 0.0 : s[0];
+  const VectorD mean = y.template cast<double>().colwise().mean().transpose();
   out.output_energy = std::max(c.yy - static_cast<double>(y.rows()) * mean.squaredNorm(), 0.0);
 }
 
-UdResult solve(const MlpDense& w, const MatrixRowD& x, const UdOptions& opt, std::string_view context) {
+template <typename T>
+UdResult solve(const MlpDense& w, const MatrixRow<T>& x, const UdOptions& opt, std::string_view context) {
   check_mlp(w, x.rows(), x.cols(), opt, context);
-  MatrixRowD y(x.rows(), w.w_down.rows());  // [n, d] dense outputs
-  Ctx c{w, TokenRows{x, y, chunk_of(opt, w.w_up.rows())}, opt, context, {}, 0.0};
+  MatrixRow<T> y(x.rows(), w.w_down.rows());  // [n, d] dense outputs
+  Ctx<T> c{w, TokenRows<T>{x, y, chunk_of(opt, w.w_up.rows())}, opt, context, {}, 0.0};
   UdResult out;
   prepare(w, x, y, c, out);
   // The local root-cov start, sequential: down from the hidden activations of the compressed up/gate.
@@ -358,12 +414,15 @@ UdResult solve(const MlpDense& w, const MatrixRowD& x, const UdOptions& opt, std
   MlpFactors start;
   start.up = local_rootcov(w.w_up, w.b_up, xs, opt.ranks.up, opt.lambda_rel, context);
   if (w.gated) start.gate = local_rootcov(w.w_gate, w.b_gate, xs, opt.ranks.gate, opt.lambda_rel, context);
+  xs = {};
   const RegressionStats st = c.on_hidden(start);
-  calib::SiteStats hs;
-  hs.xtx = st.cov;
-  hs.sum = st.sum_s;
-  hs.n = static_cast<std::int64_t>(st.n);
-  start.down = local_rootcov(w.w_down, w.b_down, hs, opt.ranks.down, opt.lambda_rel, context);
+  {
+    calib::SiteStats hs;
+    hs.xtx = st.cov;
+    hs.sum = st.sum_s;
+    hs.n = static_cast<std::int64_t>(st.n);
+    start.down = local_rootcov(w.w_down, w.b_down, hs, opt.ranks.down, opt.lambda_rel, context);
+  }
   Best best;
   out.loss_local = loss_from_stats(st, c.yy, start.down);
   best.offer(start, out.loss_local, -1);
@@ -397,10 +456,10 @@ UdResult solve(const MlpDense& w, const MatrixRowD& x, const UdOptions& opt, std
 
 }  // namespace
 
-MatrixD mlp_forward(const MlpDense& w, const MatrixD& xt) { return dense_forward(w, xt); }
+MatrixD mlp_forward(const MlpDense& w, const MatrixD& xt) { return forward<double>(Mlp<double>::dense(w), xt); }
 
 MatrixD mlp_forward(const MlpDense& w, const MlpFactors& f, const MatrixD& xt) {
-  return apply(f.down, hidden_of(w, f, xt).h);
+  return forward<double>(Mlp<double>::of(w, f), xt);
 }
 
 double mlp_output_loss(const MlpDense& w, const MlpFactors& f, const MatrixD& x) {
@@ -415,23 +474,19 @@ MlpFactors local_mlp(const MlpDense& w, const MatrixD& x, const MlpRanks& r, dou
   f.up = local_rootcov(w.w_up, w.b_up, m, r.up, lambda_rel, context);
   if (w.gated) f.gate = local_rootcov(w.w_gate, w.b_gate, m, r.gate, lambda_rel, context);
   const MatrixD xt = x.transpose();
-  MatrixD h;
-  if (sequential) {
-    h = hidden_of(w, f, xt).h;
-  } else {
-    const MatrixD zu = apply(w.w_up, w.b_up, xt);
-    h = w.gated ? MatrixD(act_of(w.act, apply(w.w_gate, w.b_gate, xt)).cwiseProduct(zu)) : act_of(w.act, zu);
-  }
+  const MatrixD h = hidden_of<double>(sequential ? Mlp<double>::of(w, f) : Mlp<double>::dense(w), xt).h;
   f.down = local_rootcov(w.w_down, w.b_down, calib::SiteStats::of_columns(h), r.down, lambda_rel, context);
   return f;
 }
 
 UdResult joint_ud(const MlpDense& w, const MatrixD& x, const UdOptions& opt, std::string_view context) {
-  return solve(w, MatrixRowD(x), opt, context);
+  if (opt.f32_passes) return solve<float>(w, MatrixRowF(x.cast<float>()), opt, context);
+  return solve<double>(w, MatrixRowD(x), opt, context);
 }
 
 UdResult joint_ud(const MlpDense& w, const MatrixF& x, const UdOptions& opt, std::string_view context) {
-  return solve(w, MatrixRowD(x.cast<double>()), opt, context);
+  if (opt.f32_passes) return solve<float>(w, MatrixRowF(x), opt, context);
+  return solve<double>(w, MatrixRowD(x.cast<double>()), opt, context);
 }
 
 }  // namespace latentllm::compress

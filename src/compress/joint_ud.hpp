@@ -20,7 +20,8 @@
 // than that start. The tokens are streamed in chunks (token_passes.hpp): memory is the inputs and the
 // dense outputs in double ([n, d] each), the paper path's auxiliary Z in float ([n, f]; also Z' with
 // track_aux_loss), a few [f, c] chunk matrices per thread and the [f, f] statistics — never an
-// [f, n] double matrix. Results do not depend on the thread count.
+// [f, n] double matrix. Results do not depend on the thread count. With f32_passes the token passes
+// run in float (inputs and outputs [n, d] float) and their statistics are summed in double.
 #pragma once
 
 #include <string_view>
@@ -72,9 +73,13 @@ struct UdOptions {
   bool paper_admm = true;                  // ReLU, not gated: use the paper's auxiliary updates
   // Paper path: record the auxiliary objective per iteration (keeps Z' too: another [n, f] float).
   bool track_aux_loss = false;
-  // Tokens per chunk of the streaming passes; 0 = about 4 M elements of an [f, c] chunk matrix
-  // (clamped to 256..4096 tokens).
+  // Tokens per chunk of the streaming passes; 0 = about 4 M (double) or 8 M (float) elements of an
+  // [f, c] chunk matrix (clamped to 256..4096 tokens).
   int chunk_tokens = 0;
+  // The token passes in float (inputs, outputs and every per-chunk product; sums over chunks, the
+  // regressions and the losses from statistics stay in double): sgemm's rate and half the token
+  // memory. The regressions' statistics then carry float's rounding over one chunk (token_passes.hpp).
+  bool f32_passes = false;
 };
 
 struct UdResult {

@@ -60,14 +60,18 @@ core::MemoryPlan plan_compress_memory(const model::Model& m, std::int64_t n_tok,
     const std::int64_t mats = m.mlp().gated ? 3 : 2;
     p.add("MLP inputs kept for joint up-down", 4 * n_tok * d + (n_ud < n_tok ? 4 * n_ud * d : 0),
           fmt::format("{} tokens x {} x 4 B (+ the {} strided rows)", n_tok, d, n_ud));
-    // Per thread, about a dozen [f, c] double matrices of the chunk in flight (joint_ud.cpp sizes c so
-    // that f·c is about 4 Mi elements, c >= 256).
+    // Per thread, about a dozen [f, c] matrices of the chunk in flight (joint_ud.cpp sizes c so that
+    // f·c is about 4 Mi doubles or 8 Mi floats, c >= 256). With float passes the inputs and outputs are
+    // float, and the accumulators hold the chunk's float products ([f, f] + [f, d]) before adding them.
     const std::int64_t chunk = std::max<std::int64_t>(f * 256, std::int64_t{4} << 20);
     const std::int64_t threads = std::max(core::num_threads(), 1);
+    const std::int64_t token_bytes = opt.ud_f32 ? 4 : 8;
+    const std::int64_t f32_part = opt.ud_f32 ? 4 * (f * f + f * d) : 0;
     p.add("joint up-down working set",
-          8 * n_ud * 2 * d + 4 * n_ud * f + 8 * (5 * f * f + (12 + mats) * f * d) + threads * 12 * 8 * chunk,
-          fmt::format("{} tokens: inputs and outputs in double, Z in float; [{}, {}] statistics, regressions, "
-                      "factor candidates; {} threads' chunks", n_ud, f, f, threads));
+          token_bytes * n_ud * 2 * d + 4 * n_ud * f + 8 * (5 * f * f + (12 + mats) * f * d) + f32_part +
+              threads * 12 * 8 * chunk,
+          fmt::format("{} tokens: inputs and outputs in {}, Z in float; [{}, {}] statistics, regressions, "
+                      "factor candidates; {} threads' chunks", n_ud, opt.ud_f32 ? "float" : "double", f, f, threads));
   } else {
     // The widest module's whitening (in²) and the SVD of W·L ([out, in]) with its factors, in double.
     const std::int64_t q = c.num_attention_heads * c.head_dim;

@@ -39,6 +39,7 @@ class JointUdStage final : public CompressStage {
     uo.ranks.gate = gate ? ctx_.rank_of(*gate) : 0;
     uo.iters = o.ud_iters;
     uo.lambda_rel = o.local.lambda_rel;
+    uo.f32_passes = o.ud_f32;
     const MatrixF& x_all = *in.activations;  // [N·L, d]
     MatrixF x_sub;                            // [≤ ud_max_tokens, d] evenly strided rows, when capped
     if (o.ud_max_tokens > 0 && x_all.rows() > o.ud_max_tokens) {

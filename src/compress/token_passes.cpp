@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "core/gemm.hpp"
 #include "core/parallel.hpp"
@@ -25,53 +26,81 @@ RegressionAccumulator::RegressionAccumulator(Eigen::Index in, Eigen::Index out, 
   if (gram) gram_ = MatrixD::Zero(in, in);
 }
 
-void RegressionAccumulator::add(const MatrixD& s, const MatrixD& t) {
+void RegressionAccumulator::add(const MatrixX<double>& s, const MatrixX<double>& t) { add_chunk(s, t); }
+void RegressionAccumulator::add(const MatrixX<float>& s, const MatrixX<float>& t) { add_chunk(s, t); }
+
+template <typename T>
+void RegressionAccumulator::add_chunk(const MatrixX<T>& s, const MatrixX<T>& t) {
+  constexpr bool f32 = std::is_same_v<T, float>;
   const auto in = cross_.cols(), out = cross_.rows(), c = s.cols();
   if (s.rows() != in || t.rows() != out || t.cols() != c) {
     throw Error(fmt::format("regression accumulator: chunk shapes (expected s [{}, c], t [{}, c], got [{}, {}], [{}, {}])",
                             in, out, s.rows(), s.cols(), t.rows(), t.cols()));
   }
   if (c == 0) return;
+  // Float: the cross's row blocks go to part_[0, out·in) ([o1 − o0, in] each at offset o0·in), the
+  // Gram's column blocks to part_[out·in, ...) as a column-major [in, in]; both then added in double.
+  if constexpr (f32) part_.resize(static_cast<std::size_t>(out * in + (has_gram_ ? in * in : 0)));
   core::BlasSingleThreaded single;
   core::parallel_for(2 * kBlocks, 1, [&](std::int64_t b0, std::int64_t b1) {
     for (std::int64_t b = b0; b < b1; ++b) {
       if (b < kBlocks) {  // cross rows [o0, o1) += t[o0:o1, :]·sᵀ
         const auto o0 = out * b / kBlocks, o1 = out * (b + 1) / kBlocks;
-        if (o1 > o0) {
-          cblas_dgemm(CblasColMajor, CblasNoTrans, CblasTrans, static_cast<int>(o1 - o0), static_cast<int>(in),
-                      static_cast<int>(c), 1.0, t.data() + o0, static_cast<int>(out), s.data(), static_cast<int>(in),
-                      1.0, cross_.data() + o0, static_cast<int>(out));
+        const int m = static_cast<int>(o1 - o0);
+        if (m == 0) continue;
+        if constexpr (f32) {
+          float* p = part_.data() + o0 * in;
+          cblas_sgemm(CblasColMajor, CblasNoTrans, CblasTrans, m, static_cast<int>(in), static_cast<int>(c), 1.0f,
+                      t.data() + o0, static_cast<int>(out), s.data(), static_cast<int>(in), 0.0f, p, m);
+          cross_.middleRows(o0, m) += Eigen::Map<const MatrixX<float>>(p, m, in).cast<double>();
+        } else {
+          cblas_dgemm(CblasColMajor, CblasNoTrans, CblasTrans, m, static_cast<int>(in), static_cast<int>(c), 1.0,
+                      t.data() + o0, static_cast<int>(out), s.data(), static_cast<int>(in), 1.0, cross_.data() + o0,
+                      static_cast<int>(out));
         }
       } else if (has_gram_) {  // Gram columns: s as row-major [c, in]
         const int k = static_cast<int>(2 * kBlocks - 1 - b);  // widest blocks first
-        core::syrk_upper_add_columns(s.data(), static_cast<int>(c), static_cast<int>(in), gram_edge(static_cast<int>(in), k),
-                                     gram_edge(static_cast<int>(in), k + 1), gram_);
+        const int w = static_cast<int>(in), j0 = gram_edge(w, k), j1 = gram_edge(w, k + 1);
+        if constexpr (f32) {
+          float* g = part_.data() + out * in;
+          for (int j = j0; j < j1; ++j) std::fill_n(g + static_cast<std::int64_t>(j) * w, j + 1, 0.0f);
+          core::ssyrk_upper_add_columns(s.data(), static_cast<int>(c), w, j0, j1, g);
+          for (int j = j0; j < j1; ++j) {
+            const float* gj = g + static_cast<std::int64_t>(j) * w;
+            double* cj = gram_.data() + static_cast<std::int64_t>(j) * w;
+            for (int i = 0; i <= j; ++i) cj[i] += gj[i];
+          }
+        } else {
+          core::syrk_upper_add_columns(s.data(), static_cast<int>(c), w, j0, j1, gram_);
+        }
       }
     }
   });
-  sum_s_ += s.rowwise().sum();
-  sum_t_ += t.rowwise().sum();
+  sum_s_ += s.template cast<double>().rowwise().sum();
+  sum_t_ += t.template cast<double>().rowwise().sum();
   n_ += static_cast<double>(c);
 }
 
-RegressionStats RegressionAccumulator::stats() const {
+RegressionStats RegressionAccumulator::take() {
   RegressionStats st;
-  st.cross = cross_;
+  st.cross = std::move(cross_);
   if (has_gram_) {
-    st.cov = gram_;
+    st.cov = std::move(gram_);
     core::mirror_upper(st.cov);
   }
-  st.sum_s = sum_s_;
-  st.sum_t = sum_t_;
+  st.sum_s = std::move(sum_s_);
+  st.sum_t = std::move(sum_t_);
   st.n = n_;
+  part_ = {};
   return st;
 }
 
-std::vector<double> token_pass(const TokenRows& tokens, const std::vector<RegressionAccumulator*>& accs,
-                               const ChunkBody& body) {
+template <typename T>
+std::vector<double> token_pass(const TokenRows<T>& tokens, const std::vector<RegressionAccumulator*>& accs,
+                               const ChunkBody<T>& body) {
   const Eigen::Index n = tokens.size(), c = tokens.chunk, d = tokens.x.cols(), dy = tokens.y.cols();
   std::vector<double> scalars;
-  ChunkOut outs[2];
+  ChunkOut<T> outs[2];
   for (Eigen::Index k0 = 0; k0 < tokens.chunks(); k0 += 2) {
     const Eigen::Index pair = std::min<Eigen::Index>(2, tokens.chunks() - k0);
     {
@@ -80,9 +109,9 @@ std::vector<double> token_pass(const TokenRows& tokens, const std::vector<Regres
         for (std::int64_t j = a; j < b; ++j) {
           const Eigen::Index k = k0 + j, t0 = k * c, len = std::min(c, n - t0);
           // Row-major [len, d] rows are the column-major [d, len] matrix of the chunk's tokens.
-          const Eigen::Map<const MatrixD> xt(tokens.x.data() + t0 * d, d, len);
-          const Eigen::Map<const MatrixD> yt(tokens.y.data() + t0 * dy, dy, len);
-          outs[j] = ChunkOut{};
+          const Eigen::Map<const MatrixX<T>> xt(tokens.x.data() + t0 * d, d, len);
+          const Eigen::Map<const MatrixX<T>> yt(tokens.y.data() + t0 * dy, dy, len);
+          outs[j] = ChunkOut<T>{};
           body(k, t0, xt, yt, outs[j]);
         }
       });
@@ -97,5 +126,10 @@ std::vector<double> token_pass(const TokenRows& tokens, const std::vector<Regres
   }
   return scalars;
 }
+
+template std::vector<double> token_pass(const TokenRows<double>&, const std::vector<RegressionAccumulator*>&,
+                                        const ChunkBody<double>&);
+template std::vector<double> token_pass(const TokenRows<float>&, const std::vector<RegressionAccumulator*>&,
+                                        const ChunkBody<float>&);
 
 }  // namespace latentllm::compress

@@ -199,9 +199,15 @@ TEST(PlanCompressMemory, TotalsAreTheHandComputedBytes) {
   constexpr std::int64_t kRuntime = (256 << 20) + 4 * 64, kChunks = 2 * 12 * 8 * (std::int64_t{4} << 20);
   const std::int64_t common = 2 * 8576 + 64 + (3072 + 1536) + 4 * 64 * 16 + 4 * 64 * 104 + kRuntime;
   const auto plan = compress::plan_compress_memory(*m, 64, 8, o, std::int64_t{2} << 30);
+  // Joint up-down with float passes (the default): inputs and outputs in float, plus the float
+  // products of a chunk ([20, 20] + [20, 16]) before they are added to the double statistics.
+  const std::int64_t ud_common = 4 * 64 * 20 + 8 * (5 * 400 + 15 * 20 * 16) + kChunks;
   EXPECT_EQ(plan.total(), common + 4 * 64 * (16 + 24) + 8 * (2 * 256 + 576) + 4 * 64 * 16 +
-                              (8 * 64 * 2 * 16 + 4 * 64 * 20 + 8 * (5 * 400 + 15 * 20 * 16) + kChunks));
+                              (4 * 64 * 2 * 16 + 4 * (400 + 20 * 16) + ud_common));
   EXPECT_TRUE(plan.fits());
+  o.ud_f32 = false;  // in double: inputs and outputs in double, no float products
+  EXPECT_EQ(compress::plan_compress_memory(*m, 64, 8, o, std::int64_t{2} << 30).total(),
+            common + 4 * 64 * (16 + 24) + 8 * (2 * 256 + 576) + 4 * 64 * 16 + (8 * 64 * 2 * 16 + ud_common));
   o.joint.ud = false;  // the down_proj input (20 wide) is tapped; a local decomposition instead
   o.pipeline.resume_limit_bytes = 0;  // passes on per-batch copies
   const auto local = compress::plan_compress_memory(*m, 64, 8, o, 1000);

@@ -21,7 +21,10 @@ void add_method_options(CLI::App* sub, MethodArgs& a) {
   sub->add_option("--ud-iters", a.ud_iters, "Joint up-down iterations")->capture_default_str()->group("Method");
   sub->add_option("--ud-tokens", a.ud_tokens,
                   "Joint up-down on at most this many calibration tokens (evenly strided; 0 = all): bounds its "
-                  "time (its passes over the tokens) and its inputs and outputs kept in double")->capture_default_str()->group("Method");
+                  "time (its passes over the tokens) and the inputs and outputs it keeps")->capture_default_str()->group("Method");
+  sub->add_option("--ud-precision", a.ud_precision,
+                  "Joint up-down's passes over the tokens: f32 (sgemm, statistics summed in double) or f64")
+      ->check(CLI::IsMember({"f32", "f64"}))->capture_default_str()->group("Method");
   sub->add_option("--rope-window", a.rope_window, "RoPE-aware joint Q-K over offsets 0..w (0 = plain)")
       ->capture_default_str()->group("Method");
   sub->add_flag("--diagnostics", a.diagnostics,
@@ -88,6 +91,7 @@ compress::CompressOptions to_compress_options(const MethodArgs& a, const std::st
   }
   if (a.ud_tokens < 0) throw ConfigError(fmt::format("--ud-tokens (expected >= 0, got {})", a.ud_tokens));
   o.ud_max_tokens = a.ud_tokens;
+  o.ud_f32 = a.ud_precision == "f32";
   if (a.batch <= 0) throw ConfigError(fmt::format("--batch (expected > 0, got {})", a.batch));
   o.qk_iters = a.qk_iters;
   o.vo_iters = a.vo_iters;
@@ -119,7 +123,7 @@ calib::CalibOptions to_calib_options(const CalibArgs& a, const model::ModelConfi
 nlohmann::json method_json(const MethodArgs& a, const std::string& method, double ratio) {
   return {{"method", method}, {"ratio", ratio}, {"junction", a.junction}, {"lambda_rel", a.lambda_rel},
           {"alpha", a.alpha}, {"joint", method == "latentllm" ? a.joint : "none"}, {"qk_iters", a.qk_iters},
-          {"vo_iters", a.vo_iters}, {"ud_iters", a.ud_iters}, {"rope_window", a.rope_window}, {"ud_tokens", a.ud_tokens},
+          {"vo_iters", a.vo_iters}, {"ud_iters", a.ud_iters}, {"rope_window", a.rope_window}, {"ud_tokens", a.ud_tokens}, {"ud_precision", a.ud_precision},
           {"intra_layer", !a.no_intra_layer}, {"covariance", a.covariance}};
 }
 
