@@ -183,6 +183,20 @@ inline bool report_input(ForwardObserver* obs, int layer, Site site, const Matri
   return obs->done_after(site);
 }
 
+// What one decoder layer keeps of the positions it has seen, for incremental decoding: the keys (after
+// RoPE) and values of each position, float32. A struct per layer so that a layer can later keep
+// something else in their place (the latents c_k = A_k·x, c_v = A_v·x of a jointly compressed
+// attention, issue 14 item 3) without changing the forward's interface.
+struct LayerKvCache {
+  MatrixF k;  // [capacity, H_kv·d_h]; rows [0, length) hold positions 0..length−1
+  MatrixF v;  // [capacity, H_kv·d_h]
+  // Writes k, v: [n, H_kv·d_h] into rows [first, first + n); Error when they leave the capacity or
+  // the width differs.
+  void store(int first, const MatrixF& new_k, const MatrixF& new_v);
+  // Bytes per cached position.
+  std::int64_t bytes_per_token() const { return static_cast<std::int64_t>(k.cols() + v.cols()) * 4; }
+};
+
 // A decoder layer's forward stopped at a site, so that it can resume there: calibration runs each
 // module of a layer once across its stages instead of re-running the layer from its input.
 struct LayerState {
@@ -194,6 +208,11 @@ struct LayerState {
   // then the sum (OPT post-LN: normalized).
   MatrixF resid;
   MatrixF x;      // [n_seq·T, width of `at`] the input of site `at`; empty when `at` is
+  // Incremental decoding (Model::forward_cached): when set, resid holds T new positions of one sequence
+  // (n_seq = 1) that follow the `past` positions whose keys and values kv holds; the layer stores the
+  // new ones in kv and attends to all past + T. Null: whole windows, positions from 0 in each.
+  LayerKvCache* kv = nullptr;
+  int past = 0;
 };
 
 // One decoder layer's modules, in the order of the architecture's module table (forward order).
@@ -245,6 +264,7 @@ struct WeightFootprint {
   std::int64_t all_layers() const;
 };
 
+class KvCache;
 class WeightLoader;  // src/model/weights.hpp
 class WeightTable;  // the token embedding / LM head (src/model/weight_table.hpp)
 struct WeightSource;  // the open checkpoint of a lazy model (src/model/weights.hpp)
@@ -302,6 +322,19 @@ class Model {
   // Final norm (+ OPT project_out) and LM head: h: [n, d] -> logits: [n, V].
   virtual void head(const MatrixF& h, MatrixF& logits) const;
 
+  // ---- incremental decoding (KV cache) ----
+  // ids: [n] tokens at the consecutive positions first..first+n−1 of one sequence -> h: [n, d] (OPT
+  // adds the learned positions of those positions). ConfigError when they pass max_position_embeddings
+  // (OPT's position table).
+  virtual void embed_from(std::span<const std::int32_t> ids, int first, MatrixF& h) const = 0;
+  // Runs ids: [n], the next n positions of the sequence whose first cache.length() positions `cache`
+  // holds, through embed, every layer (the same layer code as a full forward, attending to the cached
+  // keys and values) and the head; appends their keys and values to the cache. logits: [n, V] of
+  // every new position, or [1, V] of the last when last_only. Prefill is one call with the prompt,
+  // decoding one call per token. ConfigError "<dir>: positions <a>..<b> (expected at most the
+  // cache's capacity <c> <= max_position_embeddings <m>)" when they do not fit.
+  void forward_cached(std::span<const std::int32_t> ids, KvCache& cache, MatrixF& logits, bool last_only = false) const;
+
   // Sum of next-token NLL (natural log) over the T−1 predicted tokens of each window, in double.
   // ids: [n_seq·T]. Runs embed, all layers and the head; the head is fused with the log-softmax
   // (row blocks × vocabulary blocks, an online log-sum-exp in double), so the [n, V] logits are
@@ -339,6 +372,32 @@ class Model {
   std::vector<char> loaded_;               // [num_layers] layer_loaded
   std::shared_ptr<WeightSource> source_;   // lazy models only
   WeightFootprint footprint_;
+};
+
+// The KV cache of one sequence: one LayerKvCache per decoder layer, room for `capacity` positions.
+class KvCache {
+ public:
+  // Allocates capacity positions for every layer of m (its attention geometry). ConfigError
+  // "<dir>: KV cache of <c> positions (expected 1..max_position_embeddings = <m>)" otherwise.
+  KvCache(const Model& m, int capacity);
+  int length() const { return length_; }      // positions cached
+  int capacity() const { return capacity_; }
+  LayerKvCache& layer(int i) { return layers_.at(static_cast<std::size_t>(i)); }
+  const LayerKvCache& layer(int i) const { return layers_.at(static_cast<std::size_t>(i)); }
+  // Bytes one position takes over all layers (float32 keys and values: 2·L·H_kv·d_h·4).
+  std::int64_t bytes_per_token() const;
+  // Bytes of the cached positions (length() · bytes_per_token()), and of the whole allocation.
+  std::int64_t bytes() const { return length_ * bytes_per_token(); }
+  std::int64_t allocated_bytes() const { return capacity_ * bytes_per_token(); }
+  // Marks n more positions as cached (Model::forward_cached, after every layer stored them).
+  void advance(int n) { length_ += n; }
+  // Forgets every position (the allocation stays).
+  void clear() { length_ = 0; }
+
+ private:
+  std::vector<LayerKvCache> layers_;
+  int capacity_ = 0;
+  int length_ = 0;
 };
 
 // Wall-clock breakdown of forward passes, for the throughput benchmark (bench/). Off by default;

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,6 +39,41 @@ class Tokenizer {
   virtual std::optional<std::int32_t> bos_id() const = 0;
   // The vocabulary string of `id` (byte-level / "▁" form, as in the files); empty if out of range.
   virtual std::string id_to_token(std::int32_t id) const = 0;
+  // The text of `ids` as Hugging Face's tokenizer.decode(ids, skip_special_tokens=True) gives it,
+  // without clean_up_tokenization_spaces: special tokens are skipped (BOS, EOS, SentencePiece's
+  // control and unknown pieces), the tokenizer's decoder applies (tokenizer.json "decoder": ByteLevel,
+  // Metaspace, Replace, ByteFallback, Fuse, Strip, Sequence; GPT-2 BPE: ByteLevel; SentencePiece:
+  // sentencepiece's own decoder), so the leading space of the first word is dropped where the
+  // tokenizer does (Metaspace, Strip, SentencePiece's dummy prefix) and kept where it does not (byte
+  // level). Bytes that do not form valid UTF-8 (a character whose bytes are split across tokens and
+  // not all there yet) become U+FFFD, so the result is valid UTF-8. Throws FormatError "<file>: token
+  // id <id> (expected one of the tokenizer's ids, 0..<V − 1>)" for an id the tokenizer does not have,
+  // and "<file>: decoder: type \"X\" is not supported (...)" for an unsupported tokenizer.json decoder.
+  virtual std::string decode(std::span<const std::int32_t> ids) const = 0;
+};
+
+// Incremental detokenization: the text that ids add, one at a time, after a prefix (the prompt). Each
+// push decodes the whole sequence (Tokenizer::decode) and returns what it adds after the text already
+// returned, so the pieces concatenate to decode(prefix + ids) after decode(prefix) exactly, for every
+// tokenizer rule (a leading space dropped after BOS, bytes of one character split across tokens). A
+// trailing U+FFFD, which may be an incomplete character that the next token completes, is held back
+// until a later push or finish().
+class TextStream {
+ public:
+  TextStream(const Tokenizer& tok, std::vector<std::int32_t> prefix);
+  // Appends id; returns the text it makes final (possibly empty). Throws as Tokenizer::decode.
+  std::string push(std::int32_t id);
+  // The text held back at the end of the stream.
+  std::string finish();
+  // Everything returned so far.
+  const std::string& text() const { return emitted_; }
+
+ private:
+  const Tokenizer& tok_;
+  std::vector<std::int32_t> ids_;
+  std::string prefix_text_;  // decode(prefix)
+  std::string emitted_;      // returned after prefix_text_
+  std::string full_;         // the last decode(prefix + ids)
 };
 
 // Loads the tokenizer a model directory ships, in order of preference: tokenizer.json,

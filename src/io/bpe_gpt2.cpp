@@ -90,6 +90,8 @@ std::unique_ptr<Tokenizer> load_gpt2_bpe(const std::filesystem::path& vocab_json
 
   HfTokenizerParts parts;
   parts.kind = "gpt2-bpe";
+  parts.origin = vocab_json.string();
+  parts.decoder = make_byte_level_decoder();
   try {
     parts.added_tokens = special_tokens(config, vocab, next_id);
   } catch (const nlohmann::json::exception& e) {

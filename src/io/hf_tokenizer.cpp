@@ -1,6 +1,9 @@
 #include "io/hf_tokenizer.hpp"
 
+#include <fmt/format.h>
+
 #include "io/unicode.hpp"
+#include "latentllm/error.hpp"
 
 namespace latentllm::io {
 
@@ -24,7 +27,10 @@ HfTokenizer::HfTokenizer(HfTokenizerParts parts) : parts_(std::move(parts)) {
   // Ids are in [0, kMaxTokenId] (the loaders check), so the largest + 1 does not overflow.
   id_to_token_.reserve(parts_.model->vocab().size() + parts_.added_tokens.size());
   for (const auto& [tok, id] : parts_.model->vocab()) id_to_token_[id] = tok;
-  for (const AddedToken& t : parts_.added_tokens) id_to_token_[t.id] = t.content;
+  for (const AddedToken& t : parts_.added_tokens) {
+    id_to_token_[t.id] = t.content;
+    if (t.special) special_ids_.insert(t.id);
+  }
   for (const auto& [id, tok] : id_to_token_) vocab_size_ = std::max<std::int64_t>(vocab_size_, std::int64_t{id} + 1);
 }
 
@@ -36,6 +42,28 @@ std::optional<std::int32_t> HfTokenizer::bos_id() const {
 std::string HfTokenizer::id_to_token(std::int32_t id) const {
   const auto it = id_to_token_.find(id);
   return it == id_to_token_.end() ? std::string() : it->second;
+}
+
+std::string HfTokenizer::decode(std::span<const std::int32_t> ids) const {
+  if (!parts_.decoder_error.empty()) throw FormatError(parts_.decoder_error);
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
+  for (const std::int32_t id : ids) {
+    const auto it = id_to_token_.find(id);
+    if (it == id_to_token_.end()) {
+      throw FormatError(fmt::format("{}: token id {} (expected one of the tokenizer's ids, 0..{})", parts_.origin, id,
+                                    vocab_size_ - 1));
+    }
+    if (!special_ids_.contains(id)) tokens.push_back(it->second);
+  }
+  std::string out;
+  if (parts_.decoder) {
+    parts_.decoder->decode_chain(tokens);
+    for (const std::string& t : tokens) out += t;
+  } else {
+    for (std::size_t i = 0; i < tokens.size(); ++i) out += (i > 0 ? " " : "") + tokens[i];
+  }
+  return out;
 }
 
 // Steps 1-2 of the pipeline (tokenizers' AddedVocabulary::extract_and_normalize).

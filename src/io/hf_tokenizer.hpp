@@ -12,9 +12,11 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "io/bpe_model.hpp"
+#include "io/hf_decoder.hpp"
 #include "io/hf_components.hpp"
 #include "latentllm/tokenizer.hpp"
 
@@ -27,6 +29,11 @@ struct HfTokenizerParts {
   std::unique_ptr<PreTokenizer> pre_tokenizer;  // may be null: the whole piece is one word
   std::unique_ptr<BpeModel> model;
   std::vector<std::int32_t> prefix_ids, suffix_ids;  // added around the ids when add_special_tokens
+  std::string origin;                        // the file, for messages
+  // decode(): the decoder (null: tokens joined by " ", as tokenizers does without one), or, when the
+  // file's decoder is not supported, why (decode() throws it; encoding does not need the decoder).
+  std::unique_ptr<Decoder> decoder;
+  std::string decoder_error;
 };
 
 class HfTokenizer final : public Tokenizer {
@@ -38,6 +45,7 @@ class HfTokenizer final : public Tokenizer {
   std::int64_t vocab_size() const override { return vocab_size_; }
   std::optional<std::int32_t> bos_id() const override;
   std::string id_to_token(std::int32_t id) const override;
+  std::string decode(std::span<const std::int32_t> ids) const override;
 
  private:
   std::vector<Piece> split_and_normalize(std::string_view text) const;
@@ -47,6 +55,7 @@ class HfTokenizer final : public Tokenizer {
   // Keyed by id: ids need not be dense, and a file with one id near kMaxTokenId must not cost gigabytes.
   std::unordered_map<std::int32_t, std::string> id_to_token_;
   std::int64_t vocab_size_ = 0;  // largest id + 1
+  std::unordered_set<std::int32_t> special_ids_;  // added tokens with special = true (skipped by decode)
 };
 
 }  // namespace latentllm::io

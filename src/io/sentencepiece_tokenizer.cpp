@@ -147,6 +147,24 @@ class SentencePieceTokenizer final : public Tokenizer {
     if (id < 0 || id >= sp_.GetPieceSize()) return {};
     return sp_.IdToPiece(id);
   }
+  // sentencepiece's decoder over the ids without control and unknown pieces (HF's skip_special_tokens):
+  // "▁" -> " ", the first piece's dummy-prefix space dropped, byte pieces joined (U+FFFD for bytes
+  // that are not valid UTF-8).
+  std::string decode(std::span<const std::int32_t> ids) const override {
+    std::vector<int> kept;
+    kept.reserve(ids.size());
+    for (const std::int32_t id : ids) {
+      if (id < 0 || id >= sp_.GetPieceSize()) {
+        throw FormatError(fmt::format("{}: token id {} (expected one of the tokenizer's ids, 0..{})", origin_, id,
+                                      sp_.GetPieceSize() - 1));
+      }
+      if (!sp_.IsControl(id) && !sp_.IsUnknown(id)) kept.push_back(id);
+    }
+    std::string text;
+    const auto status = guarded("decoding", [&] { return sp_.Decode(kept, &text); });
+    if (!status.ok()) throw FormatError(fmt::format("{}: decoding failed ({})", origin_, status.ToString()));
+    return text;
+  }
 
  private:
   // The id of the config's token (a piece name), else the model's own id; nullopt if neither exists.

@@ -4,8 +4,10 @@
 //   pre_tokenizer:  Sequence, Split (String or Regex, every behavior, invert), ByteLevel, Metaspace
 //   model:          BPE (merges as "a b" strings or [a, b] pairs; byte_fallback, fuse_unk, ignore_merges)
 //   post_processor: TemplateProcessing, ByteLevel (adds nothing), Sequence of those
-// The decoder, truncation and padding sections do not affect encoding and are ignored (transformers
-// disables truncation/padding unless a call asks for them).
+//   decoder:        ByteLevel, Metaspace, Replace (String), ByteFallback, Fuse, Strip, Sequence (decode
+//                   only: another decoder fails decode(), not the load)
+// The truncation and padding sections do not affect encoding and are ignored (transformers disables
+// truncation/padding unless a call asks for them).
 #include <fmt/format.h>
 
 #include "io/hf_tokenizer.hpp"
@@ -204,6 +206,43 @@ void parse_post_processor(const json& j, const std::string& where, const TokenRe
   }
 }
 
+std::unique_ptr<Decoder> parse_decoder(const json& j, const std::string& where) {
+  const std::string type = type_of(j, where);
+  if (type == "Sequence") {
+    std::vector<std::unique_ptr<Decoder>> parts;
+    for (const auto& d : j.at("decoders")) parts.push_back(parse_decoder(d, where));
+    return make_sequence_decoder(std::move(parts));
+  }
+  if (type == "ByteLevel") return make_byte_level_decoder();
+  if (type == "ByteFallback") return make_byte_fallback_decoder();
+  if (type == "Fuse") return make_fuse_decoder();
+  if (type == "Replace") {
+    const json& p = j.at("pattern");
+    if (!p.contains("String")) throw FormatError(fmt::format("{}: Replace decoder (expected a String pattern, got {})", where, p.dump()));
+    return make_replace_decoder(p["String"].get<std::string>(), j.at("content").get<std::string>());
+  }
+  if (type == "Strip") {
+    const std::string content = j.at("content").get<std::string>();
+    std::size_t end = 0;
+    const char32_t c = content.empty() ? U'\0' : next_code_point(content, end);
+    if (content.empty() || end != content.size()) {
+      throw FormatError(fmt::format("{}: Strip content (expected one character, got \"{}\")", where, content));
+    }
+    return make_strip_decoder(c, j.at("start").get<int>(), j.at("stop").get<int>());
+  }
+  if (type == "Metaspace") {
+    const std::string replacement = j.value("replacement", std::string("\u2581"));
+    bool strip_first = true;
+    if (j.contains("prepend_scheme")) {
+      strip_first = j["prepend_scheme"].get<std::string>() != "never";
+    } else if (j.contains("add_prefix_space")) {
+      strip_first = j["add_prefix_space"].get<bool>();
+    }
+    return make_metaspace_decoder(replacement, strip_first);
+  }
+  unsupported(where, type, "ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip, Sequence");
+}
+
 bool is_llama_class(const json& config) {
   const std::string cls = config.value("tokenizer_class", std::string());
   return cls == "LlamaTokenizer" || cls == "LlamaTokenizerFast" || cls == "CodeLlamaTokenizer" ||
@@ -218,6 +257,7 @@ std::unique_ptr<Tokenizer> load_tokenizer_json(const std::filesystem::path& file
   try {
     HfTokenizerParts parts;
     parts.kind = "tokenizer.json:BPE";
+    parts.origin = origin;
     if (!doc.is_object() || !doc.contains("model")) throw FormatError(fmt::format("{}: no \"model\"", origin));
     parts.model = parse_model(doc["model"], origin + ": model");
     if (doc.contains("added_tokens")) parts.added_tokens = parse_added_tokens(doc["added_tokens"]);
@@ -226,6 +266,15 @@ std::unique_ptr<Tokenizer> load_tokenizer_json(const std::filesystem::path& file
     }
     if (doc.contains("pre_tokenizer") && !doc["pre_tokenizer"].is_null()) {
       parts.pre_tokenizer = parse_pre_tokenizer(doc["pre_tokenizer"], origin + ": pre_tokenizer");
+    }
+    if (doc.contains("decoder") && !doc["decoder"].is_null()) {
+      try {
+        parts.decoder = parse_decoder(doc["decoder"], origin + ": decoder");
+      } catch (const FormatError& e) {
+        parts.decoder_error = e.what();
+      } catch (const nlohmann::json::exception& e) {
+        parts.decoder_error = fmt::format("{}: decoder: unexpected structure ({})", origin, e.what());
+      }
     }
     const TokenResolver resolve{parts.added_tokens, *parts.model, origin};
     if (doc.contains("post_processor") && !doc["post_processor"].is_null()) {

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/gemm.hpp"
+#include "latentllm/model.hpp"
 #include "latentllm/error.hpp"
 #include "core/parallel.hpp"
 #include "model/profile.hpp"
@@ -28,28 +29,31 @@ float exp_prefix(float* s, int n_keys) {
   return a.sum();
 }
 
-// One window, one query head: rows [w·T, (w+1)·T) of q/k/v, columns of head h / kv head g.
+// One window, one query head: rows [w·T, (w+1)·T) of q, [w·K, (w+1)·K) of k and v (K = past + T keys a
+// window holds), columns of head h / kv head g. Query row i is at position past + i.
 void attend_head(const MatrixF& q, const MatrixF& k, const MatrixF& v, const AttentionShape& s, int w, int h,
                  MatrixF& out, core::ScratchF& scores) {
   const int g = h / (s.H / s.H_kv);
+  const int K = s.past + s.T;
   const int ldq = static_cast<int>(q.cols()), ldk = static_cast<int>(k.cols()), ldo = static_cast<int>(out.cols());
-  const std::int64_t row0 = static_cast<std::int64_t>(w) * s.T;
+  const std::int64_t row0 = static_cast<std::int64_t>(w) * s.T, key0 = static_cast<std::int64_t>(w) * K;
   const float* qh = q.data() + row0 * ldq + static_cast<std::int64_t>(h) * s.d_h;  // [T, d_h], ld ldq
-  const float* kh = k.data() + row0 * ldk + static_cast<std::int64_t>(g) * s.d_h;  // [T, d_h], ld ldk
-  const float* vh = v.data() + row0 * ldk + static_cast<std::int64_t>(g) * s.d_h;  // [T, d_h], ld ldk
+  const float* kh = k.data() + key0 * ldk + static_cast<std::int64_t>(g) * s.d_h;  // [K, d_h], ld ldk
+  const float* vh = v.data() + key0 * ldk + static_cast<std::int64_t>(g) * s.d_h;  // [K, d_h], ld ldk
   float* oh = out.data() + row0 * ldo + static_cast<std::int64_t>(h) * s.d_h;      // [T, d_h], ld ldo
-  scores.resize(static_cast<std::size_t>(kBlock) * s.T);
+  scores.resize(static_cast<std::size_t>(kBlock) * K);
   for (int i0 = 0; i0 < s.T; i0 += kBlock) {
     const int rows = std::min(kBlock, s.T - i0);
-    const int k0 = first_key(i0, s.window);
-    const int keys = i0 + rows - k0;  // the block's queries see keys [k0, i0 + rows) between them
+    const int p0 = s.past + i0;  // position of the block's first query
+    const int k0 = first_key(p0, s.window);
+    const int keys = p0 + rows - k0;  // the block's queries see keys [k0, p0 + rows) between them
     // S: [rows, keys] = scale · Q[i0:i0+rows]·K[k0:k0+keys]ᵀ
     core::sgemm_rm(false, true, rows, keys, s.d_h, s.scale, qh + static_cast<std::int64_t>(i0) * ldq, ldq,
                    kh + static_cast<std::int64_t>(k0) * ldk, ldk, 0.0f, scores.data(), keys);
     float inv_sum[kBlock];
     for (int r = 0; r < rows; ++r) {
       float* sr = scores.data() + static_cast<std::int64_t>(r) * keys;
-      const int lo = first_key(i0 + r, s.window) - k0, hi = i0 + r + 1 - k0;  // query i0+r sees [lo, hi)
+      const int lo = first_key(p0 + r, s.window) - k0, hi = p0 + r + 1 - k0;  // query p0+r sees [lo, hi)
       std::fill(sr, sr + lo, 0.0f);
       inv_sum[r] = 1.0f / exp_prefix(sr + lo, hi - lo);
       std::fill(sr + hi, sr + keys, 0.0f);
@@ -69,27 +73,29 @@ void attend_head(const MatrixF& q, const MatrixF& k, const MatrixF& v, const Att
 double causal_attention_flops(const AttentionShape& s, std::int64_t n_seq) {
   double keys_total = 0;  // Σ over row blocks of rows × keys multiplied
   for (int i0 = 0; i0 < s.T; i0 += kBlock) {
-    const int rows = std::min(kBlock, s.T - i0);
-    keys_total += static_cast<double>(rows) * (i0 + rows - first_key(i0, s.window));
+    const int rows = std::min(kBlock, s.T - i0), p0 = s.past + i0;
+    keys_total += static_cast<double>(rows) * (p0 + rows - first_key(p0, s.window));
   }
   return 2.0 * 2.0 * keys_total * s.d_h * s.H * static_cast<double>(n_seq);
 }
 
 void causal_attention(const MatrixF& q, const MatrixF& k, const MatrixF& v, const AttentionShape& s, MatrixF& out) {
   const std::int64_t n = q.rows();
-  if (s.T <= 0 || s.H <= 0 || s.H_kv <= 0 || s.H % s.H_kv != 0 || n % s.T != 0 || s.window < 0 ||
+  const std::int64_t n_seq = s.T > 0 ? n / s.T : 0, keys = n_seq * (static_cast<std::int64_t>(s.past) + s.T);
+  // One window may read a cache with room for more positions than it holds.
+  const bool rows_ok = n_seq == 1 ? k.rows() >= keys && v.rows() >= keys : k.rows() == keys && v.rows() == keys;
+  if (s.T <= 0 || s.H <= 0 || s.H_kv <= 0 || s.H % s.H_kv != 0 || n % s.T != 0 || s.window < 0 || s.past < 0 ||
       q.cols() != static_cast<std::int64_t>(s.H) * s.d_h || k.cols() != static_cast<std::int64_t>(s.H_kv) * s.d_h ||
-      v.cols() != k.cols() || k.rows() != n || v.rows() != n) {
-    throw Error(fmt::format("causal_attention: shapes (q [{}, {}], k [{}, {}], v [{}, {}], T {}, H {}, H_kv {}, d_h {}, "
-                            "window {})", q.rows(), q.cols(), k.rows(), k.cols(), v.rows(), v.cols(), s.T, s.H, s.H_kv,
-                            s.d_h, s.window));
+      v.cols() != k.cols() || !rows_ok) {
+    throw Error(fmt::format("causal_attention: shapes (q [{}, {}], k [{}, {}], v [{}, {}], T {}, past {}, H {}, H_kv {}, "
+                            "d_h {}, window {})", q.rows(), q.cols(), k.rows(), k.cols(), v.rows(), v.cols(), s.T,
+                            s.past, s.H, s.H_kv, s.d_h, s.window));
   }
-  const int n_seq = static_cast<int>(n / s.T);
   detail::ProfileScope scope(&ForwardProfile::attention_s, &ForwardProfile::attention_flops,
                              causal_attention_flops(s, n_seq));
 
   out.resize(n, q.cols());
-  const int tasks = n_seq * s.H;
+  const int tasks = static_cast<int>(n_seq) * s.H;
   core::BlasSingleThreaded single;
   core::parallel_for(tasks, 1, [&](std::int64_t t0, std::int64_t t1) {
     // Aligned scratch: Eigen's vectorized reductions peel unaligned heads, so their summation order
@@ -97,6 +103,17 @@ void causal_attention(const MatrixF& q, const MatrixF& k, const MatrixF& v, cons
     thread_local core::ScratchF scores;  // [kBlock, T] per thread
     for (std::int64_t t = t0; t < t1; ++t) attend_head(q, k, v, s, static_cast<int>(t / s.H), static_cast<int>(t % s.H), out, scores);
   });
+}
+
+void layer_attention(const MatrixF& q, const MatrixF& k, const MatrixF& v, AttentionShape s, LayerKvCache* kv,
+                     int past, MatrixF& out) {
+  if (kv == nullptr) {
+    causal_attention(q, k, v, s, out);
+    return;
+  }
+  kv->store(past, k, v);
+  s.past = past;
+  causal_attention(q, kv->k, kv->v, s, out);
 }
 
 }  // namespace latentllm::model

@@ -14,11 +14,16 @@ struct AttentionShape {
   // Sliding window (Mistral): query t sees keys (t − window, t], itself included, as HF's mask
   // kv_idx > q_idx − sliding_window; 0 = plain causal, keys [0, t].
   int window = 0;
+  // Positions before each window's first query whose keys and values k and v also hold (incremental
+  // decoding with a KV cache): query t of a window is at position past + t and sees keys [0, past + t]
+  // (or its sliding window of them). 0 = whole windows.
+  int past = 0;
 };
 
 // out = softmax(scale · Q_h·K_hᵀ + causal (sliding-window) mask)·V_h per window and head, heads concatenated.
-// q: [n_seq·T, H·d_h], k, v: [n_seq·T, H_kv·d_h] -> out: [n_seq·T, H·d_h]. Windows are independent
-// (positions restart at 0 in each). Scores and ·V are sgemm calls on row blocks of a window, keys
+// q: [n_seq·T, H·d_h], k, v: [n_seq·(past + T), H_kv·d_h] -> out: [n_seq·T, H·d_h]. Windows are
+// independent (positions restart at 0 in each). With n_seq = 1, k and v may have more rows than
+// past + T (a cache's capacity); rows after them are not read. Scores and ·V are sgemm calls on row blocks of a window, keys
 // beyond the block's last query (and before its first query's sliding window) skipped; the softmax
 // runs in float with max subtraction.
 void causal_attention(const MatrixF& q, const MatrixF& k, const MatrixF& v, const AttentionShape& s, MatrixF& out);
@@ -26,5 +31,13 @@ void causal_attention(const MatrixF& q, const MatrixF& k, const MatrixF& v, cons
 // FLOPs of causal_attention's two GEMMs for n_seq windows (2 per multiply-add; the block-causal
 // region it multiplies, not the full T×T square). H_kv and scale do not enter.
 double causal_attention_flops(const AttentionShape& s, std::int64_t n_seq);
+
+struct LayerKvCache;  // latentllm/model.hpp
+
+// The attention of a layer whose forward may be incremental: without a cache (kv null), causal_attention
+// over whole windows; with one, q, k, v: [T, ...] are T new positions of one sequence after the `past`
+// ones kv holds: k and v are stored in kv's rows [past, past + T) and the queries attend to all past + T.
+void layer_attention(const MatrixF& q, const MatrixF& k, const MatrixF& v, AttentionShape s, LayerKvCache* kv,
+                     int past, MatrixF& out);
 
 }  // namespace latentllm::model

@@ -163,6 +163,12 @@ class LlamaModel final : public Model {
     embed_tokens_.gather(ids, h);  // [n, d]
   }
 
+  // RoPE needs no position here (attention rotates q and k at theirs); the window is checked by forward_cached.
+  void embed_from(std::span<const std::int32_t> ids, int /*first*/, MatrixF& h) const override {
+    detail::ProfileScope scope(&ForwardProfile::other_s);
+    embed_tokens_.gather(ids, h);  // [n, d]
+  }
+
   // Each block runs from the site the state stands at to the next (layer_resume in model.hpp).
   void layer_resume(int i, LayerState& s, int T, ForwardObserver* obs) const override {
     const DecoderLayer& L = layer(i);
@@ -175,7 +181,7 @@ class LlamaModel final : public Model {
       if (reach(s, Site::AttnIn, obs, i)) return;
     }
     if (s.at == Site::AttnIn) {
-      attention(L, x, T, y);  // [n, H·d_h]
+      attention(L, x, T, s.kv, s.past, y);  // [n, H·d_h]
       x.swap(y);
       if (reach(s, Site::AttnOut, obs, i)) return;
     }
@@ -230,8 +236,9 @@ class LlamaModel final : public Model {
     return {T, H, H_kv, d_h, 1.0f / std::sqrt(static_cast<float>(d_h)), window_};
   }
 
-  // x: [n, d] the attention block's input -> a: [n, H·d_h] the concatenated head outputs.
-  void attention(const DecoderLayer& L, const MatrixF& x, int T, MatrixF& a) const {
+  // x: [n, d] the attention block's input -> a: [n, H·d_h] the concatenated head outputs; with a KV
+  // cache (kv), x holds T new positions past..past+T−1 of one sequence (layer_attention).
+  void attention(const DecoderLayer& L, const MatrixF& x, int T, LayerKvCache* kv, int past, MatrixF& a) const {
     const int d_h = static_cast<int>(config_.head_dim);
     MatrixF q, k, v;  // q: [n, H·d_h]; k, v: [n, H_kv·d_h]
     L.linears[kQ].forward(x, q);
@@ -243,11 +250,11 @@ class LlamaModel final : public Model {
         rms_norm_heads(q, d_h, L.norm(kQNorm), eps_);
         rms_norm_heads(k, d_h, L.norm(kKNorm), eps_);
       }
-      const RopeTable rope = rope_table(config_.rope, T, d_h);
+      const RopeTable rope = rope_table(config_.rope, T, d_h, past);
       apply_rope(q, T, d_h, rope);
       apply_rope(k, T, d_h, rope);
     }
-    causal_attention(q, k, v, attention_shape(T), a);
+    layer_attention(q, k, v, attention_shape(T), kv, past, a);
   }
 
   void norm(const MatrixF& x, const VectorF& weight, MatrixF& y) const {

@@ -84,19 +84,20 @@ class OptModel final : public Model {
   std::string_view family() const override { return "opt"; }
 
   void embed(std::span<const std::int32_t> ids, int T, MatrixF& h) const override {
-    detail::ProfileScope scope(&ForwardProfile::other_s);
     if (T <= 0 || ids.size() % static_cast<std::size_t>(T) != 0 || T > config_.max_position_embeddings) {
       throw ConfigError(fmt::format("{}: window of {} tokens (expected 1..{} dividing {} ids)", dir_.string(), T,
                                     config_.max_position_embeddings, ids.size()));
     }
-    MatrixF e;  // [n, p]
-    embed_tokens_.gather(ids, e);
-    if (project_in_.in > 0) {
-      project_in_.forward(e, h);  // [n, d]
-    } else {
-      h = std::move(e);
+    embed_at(ids, T, 0, h);
+  }
+
+  void embed_from(std::span<const std::int32_t> ids, int first, MatrixF& h) const override {
+    const auto n = static_cast<std::int64_t>(ids.size());
+    if (n < 1 || first < 0 || first + n > config_.max_position_embeddings) {
+      throw ConfigError(fmt::format("{}: positions {}..{} (expected within max_position_embeddings = {})",
+                                    dir_.string(), first, first + n - 1, config_.max_position_embeddings));
     }
-    for (std::int64_t i = 0; i < h.rows(); ++i) h.row(i) += embed_positions_.row(i % T + kPositionOffset);
+    embed_at(ids, static_cast<int>(n), first, h);
   }
 
   // Each block runs from the site the state stands at to the next (layer_resume in model.hpp).
@@ -112,7 +113,7 @@ class OptModel final : public Model {
       if (reach(s, Site::AttnIn, obs, i)) return;
     }
     if (s.at == Site::AttnIn) {
-      attention(L, x, T, y);
+      attention(L, x, T, s.kv, s.past, y);
       x.swap(y);
       if (reach(s, Site::AttnOut, obs, i)) return;
     }
@@ -188,13 +189,27 @@ class OptModel final : public Model {
     return {T, H, H, d_h, 1.0f / std::sqrt(static_cast<float>(d_h))};
   }
 
-  // x: [n, d] the attention block's input -> a: [n, d] the concatenated head outputs.
-  void attention(const DecoderLayer& L, const MatrixF& x, int T, MatrixF& a) const {
+  // ids: [n_seq·T] -> h: [n_seq·T, d]; row i is at position first + i mod T.
+  void embed_at(std::span<const std::int32_t> ids, int T, int first, MatrixF& h) const {
+    detail::ProfileScope scope(&ForwardProfile::other_s);
+    MatrixF e;  // [n, p]
+    embed_tokens_.gather(ids, e);
+    if (project_in_.in > 0) {
+      project_in_.forward(e, h);  // [n, d]
+    } else {
+      h = std::move(e);
+    }
+    for (std::int64_t i = 0; i < h.rows(); ++i) h.row(i) += embed_positions_.row(first + i % T + kPositionOffset);
+  }
+
+  // x: [n, d] the attention block's input -> a: [n, d] the concatenated head outputs; with a KV cache
+  // (kv), x holds T new positions after `past` cached ones (layer_attention).
+  void attention(const DecoderLayer& L, const MatrixF& x, int T, LayerKvCache* kv, int past, MatrixF& a) const {
     MatrixF q, k, v;  // [n, d]
     L.linears[kQ].forward(x, q);
     L.linears[kK].forward(x, k);
     L.linears[kV].forward(x, v);
-    causal_attention(q, k, v, attention_shape(T), a);
+    layer_attention(q, k, v, attention_shape(T), kv, past, a);
   }
 
   // x = the input of block `which` (0: attention, 1: MLP): its LayerNorm of h before it (pre-LN), or

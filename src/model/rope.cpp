@@ -38,14 +38,15 @@ void AttentionInfo::validate(std::string_view context) const {
   }
 }
 
-RopeTable rope_table(const RopeSpec& rope, int T, int head_dim) {
+RopeTable rope_table(const RopeSpec& rope, int T, int head_dim, int first) {
   const int half = head_dim / 2;
   RopeTable t{MatrixF(T, half), MatrixF(T, half)};
   for (int j = 0; j < half; ++j) {
     const double w = rope.inv_freq(j, head_dim);
-    for (int p = 0; p < T; ++p) {
-      t.cos(p, j) = static_cast<float>(std::cos(p * w));
-      t.sin(p, j) = static_cast<float>(std::sin(p * w));
+    for (int i = 0; i < T; ++i) {
+      const int p = first + i;
+      t.cos(i, j) = static_cast<float>(std::cos(p * w));
+      t.sin(i, j) = static_cast<float>(std::sin(p * w));
     }
   }
   return t;

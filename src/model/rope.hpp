@@ -8,13 +8,14 @@
 
 namespace latentllm::model {
 
-// cos and sin of p·ω_j for positions p < T and pairs j < d_h/2, computed in double.  [T, d_h/2] each.
+// cos and sin of p·ω_j for positions p = first..first+T−1 (row p − first) and pairs j < d_h/2, computed
+// in double.  [T, d_h/2] each.
 struct RopeTable {
   MatrixF cos, sin;
 };
-RopeTable rope_table(const RopeSpec& rope, int T, int head_dim);
+RopeTable rope_table(const RopeSpec& rope, int T, int head_dim, int first = 0);
 
-// In place on x: [n_seq·T, heads·d_h] (position = row mod T): x' = x·cos + rotate_half(x)·sin with
+// In place on x: [n_seq·T, heads·d_h] (row i takes the table's row i mod T): x' = x·cos + rotate_half(x)·sin with
 // rotate_half(x) = [−x₂, x₁] per head (x₁, x₂ its two halves), on the thread pool.
 void apply_rope(MatrixF& x, int T, int head_dim, const RopeTable& t);
 

@@ -6,6 +6,9 @@
 
 #include "compress/resume.hpp"
 #include "errors_doc.hpp"
+#include "latentllm/generate.hpp"
+#include "latentllm/model.hpp"
+#include "latentllm/tokenizer.hpp"
 
 namespace latentllm::test {
 namespace {
@@ -68,6 +71,33 @@ TEST(ErrorsDoc, EvaluationOptions) {
                      {cli(ppl + "--max-memory 20X"), cli(ppl + "--max-memory 0"), cli(ppl + "--max-memory 1.5"),
                       cli(ppl + "--max-memory=-1G"), cli(ppl + "--max-memory 0x10")}},
                     {"ppl-budget", {cli(ppl + "--max-memory 100M"), cli(wiki + "--max-memory 400M")}},
+                });
+}
+
+TEST(ErrorsDoc, Generation) {
+  const std::string gen = "generate --model " + model() + " ";
+  const fs::path empty = make_temp_dir("err-gen-empty");
+  std::string long_prompt;
+  for (int i = 0; i < 600; ++i) long_prompt += "a ";
+  const auto m = model::Model::load(shared_path("models/stories260K/hf"));
+  const auto tok = io::load_tokenizer(shared_path("models/stories260K/hf"));
+  check_section("Generation (`latentllm generate`, `eval::generate`, `model::KvCache`)",
+                {
+                    {"gen-temperature", {cli(gen + "--temperature=-1"), cli(gen + "--temperature inf")}},
+                    {"gen-top-k", {cli(gen + "--top-k=-1")}},
+                    {"gen-top-p", {cli(gen + "--top-p 0"), cli(gen + "--top-p 1.5")}},
+                    {"gen-max-new-tokens", {cli(gen + "--max-new-tokens=-1")}},
+                    {"gen-empty-model", {cli("generate --model " + q(empty))}},
+                    {"gen-prompt-long", {cli(gen + "--prompt '" + long_prompt + "'")}},
+                    {"gen-context", {cli(gen + "--prompt 'Once upon a time' --max-new-tokens 510")}},
+                    {"gen-prompt-id", {lib([&] { eval::generate(*m, *tok, std::vector<std::int32_t>{1, 600}, {}); })}},
+                    {"gen-decode-id", {lib([&] { tok->decode(std::vector<std::int32_t>{1, 600}); })}},
+                    {"gen-kv-capacity", {lib([&] { model::KvCache(*m, 513); })}},
+                    {"gen-kv-full", {lib([&] {
+                       model::KvCache cache(*m, 2);
+                       MatrixF logits;
+                       m->forward_cached(std::vector<std::int32_t>{1, 403, 407}, cache, logits);
+                     })}},
                 });
 }
 

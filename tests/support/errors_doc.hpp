@@ -53,6 +53,7 @@ inline const std::map<std::string, std::string>& doc_owners() {
       {"Compress options (`latentllm compress`)", "test_errors_cli"},
       {"Output and resources (`latentllm compress`, `checkpoint::save`)", "test_errors_cli"},
       {"Evaluation options (`latentllm ppl`)", "test_errors_cli"},
+      {"Generation (`latentllm generate`, `eval::generate`, `model::KvCache`)", "test_errors_cli"},
       {"Numerics (`compress`, `ppl`)", "test_errors_numerics"},
       {"Numerical fallbacks (not errors)", "test_errors_numerics"},
   };

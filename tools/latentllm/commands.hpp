@@ -22,5 +22,6 @@ Command add_inspect(CLI::App& app);
 Command add_ppl(CLI::App& app);
 Command add_compress(CLI::App& app);
 Command add_sweep(CLI::App& app);
+Command add_generate(CLI::App& app);
 
 }  // namespace latentllm::cli

@@ -1,0 +1,95 @@
+// Text generation (latentllm generate): the prompt through the model in one forward (prefill), then
+// one token per forward with a KV cache (model::KvCache, Model::forward_cached), each next token drawn
+// from the last position's logits; the continuation detokenized incrementally (io::TextStream).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "latentllm/model.hpp"
+#include "latentllm/tokenizer.hpp"
+
+namespace latentllm::eval {
+
+// How the next token is drawn, in the order transformers applies them: temperature, top-k, top-p.
+struct SamplingOptions {
+  double temperature = 1.0;  // logits / temperature before the softmax; 0 = greedy (argmax, lowest id on ties)
+  int top_k = 0;             // keep only the k most likely tokens; 0 = all
+  double top_p = 1.0;        // keep the smallest set of most likely tokens whose probability reaches top_p, (0, 1]
+  std::uint64_t seed = 0;    // seeds the generator (Sampler)
+};
+
+// Throws ConfigError for a bad option: "--temperature (expected a finite number >= 0, got X)",
+// "--top-k (expected >= 0, got X)", "--top-p (expected a number in (0, 1], got X)".
+void check_sampling_options(const SamplingOptions& o);
+
+// Draws token ids from logits, deterministically for a seed on every platform: the generator is
+// std::mt19937_64(seed) (fully specified by the C++ standard) and the uniform draw in [0, 1) is its
+// next output's top 53 bits × 2^−53 (no standard-library distribution, whose algorithms differ
+// between implementations). The probabilities are computed in double: p_i ∝ exp((l_i − max l)/T).
+// Tokens are ranked by probability, lower id first on ties; top-k keeps the first k, top-p the
+// shortest prefix whose probability reaches top_p (at least one token); the draw u·Σp walks the kept
+// tokens in rank order (in id order when neither top-k nor top-p is set, which needs no sort).
+// Greedy (temperature 0) draws nothing.
+class Sampler {
+ public:
+  explicit Sampler(const SamplingOptions& o);  // check_sampling_options
+  // logits: [n], the candidates are ids 0..n−1. NumericError "logits: non-finite value at id <i>"
+  // when one is NaN or infinite.
+  std::int32_t sample(std::span<const float> logits);
+  // The next uniform draw in [0, 1).
+  double uniform();
+
+ private:
+  SamplingOptions o_;
+  std::mt19937_64 rng_;
+  std::vector<std::int32_t> order_;  // [n] scratch: candidate ids by rank
+  std::vector<double> p_;            // [n] scratch: unnormalized probabilities
+};
+
+struct GenerateOptions {
+  int max_new_tokens = 128;  // stop after this many generated tokens (EOS stops earlier)
+  SamplingOptions sampling;
+};
+
+struct GenerateResult {
+  std::vector<std::int32_t> prompt_ids;  // the prompt's ids (BOS included)
+  std::vector<std::int32_t> tokens;      // the generated ids, the EOS that stopped it included
+  std::string text;                      // the continuation: decode(prompt + tokens) after decode(prompt)
+  bool stopped_at_eos = false;
+  double prefill_seconds = 0;   // the prompt's forward (logits of its last position included)
+  double decode_seconds = 0;    // the one-token forwards (sampling and detokenization excluded)
+  int decode_steps = 0;         // one-token forwards: tokens.size() − 1 (the last token is not fed back)
+  double prompt_tokens_per_s = 0;  // prompt_ids.size() / prefill_seconds
+  double decode_tokens_per_s = 0;  // decode_steps / decode_seconds (0 without steps)
+  std::int64_t kv_cache_bytes_per_token = 0;  // model::KvCache::bytes_per_token
+  std::int64_t kv_cache_bytes = 0;            // at the final length: positions cached × bytes per token
+  int kv_cache_length = 0;                    // positions cached at the end: prompt + decode_steps
+};
+
+// Receives each piece of the continuation as soon as it is final (streaming).
+using TextFn = std::function<void(std::string_view)>;
+
+// The ids a prompt starts from: tok.encode(prompt) with special tokens (BOS where the tokenizer adds
+// it). An empty prompt that encodes to nothing starts from BOS alone (the tokenizer's, else
+// config.json bos_token_id); ConfigError "<dir>: empty prompt and no BOS token (expected a tokenizer
+// or config.json bos_token_id to start from)" when there is none.
+std::vector<std::int32_t> prompt_ids(const model::Model& m, const io::Tokenizer& tok, std::string_view prompt);
+
+// Generates up to opt.max_new_tokens tokens after `prompt` (ids), stopping at config.json
+// eos_token_id; candidates are the ids both the model and the tokenizer have (min of their vocabulary
+// sizes). on_text gets the continuation piece by piece. Bad input throws before any forward:
+// ConfigError for the sampling options, "--max-new-tokens (expected >= 0, got N)", an empty prompt,
+// "<dir>: prompt token id <id> at position <i> (expected 0..<V − 1>, the model's vocabulary)", "<dir>:
+// prompt of <n> tokens (expected at most max_position_embeddings = <m>)" and "<dir>: prompt of <n>
+// tokens + --max-new-tokens <k> (expected at most max_position_embeddings = <m> positions, got <n + k>)".
+// The model must be loaded eagerly (or have every layer loaded).
+GenerateResult generate(const model::Model& m, const io::Tokenizer& tok, std::span<const std::int32_t> prompt,
+                        const GenerateOptions& opt, const TextFn& on_text = {});
+
+}  // namespace latentllm::eval
