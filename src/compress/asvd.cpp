@@ -45,9 +45,10 @@ LowRank asvd_with(const MatrixD& w, const PreconditionerMatrix& p, int rank, Jun
   if (p.dim != w.cols()) {
     throw ConfigError(fmt::format("{}: pre-conditioner size (expected {}, got {})", context, w.cols(), p.dim));
   }
-  const linalg::Svd svd = linalg::svd(p.right_multiply(w), context);          // W·P = U·S·Vᵀ
-  const MatrixD m = p.right_multiply_pinv(svd.v.leftCols(rank).transpose());  // [r, d]  Vᵀ·P⁺
-  return apply_junction(svd.u.leftCols(rank), svd.s.head(rank), m, j, context);
+  // W·P = U·S·Vᵀ, its leading r triplets by the Gram of the shorter side (only U_r·S_r·V_rᵀ is used)
+  const linalg::Svd svd = linalg::svd_leading(p.right_multiply(w), rank, context);
+  const MatrixD m = p.right_multiply_pinv(svd.v.transpose());  // [r, d]  V_rᵀ·P⁺
+  return apply_junction(svd.u, svd.s, m, j, context);
 }
 
 LowRank asvd(const MatrixD& w, const VectorD& bias, const calib::SiteStats& stats, int rank, const LocalOptions& opt,

@@ -31,7 +31,7 @@ LowRank reduced_rank_regression(const RegressionStats& st, int r, bool fit_bias,
   }
   // With cov + λI = F·Fᵀ: Σ‖t − W·s‖² = ‖W·F − cross·F⁻ᵀ‖² + const, so W·F = svd_r[cross·F⁻ᵀ].
   const Whitening wh = whiten(cov, lambda_rel, context);
-  const linalg::Svd s = linalg::svd(wh.times_pinv_t(cross), context);
+  const linalg::Svd s = linalg::svd_leading(wh.times_pinv_t(cross), r, context);  // only U_r·U_rᵀ·M is used
   LowRank out;
   out.B = s.u.leftCols(r) * s.s.head(r).asDiagonal();  // [out, r]
   out.A = wh.times_pinv(s.v.leftCols(r).transpose());  // [r, in]

@@ -2,7 +2,8 @@
 // output-aware down refit): argmin over rank-r W (and a free bias b when fit_bias) of
 // Σ_t ‖t_t − W·s_t − b‖², from sufficient statistics of the sources s [in] and targets t [out]:
 // W = svd_r[T̃S̃ᵀ·F⁻ᵀ]·F⁻¹ for any F·Fᵀ = S̃S̃ᵀ + λI (whitening.hpp: the Cholesky factor, or the root
-// covariance (S̃S̃ᵀ+λI)^{1/2} with its pseudo-inverse), with S̃, T̃ centered when fit_bias.
+// covariance (S̃S̃ᵀ+λI)^{1/2} with its pseudo-inverse), with S̃, T̃ centered when fit_bias. The rank-r
+// truncation comes from linalg::svd_leading (the Gram of the shorter side).
 #pragma once
 
 #include <string_view>

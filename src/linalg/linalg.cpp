@@ -55,6 +55,27 @@ Svd svd(const MatrixD& m, std::string_view context) {
   return out;
 }
 
+Svd svd_leading(const MatrixD& m, int r, std::string_view context) {
+  check_finite(m, context, "matrix");
+  const auto rows = m.rows(), cols = m.cols();
+  if (r < 0 || r > std::min(rows, cols)) {
+    throw NumericError(fmt::format("{}: leading SVD rank (expected 0..{}, got {})", context, std::min(rows, cols), r));
+  }
+  const bool wide = rows <= cols;
+  const SymEig e = sym_eig(wide ? gram_rows(m) : gram_rows(m.transpose()), context);  // [k, k]
+  Svd out;
+  out.s = e.values.head(r).cwiseMax(0.0).cwiseSqrt();
+  MatrixD near = e.vectors.leftCols(r);                 // U_r (wide) or V_r
+  MatrixD far = wide ? MatrixD(m.transpose() * near) : MatrixD(m * near);  // M^T·U_r or M·V_r
+  for (int i = 0; i < r; ++i) {
+    if (out.s(i) > 0) far.col(i) /= out.s(i);
+    else far.col(i).setZero();
+  }
+  out.u = wide ? std::move(near) : std::move(far);
+  out.v = wide ? std::move(far) : std::move(near);
+  return out;
+}
+
 PivotedQr pivoted_qr(const MatrixD& m, std::string_view context) {
   check_finite(m, context, "matrix");
   const auto rows = m.rows(), cols = m.cols();

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <limits>
 #include <optional>
+#include <random>
 
 #include <Eigen/Cholesky>
 #include <Eigen/LU>
+#include <Eigen/QR>
 
 #include "latentllm/error.hpp"
 #include "linalg/linalg.hpp"
@@ -31,6 +33,42 @@ TEST(Linalg, SvdReconstructs) {
   MatrixD r = d.u * d.s.asDiagonal() * d.v.transpose();
   EXPECT_LT((r - m).norm(), 1e-12 * m.norm() * 10);
   for (int i = 1; i < 9; ++i) EXPECT_GE(d.s(i - 1), d.s(i));
+}
+
+// The Gram route gives the same rank-r truncation as dgesdd, wide and tall, with a decaying spectrum
+// (s from 1 to 1e-4), at full rank, and on a rank-deficient matrix (zero singular values).
+TEST(Linalg, SvdLeadingMatchesSvd) {
+  std::mt19937_64 rng(11);
+  std::normal_distribution<double> nd;
+  const auto random = [&](int rows, int cols) {
+    MatrixD x(rows, cols);
+    for (double& v : x.reshaped()) v = nd(rng);
+    return x;
+  };
+  for (const auto& [rows, cols] : {std::pair{30, 80}, std::pair{80, 30}}) {
+    const int k = std::min(rows, cols);
+    const Eigen::HouseholderQR<MatrixD> qu(random(rows, k)), qv(random(cols, k));
+    VectorD s(k);
+    for (int i = 0; i < k; ++i) s(i) = std::pow(10.0, -4.0 * i / (k - 1));
+    const MatrixD m = MatrixD(qu.householderQ()).leftCols(k) * s.asDiagonal() *
+                      MatrixD(qv.householderQ()).leftCols(k).transpose();
+    const linalg::Svd ref = linalg::svd(m, "test");
+    for (int r : {5, 12, k}) {
+      const linalg::Svd g = linalg::svd_leading(m, r, "test");
+      ASSERT_EQ(g.u.cols(), r);
+      ASSERT_EQ(g.v.rows(), cols);
+      const MatrixD pr = ref.u.leftCols(r) * ref.s.head(r).asDiagonal() * ref.v.leftCols(r).transpose();
+      const MatrixD pg = g.u * g.s.asDiagonal() * g.v.transpose();
+      EXPECT_LT((pg - pr).norm(), 1e-10 * pr.norm()) << rows << "x" << cols << " r " << r;
+      EXPECT_LT(std::abs(g.s(0) - ref.s(0)), 1e-12);
+      EXPECT_LT(std::abs(g.s(4) - ref.s(4)) / ref.s(4), 1e-10);
+    }
+    const MatrixD low = random(rows, 3) * random(3, cols);  // rank 3: s_4.. are zero
+    const linalg::Svd g = linalg::svd_leading(low, 6, "test");
+    EXPECT_LT((g.u * g.s.asDiagonal() * g.v.transpose() - low).norm(), 1e-10 * low.norm());
+    EXPECT_TRUE(g.u.allFinite() && g.v.allFinite());
+  }
+  EXPECT_THROW(linalg::svd_leading(MatrixD::Ones(3, 4), 4, "test"), NumericError);
 }
 
 TEST(Linalg, SymPowerSquareRoot) {
