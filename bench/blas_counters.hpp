@@ -130,6 +130,13 @@ void __wrap_cblas_sgemm(CBLAS_ORDER o, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, b
   timed_call(blas_counters().blas_s,
              [&] { __real_cblas_sgemm(o, ta, tb, m, n, k, al, a, lda, b, ldb, be, c, ldc); });
 }
+void __real_cblas_ssyrk(CBLAS_ORDER, CBLAS_UPLO, CBLAS_TRANSPOSE, blasint, blasint, float, const float*, blasint,
+                        float, float*, blasint);
+void __wrap_cblas_ssyrk(CBLAS_ORDER o, CBLAS_UPLO u, CBLAS_TRANSPOSE t, blasint n, blasint k, float al, const float* a,
+                        blasint lda, float be, float* c, blasint ldc) {
+  blas_counters().flops_s.fetch_add(d(n) * (d(n) + 1) * d(k));
+  timed_call(blas_counters().blas_s, [&] { __real_cblas_ssyrk(o, u, t, n, k, al, a, lda, be, c, ldc); });
+}
 void __real_cblas_dsyrk(CBLAS_ORDER, CBLAS_UPLO, CBLAS_TRANSPOSE, blasint, blasint, double, const double*,
                         blasint, double, double*, blasint);
 void __wrap_cblas_dsyrk(CBLAS_ORDER o, CBLAS_UPLO u, CBLAS_TRANSPOSE t, blasint n, blasint k, double al,

@@ -162,10 +162,15 @@ int main(int argc, char** argv) try {
     for (const auto& [part, s] : t.rep.part_seconds) {
       const bench::BlasSnapshot b = t.part_blas.count(part) ? t.part_blas.at(part) : bench::BlasSnapshot{};
       const double rate = (b.flops_d + b.flops_s) / s / 1e9;  // all of a part's BLAS FLOPs over its wall time
-      row("decompositions: " + part + " (BLAS FLOPs / wall, vs dgemm)", s, rate, dpeak, &b);
+      // Against the peak of its own mix: each double FLOP at the dgemm peak, each float one at sgemm's.
+      const double mix_peak = b.flops_d + b.flops_s > 0 ? (b.flops_d + b.flops_s) / (b.flops_d / dpeak + b.flops_s / speak) : dpeak;
+      row(fmt::format("decompositions: {} (BLAS FLOPs / wall, vs the peak of its mix: {:.0f} % float)", part,
+                      b.flops_d + b.flops_s > 0 ? 100.0 * b.flops_s / (b.flops_d + b.flops_s) : 0.0),
+          s, rate, mix_peak, &b);
       parts[part] = {{"seconds", s}, {"blas_flops_double", b.flops_d}, {"blas_flops_single", b.flops_s},
                      {"blas_seconds", b.blas_s}, {"lapack_seconds", b.lapack_s}, {"gflops", rate},
                      {"fraction_of_dgemm_peak", rate / dpeak}, {"fraction_of_sgemm_peak", rate / speak},
+                     {"fraction_of_mix_peak", rate / mix_peak},
                      {"blas_gflops", b.blas_s > 0 ? (b.flops_d + b.flops_s) / b.blas_s / 1e9 : 0.0}};
     }
     const int ran = std::max(1, t.rep.layers_done - t.rep.layers_resumed);
@@ -211,9 +216,12 @@ int main(int argc, char** argv) try {
         "every calibration pass from the layer's input (PipelineOptions::resume_passes off), as the pipeline did "
         "before passes resumed where the previous stage stopped. Covariance: the "
         "FLOPs of the triangle dsyrk computes, in double, against the dgemm peak. Decompositions are LAPACK "
-        "eigen/SVDs and, for joint up-down, dgemm-bound alternating fits over all calibration tokens. Their rate is every "
+        "eigen/SVDs and, for joint up-down, GEMM-bound alternating fits over all calibration tokens (in float with "
+        "--ud-precision f32, the default). Their rate is every "
         "BLAS FLOP the part issued (GEMM, SYRK, TRSM, GEMV; counted by link-time wrappers, bench/blas_counters.hpp) over "
-        "the part's wall time; the two last columns say where that time goes: inside BLAS, inside LAPACK (dsyevd, "
+        "the part's wall time, against the peak of its mix (each double FLOP at the dgemm peak, each float one at "
+        "sgemm's); the two last columns say where that time goes: inside BLAS (summed over threads: concurrent "
+        "single-threaded calls can exceed 100 %), inside LAPACK (dsyevd, "
         "dgesdd, dgeqp3, whose internal FLOPs are not counted), and the rest is Eigen element-wise work and "
         "bookkeeping.\n";
   const nlohmann::json j = {{"model", model_dir}, {"ratio", ratio}, {"nsamples", nsamples}, {"seqlen", ra.seqlen},
