@@ -21,7 +21,8 @@ void add_method_options(CLI::App* sub, MethodArgs& a) {
   sub->add_option("--ud-iters", a.ud_iters, "Joint up-down iterations")->capture_default_str()->group("Method");
   sub->add_option("--ud-tokens", a.ud_tokens,
                   "Joint up-down on at most this many calibration tokens (evenly strided; 0 = all): bounds its "
-                  "time (its passes over the tokens) and the inputs and outputs it keeps")->capture_default_str()->group("Method");
+                  "time (its passes over the tokens) and the inputs and outputs it keeps; below about 11 x ffn tokens it "
+                  "did worse than no joint up-down on validation text (bench/results/ud_tokens)")->capture_default_str()->group("Method");
   sub->add_option("--ud-precision", a.ud_precision,
                   "Joint up-down's passes over the tokens: f32 (sgemm, statistics summed in double) or f64")
       ->check(CLI::IsMember({"f32", "f64"}))->capture_default_str()->group("Method");
