@@ -198,8 +198,12 @@ std::string_view kv_form_name(KvForm f);  // "dense", "latent"
 // The choice of a KvCache per factored module (generate --kv-cache):
 //   Dense: every module dense.
 //   Latent: every factored k_proj / v_proj latent (whatever its rank and the RoPE cost).
-//   Auto: latent where it is smaller (r < H_kv·d_h) and exact without decompressing every cached
-//   position per step: v_proj always, k_proj only without RoPE and per-head q/k norms (OPT).
+//   Auto: latent where it is smaller (r < H_kv·d_h), not slower and exact without decompressing every
+//   cached position per step (v_proj always, k_proj only without RoPE and per-head q/k norms: OPT).
+//   "Not slower": per cached position the absorbed form does H·r multiply-adds on r·4 bytes, the dense
+//   one H·d_h on H_kv·d_h·4; each costs max(bytes, 2·MACs / 4) (a CPU does ~4 FLOPs per byte it
+//   reads from memory), so with many heads and large ranks (OPT-1.3B at 20 or 40 %: H = 32, r > 700)
+//   the dense cache is chosen; --kv-cache latent forces the smaller one.
 enum class KvCacheMode { Dense, Latent, Auto };
 std::string_view kv_cache_mode_name(KvCacheMode m);  // "dense", "latent", "auto"
 // Parses "dense", "latent", "auto"; ConfigError "--kv-cache (expected dense, latent or auto, got X)".

@@ -1,6 +1,7 @@
 // The KV cache of incremental decoding and Model::forward_cached: the prompt in one call (prefill),
 // then one token per call, through the same layer code as a full forward (layer_resume with
 // LayerState::kv set; attention in model/attention.cpp reads the cached keys and values).
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -44,15 +45,29 @@ std::string LayerKvCache::describe() const {
 
 namespace {
 
+// FLOPs this kind of machine does in the time it reads one byte from memory (sgemm peak over read
+// bandwidth: 2 cores with AVX-512 measured 107 GFLOP/s against 30 GB/s, bench/results/decode). The
+// absorbed latent attention is compute-bound when the heads are many: per cached position a latent
+// module costs H·r multiply-adds on r·4 bytes, a dense one H·d_h on H_kv·d_h·4 bytes.
+constexpr double kFlopsPerByte = 4.0;
+
+// Estimated time per cached position of module l (rank r) in either form, in bytes-read units.
+double step_cost(std::int64_t bytes, double macs) { return std::max(static_cast<double>(bytes), 2.0 * macs / kFlopsPerByte); }
+
 // The form KvCacheMode `mode` gives module l (k_proj when is_key) of a model with attention a.
 KvForm choose_form(const Linear* l, bool is_key, const AttentionInfo& a, KvCacheMode mode) {
   if (l == nullptr || !l->factored() || mode == KvCacheMode::Dense) return KvForm::Dense;
   if (mode == KvCacheMode::Latent) return KvForm::Latent;
-  const bool smaller = l->rank() < static_cast<std::int64_t>(a.num_kv_heads) * a.head_dim;
+  const std::int64_t r = l->rank(), width = static_cast<std::int64_t>(a.num_kv_heads) * a.head_dim;
+  const bool smaller = r < width;
+  // Not slower: the absorbed route's multiply-adds (every query head against the latent) against the
+  // dense cache's reads.
+  const bool faster = step_cost(4 * r, static_cast<double>(a.num_heads) * static_cast<double>(r)) <=
+                      step_cost(4 * width, static_cast<double>(a.num_heads) * a.head_dim);
   // Keys between the factors and the attention (RoPE, q/k norms) make every step decompress every
-  // cached key: smaller, but much slower than a dense cache (bench/results/decode).
+  // cached key: smaller, but much slower than a dense cache.
   const bool absorbable = !is_key || (!a.rope && !a.qk_norm);
-  return smaller && absorbable ? KvForm::Latent : KvForm::Dense;
+  return smaller && faster && absorbable ? KvForm::Latent : KvForm::Dense;
 }
 
 }  // namespace

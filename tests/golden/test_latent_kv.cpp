@@ -101,18 +101,14 @@ std::unique_ptr<model::Model> latent(const fs::path& dir, double ratio, const st
   return model::Model::load(out);
 }
 
-// The bytes per position an auto cache must take: the ranks of the factored k_proj / v_proj that are
-// smaller than H_kv·d_h (keys only without RoPE), H_kv·d_h floats for the others.
-std::int64_t expected_auto_bytes(const model::Model& m) {
+// The bytes per position of a cache: each module's rank where it is latent, H_kv·d_h floats otherwise.
+std::int64_t expected_bytes(const model::Model& m, const model::KvCache& cache) {
   const auto& a = m.attention();
   const std::int64_t width = static_cast<std::int64_t>(a.num_kv_heads) * a.head_dim;
   std::int64_t floats = 0;
   for (int i = 0; i < m.num_layers(); ++i) {
-    for (model::Role role : {model::Role::K, model::Role::V}) {
-      const model::Linear& l = m.layer(i).linear(role);
-      const bool latent = l.factored() && l.rank() < width && (role == model::Role::V || !a.rope);
-      floats += latent ? l.rank() : width;
-    }
+    floats += cache.layer(i).k_form == KvForm::Latent ? m.layer(i).linear(model::Role::K).rank() : width;
+    floats += cache.layer(i).v_form == KvForm::Latent ? m.layer(i).linear(model::Role::V).rank() : width;
   }
   return floats * 4;
 }
@@ -143,7 +139,7 @@ TEST(LatentKvCache, OptIncrementalEqualsFullAndCachesTheRanks) {
     }
     // Exactly the ranks, and so (r_k + r_v)/(2·H_kv·d_h) of the dense cache summed over the layers.
     EXPECT_EQ(cache.bytes_per_token(), rk_plus_rv * 4);
-    EXPECT_EQ(cache.bytes_per_token(), expected_auto_bytes(*lat));
+    EXPECT_EQ(cache.bytes_per_token(), expected_bytes(*lat, cache));
     EXPECT_LE(static_cast<double>(cache.bytes_per_token()),
               static_cast<double>(rk_plus_rv) / (2.0 * 256 * lat->num_layers()) * static_cast<double>(dense_bytes));
     EXPECT_EQ(model::KvCache(*lat, 8, KvCacheMode::Dense).bytes_per_token(), dense_bytes);
@@ -162,13 +158,15 @@ TEST(LatentKvCache, LlamaIncrementalEqualsFullWithRope) {
     const std::string what = fmt::format("stories260K latentllm {:.0f} %", ratio * 100);
     // Auto: values latent (absorbed), keys dense (RoPE between the factors).
     model::KvCache cache(*lat, 8, KvCacheMode::Auto);
-    EXPECT_EQ(cache.bytes_per_token(), expected_auto_bytes(*lat));
+    EXPECT_EQ(cache.bytes_per_token(), expected_bytes(*lat, cache));
     EXPECT_EQ(cache.layer(0).k_form, KvForm::Dense);
+    EXPECT_EQ(cache.layer(0).v_form, KvForm::Latent);  // r_v < 32 and 8 heads: smaller and not slower
     for (const auto& line : cache.describe()) std::printf("[ info ] %s auto: %s\n", what.c_str(), line.c_str());
     // Latent: keys decompressed and rotated per step. Prefill 16 decompresses the values too.
     model::KvCache forced(*lat, 8, KvCacheMode::Latent);
     EXPECT_EQ(forced.layer(0).k_form, KvForm::Latent);
     EXPECT_EQ(forced.layer(0).k.cols(), lat->layer(0).linear(model::Role::K).rank());
+    EXPECT_EQ(forced.bytes_per_token(), expected_bytes(*lat, forced));
     check_incremental(*lat, ids, KvCacheMode::Auto, {1, 16}, what);
     check_incremental(*lat, ids, KvCacheMode::Latent, {1, 16}, what);
   }
