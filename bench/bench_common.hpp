@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,37 @@ inline double sgemm_peak_gflops(nlohmann::json& detail) {
     best = std::max({best, blas, pool});
   }
   return best;
+}
+
+// Memory read bandwidth in GB/s: the best of several passes summing a 1 GiB float array (far beyond
+// the caches), split over the forward's threads in 4 MiB chunks (how decoding streams its weights).
+// detail gets the single-thread read rate and a memcpy rate (bytes read + written) too.
+inline double memory_bandwidth_gbs(nlohmann::json& detail) {
+  const std::size_t n = std::size_t{1} << 28;  // floats: 1 GiB
+  const std::int64_t chunk = std::int64_t{1} << 20;
+  std::vector<float> a(n, 1.0f), b(n / 2);
+  const int threads = latentllm::core::num_threads();
+  std::vector<double> part(static_cast<std::size_t>((static_cast<std::int64_t>(n) + chunk - 1) / chunk));
+  double pool = 0, single = 0, copy = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    auto t0 = Clock::now();
+    latentllm::core::parallel_for(static_cast<std::int64_t>(n) / chunk, 1, [&](std::int64_t c0, std::int64_t c1) {
+      for (std::int64_t c = c0; c < c1; ++c) {
+        part[static_cast<std::size_t>(c)] = Eigen::Map<const Eigen::ArrayXf>(a.data() + c * chunk, chunk).sum();
+      }
+    });
+    pool = std::max(pool, 4.0 * n / seconds_since(t0) / 1e9);
+    t0 = Clock::now();
+    const double s = Eigen::Map<const Eigen::ArrayXf>(a.data(), static_cast<std::int64_t>(n / 4)).sum();
+    single = std::max(single, 4.0 * (n / 4) / seconds_since(t0) / 1e9);
+    part[0] += s;
+    t0 = Clock::now();
+    std::copy(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(n / 2), b.begin());
+    copy = std::max(copy, 2.0 * 4.0 * (n / 2) / seconds_since(t0) / 1e9);
+  }
+  detail = {{"threads", threads}, {"read_pool_gb_per_s", pool}, {"read_one_thread_gb_per_s", single},
+            {"memcpy_read_plus_write_gb_per_s", copy}, {"checksum", std::accumulate(part.begin(), part.end(), 0.0)}};
+  return std::max(pool, single);
 }
 
 // The 1-minute load average (other processes compete for the 2 cores and skew every figure).

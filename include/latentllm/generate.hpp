@@ -55,6 +55,8 @@ class Sampler {
 struct GenerateOptions {
   int max_new_tokens = 128;  // stop after this many generated tokens (EOS stops earlier)
   SamplingOptions sampling;
+  // The KV cache's form per factored k_proj / v_proj (model::KvCacheMode; --kv-cache).
+  model::KvCacheMode kv_cache = model::KvCacheMode::Auto;
 };
 
 struct GenerateResult {
@@ -70,6 +72,7 @@ struct GenerateResult {
   std::int64_t kv_cache_bytes_per_token = 0;  // model::KvCache::bytes_per_token
   std::int64_t kv_cache_bytes = 0;            // at the final length: positions cached × bytes per token
   int kv_cache_length = 0;                    // positions cached at the end: prompt + decode_steps
+  std::vector<std::string> kv_cache_layers;   // model::KvCache::describe: each layer's forms and widths
 };
 
 // Receives each piece of the continuation as soon as it is final (streaming).

@@ -183,18 +183,45 @@ inline bool report_input(ForwardObserver* obs, int layer, Site site, const Matri
   return obs->done_after(site);
 }
 
-// What one decoder layer keeps of the positions it has seen, for incremental decoding: the keys (after
-// RoPE) and values of each position, float32. A struct per layer so that a layer can later keep
-// something else in their place (the latents c_k = A_k·x, c_v = A_v·x of a jointly compressed
-// attention, issue 14 item 3) without changing the forward's interface.
+// What a KV cache keeps of one module's output (k_proj or v_proj) per position.
+//   Dense: the keys after RoPE (and Qwen3's k_norm), or the values: H_kv·d_h floats.
+//   Latent: the latent c = A·x of a factored module k = B·(A·x) + b (issue 14 item 3, multi-head latent
+//   attention as in DeepSeek-V2): r floats. Without RoPE the attention of a decoding step absorbs B
+//   into the queries, score = (B_kᵀ·q_h)·c_k per head (the k bias adds q_h·b_k to every score of a
+//   query, the same for every key, so the softmax drops it exactly), and into the output, B_v·(P·c_v)
+//   + b_v per head (softmax weights sum to 1). With RoPE the rotation sits between B and the position,
+//   so each step decompresses the cached latents, k = B_k·c_k + b_k, and rotates them at their
+//   positions (exact, and slower than the dense cache; see docs/KV_CACHE.md).
+enum class KvForm { Dense, Latent };
+std::string_view kv_form_name(KvForm f);  // "dense", "latent"
+
+// The choice of a KvCache per factored module (generate --kv-cache):
+//   Dense: every module dense.
+//   Latent: every factored k_proj / v_proj latent (whatever its rank and the RoPE cost).
+//   Auto: latent where it is smaller (r < H_kv·d_h), not slower and exact without decompressing every
+//   cached position per step (v_proj always, k_proj only without RoPE and per-head q/k norms: OPT).
+//   "Not slower": per cached position the absorbed form does H·r multiply-adds on r·4 bytes, the dense
+//   one H·d_h on H_kv·d_h·4; each costs max(bytes, 2·MACs / 4) (a CPU does ~4 FLOPs per byte it
+//   reads from memory), so with many heads and large ranks (OPT-1.3B at 20 or 40 %: H = 32, r > 700)
+//   the dense cache is chosen; --kv-cache latent forces the smaller one.
+enum class KvCacheMode { Dense, Latent, Auto };
+std::string_view kv_cache_mode_name(KvCacheMode m);  // "dense", "latent", "auto"
+// Parses "dense", "latent", "auto"; ConfigError "--kv-cache (expected dense, latent or auto, got X)".
+KvCacheMode parse_kv_cache_mode(std::string_view s);
+
+// What one decoder layer keeps of the positions it has seen, for incremental decoding: per position
+// the keys and values (KvForm::Dense) or the latents of factored k_proj / v_proj (KvForm::Latent).
 struct LayerKvCache {
-  MatrixF k;  // [capacity, H_kv·d_h]; rows [0, length) hold positions 0..length−1
-  MatrixF v;  // [capacity, H_kv·d_h]
-  // Writes k, v: [n, H_kv·d_h] into rows [first, first + n); Error when they leave the capacity or
-  // the width differs.
+  KvForm k_form = KvForm::Dense, v_form = KvForm::Dense;
+  MatrixF k;  // [capacity, H_kv·d_h] keys after RoPE, or [capacity, r_k] c_k = A_k·x; rows [0, length) hold positions 0..length−1
+  MatrixF v;  // [capacity, H_kv·d_h] values, or [capacity, r_v] c_v = A_v·x
+  // Writes new_k: [n, k.cols()], new_v: [n, v.cols()] into rows [first, first + n); Error when they
+  // leave the capacity or the widths differ.
   void store(int first, const MatrixF& new_k, const MatrixF& new_v);
   // Bytes per cached position.
   std::int64_t bytes_per_token() const { return static_cast<std::int64_t>(k.cols() + v.cols()) * 4; }
+  // "k latent r=96, v dense 256" (per position: the form and floats of each).
+  std::string describe() const;
 };
 
 // A decoder layer's forward stopped at a site, so that it can resume there: calibration runs each
@@ -377,15 +404,20 @@ class Model {
 // The KV cache of one sequence: one LayerKvCache per decoder layer, room for `capacity` positions.
 class KvCache {
  public:
-  // Allocates capacity positions for every layer of m (its attention geometry). ConfigError
-  // "<dir>: KV cache of <c> positions (expected 1..max_position_embeddings = <m>)" otherwise.
-  KvCache(const Model& m, int capacity);
+  // Allocates capacity positions for every layer of m (its attention geometry), each k_proj / v_proj
+  // in the form `mode` chooses for it (KvCacheMode; m's layers must be loaded to see their ranks: an
+  // unloaded layer of a lazy model gets a dense cache). ConfigError "<dir>: KV cache of <c> positions
+  // (expected 1..max_position_embeddings = <m>)" otherwise.
+  KvCache(const Model& m, int capacity, KvCacheMode mode = KvCacheMode::Dense);
   int length() const { return length_; }      // positions cached
   int capacity() const { return capacity_; }
   LayerKvCache& layer(int i) { return layers_.at(static_cast<std::size_t>(i)); }
   const LayerKvCache& layer(int i) const { return layers_.at(static_cast<std::size_t>(i)); }
-  // Bytes one position takes over all layers (float32 keys and values: 2·L·H_kv·d_h·4).
+  // Bytes one position takes over all layers: 4 per float, H_kv·d_h floats for a dense module and r
+  // for a latent one (a dense cache: 2·L·H_kv·d_h·4).
   std::int64_t bytes_per_token() const;
+  // One line per layer: "layer <i>: " + LayerKvCache::describe().
+  std::vector<std::string> describe() const;
   // Bytes of the cached positions (length() · bytes_per_token()), and of the whole allocation.
   std::int64_t bytes() const { return length_ * bytes_per_token(); }
   std::int64_t allocated_bytes() const { return capacity_ * bytes_per_token(); }

@@ -11,6 +11,13 @@ namespace latentllm::core {
 
 void sgemm_rm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
               const float* b, int ldb, float beta, float* c, int ldc) {
+  if (m == 1 && !trans_a) {
+    // One row (decoding): sgemv streams b once; sgemm would first copy (pack) all of it.
+    // c[1, n] = a[1, k]·op(b): b·a as an [n, k] matrix (trans_b) or bᵀ·a with b: [k, n].
+    cblas_sgemv(CblasRowMajor, trans_b ? CblasNoTrans : CblasTrans, trans_b ? n : k, trans_b ? k : n, alpha, b, ldb,
+                a, 1, beta, c, 1);
+    return;
+  }
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m,
               n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }

@@ -8,7 +8,8 @@ namespace latentllm::core {
 
 // y = x · Wᵀ (+ y if accumulate).  x: [n, in], w: [out, in], y: [n, out] (resized unless accumulate).
 void matmul_xwt(const MatrixF& x, const MatrixF& w, MatrixF& y, bool accumulate = false);
-// Same on raw row-major blocks with leading dimensions (for per-head slices).
+// Same on raw row-major blocks with leading dimensions (for per-head slices). One row of a (m = 1,
+// not transposed) goes to sgemv, which reads b once instead of packing it first.
 void sgemm_rm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
               const float* b, int ldb, float beta, float* c, int ldc);
 // Columns [j0, j1) of the upper triangle of C += xᵀ·x, x: [n, d] row-major double, C: [d, d]

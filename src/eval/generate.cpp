@@ -130,8 +130,9 @@ GenerateResult generate(const model::Model& m, const io::Tokenizer& tok, std::sp
   GenerateResult r;
   r.prompt_ids.assign(prompt.begin(), prompt.end());
   const auto n_prompt = static_cast<int>(prompt.size());
-  model::KvCache cache(m, n_prompt + std::max(opt.max_new_tokens - 1, 0));
+  model::KvCache cache(m, n_prompt + std::max(opt.max_new_tokens - 1, 0), opt.kv_cache);
   r.kv_cache_bytes_per_token = cache.bytes_per_token();
+  r.kv_cache_layers = cache.describe();
   io::TextStream stream(tok, r.prompt_ids);
   const auto emit = [&](const std::string& piece) {
     if (!piece.empty() && on_text) on_text(piece);

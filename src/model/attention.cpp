@@ -105,15 +105,4 @@ void causal_attention(const MatrixF& q, const MatrixF& k, const MatrixF& v, cons
   });
 }
 
-void layer_attention(const MatrixF& q, const MatrixF& k, const MatrixF& v, AttentionShape s, LayerKvCache* kv,
-                     int past, MatrixF& out) {
-  if (kv == nullptr) {
-    causal_attention(q, k, v, s, out);
-    return;
-  }
-  kv->store(past, k, v);
-  s.past = past;
-  causal_attention(q, kv->k, kv->v, s, out);
-}
-
 }  // namespace latentllm::model

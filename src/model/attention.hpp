@@ -32,12 +32,4 @@ void causal_attention(const MatrixF& q, const MatrixF& k, const MatrixF& v, cons
 // region it multiplies, not the full T×T square). H_kv and scale do not enter.
 double causal_attention_flops(const AttentionShape& s, std::int64_t n_seq);
 
-struct LayerKvCache;  // latentllm/model.hpp
-
-// The attention of a layer whose forward may be incremental: without a cache (kv null), causal_attention
-// over whole windows; with one, q, k, v: [T, ...] are T new positions of one sequence after the `past`
-// ones kv holds: k and v are stored in kv's rows [past, past + T) and the queries attend to all past + T.
-void layer_attention(const MatrixF& q, const MatrixF& k, const MatrixF& v, AttentionShape s, LayerKvCache* kv,
-                     int past, MatrixF& out);
-
 }  // namespace latentllm::model

@@ -1,25 +1,78 @@
 // The KV cache of incremental decoding and Model::forward_cached: the prompt in one call (prefill),
 // then one token per call, through the same layer code as a full forward (layer_resume with
 // LayerState::kv set; attention in model/attention.cpp reads the cached keys and values).
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "latentllm/error.hpp"
 #include "latentllm/model.hpp"
 
 namespace latentllm::model {
 
+std::string_view kv_form_name(KvForm f) { return f == KvForm::Latent ? "latent" : "dense"; }
+
+std::string_view kv_cache_mode_name(KvCacheMode m) {
+  switch (m) {
+    case KvCacheMode::Dense: return "dense";
+    case KvCacheMode::Latent: return "latent";
+    case KvCacheMode::Auto: return "auto";
+  }
+  return "?";
+}
+
+KvCacheMode parse_kv_cache_mode(std::string_view s) {
+  for (KvCacheMode m : {KvCacheMode::Dense, KvCacheMode::Latent, KvCacheMode::Auto})
+    if (s == kv_cache_mode_name(m)) return m;
+  throw ConfigError(fmt::format("--kv-cache (expected dense, latent or auto, got {})", s));
+}
+
 void LayerKvCache::store(int first, const MatrixF& new_k, const MatrixF& new_v) {
   const std::int64_t n = new_k.rows();
   if (first < 0 || first + n > k.rows() || new_v.rows() != n || new_k.cols() != k.cols() || new_v.cols() != v.cols()) {
     throw Error(fmt::format("KV cache: store k [{}, {}], v [{}, {}] at position {} (expected rows within the capacity {} "
-                            "and width {})", new_k.rows(), new_k.cols(), new_v.rows(), new_v.cols(), first, k.rows(),
-                            k.cols()));
+                            "and widths {} and {})", new_k.rows(), new_k.cols(), new_v.rows(), new_v.cols(), first,
+                            k.rows(), k.cols(), v.cols()));
   }
   k.middleRows(first, n) = new_k;
   v.middleRows(first, n) = new_v;
 }
 
-KvCache::KvCache(const Model& m, int capacity) : capacity_(capacity) {
+std::string LayerKvCache::describe() const {
+  return fmt::format("k {} {}, v {} {} floats/position", kv_form_name(k_form), k.cols(), kv_form_name(v_form),
+                     v.cols());
+}
+
+namespace {
+
+// FLOPs this kind of machine does in the time it reads one byte from memory (sgemm peak over read
+// bandwidth: 2 cores with AVX-512 measured 107 GFLOP/s against 30 GB/s, bench/results/decode). The
+// absorbed latent attention is compute-bound when the heads are many: per cached position a latent
+// module costs H·r multiply-adds on r·4 bytes, a dense one H·d_h on H_kv·d_h·4 bytes.
+constexpr double kFlopsPerByte = 4.0;
+
+// Estimated time per cached position of module l (rank r) in either form, in bytes-read units.
+double step_cost(std::int64_t bytes, double macs) { return std::max(static_cast<double>(bytes), 2.0 * macs / kFlopsPerByte); }
+
+// The form KvCacheMode `mode` gives module l (k_proj when is_key) of a model with attention a.
+KvForm choose_form(const Linear* l, bool is_key, const AttentionInfo& a, KvCacheMode mode) {
+  if (l == nullptr || !l->factored() || mode == KvCacheMode::Dense) return KvForm::Dense;
+  if (mode == KvCacheMode::Latent) return KvForm::Latent;
+  const std::int64_t r = l->rank(), width = static_cast<std::int64_t>(a.num_kv_heads) * a.head_dim;
+  const bool smaller = r < width;
+  // Not slower: the absorbed route's multiply-adds (every query head against the latent) against the
+  // dense cache's reads.
+  const bool faster = step_cost(4 * r, static_cast<double>(a.num_heads) * static_cast<double>(r)) <=
+                      step_cost(4 * width, static_cast<double>(a.num_heads) * a.head_dim);
+  // Keys between the factors and the attention (RoPE, q/k norms) make every step decompress every
+  // cached key: smaller, but much slower than a dense cache.
+  const bool absorbable = !is_key || (!a.rope && !a.qk_norm);
+  return smaller && faster && absorbable ? KvForm::Latent : KvForm::Dense;
+}
+
+}  // namespace
+
+KvCache::KvCache(const Model& m, int capacity, KvCacheMode mode) : capacity_(capacity) {
   const std::int64_t max_pos = m.config().max_position_embeddings;
   if (capacity < 1 || capacity > max_pos) {
     throw ConfigError(fmt::format("{}: KV cache of {} positions (expected 1..max_position_embeddings = {})",
@@ -28,9 +81,15 @@ KvCache::KvCache(const Model& m, int capacity) : capacity_(capacity) {
   const AttentionInfo& a = m.attention();
   const std::int64_t width = static_cast<std::int64_t>(a.num_kv_heads) * a.head_dim;  // H_kv·d_h
   layers_.resize(static_cast<std::size_t>(m.num_layers()));
-  for (LayerKvCache& l : layers_) {
-    l.k.resize(capacity, width);
-    l.v.resize(capacity, width);
+  for (int i = 0; i < m.num_layers(); ++i) {
+    LayerKvCache& l = layers_[static_cast<std::size_t>(i)];
+    const DecoderLayer* layer = m.layer_loaded(i) ? &m.layer(i) : nullptr;
+    const Linear* kp = layer != nullptr ? layer->find(Role::K) : nullptr;
+    const Linear* vp = layer != nullptr ? layer->find(Role::V) : nullptr;
+    l.k_form = choose_form(kp, true, a, mode);
+    l.v_form = choose_form(vp, false, a, mode);
+    l.k.resize(capacity, l.k_form == KvForm::Latent ? kp->rank() : width);
+    l.v.resize(capacity, l.v_form == KvForm::Latent ? vp->rank() : width);
   }
 }
 
@@ -38,6 +97,12 @@ std::int64_t KvCache::bytes_per_token() const {
   std::int64_t b = 0;
   for (const LayerKvCache& l : layers_) b += l.bytes_per_token();
   return b;
+}
+
+std::vector<std::string> KvCache::describe() const {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < layers_.size(); ++i) out.push_back(fmt::format("layer {}: {}", i, layers_[i].describe()));
+  return out;
 }
 
 void Model::forward_cached(std::span<const std::int32_t> ids, KvCache& cache, MatrixF& logits, bool last_only) const {

@@ -13,6 +13,9 @@ namespace {
 
 // Rows per task of the linear forward (also the sgemm's M).
 constexpr std::int64_t kRowBlock = 256;
+// Fewer rows than one row block (decoding: 1 row) would run on one thread: those split the output
+// columns instead, in fixed blocks of kColBlock (so results do not depend on the thread count).
+constexpr std::int64_t kColBlock = 128;
 
 bool ends_with_module(std::string_view name, std::string_view rel) {
   return name.size() > rel.size() && name.ends_with(rel) && name[name.size() - rel.size() - 1] == '.';
@@ -59,7 +62,76 @@ void latent_block(const Linear& l, const float* xb, int rows, core::ScratchF& z,
   }
 }
 
+// y[:, j] (ld ldy) = beta·y[:, j] + x: [n, k] · w[j, :]ᵀ for every column j < cols of w: [cols, k],
+// by column blocks on the pool (a GEMV split over its output when n = 1).
+void xwt_columns(const float* x, int n, int k, const float* w, std::int64_t cols, float beta, float* y, int ldy) {
+  core::parallel_for(cols, kColBlock, [&](std::int64_t c0, std::int64_t c1) {
+    core::sgemm_rm(false, true, n, static_cast<int>(c1 - c0), k, 1.0f, x, k, w + c0 * k, k, beta, y + c0, ldy);
+  });
+}
+
+// z: [n, r] = x: [n, in] · A_denseᵀ for the factored l, by columns of z (few rows).
+void latent_columns(const Linear& l, const float* x, int n, float* z) {
+  const std::int64_t r = l.B.cols(), in = l.in;
+  if (!l.block_identity) {
+    xwt_columns(x, n, static_cast<int>(in), l.A.data(), r, 0.0f, z, static_cast<int>(r));
+    return;
+  }
+  const std::int64_t k = in - r;
+  core::ScratchF rest(static_cast<std::size_t>(n * k));  // [n, in − r] the non-identity inputs
+  for (int i = 0; i < n; ++i) {
+    for (std::int64_t j = 0; j < r; ++j) z[i * r + j] = x[i * in + l.perm[static_cast<std::size_t>(j)]];
+    for (std::int64_t j = r; j < in; ++j) rest[static_cast<std::size_t>(i * k + j - r)] = x[i * in + l.perm[static_cast<std::size_t>(j)]];
+  }
+  if (k > 0) xwt_columns(rest.data(), n, static_cast<int>(k), l.A.data(), r, 1.0f, z, static_cast<int>(r));
+}
+
+// linear_forward for n < kRowBlock rows: the GEMMs split by output columns, the epilogue after them.
+void forward_columns(const Linear& l, const MatrixF& x, MatrixF& y, const Epilogue& e) {
+  const auto n = static_cast<int>(x.rows());
+  const std::int64_t in = l.in, out = l.out;
+  if (l.bias.size() > 0) {
+    if (e.accumulate) {
+      y.rowwise() += l.bias.transpose();
+    } else {
+      y.rowwise() = l.bias.transpose();
+    }
+  }
+  const float beta = e.accumulate || l.bias.size() > 0 ? 1.0f : 0.0f;
+  if (!l.factored()) {
+    xwt_columns(x.data(), n, static_cast<int>(in), l.weight.data(), out, beta, y.data(), static_cast<int>(out));
+  } else {
+    const std::int64_t r = l.B.cols();
+    core::ScratchF z(static_cast<std::size_t>(n * r));  // [n, r]
+    latent_columns(l, x.data(), n, z.data());
+    xwt_columns(z.data(), n, static_cast<int>(r), l.B.data(), out, beta, y.data(), static_cast<int>(out));
+  }
+  if (e.act) activate_span(y.data(), y.size(), *e.act);
+  if (e.times != nullptr) y.array() *= e.times->array();
+}
+
 }  // namespace
+
+void latent_forward(const Linear& l, const MatrixF& x, MatrixF& z) {
+  if (!l.factored() || x.cols() != l.in) {
+    throw Error(fmt::format("{}: latent of a {} module with input width {} (expected a factored module of input "
+                            "width {})", l.name, l.factored() ? "factored" : "dense", x.cols(), l.in));
+  }
+  const std::int64_t n = x.rows(), r = l.B.cols();
+  detail::ProfileScope scope(&ForwardProfile::linear_s, &ForwardProfile::linear_flops,
+                             2.0 * static_cast<double>(l.A.size()) * static_cast<double>(n));
+  z.resize(n, r);
+  core::BlasSingleThreaded single;
+  if (n < kRowBlock) {
+    latent_columns(l, x.data(), static_cast<int>(n), z.data());
+    return;
+  }
+  core::parallel_for(n, kRowBlock, [&](std::int64_t r0, std::int64_t r1) {
+    thread_local core::ScratchF zb, rest;  // [rows, r], [rows, in − r]
+    latent_block(l, x.data() + r0 * l.in, static_cast<int>(r1 - r0), zb, rest);
+    std::copy(zb.begin(), zb.begin() + (r1 - r0) * r, z.data() + r0 * r);
+  });
+}
 
 void linear_forward(const Linear& l, const MatrixF& x, MatrixF& y, const Epilogue& e) {
   const std::int64_t n = x.rows(), in = l.in, out = l.out;
@@ -72,6 +144,11 @@ void linear_forward(const Linear& l, const MatrixF& x, MatrixF& y, const Epilogu
   detail::ProfileScope scope(&ForwardProfile::linear_s, &ForwardProfile::linear_flops,
                              2.0 * linear_macs(l) * static_cast<double>(n));
   if (!e.accumulate) y.resize(n, out);
+  if (n > 0 && n < kRowBlock) {
+    core::BlasSingleThreaded single;
+    forward_columns(l, x, y, e);
+    return;
+  }
   const bool has_bias = l.bias.size() > 0;
   // Row blocks, each on one thread: a factored module's latent block stays in cache between its
   // two GEMMs, and the block-identity gather and the epilogue run in parallel with them.

@@ -31,6 +31,11 @@ inline Epilogue activated(Activation act, const MatrixF* times = nullptr) {
 
 // y: [n, out] = epilogue(x: [n, in] · Wᵀ + b), W dense or factored, by fixed row blocks on the
 // forward's threads (results do not depend on the thread count).
+// Fewer rows than one row block (decoding) split the output columns instead, also in fixed blocks.
 void linear_forward(const Linear& l, const MatrixF& x, MatrixF& y, const Epilogue& e = {});
+
+// z: [n, r] = the latent A·x of each row of x: [n, in] for a factored l (block identity: the gathered
+// identity inputs plus the others · A). Error unless l is factored with input width x.cols().
+void latent_forward(const Linear& l, const MatrixF& x, MatrixF& z);
 
 }  // namespace latentllm::model

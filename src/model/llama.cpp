@@ -12,6 +12,7 @@
 
 #include "latentllm/error.hpp"
 #include "model/attention.hpp"
+#include "model/cached_attention.hpp"
 #include "model/arch.hpp"
 #include "model/linear_fused.hpp"
 #include "model/ops.hpp"
@@ -237,24 +238,32 @@ class LlamaModel final : public Model {
   }
 
   // x: [n, d] the attention block's input -> a: [n, H·d_h] the concatenated head outputs; with a KV
-  // cache (kv), x holds T new positions past..past+T−1 of one sequence (layer_attention).
+  // cache (kv), x holds T new positions past..past+T−1 of one sequence (cached_attention: the keys'
+  // transform, k_norm and RoPE, sits between k_proj and the cache).
   void attention(const DecoderLayer& L, const MatrixF& x, int T, LayerKvCache* kv, int past, MatrixF& a) const {
     const int d_h = static_cast<int>(config_.head_dim);
     MatrixF q, k, v;  // q: [n, H·d_h]; k, v: [n, H_kv·d_h]
     L.linears[kQ].forward(x, q);
-    L.linears[kK].forward(x, k);
-    L.linears[kV].forward(x, v);
     {
       detail::ProfileScope scope(&ForwardProfile::other_s);
-      if (config_.qk_norm) {  // Qwen3: RMSNorm over each head's d_h entries, before RoPE
-        rms_norm_heads(q, d_h, L.norm(kQNorm), eps_);
-        rms_norm_heads(k, d_h, L.norm(kKNorm), eps_);
-      }
-      const RopeTable rope = rope_table(config_.rope, T, d_h, past);
-      apply_rope(q, T, d_h, rope);
-      apply_rope(k, T, d_h, rope);
+      if (config_.qk_norm) rms_norm_heads(q, d_h, L.norm(kQNorm), eps_);  // Qwen3: RMSNorm per head, before RoPE
+      apply_rope(q, T, d_h, rope_table(config_.rope, T, d_h, past));
     }
-    layer_attention(q, k, v, attention_shape(T), kv, past, a);
+    // k: [m, H_kv·d_h] k_proj outputs at positions first..first+m−1 (windows of T when not cached).
+    const auto key_transform = [&](MatrixF& keys, int first) {
+      detail::ProfileScope scope(&ForwardProfile::other_s);
+      const int m = kv != nullptr ? static_cast<int>(keys.rows()) : T;
+      if (config_.qk_norm) rms_norm_heads(keys, d_h, L.norm(kKNorm), eps_);
+      apply_rope(keys, m, d_h, rope_table(config_.rope, m, d_h, first));
+    };
+    if (kv != nullptr) {
+      cached_attention(q, x, L.linears[kK], L.linears[kV], key_transform, attention_shape(T), *kv, past, a);
+      return;
+    }
+    L.linears[kK].forward(x, k);
+    L.linears[kV].forward(x, v);
+    key_transform(k, 0);
+    causal_attention(q, k, v, attention_shape(T), a);
   }
 
   void norm(const MatrixF& x, const VectorF& weight, MatrixF& y) const {

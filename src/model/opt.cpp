@@ -6,6 +6,7 @@
 
 #include "latentllm/error.hpp"
 #include "model/attention.hpp"
+#include "model/cached_attention.hpp"
 #include "model/arch.hpp"
 #include "model/linear_fused.hpp"
 #include "model/ops.hpp"
@@ -203,13 +204,18 @@ class OptModel final : public Model {
   }
 
   // x: [n, d] the attention block's input -> a: [n, d] the concatenated head outputs; with a KV cache
-  // (kv), x holds T new positions after `past` cached ones (layer_attention).
+  // (kv), x holds T new positions after `past` cached ones (cached_attention: no key transform, so
+  // latent keys are absorbed into the queries).
   void attention(const DecoderLayer& L, const MatrixF& x, int T, LayerKvCache* kv, int past, MatrixF& a) const {
     MatrixF q, k, v;  // [n, d]
     L.linears[kQ].forward(x, q);
+    if (kv != nullptr) {
+      cached_attention(q, x, L.linears[kK], L.linears[kV], {}, attention_shape(T), *kv, past, a);
+      return;
+    }
     L.linears[kK].forward(x, k);
     L.linears[kV].forward(x, v);
-    layer_attention(q, k, v, attention_shape(T), kv, past, a);
+    causal_attention(q, k, v, attention_shape(T), a);
   }
 
   // x = the input of block `which` (0: attention, 1: MLP): its LayerNorm of h before it (pre-LN), or

@@ -87,6 +87,7 @@ TEST(ErrorsDoc, Generation) {
                     {"gen-top-k", {cli(gen + "--top-k=-1")}},
                     {"gen-top-p", {cli(gen + "--top-p 0"), cli(gen + "--top-p 1.5")}},
                     {"gen-max-new-tokens", {cli(gen + "--max-new-tokens=-1")}},
+                    {"gen-kv-cache", {cli(gen + "--kv-cache mla"), lib([] { model::parse_kv_cache_mode("Dense"); })}},
                     {"gen-empty-model", {cli("generate --model " + q(empty))}},
                     {"gen-prompt-long", {cli(gen + "--prompt '" + long_prompt + "'")}},
                     {"gen-context", {cli(gen + "--prompt 'Once upon a time' --max-new-tokens 510")}},

@@ -19,6 +19,7 @@ namespace {
 struct GenerateArgs {
   std::string model;
   std::string prompt;
+  std::string kv_cache = "auto";
   eval::GenerateOptions opt;
   int threads = 0;
   bool json = false;
@@ -31,6 +32,8 @@ int run_generate(const GenerateArgs& a) {
     throw ConfigError(fmt::format("--max-new-tokens (expected >= 0, got {})", a.opt.max_new_tokens));
   }
   if (a.threads < 0) throw ConfigError(fmt::format("--threads (expected >= 0, got {})", a.threads));
+  eval::GenerateOptions opt = a.opt;
+  opt.kv_cache = model::parse_kv_cache_mode(a.kv_cache);
   core::set_num_threads(a.threads);
   const std::unique_ptr<model::Model> m = model::Model::load(a.model);
   const auto tok = io::load_tokenizer(a.model);
@@ -46,13 +49,15 @@ int run_generate(const GenerateArgs& a) {
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
   };
-  const eval::GenerateResult r = eval::generate(*m, *tok, prompt, a.opt, a.json ? eval::TextFn{} : stream);
+  const eval::GenerateResult r = eval::generate(*m, *tok, prompt, opt, a.json ? eval::TextFn{} : stream);
   std::fprintf(stderr, "%sgenerate: prefill %zu tokens in %.3f s (%.1f tokens/s); decode %d tokens in %.3f s "
                "(%.1f tokens/s)%s; KV cache %lld bytes/token, %lld bytes at %d positions\n",
                a.json ? "" : "\n", r.prompt_ids.size(), r.prefill_seconds, r.prompt_tokens_per_s, r.decode_steps,
                r.decode_seconds, r.decode_tokens_per_s, r.stopped_at_eos ? "; stopped at EOS" : "",
                static_cast<long long>(r.kv_cache_bytes_per_token), static_cast<long long>(r.kv_cache_bytes),
                r.kv_cache_length);
+  std::fprintf(stderr, "generate: KV cache %s:\n", std::string(model::kv_cache_mode_name(opt.kv_cache)).c_str());
+  for (const std::string& line : r.kv_cache_layers) std::fprintf(stderr, "  %s\n", line.c_str());
   if (a.json) {
     const nlohmann::json j = {{"model", a.model},
                               {"prompt", a.prompt},
@@ -67,7 +72,9 @@ int run_generate(const GenerateArgs& a) {
                               {"decode_steps", r.decode_steps},
                               {"kv_cache_bytes_per_token", r.kv_cache_bytes_per_token},
                               {"kv_cache_bytes", r.kv_cache_bytes},
-                              {"kv_cache_positions", r.kv_cache_length}};
+                              {"kv_cache_positions", r.kv_cache_length},
+                              {"kv_cache", std::string(model::kv_cache_mode_name(opt.kv_cache))},
+                              {"kv_cache_layers", r.kv_cache_layers}};
     std::printf("%s\n", j.dump().c_str());
   }
   return 0;
@@ -103,6 +110,11 @@ Command add_generate(CLI::App& app) {
                   "Seed of the sampler (std::mt19937_64, 53-bit uniform draws): the same seed gives the same text")
       ->capture_default_str()
       ->group("Sampling");
+  sub->add_option("--kv-cache", args->kv_cache,
+                  "KV cache of factored k_proj / v_proj: dense (keys and values), latent (c = A·x per position; "
+                  "keys with RoPE decompressed every step) or auto (latent where smaller and not slower)")
+      ->capture_default_str()
+      ->group("Performance");
   sub->add_option("--threads", args->threads, "Threads for BLAS and the forward; 0 = all cores")
       ->capture_default_str()
       ->group("Performance");

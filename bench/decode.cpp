@@ -1,0 +1,273 @@
+// Decode speed of a dense model and its latent versions (issue 14 item 4): tokens/s of one-token
+// forwards over a KV cache at several context lengths, against the roofline of this machine's memory
+// bandwidth (bytes read per token: every weight once + the cache at that context, measured in the same
+// process); prefill against the sgemm peak; KV-cache bytes per position. Writes <out>.json and <out>.md.
+//
+//   decode --model DIR [--name NAME] [--latent compress|random] [--contexts 128,512,2048] [--steps 8]
+//          [--prefill 128] [--shared ../shared] [--out bench/results/decode/NAME]
+//
+// Latent versions at 20 % and 40 %:
+//   compress: latentllm with the library API on 8 TinyStories windows of 64 tokens (the fixtures);
+//   random:   every attention and MLP module replaced by random factors B: [d', r], A: [r, d − r] in
+//             block-identity form with the ranks latentllm would plan (compress::plan_model), for
+//             random-weight checkpoints of real shapes (latentllm-synth): they measure speed only.
+// A decode at context C: the cache holds C − steps − 2 positions of random entries (the speed of a step
+// does not depend on them; prefilling 2048 tokens of a 1.3 B model would take minutes), then 2 warm-up
+// steps and `steps` timed ones, the last attending to C positions. Contexts beyond
+// max_position_embeddings are skipped (reported).
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "bench_common.hpp"
+#include "latentllm/calib.hpp"
+#include "latentllm/compress.hpp"
+#include "latentllm/log.hpp"
+#include "latentllm/model.hpp"
+#include "latentllm/resources.hpp"
+#include "latentllm/tokenizer.hpp"
+
+namespace {
+
+using namespace latentllm;
+using bench::arg;
+using bench::Clock;
+using bench::seconds_since;
+using model::KvCacheMode;
+
+struct Variant {
+  std::string name;   // "dense", "latent 20 %", ...
+  double ratio = 0;   // 0 = dense
+  KvCacheMode mode = KvCacheMode::Dense;
+};
+
+// Bytes a one-token forward reads from the weights: every decoder-layer module (factors, biases,
+// block-identity indices) and norm, the LM head (the vocabulary · its input width), one embedding row.
+std::int64_t weight_bytes_per_token(const model::Model& m) {
+  std::int64_t floats = 0;
+  for (int i = 0; i < m.num_layers(); ++i) {
+    for (const auto& l : m.layer(i).linears) floats += l.num_params() + static_cast<std::int64_t>(l.perm.size());
+    for (const auto& [name, v] : m.layer(i).norms) floats += v.size();
+  }
+  const auto& c = m.config();
+  const std::int64_t p = c.word_embed_proj_dim > 0 ? c.word_embed_proj_dim : c.hidden_size;
+  floats += c.vocab_size * p + 2 * c.hidden_size;
+  return floats * 4;
+}
+
+// Multiply-adds of the modules per token (prefill FLOPs), and of the attention per layer for T new
+// positions after none (causal: T·(T+1)/2 scores and as many ·V terms per head).
+double linear_macs_per_token(const model::Model& m) {
+  double macs = 0;
+  for (int i = 0; i < m.num_layers(); ++i)
+    for (const auto& l : m.layer(i).linears) macs += static_cast<double>(l.num_params() - l.bias.size());
+  return macs;
+}
+
+// Replaces every attention and MLP module by random factors of the ranks latentllm plans at `ratio`
+// (block identity with a random permutation), freeing the dense weights.
+void randomize_latent(model::Model& m, double ratio, std::uint64_t seed) {
+  compress::CompressOptions opt;
+  opt.method = compress::Method::LatentLlm;
+  opt.ratio = ratio;
+  const compress::RankPlan plan = compress::plan_model(m, opt);
+  std::mt19937_64 rng(seed);
+  for (int i = 0; i < m.num_layers(); ++i) {
+    for (auto& l : m.layer(i).linears) {
+      const auto it = std::find_if(plan.modules.begin(), plan.modules.end(), [&](const auto& p) { return p.name == l.name; });
+      if (it == plan.modules.end()) continue;
+      const std::int64_t r = it->rank;
+      const float s = 1.0f / std::sqrt(static_cast<float>(l.in));
+      l.weight.resize(0, 0);
+      l.B = MatrixF::Random(l.out, r) * s;        // [out, r]
+      l.A = MatrixF::Random(r, l.in - r) * s;     // [r, in − r]
+      l.perm.resize(static_cast<std::size_t>(l.in));
+      std::iota(l.perm.begin(), l.perm.end(), 0);
+      std::shuffle(l.perm.begin(), l.perm.end(), rng);
+      l.block_identity = true;
+    }
+  }
+}
+
+std::unique_ptr<model::Model> compressed(const std::string& dir, const std::string& shared, double ratio) {
+  auto m = model::Model::load(dir);
+  const auto tok = io::load_tokenizer(dir);
+  calib::CalibOptions co;
+  co.source = "text";
+  co.data = shared + "/data/tinystories/TinyStories-valid.stories0001-0232.clean.txt";
+  co.nsamples = 8;
+  co.seqlen = 64;
+  const auto ids = calib::sample_calibration(*tok, co);
+  compress::CompressOptions opt;
+  opt.method = compress::Method::LatentLlm;
+  opt.ratio = ratio;
+  compress::compress_model(*m, ids, co.seqlen, opt);
+  return m;
+}
+
+// Fills the first n positions of every layer's cache with random entries and marks them cached.
+void fill_cache(model::KvCache& cache, int layers, int n) {
+  for (int i = 0; i < layers; ++i) {
+    auto& l = cache.layer(i);
+    l.k.topRows(n) = MatrixF::Random(n, l.k.cols()) * 0.5f;
+    l.v.topRows(n) = MatrixF::Random(n, l.v.cols()) * 0.5f;
+  }
+  cache.advance(n);
+}
+
+// Seconds per decode step at context C (see the header), or < 0 when C does not fit.
+double decode_seconds(const model::Model& m, KvCacheMode mode, int C, int steps) {
+  if (C > m.config().max_position_embeddings || C < steps + 3) return -1;
+  model::KvCache cache(m, C, mode);
+  fill_cache(cache, m.num_layers(), C - steps - 2);
+  MatrixF logits;
+  std::int32_t id = 3;
+  for (int w = 0; w < 2; ++w) m.forward_cached(std::span<const std::int32_t>(&id, 1), cache, logits);
+  const auto t0 = Clock::now();
+  for (int s = 0; s < steps; ++s) {
+    m.forward_cached(std::span<const std::int32_t>(&id, 1), cache, logits);
+    id = static_cast<std::int32_t>((id * 7919 + 13) % 500);
+  }
+  return seconds_since(t0) / steps;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  core::reuse_large_allocations();
+  set_log_callback([](LogLevel, std::string_view) {});
+  const std::string shared = arg(argc, argv, "--shared", "../shared");
+  const std::string model_dir = arg(argc, argv, "--model", shared + "/models/opt-tiny");
+  const std::string name = arg(argc, argv, "--name", std::filesystem::path(model_dir).filename().string());
+  const std::string latent_route = arg(argc, argv, "--latent", "compress");
+  const int steps = std::stoi(arg(argc, argv, "--steps", "8"));
+  const int prefill = std::stoi(arg(argc, argv, "--prefill", "128"));
+  const std::string out = arg(argc, argv, "--out", "bench/results/decode/" + name);
+  std::vector<int> contexts;
+  {
+    std::stringstream ss(arg(argc, argv, "--contexts", "128,512,2048"));
+    for (std::string c; std::getline(ss, c, ',');) contexts.push_back(std::stoi(c));
+  }
+
+  const double load_before = bench::load_average();
+  nlohmann::json bw_detail, peak_detail;
+  const double bw = bench::memory_bandwidth_gbs(bw_detail);
+  const double peak = bench::sgemm_peak_gflops(peak_detail);
+  std::fprintf(stderr, "%s: read bandwidth %.1f GB/s, sgemm peak %.1f GFLOP/s\n", name.c_str(), bw, peak);
+
+  std::vector<Variant> variants = {{"dense", 0, KvCacheMode::Dense},
+                                   {"latent 20 %", 0.2, KvCacheMode::Auto},
+                                   {"latent 40 %", 0.4, KvCacheMode::Auto},
+                                   {"latent 40 %, dense cache", 0.4, KvCacheMode::Dense}};
+  nlohmann::json rows = nlohmann::json::array();
+  std::unique_ptr<model::Model> m;
+  double current = -1;  // the ratio m holds
+  for (const Variant& v : variants) {
+    if (v.ratio != current) {
+      m.reset();
+      m = v.ratio == 0 || latent_route == "random" ? model::Model::load(model_dir) : compressed(model_dir, shared, v.ratio);
+      if (v.ratio > 0 && latent_route == "random") randomize_latent(*m, v.ratio, 7);
+      current = v.ratio;
+    }
+    std::vector<Variant> runs = {v};
+    // Where auto does not cache every factored module as latents (RoPE keys, compute-bound absorbed
+    // attention), also measure the forced latent cache.
+    if (v.ratio == 0.4 && v.mode == KvCacheMode::Auto &&
+        model::KvCache(*m, 1, KvCacheMode::Auto).bytes_per_token() !=
+            model::KvCache(*m, 1, KvCacheMode::Latent).bytes_per_token()) {
+      runs.push_back({m->attention().rope ? "latent 40 %, latent cache (keys decompressed per step)"
+                                          : "latent 40 %, latent cache",
+                      0.4, KvCacheMode::Latent});
+    }
+    for (const Variant& run : runs) {
+      const std::int64_t wbytes = weight_bytes_per_token(*m);
+      const model::KvCache probe(*m, 1, run.mode);
+      const std::int64_t kv_per_pos = probe.bytes_per_token();
+      nlohmann::json row = {{"variant", run.name}, {"ratio", run.ratio},
+                            {"kv_cache", std::string(model::kv_cache_mode_name(run.mode))},
+                            {"weight_bytes_per_token", wbytes}, {"kv_cache_bytes_per_token", kv_per_pos},
+                            {"kv_cache_layers", probe.describe()}};
+      for (int C : contexts) {
+        const double s = decode_seconds(*m, run.mode, C, steps);
+        if (s < 0) {
+          row["decode"][std::to_string(C)] = nullptr;
+          continue;
+        }
+        const double bytes = static_cast<double>(wbytes) + static_cast<double>(kv_per_pos) * C;
+        const double roofline = bw * 1e9 / bytes;
+        row["decode"][std::to_string(C)] = {{"tokens_per_s", 1.0 / s}, {"bytes_per_token", bytes},
+                                            {"roofline_tokens_per_s", roofline}, {"fraction_of_roofline", 1.0 / s / roofline},
+                                            {"achieved_gb_per_s", bytes / s / 1e9}};
+        std::fprintf(stderr, "%s %s context %d: %.2f tokens/s (roofline %.2f, %.0f %%)\n", name.c_str(),
+                     run.name.c_str(), C, 1.0 / s, roofline, 100.0 / s / roofline);
+      }
+      const int P = std::min<int>(prefill, static_cast<int>(m->config().max_position_embeddings));
+      std::vector<std::int32_t> ids(static_cast<std::size_t>(P));
+      for (int i = 0; i < P; ++i) ids[static_cast<std::size_t>(i)] = (i * 7919 + 13) % 500;
+      model::KvCache cache(*m, P, run.mode);
+      MatrixF logits;
+      const auto t0 = Clock::now();
+      m->forward_cached(ids, cache, logits, true);
+      const double ps = seconds_since(t0);
+      const auto& a = m->attention();
+      const double flops = 2.0 * linear_macs_per_token(*m) * P +
+                           2.0 * 2.0 * a.num_heads * a.head_dim * (P * (P + 1.0) / 2.0) * m->num_layers();
+      row["prefill"] = {{"tokens", P}, {"seconds", ps}, {"tokens_per_s", P / ps}, {"gflops", flops / ps / 1e9},
+                        {"fraction_of_sgemm_peak", flops / ps / 1e9 / peak}};
+      std::fprintf(stderr, "%s %s prefill %d: %.1f tokens/s, %.1f GFLOP/s (%.0f %% of peak)\n", name.c_str(),
+                   run.name.c_str(), P, P / ps, flops / ps / 1e9, 100 * flops / ps / 1e9 / peak);
+      rows.push_back(row);
+    }
+  }
+  const auto& c = m->config();
+  nlohmann::json j = {{"model", model_dir}, {"name", name}, {"latent_route", latent_route},
+                      {"architecture", c.architecture}, {"layers", c.num_hidden_layers},
+                      {"hidden_size", c.hidden_size}, {"heads", c.num_attention_heads},
+                      {"kv_heads", c.num_key_value_heads}, {"head_dim", c.head_dim},
+                      {"max_position_embeddings", c.max_position_embeddings}, {"steps", steps},
+                      {"threads", core::num_threads()}, {"load_average_before", load_before},
+                      {"load_average_after", bench::load_average()}, {"read_bandwidth_gb_per_s", bw},
+                      {"bandwidth_detail", bw_detail}, {"sgemm_peak_gflops", peak}, {"variants", rows}};
+  std::ofstream(out + ".json") << j.dump(2) << "\n";
+
+  std::string md = fmt::format("# Decode speed: {}\n\nGenerated by `bench/run_decode.sh` (bench/decode.cpp). {} ({} layers, "
+                               "d {}, H {} / H_kv {}, d_h {}, max positions {}); latent versions by {}. "
+                               "Threads {}; load average before / after {:.2f} / {:.2f}. Read bandwidth {:.1f} GB/s, "
+                               "sgemm peak {:.1f} GFLOP/s (same process).\n\n",
+                               name, c.architecture, c.num_hidden_layers, c.hidden_size, c.num_attention_heads,
+                               c.num_key_value_heads, c.head_dim, c.max_position_embeddings,
+                               latent_route == "random" ? "random factors at latentllm's planned ranks (speed only)"
+                                                        : "latentllm compression (library API)",
+                               core::num_threads(), load_before, bench::load_average(), bw, peak);
+  md += "| variant | KV bytes/position | weight MB/token |";
+  for (int C : contexts) md += fmt::format(" decode @{} tok/s (% roofline) |", C);
+  md += " prefill tok/s (% sgemm peak) |\n|---|---:|---:|";
+  for (std::size_t i = 0; i < contexts.size(); ++i) md += "---:|";
+  md += "---:|\n";
+  for (const auto& r : rows) {
+    md += fmt::format("| {} | {} | {:.1f} |", r["variant"].get<std::string>(), r["kv_cache_bytes_per_token"].get<std::int64_t>(),
+                      r["weight_bytes_per_token"].get<double>() / 1e6);
+    for (int C : contexts) {
+      const auto& d = r["decode"][std::to_string(C)];
+      md += d.is_null() ? " — (context > max positions) |"
+                        : fmt::format(" {:.2f} ({:.0f} %) |", d["tokens_per_s"].get<double>(),
+                                      100 * d["fraction_of_roofline"].get<double>());
+    }
+    md += fmt::format(" {:.1f} ({:.0f} %) |\n", r["prefill"]["tokens_per_s"].get<double>(),
+                      100 * r["prefill"]["fraction_of_sgemm_peak"].get<double>());
+  }
+  std::ofstream(out + ".md") << md;
+  std::printf("%s", md.c_str());
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "decode: %s\n", e.what());
+  return 1;
+}
