@@ -20,6 +20,7 @@
 #include "latentllm/model.hpp"
 #include "latentllm/tokenizer.hpp"
 #include "synth.hpp"
+#include "incremental_support.hpp"
 #include "test_support.hpp"
 
 namespace latentllm {
@@ -27,93 +28,26 @@ namespace {
 
 namespace fs = std::filesystem;
 using test::shared_path;
+using test::check_incremental;
+using test::story_ids;
+using test::full_logits;
+using model::KvCacheMode;
 
-// Incremental logits agree with the full forward to float32 round-off: the products sum in another
-// order (one query row against the cache instead of 64-row blocks), nothing else differs. Stated
-// relative to the largest logit of the sequence.
-constexpr double kRelTol = 2e-5;
-
-// Logits [T, V] of one window by the full-sequence forward.
-MatrixF full_logits(const model::Model& m, const std::vector<std::int32_t>& ids) {
-  const int T = static_cast<int>(ids.size());
-  MatrixF h, logits;  // [T, d], [T, V]
-  m.embed(ids, T, h);
-  for (int i = 0; i < m.num_layers(); ++i) m.layer_forward(i, h, T);
-  m.head(h, logits);
-  return logits;
+// Prefill of one token, then of a third of the window.
+double check_dense_cache(const model::Model& m, const std::vector<std::int32_t>& ids, const std::string& what) {
+  return check_incremental(m, ids, KvCacheMode::Dense, {1, static_cast<int>(ids.size()) / 3}, what);
 }
 
-// Logits [T, V] by prefill of the first `prefill` ids, then one id per forward_cached call.
-MatrixF incremental_logits(const model::Model& m, const std::vector<std::int32_t>& ids, int prefill) {
-  const int T = static_cast<int>(ids.size());
-  model::KvCache cache(m, T);
-  MatrixF out(T, m.config().vocab_size), step;  // [T, V], [n, V]
-  m.forward_cached(std::span<const std::int32_t>(ids.data(), static_cast<std::size_t>(prefill)), cache, step);
-  out.topRows(prefill) = step;
-  for (int t = prefill; t < T; ++t) {
-    m.forward_cached(std::span<const std::int32_t>(&ids[static_cast<std::size_t>(t)], 1), cache, step);
-    out.row(t) = step.row(0);
-  }
-  EXPECT_EQ(cache.length(), T);
-  return out;
-}
-
-// Max |incremental − full| over every position, checked against kRelTol; returned for the report.
-double check_incremental(const model::Model& m, const std::vector<std::int32_t>& ids, const std::string& what) {
-  const MatrixF full = full_logits(m, ids);
-  double worst = 0;
-  for (int prefill : {1, static_cast<int>(ids.size()) / 3}) {
-    const MatrixF inc = incremental_logits(m, ids, prefill);
-    const double diff = (inc - full).cwiseAbs().maxCoeff();
-    const double scale = std::max(1.0, static_cast<double>(full.cwiseAbs().maxCoeff()));
-    EXPECT_LE(diff, kRelTol * scale) << what << " prefill " << prefill;
-    worst = std::max(worst, diff);
-  }
-  std::printf("[ info ] %s: max |incremental - full| logit = %.3g over %zu positions\n", what.c_str(), worst,
-              ids.size());
-  return worst;
-}
-
-std::vector<std::int32_t> story_ids(const io::Tokenizer& tok, std::size_t n) {
-  const std::string text = "Once upon a time, there was a little girl named Lily. She loved to play outside in the "
-                           "park with her friends. One day, she saw a big red ball near the tree and ran to it. "
-                           "Her mom said she could keep it if she shared it with everyone.";
-  auto ids = tok.encode(text);
-  EXPECT_GE(ids.size(), n);
-  ids.resize(std::min(n, ids.size()));
-  return ids;
-}
-
-// A latent copy of the model in `dir`: compressed in memory by latentllm (joint Q-K, up-down) at 20 %,
-// saved and loaded back as a checkpoint.
-std::unique_ptr<model::Model> latent(const fs::path& dir, const std::string& tag) {
-  set_log_callback([](LogLevel, std::string_view) {});
-  auto m = model::Model::load(dir);
-  const auto tok = io::load_tokenizer(dir);
-  calib::CalibOptions co;
-  co.source = "text";
-  co.data = shared_path("data/tinystories/TinyStories-valid.stories0001-0232.clean.txt");
-  co.nsamples = 8;
-  co.seqlen = 64;
-  const auto ids = calib::sample_calibration(*tok, co);
-  compress::CompressOptions opt;
-  opt.method = compress::parse_method("latentllm");
-  opt.ratio = 0.2;
-  compress::compress_model(*m, ids, co.seqlen, opt);
-  const fs::path out = test::make_temp_dir(tag) / "latent";
-  checkpoint::save(*m, out, {});
-  return model::Model::load(out);
-}
 
 TEST(KvCache, IncrementalEqualsFullLlamaGqaRopeDenseAndLatent) {
   const fs::path dir = shared_path("models/stories260K/hf");
   const auto tok = io::load_tokenizer(dir);
   const auto ids = story_ids(*tok, 48);
   const auto dense = model::Model::load(dir);
-  check_incremental(*dense, ids, "stories260K dense");
-  const auto lat = latent(dir, "kv-llama");
+  check_dense_cache(*dense, ids, "stories260K dense");
+  const auto lat = test::latent_copy(dir, 0.2, "kv-llama");
   ASSERT_TRUE(lat->layer(0).linear(model::Role::Q).factored());
-  check_incremental(*lat, ids, "stories260K latent 20 %");
+  check_dense_cache(*lat, ids, "stories260K latent 20 %");
 }
 
 TEST(KvCache, IncrementalEqualsFullOptDenseAndLatent) {
@@ -121,10 +55,10 @@ TEST(KvCache, IncrementalEqualsFullOptDenseAndLatent) {
   const auto tok = io::load_tokenizer(dir);
   const auto ids = story_ids(*tok, 40);
   const auto dense = model::Model::load(dir);
-  check_incremental(*dense, ids, "opt-tiny dense");
-  const auto lat = latent(dir, "kv-opt");
+  check_dense_cache(*dense, ids, "opt-tiny dense");
+  const auto lat = test::latent_copy(dir, 0.2, "kv-opt");
   ASSERT_TRUE(lat->layer(0).linear(model::Role::Up).factored());
-  check_incremental(*lat, ids, "opt-tiny latent 20 %");
+  check_dense_cache(*lat, ids, "opt-tiny latent 20 %");
 }
 
 // stories260K's weights under MistralForCausalLM with a sliding window of 8 keys: positions past the
@@ -142,7 +76,7 @@ TEST(KvCache, IncrementalEqualsFullWithSlidingWindow) {
   ASSERT_EQ(m->config().sliding_window, 8);
   const auto tok = io::load_tokenizer(dir);
   const auto ids = story_ids(*tok, 40);
-  check_incremental(*m, ids, "stories260K as Mistral, window 8");
+  check_dense_cache(*m, ids, "stories260K as Mistral, window 8");
   // The window changes the logits, so the test above compares something different from plain causal.
   const auto plain = model::Model::load(src);
   EXPECT_GT((full_logits(*m, ids) - full_logits(*plain, ids)).cwiseAbs().maxCoeff(), 1e-3);
@@ -160,7 +94,7 @@ TEST(KvCache, IncrementalEqualsFullQwen3) {
   ASSERT_TRUE(m->config().qk_norm);
   std::vector<std::int32_t> ids;
   for (int i = 0; i < 24; ++i) ids.push_back((i * 7919 + 13) % static_cast<int>(m->config().vocab_size));
-  check_incremental(*m, ids, "qwen3-tiny (synthetic)");
+  check_dense_cache(*m, ids, "qwen3-tiny (synthetic)");
 }
 
 TEST(KvCache, ContextLimitIsAClearError) {

@@ -17,6 +17,7 @@
 #include "latentllm/log.hpp"
 #include "latentllm/model.hpp"
 #include "latentllm/tokenizer.hpp"
+#include "incremental_support.hpp"
 #include "test_support.hpp"
 
 namespace latentllm {
@@ -26,80 +27,8 @@ namespace fs = std::filesystem;
 using model::KvCacheMode;
 using model::KvForm;
 using test::shared_path;
-
-// As tests/golden/test_generate.cpp: float32 round-off relative to the largest logit. The latent
-// routes sum other products (q̃·c_k instead of q·k), still in float.
-constexpr double kRelTol = 2e-5;
-
-MatrixF full_logits(const model::Model& m, const std::vector<std::int32_t>& ids) {
-  const int T = static_cast<int>(ids.size());
-  MatrixF h, logits;  // [T, d], [T, V]
-  m.embed(ids, T, h);
-  for (int i = 0; i < m.num_layers(); ++i) m.layer_forward(i, h, T);
-  m.head(h, logits);
-  return logits;
-}
-
-// Logits [T, V]: prefill of the first `prefill` ids, then one id per forward_cached call.
-MatrixF incremental_logits(const model::Model& m, const std::vector<std::int32_t>& ids, int prefill, KvCacheMode mode) {
-  const int T = static_cast<int>(ids.size());
-  model::KvCache cache(m, T, mode);
-  MatrixF out(T, m.config().vocab_size), step;  // [T, V], [n, V]
-  m.forward_cached(std::span<const std::int32_t>(ids.data(), static_cast<std::size_t>(prefill)), cache, step);
-  out.topRows(prefill) = step;
-  for (int t = prefill; t < T; ++t) {
-    m.forward_cached(std::span<const std::int32_t>(&ids[static_cast<std::size_t>(t)], 1), cache, step);
-    out.row(t) = step.row(0);
-  }
-  return out;
-}
-
-void check_incremental(const model::Model& m, const std::vector<std::int32_t>& ids, KvCacheMode mode,
-                       std::initializer_list<int> prefills, const std::string& what) {
-  const MatrixF full = full_logits(m, ids);
-  const double scale = std::max(1.0, static_cast<double>(full.cwiseAbs().maxCoeff()));
-  double worst = 0;
-  for (int prefill : prefills) {
-    const double diff = (incremental_logits(m, ids, prefill, mode) - full).cwiseAbs().maxCoeff();
-    EXPECT_LE(diff, kRelTol * scale) << what << " prefill " << prefill;
-    worst = std::max(worst, diff);
-  }
-  std::printf("[ info ] %s, %s cache: max |incremental - full| logit = %.3g (max |logit| %.3g) over %zu positions\n",
-              what.c_str(), std::string(model::kv_cache_mode_name(mode)).c_str(), worst, scale, ids.size());
-}
-
-std::vector<std::int32_t> story_ids(const io::Tokenizer& tok, std::size_t n) {
-  std::string text;
-  for (int i = 0; i < 4; ++i) {
-    text += "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her "
-            "friends. One day, she saw a big red ball near the tree and ran to it. ";
-  }
-  auto ids = tok.encode(text);
-  EXPECT_GE(ids.size(), n);
-  ids.resize(std::min(n, ids.size()));
-  return ids;
-}
-
-// A latent copy of the model in `dir`, compressed by latentllm (joint Q-K, V-O, up-down) at `ratio`
-// with the library API, saved and loaded back.
-std::unique_ptr<model::Model> latent(const fs::path& dir, double ratio, const std::string& tag) {
-  set_log_callback([](LogLevel, std::string_view) {});
-  auto m = model::Model::load(dir);
-  const auto tok = io::load_tokenizer(dir);
-  calib::CalibOptions co;
-  co.source = "text";
-  co.data = shared_path("data/tinystories/TinyStories-valid.stories0001-0232.clean.txt");
-  co.nsamples = 8;
-  co.seqlen = 64;
-  const auto ids = calib::sample_calibration(*tok, co);
-  compress::CompressOptions opt;
-  opt.method = compress::parse_method("latentllm");
-  opt.ratio = ratio;
-  compress::compress_model(*m, ids, co.seqlen, opt);
-  const fs::path out = test::make_temp_dir(tag) / "latent";
-  checkpoint::save(*m, out, {});
-  return model::Model::load(out);
-}
+using test::check_incremental;
+using test::story_ids;
 
 // The bytes per position of a cache: each module's rank where it is latent, H_kv·d_h floats otherwise.
 std::int64_t expected_bytes(const model::Model& m, const model::KvCache& cache) {
@@ -121,7 +50,7 @@ TEST(LatentKvCache, OptIncrementalEqualsFullAndCachesTheRanks) {
   const std::int64_t dense_bytes = model::KvCache(*dense, 8).bytes_per_token();
   EXPECT_EQ(dense_bytes, 2 * 6 * 256 * 4);
   for (double ratio : {0.2, 0.4}) {
-    const auto lat = latent(dir, ratio, "latent-kv-opt");
+    const auto lat = test::latent_copy(dir, ratio, "latent-kv-opt");
     const std::string what = fmt::format("opt-tiny latentllm {:.0f} %", ratio * 100);
     model::KvCache cache(*lat, 8, KvCacheMode::Auto);
     std::int64_t rk_plus_rv = 0;
@@ -154,7 +83,7 @@ TEST(LatentKvCache, LlamaIncrementalEqualsFullWithRope) {
   const auto tok = io::load_tokenizer(dir);
   const auto ids = story_ids(*tok, 48);
   for (double ratio : {0.2, 0.4}) {
-    const auto lat = latent(dir, ratio, "latent-kv-llama");
+    const auto lat = test::latent_copy(dir, ratio, "latent-kv-llama");
     const std::string what = fmt::format("stories260K latentllm {:.0f} %", ratio * 100);
     // Auto: values latent (absorbed), keys dense (RoPE between the factors).
     model::KvCache cache(*lat, 8, KvCacheMode::Auto);
@@ -178,7 +107,7 @@ TEST(LatentKvCache, GenerateReportsTheCacheAndModeParses) {
   test::expect_error<ConfigError>([] { model::parse_kv_cache_mode("mla"); },
                                   {"--kv-cache (expected dense, latent or auto, got mla)"});
   const fs::path dir = shared_path("models/stories260K/hf");
-  const auto lat = latent(dir, 0.4, "latent-kv-gen");
+  const auto lat = test::latent_copy(dir, 0.4, "latent-kv-gen");
   const auto tok = io::load_tokenizer(dir);
   eval::GenerateOptions opt;
   opt.max_new_tokens = 24;
