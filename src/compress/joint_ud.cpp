@@ -395,7 +395,9 @@ void prepare(const MlpDense& w, const MatrixRow<T>& x, MatrixRow<T>& y, Ctx<T>& 
   });
   c.x_stats = x_acc.take();
   c.yy = s.empty() ? 0.0 : s[0];
-  const VectorD mean = y.template cast<double>().colwise().mean().transpose();
+  VectorD mean = VectorD::Zero(y.cols());  // summed row by row in double: no [n, d] double copy of y
+  for (Eigen::Index t = 0; t < y.rows(); ++t) mean += y.row(t).transpose().template cast<double>();
+  if (y.rows() > 0) mean /= static_cast<double>(y.rows());
   out.output_energy = std::max(c.yy - static_cast<double>(y.rows()) * mean.squaredNorm(), 0.0);
 }
 
