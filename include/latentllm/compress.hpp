@@ -155,6 +155,23 @@ struct JointParts {
   bool ud = true;  // joint MLP up(-gate)-down, auxiliary variables (appendix)
 };
 
+// ---- Presets ---------------------------------------------------------------------------------
+// --preset: `Default` is this project's best configuration validated on held-out text; `Paper` is the
+// paper's protocol exactly where the two differ (docs/PRESETS.md lists every choice and why):
+//   damping λ = 0.01·mean(diag C) (percdamp of the SparseGPT/SparseLLM code the paper builds on);
+//   all of a layer's statistics from its dense pass (no re-run within the layer);
+//   the baselines' junction J = I and LatentLLM's block identity (default_junction);
+//   joint Q-K and joint up-down, V and O local; biases updated as the paper's appendix.
+enum class Preset { Default, Paper };
+std::string_view preset_name(Preset p);  // "default", "paper"
+// Throws ConfigError "--preset: unknown preset (expected default or paper, got X)".
+Preset parse_preset(std::string_view name);
+
+// The junction of a method when none is chosen: J = I for plain-svd and every asvd-* (the paper's
+// baselines, Table 2, store r·(d + d') weights and take the largest r with r·(d + d') ≤ (1 − R)·d·d');
+// block identity for latentllm (one of its own contributions: it saves r² weights per module).
+Junction default_junction(Method m);
+
 struct CompressOptions {
   Method method = Method::LatentLlm;
   double ratio = 0.2;          // R: fraction of each compressed module's weights removed
@@ -191,6 +208,9 @@ struct CompressOptions {
   // (bench/compress_time attributes BLAS FLOPs and LAPACK time to them); empty = no calls.
   std::function<void(std::string_view stage, bool begin)> part_observer;
 };
+
+// The options of `method` at `ratio` under a preset (everything else at CompressOptions' defaults).
+CompressOptions preset_options(Preset p, Method method, double ratio);
 
 // The budget of one module and what it achieved.
 struct ModuleReport {

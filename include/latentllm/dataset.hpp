@@ -10,9 +10,9 @@
 
 namespace latentllm::io {
 
-enum class Dataset { WikiText2, PTB, C4, Text };
+enum class Dataset { WikiText2, PTB, C4, Text, StoriesValid, StoriesTest };
 
-// "wikitext2", "ptb", "c4", "text". Throws ConfigError listing the names for anything else.
+// "wikitext2", "ptb", "c4", "text", "tinystories-valid", "tinystories-test". Throws ConfigError listing the names for anything else.
 Dataset parse_dataset(std::string_view name);
 // The name parse_dataset accepts.
 std::string_view dataset_name(Dataset d);
@@ -26,6 +26,10 @@ std::string_view dataset_name(Dataset d);
 //  C4:        " ".join of the "text" of the first 1100 JSON lines (no token truncation here);
 //             c4-train.00000-of-01024.first1000.jsonl -> sha256 409f11b4...
 //  Text:      the file as it is.
+//  StoriesValid / StoriesTest: the validation and test halves of a file of stories separated by blank
+//             lines ("\n\n"), each half joined by "\n\n": of the shared
+//             TinyStories-valid.stories0001-0232.clean.txt, stories 1–116 (where defaults are chosen) and
+//             117–232 (where they are reported). FormatError when the file has fewer than 2 stories.
 // Lines are read as Python's text mode does (universal newlines: "\r\n" and "\r" end a line and
 // become "\n"); strip() removes Python's whitespace (str.isspace: Unicode White_Space plus
 // U+001C-001F), the same as ASCII whitespace for these ASCII files.

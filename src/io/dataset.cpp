@@ -55,6 +55,25 @@ std::string read_utf8(const std::filesystem::path& file) {
   throw FormatError(fmt::format("{}: empty dataset", file.string()));
 }
 
+// The first (validation) or second (test) half of the blank-line-separated stories of `text`.
+std::string story_half(const std::string& text, bool second, const std::filesystem::path& file) {
+  std::vector<std::string> stories;
+  for (std::size_t pos = 0; pos <= text.size();) {
+    std::size_t end = text.find("\n\n", pos);
+    if (end == std::string::npos) end = text.size();
+    stories.push_back(text.substr(pos, end - pos));
+    pos = end + 2;
+  }
+  if (stories.size() < 2) {
+    throw FormatError(fmt::format("{}: expected stories separated by blank lines to split into validation and test "
+                                  "halves (expected at least 2, got {})", file.string(), stories.size()));
+  }
+  const std::size_t half = stories.size() / 2;
+  const std::vector<std::string> part(second ? stories.begin() + half : stories.begin(),
+                                      second ? stories.end() : stories.begin() + half);
+  return join(part, "\n\n");
+}
+
 }  // namespace
 
 Dataset parse_dataset(std::string_view name) {
@@ -62,7 +81,10 @@ Dataset parse_dataset(std::string_view name) {
   if (name == "ptb") return Dataset::PTB;
   if (name == "c4") return Dataset::C4;
   if (name == "text") return Dataset::Text;
-  throw ConfigError(fmt::format("dataset: unknown name (expected wikitext2, ptb, c4 or text, got {})", name));
+  if (name == "tinystories-valid") return Dataset::StoriesValid;
+  if (name == "tinystories-test") return Dataset::StoriesTest;
+  throw ConfigError(fmt::format("dataset: unknown name (expected wikitext2, ptb, c4, text, tinystories-valid or "
+                                "tinystories-test, got {})", name));
 }
 
 std::string_view dataset_name(Dataset d) {
@@ -71,6 +93,8 @@ std::string_view dataset_name(Dataset d) {
     case Dataset::PTB: return "ptb";
     case Dataset::C4: return "c4";
     case Dataset::Text: return "text";
+    case Dataset::StoriesValid: return "tinystories-valid";
+    case Dataset::StoriesTest: return "tinystories-test";
   }
   return "?";
 }
@@ -122,6 +146,10 @@ std::string build_eval_text(Dataset dataset, const std::filesystem::path& file) 
       break;
     case Dataset::Text:
       out = read_utf8(file);
+      break;
+    case Dataset::StoriesValid:
+    case Dataset::StoriesTest:
+      out = story_half(read_utf8(file), dataset == Dataset::StoriesTest, file);
       break;
   }
   if (python_strip(out).empty()) throw_empty(file);

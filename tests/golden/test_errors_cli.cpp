@@ -36,6 +36,7 @@ TEST(ErrorsDoc, CompressOptions) {
                       compress("--ratio nan --dry-run")}},
                     {"opt-ratio-rank", {compress("--ratio 0.999 --dry-run")}},
                     {"opt-method", {compress("--method svd-magic --dry-run")}},
+                    {"opt-preset", {compress("--preset sparsegpt --dry-run")}},
                     {"opt-junction", {compress("--junction diagonal --dry-run")}},
                     {"opt-joint", {compress("--joint qk,xx --dry-run")}},
                     {"opt-lambda", {compress("--lambda=-1 --dry-run"), compress("--lambda inf --dry-run")}},

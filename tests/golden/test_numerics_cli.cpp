@@ -100,7 +100,7 @@ TEST(NumericsCli, FewerTokensThanFeaturesGivesAModelAndRecordsIt) {
 
   // Undamped (--lambda 0): the null space is dropped from the pre-conditioners and the ranks that do
   // not exist are given up; every module says so, and the checkpoint still runs.
-  ASSERT_EQ(test::run_command(cli() + " compress --model " + q(model()) + " --method asvd-rootcov --lambda 0 --ratio 0.3" +
+  ASSERT_EQ(test::run_command(cli() + " compress --model " + q(model()) + " --method asvd-rootcov --junction block-identity --lambda 0 --ratio 0.3" +
                                   calib(1, 8) + " --out " + q(tmp / "undamped") + " --json 2>/dev/null",
                               o),
             0)

@@ -27,6 +27,35 @@ fs::path write_temp(const std::string& name, const std::string& content) {
   return p;
 }
 
+// Validation and test halves of blank-line-separated stories: the first half and the rest, each
+// joined by "\n\n", and nothing lost or shared between them.
+TEST(EvalText, StoryHalvesSplitAtTheMiddleStory) {
+  const fs::path f = write_temp("stories.txt", "one a.\nmore.\n\ntwo.\n\nthree.\n\nfour.\n\nfive.\n");
+  EXPECT_EQ(io::build_eval_text(io::Dataset::StoriesValid, f), "one a.\nmore.\n\ntwo.");
+  EXPECT_EQ(io::build_eval_text(io::Dataset::StoriesTest, f), "three.\n\nfour.\n\nfive.\n");
+  const fs::path one = write_temp("one-story.txt", "only one story.\n");
+  EXPECT_THROW(io::build_eval_text(io::Dataset::StoriesTest, one), FormatError);
+  EXPECT_EQ(io::parse_dataset("tinystories-test"), io::Dataset::StoriesTest);
+  EXPECT_EQ(io::dataset_name(io::Dataset::StoriesValid), "tinystories-valid");
+}
+
+// The shared file: stories 1–116 (validation, first "Spot. Spot saw the shiny car") and 117–232
+// (test), which together are the whole file.
+TEST(EvalText, SharedTinyStoriesHalvesAre116StoriesEach) {
+  const fs::path f = test::shared_path("data/tinystories/TinyStories-valid.stories0001-0232.clean.txt");
+  const std::string valid = io::build_eval_text(io::Dataset::StoriesValid, f);
+  const std::string test = io::build_eval_text(io::Dataset::StoriesTest, f);
+  const auto stories = [](const std::string& s) {
+    std::size_t n = 1;
+    for (std::size_t p = s.find("\n\n"); p != std::string::npos; p = s.find("\n\n", p + 2)) ++n;
+    return n;
+  };
+  EXPECT_EQ(stories(valid), 116u);
+  EXPECT_EQ(stories(test), 116u);
+  EXPECT_EQ(valid.rfind("Spot. Spot saw the shiny car", 0), 0u);
+  EXPECT_EQ(valid + "\n\n" + test, io::build_eval_text(io::Dataset::Text, f));
+}
+
 // The reference strings of ../shared/data/tokenizers/README.md.
 TEST(EvalText, WikiText2MatchesHfRows) {
   const std::string s = io::build_eval_text(io::Dataset::WikiText2, test::shared_path("data/wikitext2/wiki.test.raw"));

@@ -9,12 +9,21 @@
 namespace latentllm::cli {
 
 void add_method_options(CLI::App* sub, MethodArgs& a) {
-  sub->add_option("--junction", a.junction, "Junction matrix: block-identity, identity, s-inv, sqrt-s-inv")
+  sub->add_option("--preset", a.preset,
+                  "default (this project's configuration, validated on held-out text) or paper (the paper's protocol "
+                  "where the two differ: --lambda 0.01, --no-intra-layer; docs/PRESETS.md); options given explicitly "
+                  "override the preset")
       ->capture_default_str()->group("Method");
-  sub->add_option("--lambda", a.lambda_rel, "Damping λ relative to the mean diagonal of XXᵀ")
+  sub->add_option("--junction", a.junction,
+                  "Junction matrix: block-identity, identity, s-inv, sqrt-s-inv, or auto (identity for plain-svd and "
+                  "asvd-*, the paper's baselines; block-identity for latentllm)")
       ->capture_default_str()->group("Method");
+  sub->add_option("--lambda", a.lambda_rel,
+                  fmt::format("Damping λ relative to the mean diagonal of XXᵀ (default {:g}; 0.01 with --preset paper)",
+                              compress::kDefaultLambdaRel))
+      ->group("Method");
   sub->add_option("--alpha", a.alpha, "Exponent of the diagonal l1 pre-conditioner")->capture_default_str()->group("Method");
-  sub->add_option("--joint", a.joint, "Joint parts of --method latentllm: any of qk,vo,ud, or none")
+  sub->add_option("--joint", a.joint, "Joint parts of --method latentllm: any of qk,vo,ud, none, or auto (the preset's: qk,ud)")
       ->capture_default_str()->group("Method");
   sub->add_option("--qk-iters", a.qk_iters, "Joint Q-K alternating updates")->capture_default_str()->group("Method");
   sub->add_option("--vo-iters", a.vo_iters, "Joint V-O alternating updates")->capture_default_str()->group("Method");
@@ -58,34 +67,50 @@ void add_calib_options(CLI::App* sub, CalibArgs& a) {
       ->check(CLI::IsMember({"random", "contiguous"}))->capture_default_str()->group("Calibration");
 }
 
+namespace {
+
+compress::JointParts parse_joint(const std::string& spec) {
+  compress::JointParts j{false, false, false};
+  std::string rest = spec;
+  while (!rest.empty()) {
+    const auto comma = rest.find(',');
+    const std::string part = rest.substr(0, comma);
+    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+    if (part == "qk") j.qk = true;
+    else if (part == "vo") j.vo = true;
+    else if (part == "ud") j.ud = true;
+    else if (part != "none" && !part.empty())
+      throw ConfigError(fmt::format("--joint: unknown part (expected qk, vo, ud, none or auto, got {})", part));
+  }
+  return j;
+}
+
+std::string joint_spec(const compress::JointParts& j) {
+  std::string s;
+  if (j.qk) s += "qk";
+  if (j.vo) s += std::string(s.empty() ? "" : ",") + "vo";
+  if (j.ud) s += std::string(s.empty() ? "" : ",") + "ud";
+  return s.empty() ? "none" : s;
+}
+
+}  // namespace
+
 compress::CompressOptions to_compress_options(const MethodArgs& a, const std::string& method, double ratio) {
   if (!(ratio > 0.0 && ratio < 1.0)) {  // also NaN
     throw ConfigError(fmt::format("--ratio: compression ratio out of range (expected 0 < R < 1, got {})", ratio));
   }
-  if (!(a.lambda_rel >= 0.0 && std::isfinite(a.lambda_rel))) {
+  if (!std::isnan(a.lambda_rel) && !(a.lambda_rel >= 0.0 && std::isfinite(a.lambda_rel))) {
     throw ConfigError(fmt::format("--lambda (expected a finite number >= 0, got {})", a.lambda_rel));
   }
   if (!(a.alpha > 0.0 && std::isfinite(a.alpha))) {
     throw ConfigError(fmt::format("--alpha (expected a finite number > 0, got {})", a.alpha));
   }
-  compress::CompressOptions o;
-  o.method = compress::parse_method(method);
-  o.ratio = ratio;
-  o.local.junction = compress::parse_junction(a.junction);
-  o.local.lambda_rel = a.lambda_rel;
+  compress::CompressOptions o =
+      compress::preset_options(compress::parse_preset(a.preset), compress::parse_method(method), ratio);
+  if (a.junction != "auto") o.local.junction = compress::parse_junction(a.junction);
+  if (!std::isnan(a.lambda_rel)) o.local.lambda_rel = a.lambda_rel;
   o.local.alpha = a.alpha;
-  o.joint = {false, false, false};
-  std::string rest = a.joint;
-  while (!rest.empty()) {
-    const auto comma = rest.find(',');
-    const std::string part = rest.substr(0, comma);
-    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
-    if (part == "qk") o.joint.qk = true;
-    else if (part == "vo") o.joint.vo = true;
-    else if (part == "ud") o.joint.ud = true;
-    else if (part != "none" && !part.empty())
-      throw ConfigError(fmt::format("--joint: unknown part (expected qk, vo, ud or none, got {})", part));
-  }
+  if (a.joint != "auto") o.joint = parse_joint(a.joint);
   if (a.qk_iters < 0 || a.vo_iters < 0 || a.ud_iters < 0 || a.rope_window < 0) {
     throw ConfigError(fmt::format("--qk-iters/--vo-iters/--ud-iters/--rope-window (expected >= 0, got {}/{}/{}/{})",
                                   a.qk_iters, a.vo_iters, a.ud_iters, a.rope_window));
@@ -99,7 +124,7 @@ compress::CompressOptions to_compress_options(const MethodArgs& a, const std::st
   o.diagnostics = a.diagnostics;
   o.ud_iters = a.ud_iters;
   o.rope_window = a.rope_window;
-  o.pipeline.sequential_within_layer = !a.no_intra_layer;
+  if (a.no_intra_layer) o.pipeline.sequential_within_layer = false;
   o.pipeline.batch_windows = a.batch;
   o.pipeline.covariance_f32 = a.covariance == "f32";
   return o;
@@ -122,10 +147,13 @@ calib::CalibOptions to_calib_options(const CalibArgs& a, const model::ModelConfi
 }
 
 nlohmann::json method_json(const MethodArgs& a, const std::string& method, double ratio) {
-  return {{"method", method}, {"ratio", ratio}, {"junction", a.junction}, {"lambda_rel", a.lambda_rel},
-          {"alpha", a.alpha}, {"joint", method == "latentllm" ? a.joint : "none"}, {"qk_iters", a.qk_iters},
-          {"vo_iters", a.vo_iters}, {"ud_iters", a.ud_iters}, {"rope_window", a.rope_window}, {"ud_tokens", a.ud_tokens}, {"ud_precision", a.ud_precision},
-          {"intra_layer", !a.no_intra_layer}, {"covariance", a.covariance}};
+  const compress::CompressOptions o = to_compress_options(a, method, ratio);
+  return {{"method", method}, {"preset", a.preset}, {"ratio", ratio},
+          {"junction", compress::junction_name(o.local.junction)}, {"lambda_rel", o.local.lambda_rel},
+          {"alpha", a.alpha}, {"joint", method == "latentllm" ? joint_spec(o.joint) : "none"}, {"qk_iters", a.qk_iters},
+          {"vo_iters", a.vo_iters}, {"ud_iters", a.ud_iters}, {"rope_window", a.rope_window}, {"ud_tokens", a.ud_tokens},
+          {"ud_precision", a.ud_precision}, {"intra_layer", o.pipeline.sequential_within_layer},
+          {"covariance", a.covariance}};
 }
 
 nlohmann::json calib_json(const calib::CalibOptions& c, const std::string& sampling) {

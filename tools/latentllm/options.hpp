@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "latentllm/calib.hpp"
@@ -12,8 +13,9 @@
 namespace latentllm::cli {
 
 struct MethodArgs {
-  std::string junction = "block-identity", joint = "qk,ud", covariance = "f64", ud_precision = "f32";
-  double lambda_rel = compress::LocalOptions{}.lambda_rel, alpha = 0.5;
+  // "auto" / NaN: the preset's value for the method (compress::preset_options).
+  std::string preset = "default", junction = "auto", joint = "auto", covariance = "f64", ud_precision = "f32";
+  double lambda_rel = std::numeric_limits<double>::quiet_NaN(), alpha = 0.5;
   int qk_iters = 8, vo_iters = 8, ud_iters = 4, rope_window = 0, batch = 8;
   std::int64_t ud_tokens = compress::CompressOptions{}.ud_max_tokens;
   bool no_intra_layer = false, diagnostics = false;
@@ -25,17 +27,19 @@ struct CalibArgs {
   std::uint64_t seed = 0;
 };
 
-// Adds --junction --lambda --alpha --joint --qk-iters --vo-iters --ud-iters --ud-tokens --rope-window
+// Adds --preset --junction --lambda --alpha --joint --qk-iters --vo-iters --ud-iters --ud-tokens --rope-window
 // --diagnostics (group "Method") and --no-intra-layer --batch.
 void add_method_options(CLI::App* sub, MethodArgs& a);
 // Adds --calib --calib-data --nsamples --seqlen --seed --calib-sampling (group "Calibration").
 void add_calib_options(CLI::App* sub, CalibArgs& a);
 
-// CompressOptions for `method` at `ratio`. Throws ConfigError on an unknown --joint part.
+// CompressOptions for `method` at `ratio`: the preset's, overridden by the options given. Throws
+// ConfigError on an unknown preset, junction or --joint part.
 compress::CompressOptions to_compress_options(const MethodArgs& a, const std::string& method, double ratio);
 // The calibration options, seqlen defaulted to min(2048, max positions) of the model.
 calib::CalibOptions to_calib_options(const CalibArgs& a, const model::ModelConfig& config);
 // The method's settings as recorded in a checkpoint's latent.info and in sweep results.
+// (The values used, presets and "auto" resolved.)
 nlohmann::json method_json(const MethodArgs& a, const std::string& method, double ratio);
 nlohmann::json calib_json(const calib::CalibOptions& c, const std::string& sampling);
 

@@ -151,8 +151,9 @@ Command add_ppl(CLI::App& app) {
   sub->add_option("--dataset", args->dataset,
                   "wikitext2: \"\\n\\n\".join of wiki.test.raw rows; ptb: \" \".join of stripped lines; "
                   "c4: \" \".join of the first 1100 JSON-lines texts, truncated to 256*seqlen tokens; "
-                  "text: the file as is")
-      ->check(CLI::IsMember({"wikitext2", "ptb", "c4", "text"}))
+                  "text: the file as is; tinystories-valid / tinystories-test: stories 1-116 / 117-232 of "
+                  "TinyStories-valid.stories0001-0232.clean.txt (the halves of any file of blank-line-separated stories)")
+      ->check(CLI::IsMember({"wikitext2", "ptb", "c4", "text", "tinystories-valid", "tinystories-test"}))
       ->capture_default_str()
       ->group("Input");
   sub->add_option("--data", args->data, "The dataset file (wiki.test.raw, ptb.valid.txt, a .jsonl, any text)")

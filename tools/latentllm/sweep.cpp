@@ -55,13 +55,15 @@ struct DatasetSpec {
   fs::path file;
 };
 
-// "wikitext2", "ptb", "c4" resolve to the standard files under --data-dir; "NAME=FILE" is explicit
+// "wikitext2", "ptb", "c4", "tinystories-valid", "tinystories-test" resolve to the standard files under --data-dir; "NAME=FILE" is explicit
 // (NAME one of wikitext2, ptb, c4, text).
 std::vector<DatasetSpec> parse_datasets(const std::string& spec, const fs::path& data_dir) {
   static const std::map<std::string, std::string> kDefault = {
       {"wikitext2", "wikitext2/wiki.test.raw"},
       {"ptb", "ptb/ptb.valid.txt"},
-      {"c4", "c4/c4-train.00000-of-01024.first1000.jsonl"}};
+      {"c4", "c4/c4-train.00000-of-01024.first1000.jsonl"},
+      {"tinystories-valid", "tinystories/TinyStories-valid.stories0001-0232.clean.txt"},
+      {"tinystories-test", "tinystories/TinyStories-valid.stories0001-0232.clean.txt"}};
   std::vector<DatasetSpec> out;
   for (const auto& item : split(spec)) {
     const auto eq = item.find('=');
@@ -191,9 +193,10 @@ class Sweep {
   }
 
   nlohmann::json settings() const {
-    auto j = method_json(a_.m, "latentllm", 0);
+    auto j = method_json(a_.m, "latentllm", 0.5);
     j.erase("method");
     j.erase("ratio");
+    j["junction"] = a_.m.junction;  // "auto": each method's own (compress::default_junction)
     return j;
   }
 

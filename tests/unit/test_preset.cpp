@@ -1,0 +1,43 @@
+// Presets (issue 13): the paper's protocol where it differs from the defaults, and each method's
+// junction (J = I for the paper's baselines, block identity for LatentLLM).
+#include <gtest/gtest.h>
+
+#include "latentllm/compress.hpp"
+#include "latentllm/error.hpp"
+#include "test_support.hpp"
+
+namespace latentllm::compress {
+namespace {
+
+TEST(Preset, BaselinesDefaultToIdentityJunctionAndLatentLlmToBlockIdentity) {
+  for (Method m : all_methods()) {
+    const Junction want = m == Method::LatentLlm ? Junction::BlockIdentity : Junction::Identity;
+    EXPECT_EQ(default_junction(m), want) << method_name(m);
+    EXPECT_EQ(preset_options(Preset::Default, m, 0.2).local.junction, want) << method_name(m);
+    EXPECT_EQ(preset_options(Preset::Paper, m, 0.2).local.junction, want) << method_name(m);
+  }
+}
+
+TEST(Preset, PaperDampsByOnePercentAndTakesLayerStatisticsFromTheDensePass) {
+  const CompressOptions paper = preset_options(Preset::Paper, Method::LatentLlm, 0.3);
+  EXPECT_EQ(paper.method, Method::LatentLlm);
+  EXPECT_EQ(paper.ratio, 0.3);
+  EXPECT_EQ(paper.local.lambda_rel, 0.01);
+  EXPECT_FALSE(paper.pipeline.sequential_within_layer);
+  EXPECT_TRUE(paper.joint.qk);
+  EXPECT_FALSE(paper.joint.vo);
+  EXPECT_TRUE(paper.joint.ud);
+  EXPECT_TRUE(paper.local.update_bias);
+  const CompressOptions def = preset_options(Preset::Default, Method::LatentLlm, 0.3);
+  EXPECT_EQ(def.local.lambda_rel, kDefaultLambdaRel);
+  EXPECT_TRUE(def.pipeline.sequential_within_layer);
+}
+
+TEST(Preset, NamesRoundTripAndUnknownNamesAreRejected) {
+  for (Preset p : {Preset::Default, Preset::Paper}) EXPECT_EQ(parse_preset(preset_name(p)), p);
+  test::expect_error<ConfigError>([] { (void)parse_preset("sparsegpt"); },
+                                  {"--preset: unknown preset (expected default or paper, got sparsegpt)"});
+}
+
+}  // namespace
+}  // namespace latentllm::compress
