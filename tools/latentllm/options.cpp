@@ -31,6 +31,15 @@ void add_method_options(CLI::App* sub, MethodArgs& a) {
   sub->add_flag("--diagnostics", a.diagnostics,
                 "Also compress every joint group separately and log both losses (extra decompositions, discarded)")
       ->group("Method");
+  sub->add_option("--rank-alloc", a.rank_alloc,
+                  "Ranks under the ratio's parameter budget: uniform (every module keeps 1 - R of its weights) or "
+                  "global (the same total spread over modules and layers by the spectra of W·P measured in a "
+                  "dense pre-pass over the calibration windows)")
+      ->check(CLI::IsMember({"uniform", "global"}))->capture_default_str()->group("Method");
+  sub->add_option("--alloc-score", a.alloc_score,
+                  "How --rank-alloc global compares modules: relative (loss drop over the module's output energy) "
+                  "or grouped (relative, each module type keeps its uniform total; only layers compete)")
+      ->check(CLI::IsMember({"relative", "grouped"}))->capture_default_str()->group("Method");
   sub->add_flag("--no-intra-layer", a.no_intra_layer,
                 "Gather all of a layer's statistics on the dense layer (SparseGPT) instead of re-running it "
                 "after each stage")->group("Calibration");
@@ -102,6 +111,8 @@ compress::CompressOptions to_compress_options(const MethodArgs& a, const std::st
   o.pipeline.sequential_within_layer = !a.no_intra_layer;
   o.pipeline.batch_windows = a.batch;
   o.pipeline.covariance_f32 = a.covariance == "f32";
+  o.rank_alloc = compress::parse_rank_alloc(a.rank_alloc);
+  o.alloc_score = compress::parse_alloc_score(a.alloc_score);
   return o;
 }
 
@@ -122,10 +133,16 @@ calib::CalibOptions to_calib_options(const CalibArgs& a, const model::ModelConfi
 }
 
 nlohmann::json method_json(const MethodArgs& a, const std::string& method, double ratio) {
-  return {{"method", method}, {"ratio", ratio}, {"junction", a.junction}, {"lambda_rel", a.lambda_rel},
+  nlohmann::json j = {{"method", method}, {"ratio", ratio}, {"junction", a.junction}, {"lambda_rel", a.lambda_rel},
           {"alpha", a.alpha}, {"joint", method == "latentllm" ? a.joint : "none"}, {"qk_iters", a.qk_iters},
           {"vo_iters", a.vo_iters}, {"ud_iters", a.ud_iters}, {"rope_window", a.rope_window}, {"ud_tokens", a.ud_tokens}, {"ud_precision", a.ud_precision},
           {"intra_layer", !a.no_intra_layer}, {"covariance", a.covariance}};
+  // Only a global allocation is recorded: uniform checkpoints stay as they were.
+  if (a.rank_alloc != "uniform") {
+    j["rank_alloc"] = a.rank_alloc;
+    j["alloc_score"] = a.alloc_score;
+  }
+  return j;
 }
 
 nlohmann::json calib_json(const calib::CalibOptions& c, const std::string& sampling) {
