@@ -170,6 +170,7 @@ struct ModuleSpectrum {
 // first, the steps of each module's upper concave hull of (parameters(r), Σ_{i≤r} gain_i) (with the
 // block-identity junction a step r → r+1 costs d + d' − 2r − 1, so the gain per parameter need not
 // fall with r; on the hull it does, which makes the greedy optimal for the continuous relaxation),
+// a step that no longer fits replacing its module's hull by the hull of the ranks still within budget;
 // then fills what is left with single affordable steps. 1 ≤ r ≤ min(d, d'); deterministic (ties go to
 // the earlier module). Throws ConfigError as plan_ranks.
 RankPlan allocate_ranks(const std::vector<ModuleSpectrum>& spectra, double ratio, Junction j, AllocScore score,

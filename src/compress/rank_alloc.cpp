@@ -29,24 +29,24 @@ struct Chunk {
 struct Item {
   std::int64_t out = 0, in = 0, k = 0;  // d', d, min(d, d')
   std::vector<double> gain;             // [k] gain[i]: the normalized loss drop of rank i + 1
-  std::vector<Chunk> hull;              // steps of the upper concave hull from rank 1, efficiency falling
+  std::vector<Chunk> hull;              // steps of the upper concave hull from its rank, efficiency falling
   std::int64_t rank = 1;
   std::size_t next = 0;                 // the next hull step
 };
 
 std::int64_t params_of(const Item& it, std::int64_t r, bool bi) { return eval::factored_params(it.out, it.in, r, bi); }
 
-// The upper concave hull of the points (params(r), Σ_{i<r} gain_i), r = 1..k (params increase with r,
+// The upper concave hull of the points (params(r), Σ_{i<r} gain_i), r = from..to (params increase with r,
 // rank_plan.hpp), as steps between consecutive vertices (Andrew's monotone chain, upper half).
-std::vector<Chunk> concave_hull(const Item& it, bool bi) {
+std::vector<Chunk> concave_hull(const Item& it, bool bi, std::int64_t from, std::int64_t to) {
   struct Point {
     std::int64_t r, x;
     double y;
   };
   std::vector<Point> h;
-  double y = it.gain[0];
-  for (std::int64_t r = 1; r <= it.k; ++r) {
-    if (r > 1) y += it.gain[static_cast<std::size_t>(r - 1)];
+  double y = 0;
+  for (std::int64_t r = from; r <= to; ++r) {
+    if (r > from) y += it.gain[static_cast<std::size_t>(r - 1)];
     const Point p{r, params_of(it, r, bi), y};
     // Pop the last vertex while it lies on or below the segment from the one before it to p.
     while (h.size() >= 2) {
@@ -63,9 +63,17 @@ std::vector<Chunk> concave_hull(const Item& it, bool bi) {
   return steps;
 }
 
-// Greedy on the items `idx` with `budget` weights on top of rank 1 for each: hull steps, most efficient
-// first (ties: the earlier item), an unaffordable step retiring its item; then single steps, the best
-// gain per weight that still fits, until none does.
+// The largest rank `it` can reach from its current one with `budget` more weights.
+std::int64_t reachable(const Item& it, std::int64_t budget, bool bi) {
+  std::int64_t r = it.rank;
+  while (r < it.k && params_of(it, r + 1, bi) - params_of(it, it.rank, bi) <= budget) ++r;
+  return r;
+}
+
+// Greedy on the items `idx` with `budget` weights on top of their current ranks: hull steps, most
+// efficient first (ties: the earlier item). A step that no longer fits replaces its item's hull by the
+// hull of the ranks still within budget (the budget only shrinks, so that is all it can still reach).
+// Then single steps, the best gain per weight that still fits, until none does.
 void greedy(std::vector<Item>& items, const std::vector<std::size_t>& idx, std::int64_t budget, bool bi) {
   using Entry = std::pair<double, std::ptrdiff_t>;  // efficiency, −index (max-heap: earlier index wins ties)
   std::priority_queue<Entry> queue;
@@ -80,7 +88,12 @@ void greedy(std::vector<Item>& items, const std::vector<std::size_t>& idx, std::
     queue.pop();
     Item& it = items[i];
     const Chunk& c = it.hull[it.next];
-    if (c.cost > budget) continue;  // its later steps are less efficient: the fill below may still grow it
+    if (c.cost > budget) {
+      it.hull = concave_hull(it, bi, it.rank, reachable(it, budget, bi));
+      it.next = 0;
+      push(i);
+      continue;
+    }
     budget -= c.cost;
     it.rank = c.to;
     ++it.next;
@@ -123,7 +136,7 @@ Item make_item(const ModuleSpectrum& s, bool bi) {
   }
   it.gain.resize(s.sigma2.size());
   for (std::size_t i = 0; i < s.sigma2.size(); ++i) it.gain[i] = energy > 0 ? s.sigma2[i] / energy : 0.0;
-  it.hull = concave_hull(it, bi);
+  it.hull = concave_hull(it, bi, 1, it.k);
   return it;
 }
 

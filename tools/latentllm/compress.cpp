@@ -154,11 +154,15 @@ int run_compress(const CompressArgs& a) {
   log_info("calibration: {} windows of {} tokens ({}, seed {}, {:.1f}s)", co.nsamples, co.seqlen, co.source, co.seed,
            sample_s);
 
+  double prepass_s = 0;
   if (global) {
+    const auto tp = std::chrono::steady_clock::now();
     plan_global(ids, co.seqlen);
+    prepass_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - tp).count();
     print_plan(plan, plain, a.json);
   }
   auto report = compress::compress_model(*model, ids, co.seqlen, opt, &plan);
+  report.prepass_s = prepass_s;
   report.calib_sample_s = sample_s;
   if (report.layers_done < report.layers_total) return report_stopped(a, report, opt.state_dir, memory);
 
@@ -190,6 +194,8 @@ int run_compress(const CompressArgs& a) {
     std::printf("time: total %.1fs = sampling %.1fs + forward %.1fs + covariance %.1fs + decompositions %.1fs + write %.1fs\n",
                 report.total_s + sample_s + write_s, sample_s, report.times.forward, report.times.covariance,
                 report.times.compress, write_s);
+    if (global) std::printf("rank allocation (global, %s): dense pre-pass %.1fs before that\n",
+                            compress::alloc_score_name(opt.alloc_score).data(), report.prepass_s);
     std::printf("peak memory: %.1f MiB\nwrote %s\n", core::peak_rss_bytes() / 1048576.0, out.c_str());
   }
   return 0;
