@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "compress/resume.hpp"
 #include "latentllm/calib.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/eval.hpp"
@@ -154,6 +155,44 @@ TEST_F(RankAllocE2E, UniformIsUnchanged) {
       << out;
   const auto j = nlohmann::json::parse(out.substr(out.find('{')));
   EXPECT_NEAR(j.at("mean_nll").get<double>(), 4.524171965293918, 1e-9);
+}
+
+// A resumed run must allocate as the killed one did: the allocation is part of the fingerprint, and
+// uniform keeps the fingerprint it had (old progress directories stay resumable).
+TEST_F(RankAllocE2E, ResumeFingerprintIncludesTheAllocation) {
+  auto m = model::Model::load(model_dir());
+  const std::vector<std::int32_t> ids(kSeqlen, 1);
+  compress::CompressOptions uniform, global, grouped;
+  global.rank_alloc = grouped.rank_alloc = compress::RankAlloc::Global;
+  grouped.alloc_score = compress::AllocScore::Grouped;
+  const auto fu = compress::run_fingerprint(*m, ids, kSeqlen, uniform);
+  const auto fg = compress::run_fingerprint(*m, ids, kSeqlen, global);
+  const auto fgr = compress::run_fingerprint(*m, ids, kSeqlen, grouped);
+  EXPECT_NE(fu, fg);
+  EXPECT_NE(fg, fgr);
+  uniform.alloc_score = compress::AllocScore::Grouped;  // unused by uniform ranks
+  EXPECT_EQ(compress::run_fingerprint(*m, ids, kSeqlen, uniform), fu);
+}
+
+// `compress --dry-run --rank-alloc global` runs the pre-pass and prints the global plan: at most the
+// uniform total, other ranks than the uniform dry run.
+TEST_F(RankAllocE2E, DryRunPrintsTheGlobalPlan) {
+  const std::string q = "'", cli = test::cli_path().string();
+  const std::string base = cli + " compress --model " + q + model_dir().string() + q + " --ratio 0.3 --calib text " +
+                           "--calib-data " + q + stories().string() + q + " --nsamples 4 --seqlen 64 --dry-run --json";
+  std::string out_u, out_g;
+  ASSERT_EQ(test::run_command(base + " 2>/dev/null", out_u), 0) << out_u;
+  ASSERT_EQ(test::run_command(base + " --rank-alloc global 2>&1", out_g), 0) << out_g;
+  EXPECT_NE(out_g.find("the ranks need the dense pre-pass"), std::string::npos) << out_g;
+  EXPECT_NE(out_g.find("layer 5/5 done"), std::string::npos) << out_g;  // its progress
+  const auto ju = nlohmann::json::parse(out_u.substr(out_u.find("\n{") + 1)).at("plan");
+  const auto jg = nlohmann::json::parse(out_g.substr(out_g.find("\n{") + 1)).at("plan");
+  EXPECT_LE(jg.at("params").get<std::int64_t>(), ju.at("params").get<std::int64_t>());
+  ASSERT_EQ(jg.at("modules").size(), ju.at("modules").size());
+  int differ = 0;
+  for (std::size_t i = 0; i < ju.at("modules").size(); ++i)
+    differ += jg.at("modules")[i].at("rank") != ju.at("modules")[i].at("rank");
+  EXPECT_GT(differ, 10);
 }
 
 }  // namespace
