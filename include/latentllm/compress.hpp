@@ -134,6 +134,48 @@ struct RankPlan {
 // Ranks for every module at one ratio. Throws ConfigError (naming the module) as rank_for_ratio.
 RankPlan plan_ranks(const std::vector<ModuleShape>& modules, double ratio, Junction j, std::int64_t n_tok = 128);
 
+// ---- Global rank allocation -------------------------------------------------------------------
+// Instead of (1 − R) of every module's own weights, the same total parameter budget spread over the
+// modules by measured sensitivity (as SVD-LLM V2 / Zero-Sum SVD do): a dense pre-pass measures the
+// singular values σ_i of W·P for every module, P = (C + λI)^½ the root covariance of its dense inputs,
+// so σ_{r+1}² is exactly the drop of the activation loss ‖(W − B·A)·X‖² when rank r + 1 is kept
+// instead of r (Eckart–Young), and a greedy gives ranks where the (normalized) drop per parameter is
+// largest.
+
+enum class RankAlloc {
+  Uniform,  // "uniform": every module keeps (1 − R) of its own weights (plan_ranks)
+  Global,   // "global": the uniform plan's total, spread by sensitivity (allocate_ranks)
+};
+// How the greedy compares the loss drops of different modules.
+enum class AllocScore {
+  Relative,  // "relative": σ_i² / ‖W·P‖_F², the fraction of the module's output energy regained
+  Grouped,   // "grouped": relative, but each role (q, k, ..., down) keeps its uniform total and only the
+             // layers compete (SVD-LLM V2's per-type groups)
+};
+std::string_view rank_alloc_name(RankAlloc a);  // "uniform", "global"
+RankAlloc parse_rank_alloc(std::string_view name);
+std::string_view alloc_score_name(AllocScore s);  // "relative", "grouped"
+AllocScore parse_alloc_score(std::string_view name);
+
+// One module's sensitivity: what the allocation reads.
+struct ModuleSpectrum {
+  std::string name;  // HF module name
+  model::Role role = model::Role::Q;
+  std::int64_t out = 0, in = 0;  // d', d
+  std::vector<double> sigma2;    // [min(d, d')] σ_i² of W·P, descending (≥ 0)
+};
+
+// Ranks under the uniform plan's total parameters (plan_ranks(shapes, ratio, j).params(), so never
+// more weights than uniform): every module starts at rank 1, then the greedy takes, most efficient
+// first, the steps of each module's upper concave hull of (parameters(r), Σ_{i≤r} gain_i) (with the
+// block-identity junction a step r → r+1 costs d + d' − 2r − 1, so the gain per parameter need not
+// fall with r; on the hull it does, which makes the greedy optimal for the continuous relaxation),
+// a step that no longer fits replacing its module's hull by the hull of the ranks still within budget;
+// then fills what is left with single affordable steps. 1 ≤ r ≤ min(d, d'); deterministic (ties go to
+// the earlier module). Throws ConfigError as plan_ranks.
+RankPlan allocate_ranks(const std::vector<ModuleSpectrum>& spectra, double ratio, Junction j, AllocScore score,
+                        std::int64_t n_tok = 128);
+
 // ---- Whole-model compression ------------------------------------------------------------------
 // Calibrate, plan ranks, compress every linear module of attention and MLP with the chosen method,
 // layer by layer (docs/ARCHITECTURE.md: the stages). The CLI's `compress` and `sweep` call this.
@@ -177,6 +219,10 @@ struct CompressOptions {
   double ratio = 0.2;          // R: fraction of each compressed module's weights removed
   LocalOptions local;          // junction, damping, α; the pre-conditioner follows `method`
   JointParts joint;            // used when method is LatentLlm
+  // How ranks are chosen: uniform, or global (a dense pre-pass over the calibration windows first,
+  // then allocate_ranks with alloc_score).
+  RankAlloc rank_alloc = RankAlloc::Uniform;
+  AllocScore alloc_score = AllocScore::Relative;
   int qk_iters = 8;            // joint Q-K alternating updates (paper: 8)
   int vo_iters = 8;            // joint V-O alternating updates
   int ud_iters = 4;            // joint up-down auxiliary-variable iterations (paper: 4)
@@ -237,6 +283,8 @@ struct JointLoss {
 struct CompressReport {
   Method method = Method::LatentLlm;
   double ratio = 0;
+  RankAlloc rank_alloc = RankAlloc::Uniform;
+  double prepass_s = 0;  // the dense pre-pass of RankAlloc::Global (0 when none ran)
   std::vector<ModuleReport> modules;
   // Numerical fallbacks in the order they happened (NumericNote); written to the checkpoint as
   // latent.notes.
@@ -270,8 +318,22 @@ RankPlan plan_model(const model::Model& m, const CompressOptions& opt, std::int6
 core::MemoryPlan plan_compress_memory(const model::Model& m, std::int64_t n_tok, int seqlen, const CompressOptions& opt,
                                       std::int64_t budget);
 
-// Compresses `m` in place on the calibration windows `ids` ([N·L]).
+// The spectra of every module of `m` from a dense pre-pass: the calibration windows `ids` ([N·L])
+// run through the unmodified model layer by layer (calib::run_layerwise, progress on the log), each
+// module's W·P with P the root covariance of its inputs (centered for a bias module when
+// opt.local.update_bias, as the local ASVD) and damping opt.local.lambda_rel. `m` is not changed (a
+// lazy model has its layers loaded and released again).
+std::vector<ModuleSpectrum> measure_spectra(model::Model& m, std::span<const std::int32_t> ids, int seqlen,
+                                            const CompressOptions& opt);
+
+// The plan opt.rank_alloc asks for: plan_model, or measure_spectra + allocate_ranks for Global.
+RankPlan plan_model_calibrated(model::Model& m, std::span<const std::int32_t> ids, int seqlen,
+                               const CompressOptions& opt, std::int64_t n_tok = 128);
+
+// Compresses `m` in place on the calibration windows `ids` ([N·L]) with the ranks of `plan` (null:
+// plan_model_calibrated, which runs the pre-pass for RankAlloc::Global). A plan must name every
+// module of `m`.
 CompressReport compress_model(model::Model& m, std::span<const std::int32_t> ids, int seqlen,
-                              const CompressOptions& opt);
+                              const CompressOptions& opt, const RankPlan* plan = nullptr);
 
 }  // namespace latentllm::compress

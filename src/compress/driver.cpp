@@ -57,13 +57,35 @@ RankPlan plan_model(const model::Model& m, const CompressOptions& opt, std::int6
   return plan_ranks(module_shapes(m), opt.ratio, opt.local.junction, n_tok);
 }
 
+RankPlan plan_model_calibrated(model::Model& m, std::span<const std::int32_t> ids, int seqlen,
+                               const CompressOptions& opt, std::int64_t n_tok) {
+  if (opt.rank_alloc == RankAlloc::Uniform) return plan_model(m, opt, n_tok);
+  RankPlan plan = allocate_ranks(measure_spectra(m, ids, seqlen, opt), opt.ratio, opt.local.junction, opt.alloc_score,
+                                 n_tok);
+  const RankPlan uniform = plan_model(m, opt, n_tok);
+  log_info("rank allocation ({}): {} weights for {} modules (uniform: {}), ranks {}..{}",
+           alloc_score_name(opt.alloc_score), plan.params(), plan.modules.size(), uniform.params(),
+           std::min_element(plan.modules.begin(), plan.modules.end(),
+                            [](const auto& a, const auto& b) { return a.rank < b.rank; })->rank,
+           std::max_element(plan.modules.begin(), plan.modules.end(),
+                            [](const auto& a, const auto& b) { return a.rank < b.rank; })->rank);
+  return plan;
+}
+
 CompressReport compress_model(model::Model& m, std::span<const std::int32_t> ids, int seqlen,
-                              const CompressOptions& opt) {
+                              const CompressOptions& opt, const RankPlan* given) {
   const auto t0 = std::chrono::steady_clock::now();
-  const RankPlan plan = plan_model(m, opt);
   CompressReport report;
   report.method = opt.method;
   report.ratio = opt.ratio;
+  report.rank_alloc = opt.rank_alloc;
+  std::optional<RankPlan> computed;
+  if (!given) {
+    computed = plan_model_calibrated(m, ids, seqlen, opt);
+    if (opt.rank_alloc == RankAlloc::Global)
+      report.prepass_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  const RankPlan& plan = given ? *given : *computed;
   StageContext ctx(opt, plan, report);
   const auto stages = plan_stages(ctx, m);
   std::vector<calib::Stage*> stage_ptrs;

@@ -98,6 +98,8 @@ nlohmann::json CompressReport::to_json() const {
   for (const auto& n : notes) notes_json.push_back(note_to_json(n));
   return {{"method", method_name(method)},
           {"ratio", ratio},
+          {"rank_alloc", rank_alloc_name(rank_alloc)},
+          {"prepass_seconds", prepass_s},
           {"modules", mods},
           {"attention_map_loss", qk},
           {"mlp_output_loss", ud},

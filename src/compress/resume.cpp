@@ -61,7 +61,9 @@ std::string run_fingerprint(const model::Model& m, std::span<const std::int32_t>
                     junction_name(opt.local.junction), opt.local.lambda_rel, opt.local.alpha, opt.joint.qk,
                     opt.joint.vo, opt.joint.ud, opt.qk_iters, opt.ud_iters, opt.rope_window,
                     opt.pipeline.sequential_within_layer, opt.pipeline.batch_windows, opt.local.update_bias)
-        + fmt::format(" {} {}", opt.ud_max_tokens, opt.vo_iters) + (opt.pipeline.covariance_f32 ? " f32" : "") + (opt.ud_f32 ? " ud-f32" : ""));
+        + fmt::format(" {} {}", opt.ud_max_tokens, opt.vo_iters) + (opt.pipeline.covariance_f32 ? " f32" : "") + (opt.ud_f32 ? " ud-f32" : "")
+        // Global ranks follow from the calibration and these (measured again on resume, deterministically).
+        + (opt.rank_alloc == RankAlloc::Global ? fmt::format(" global-{}", alloc_score_name(opt.alloc_score)) : ""));
   return fmt::format("{:016x}", f.h);
 }
 

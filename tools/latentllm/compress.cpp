@@ -109,11 +109,23 @@ int run_compress(const CompressArgs& a) {
                       : throw ConfigError(fmt::format("--dtype (expected f16, bf16 or f32, got {})", a.dtype));
   // Lazy: one decoder layer is widened at a time; the compressed ones go to the progress directory.
   auto model = model::Model::load(a.model, {.lazy = true, .scan_finite = true});
-  const auto plan = compress::plan_model(*model, opt);
+  const bool global = opt.rank_alloc == compress::RankAlloc::Global;
+  auto plan = compress::plan_model(*model, opt);
   auto plain_opt = opt;
   plain_opt.local.junction = compress::Junction::Identity;
-  const auto plain = compress::plan_model(*model, plain_opt);
-  print_plan(plan, plain, a.json);
+  auto plain = compress::plan_model(*model, plain_opt);
+  // Global ranks come from the spectra of the calibration inputs (a dense pre-pass), both plans from one.
+  auto plan_global = [&](std::span<const std::int32_t> ids, int seqlen) {
+    const auto spectra = compress::measure_spectra(*model, ids, seqlen, opt);
+    plan = compress::allocate_ranks(spectra, opt.ratio, opt.local.junction, opt.alloc_score);
+    plain = compress::allocate_ranks(spectra, opt.ratio, compress::Junction::Identity, opt.alloc_score);
+  };
+  if (a.dry_run && global) {
+    log_info("--dry-run with --rank-alloc global: the ranks need the dense pre-pass over the calibration windows");
+    const calib::CalibOptions co = to_calib_options(a.c, model->config());
+    plan_global(calib::sample_calibration(*io::load_tokenizer(a.model), co), co.seqlen);
+  }
+  if (!global || a.dry_run) print_plan(plan, plain, a.json);
   if (a.dry_run) {
     if (a.json) std::printf("%s\n", nlohmann::json{{"plan", plan_json(plan)}, {"plan_without_block_identity", plan_json(plain)}}.dump(2).c_str());
     return 0;
@@ -142,7 +154,15 @@ int run_compress(const CompressArgs& a) {
   log_info("calibration: {} windows of {} tokens ({}, seed {}, {:.1f}s)", co.nsamples, co.seqlen, co.source, co.seed,
            sample_s);
 
-  auto report = compress::compress_model(*model, ids, co.seqlen, opt);
+  double prepass_s = 0;
+  if (global) {
+    const auto tp = std::chrono::steady_clock::now();
+    plan_global(ids, co.seqlen);
+    prepass_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - tp).count();
+    print_plan(plan, plain, a.json);
+  }
+  auto report = compress::compress_model(*model, ids, co.seqlen, opt, &plan);
+  report.prepass_s = prepass_s;
   report.calib_sample_s = sample_s;
   if (report.layers_done < report.layers_total) return report_stopped(a, report, opt.state_dir, memory);
 
@@ -174,6 +194,8 @@ int run_compress(const CompressArgs& a) {
     std::printf("time: total %.1fs = sampling %.1fs + forward %.1fs + covariance %.1fs + decompositions %.1fs + write %.1fs\n",
                 report.total_s + sample_s + write_s, sample_s, report.times.forward, report.times.covariance,
                 report.times.compress, write_s);
+    if (global) std::printf("rank allocation (global, %s): dense pre-pass %.1fs before that\n",
+                            compress::alloc_score_name(opt.alloc_score).data(), report.prepass_s);
     std::printf("peak memory: %.1f MiB\nwrote %s\n", core::peak_rss_bytes() / 1048576.0, out.c_str());
   }
   return 0;
@@ -199,7 +221,8 @@ Command add_compress(CLI::App& app) {
   sub->add_option("--stop-after-layers", a->stop_after_layers,
                   "Compress the first N layers only and stop without writing a checkpoint (progress kept for "
                   "--resume; prints the projected time of all layers; 0 = all)")->capture_default_str()->group("Run");
-  sub->add_flag("--dry-run", a->dry_run, "Print the rank plan (ranks, parameters, FLOPs/MACs at 128 tokens) and exit")->group("Method");
+  sub->add_flag("--dry-run", a->dry_run, "Print the rank plan (ranks, parameters, FLOPs/MACs at 128 tokens) and exit "
+                "(with --rank-alloc global after the dense pre-pass over the calibration windows, which it needs)")->group("Method");
   add_calib_options(sub, a->c);
   sub->add_option("--threads", a->threads, "Threads of the forward pass and BLAS (0 = all cores)")->capture_default_str()->group("Run");
   sub->add_option("--max-memory", a->max_memory,

@@ -40,6 +40,15 @@ void add_method_options(CLI::App* sub, MethodArgs& a) {
   sub->add_flag("--diagnostics", a.diagnostics,
                 "Also compress every joint group separately and log both losses (extra decompositions, discarded)")
       ->group("Method");
+  sub->add_option("--rank-alloc", a.rank_alloc,
+                  "Ranks under the ratio's parameter budget: uniform (every module keeps 1 - R of its weights), "
+                  "global (the same total spread over modules and layers by the spectra of W·P measured in a "
+                  "dense pre-pass over the calibration windows), or auto (the preset's)")
+      ->check(CLI::IsMember({"auto", "uniform", "global"}))->capture_default_str()->group("Method");
+  sub->add_option("--alloc-score", a.alloc_score,
+                  "How --rank-alloc global compares modules: relative (loss drop over the module's output energy) "
+                  "or grouped (relative, each module type keeps its uniform total; only layers compete)")
+      ->check(CLI::IsMember({"relative", "grouped"}))->capture_default_str()->group("Method");
   sub->add_flag("--no-intra-layer", a.no_intra_layer,
                 "Gather all of a layer's statistics on the dense layer (SparseGPT) instead of re-running it "
                 "after each stage")->group("Calibration");
@@ -127,6 +136,8 @@ compress::CompressOptions to_compress_options(const MethodArgs& a, const std::st
   if (a.no_intra_layer) o.pipeline.sequential_within_layer = false;
   o.pipeline.batch_windows = a.batch;
   o.pipeline.covariance_f32 = a.covariance == "f32";
+  if (a.rank_alloc != "auto") o.rank_alloc = compress::parse_rank_alloc(a.rank_alloc);
+  o.alloc_score = compress::parse_alloc_score(a.alloc_score);
   return o;
 }
 
@@ -148,12 +159,14 @@ calib::CalibOptions to_calib_options(const CalibArgs& a, const model::ModelConfi
 
 nlohmann::json method_json(const MethodArgs& a, const std::string& method, double ratio) {
   const compress::CompressOptions o = to_compress_options(a, method, ratio);
-  return {{"method", method}, {"preset", a.preset}, {"ratio", ratio},
+  nlohmann::json j = {{"method", method}, {"preset", a.preset}, {"ratio", ratio},
           {"junction", compress::junction_name(o.local.junction)}, {"lambda_rel", o.local.lambda_rel},
           {"alpha", a.alpha}, {"joint", method == "latentllm" ? joint_spec(o.joint) : "none"}, {"qk_iters", a.qk_iters},
           {"vo_iters", a.vo_iters}, {"ud_iters", a.ud_iters}, {"rope_window", a.rope_window}, {"ud_tokens", a.ud_tokens},
           {"ud_precision", a.ud_precision}, {"intra_layer", o.pipeline.sequential_within_layer},
-          {"covariance", a.covariance}};
+          {"covariance", a.covariance}, {"rank_alloc", compress::rank_alloc_name(o.rank_alloc)}};
+  if (o.rank_alloc != compress::RankAlloc::Uniform) j["alloc_score"] = compress::alloc_score_name(o.alloc_score);
+  return j;
 }
 
 nlohmann::json calib_json(const calib::CalibOptions& c, const std::string& sampling) {

@@ -15,6 +15,7 @@ namespace latentllm::cli {
 struct MethodArgs {
   // "auto" / NaN: the preset's value for the method (compress::preset_options).
   std::string preset = "default", junction = "auto", joint = "auto", covariance = "f64", ud_precision = "f32";
+  std::string rank_alloc = "auto", alloc_score = "relative";
   double lambda_rel = std::numeric_limits<double>::quiet_NaN(), alpha = 0.5;
   int qk_iters = 8, vo_iters = 8, ud_iters = 4, rope_window = 0, batch = 8;
   std::int64_t ud_tokens = compress::CompressOptions{}.ud_max_tokens;
@@ -28,7 +29,7 @@ struct CalibArgs {
 };
 
 // Adds --preset --junction --lambda --alpha --joint --qk-iters --vo-iters --ud-iters --ud-tokens --rope-window
-// --diagnostics (group "Method") and --no-intra-layer --batch.
+// --diagnostics --rank-alloc --alloc-score (group "Method") and --no-intra-layer --batch.
 void add_method_options(CLI::App* sub, MethodArgs& a);
 // Adds --calib --calib-data --nsamples --seqlen --seed --calib-sampling (group "Calibration").
 void add_calib_options(CLI::App* sub, CalibArgs& a);

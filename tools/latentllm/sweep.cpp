@@ -186,7 +186,14 @@ class Sweep {
     r.method = method;
     r.ratio = ratio;
     auto m = model::Model::load(a_.model);
-    summarize(compress::compress_model(*m, ids_, co_.seqlen, to_compress_options(a_.m, method, ratio)), r);
+    const compress::CompressOptions opt = to_compress_options(a_.m, method, ratio);
+    compress::RankPlan plan = compress::plan_model(*m, opt);
+    if (opt.rank_alloc == compress::RankAlloc::Global) {
+      // The spectra depend on the dense model and the calibration only: one pre-pass serves every run.
+      if (spectra_.empty()) spectra_ = compress::measure_spectra(*m, ids_, co_.seqlen, opt);
+      plan = compress::allocate_ranks(spectra_, ratio, opt.local.junction, opt.alloc_score);
+    }
+    summarize(compress::compress_model(*m, ids_, co_.seqlen, opt, &plan), r);
     r.model_params = eval::num_params(*m);
     evaluate(*m, r);
     return r;
@@ -215,6 +222,7 @@ class Sweep {
   std::unique_ptr<io::Tokenizer> tok_;
   calib::CalibOptions co_;
   std::vector<std::int32_t> ids_;
+  std::vector<compress::ModuleSpectrum> spectra_;  // of the dense model (--rank-alloc global), measured once
   SweepResults res_;
 };
 
