@@ -61,7 +61,7 @@ std::string run_fingerprint(const model::Model& m, std::span<const std::int32_t>
                     junction_name(opt.local.junction), opt.local.lambda_rel, opt.local.alpha, opt.joint.qk,
                     opt.joint.vo, opt.joint.ud, opt.qk_iters, opt.ud_iters, opt.rope_window,
                     opt.pipeline.sequential_within_layer, opt.pipeline.batch_windows, opt.local.update_bias)
-        + fmt::format(" {} {}", opt.ud_max_tokens, opt.vo_iters) + (opt.pipeline.covariance_f32 ? " f32" : "") + (opt.ud_f32 ? " ud-f32" : ""));
+        + fmt::format(" {} {}", opt.ud_max_tokens, opt.vo_iters) + (opt.pipeline.covariance_f32 ? " f32" : "") + (opt.ud_f32 ? " ud-f32" : "") + (opt.error_compensation ? " compensate" : ""));
   return fmt::format("{:016x}", f.h);
 }
 
