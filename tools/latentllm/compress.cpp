@@ -174,6 +174,10 @@ int run_compress(const CompressArgs& a) {
     std::printf("time: total %.1fs = sampling %.1fs + forward %.1fs + covariance %.1fs + decompositions %.1fs + write %.1fs\n",
                 report.total_s + sample_s + write_s, sample_s, report.times.forward, report.times.covariance,
                 report.times.compress, write_s);
+    if (report.times.dense_forward > 0 || report.times.cross > 0) {
+      std::printf("error compensation: dense forward %.1fs + cross moments %.1fs (in the total, not in its other parts)\n",
+                  report.times.dense_forward, report.times.cross);
+    }
     std::printf("peak memory: %.1f MiB\nwrote %s\n", core::peak_rss_bytes() / 1048576.0, out.c_str());
   }
   return 0;

@@ -28,6 +28,12 @@ void add_method_options(CLI::App* sub, MethodArgs& a) {
       ->check(CLI::IsMember({"f32", "f64"}))->capture_default_str()->group("Method");
   sub->add_option("--rope-window", a.rope_window, "RoPE-aware joint Q-K over offsets 0..w (0 = plain)")
       ->capture_default_str()->group("Method");
+  sub->add_option("--fit", a.fit,
+                  "Fit of the root-covariance modules (asvd-rootcov, latentllm's local ones): local (their output "
+                  "on the compressed model's inputs, ‖(W − B·A)·X̂‖) or compensate (the dense model's output from "
+                  "the compressed model's inputs, ‖W·X − B·A·X̂‖: also runs the calibration through the dense "
+                  "layers, one more forward and [N·L, d] hidden states)")
+      ->check(CLI::IsMember({"local", "compensate"}))->capture_default_str()->group("Method");
   sub->add_flag("--diagnostics", a.diagnostics,
                 "Also compress every joint group separately and log both losses (extra decompositions, discarded)")
       ->group("Method");
@@ -102,6 +108,10 @@ compress::CompressOptions to_compress_options(const MethodArgs& a, const std::st
   o.pipeline.sequential_within_layer = !a.no_intra_layer;
   o.pipeline.batch_windows = a.batch;
   o.pipeline.covariance_f32 = a.covariance == "f32";
+  if (a.fit != "local" && a.fit != "compensate") {
+    throw ConfigError(fmt::format("--fit (expected local or compensate, got {})", a.fit));
+  }
+  o.error_compensation = a.fit == "compensate";
   return o;
 }
 
@@ -122,10 +132,13 @@ calib::CalibOptions to_calib_options(const CalibArgs& a, const model::ModelConfi
 }
 
 nlohmann::json method_json(const MethodArgs& a, const std::string& method, double ratio) {
-  return {{"method", method}, {"ratio", ratio}, {"junction", a.junction}, {"lambda_rel", a.lambda_rel},
+  nlohmann::json j = {{"method", method}, {"ratio", ratio}, {"junction", a.junction}, {"lambda_rel", a.lambda_rel},
           {"alpha", a.alpha}, {"joint", method == "latentllm" ? a.joint : "none"}, {"qk_iters", a.qk_iters},
           {"vo_iters", a.vo_iters}, {"ud_iters", a.ud_iters}, {"rope_window", a.rope_window}, {"ud_tokens", a.ud_tokens}, {"ud_precision", a.ud_precision},
           {"intra_layer", !a.no_intra_layer}, {"covariance", a.covariance}};
+  // Recorded only when not the default, so that local-fit checkpoints stay as before, byte for byte.
+  if (a.fit != "local") j["fit"] = a.fit;
+  return j;
 }
 
 nlohmann::json calib_json(const calib::CalibOptions& c, const std::string& sampling) {

@@ -12,7 +12,7 @@
 namespace latentllm::cli {
 
 struct MethodArgs {
-  std::string junction = "block-identity", joint = "qk,ud", covariance = "f64", ud_precision = "f32";
+  std::string junction = "block-identity", joint = "qk,ud", covariance = "f64", ud_precision = "f32", fit = "local";
   double lambda_rel = compress::LocalOptions{}.lambda_rel, alpha = 0.5;
   int qk_iters = 8, vo_iters = 8, ud_iters = 4, rope_window = 0, batch = 8;
   std::int64_t ud_tokens = compress::CompressOptions{}.ud_max_tokens;
