@@ -1,6 +1,7 @@
 #include "compress/compensate.hpp"
 
 #include "compress/regression.hpp"
+#include "compress/whitening.hpp"
 #include "latentllm/error.hpp"
 #include "linalg/linalg.hpp"
 
@@ -48,6 +49,26 @@ LowRank compensated_fit(const MatrixD& w, const VectorD& bias, const calib::Site
   if (!fit_bias) f.bias = bias;
   linalg::check_finite(f.B, context, "decompression factor");
   return f;
+}
+
+MatrixD compensation_map(const calib::SiteStats& hat, const calib::CrossStats& cross, double lambda_rel,
+                         bool augmented, std::string_view context) {
+  const auto d = hat.xtx.rows();
+  if (cross.xh.rows() != d || cross.n != hat.n) {
+    throw ConfigError(fmt::format("{}: error-compensating map statistics (expected [{}, {}] over {} tokens, got [{}, {}] "
+                                  "over {})", context, d, d, hat.n, cross.xh.rows(), cross.xh.cols(), cross.n));
+  }
+  MatrixD cxh = cross.xh;  // [d, d] or [d+1, d+1]
+  if (augmented) {
+    cxh.conservativeResize(d + 1, d + 1);
+    cxh.topRightCorner(d, 1) = cross.sum;
+    cxh.bottomLeftCorner(1, d) = hat.sum.transpose();
+    cxh(d, d) = static_cast<double>(hat.n);
+  }
+  // (C_hh + λI)⁻¹ = F⁻ᵀ·F⁻¹ for F·Fᵀ = C_hh + λI, so M = (C_xh + λI)·F⁻ᵀ·F⁻¹.
+  const Whitening wh = whiten(augmented ? hat.augmented() : hat.xtx, lambda_rel, context);
+  cxh.diagonal().array() += wh.lambda;
+  return wh.times_pinv(wh.times_pinv_t(cxh));
 }
 
 double compensated_loss_offset(const MatrixD& w, const VectorD& bias, const LowRank& f, const calib::SiteStats& hat,

@@ -30,6 +30,18 @@ namespace latentllm::compress {
 LowRank compensated_fit(const MatrixD& w, const VectorD& bias, const calib::SiteStats& hat,
                         const calib::CrossStats& cross, int rank, const LocalOptions& opt, std::string_view context);
 
+// The full-rank map of the objective, M = (C_xh + λI)·(C_hh + λI)⁻¹: [d, d], so that W̃ = W·M; with
+// `augmented` the same for the inputs [x; 1], [x̂; 1] (C_x'h' = [[C_xh, Σx], [Σx̂ᵀ, n]], C_h'h' =
+// SiteStats::augmented()): [d+1, d+1], [W̃ | b̃] = [W | b]·M'. λ = lambda_rel · mean diag of C_hh (or
+// C_h'h'), the whitening of whitening.hpp (pseudo-inverse when λ = 0). M = I when x = x̂.
+//
+// Joint Q-K (stage_joint_qk.cpp) compensates through it: the attention-map loss against the dense
+// model's map, Σ_{t,s} (x_tᵀ·G·x_s − x̂_tᵀ·Ĝ·x̂_s)² with G = W_qᵀ·W_k per head, is, up to a constant,
+// ‖F·(Ĝ − Mᵀ·G·M)·Fᵀ‖² for F·Fᵀ = C_hh (λ = 0): the joint Q-K objective of the dense weights W_q·M,
+// W_k·M on the statistics of x̂. Without RoPE only (with it the score couples two positions' rotations).
+MatrixD compensation_map(const calib::SiteStats& hat, const calib::CrossStats& cross, double lambda_rel,
+                         bool augmented, std::string_view context);
+
 // The loss of the objective above without its damping term, Σ_t ‖W·x_t + b − (B·A·x̂_t + b̂)‖², up to the
 // constant Σ_t ‖W·x_t + b‖² (which needs Σ x xᵀ): tr(Â·C_hh·Âᵀ) − 2·tr(W·C_xh·Âᵀ) + bias terms, with
 // Â = B·A. Lower is better; tests and logs compare fits with it.
