@@ -188,6 +188,45 @@ TEST(CompensatedFit, RefusesStatisticsOfOtherTokenCounts) {
                   {"m.q_proj: error-compensating fit token counts", "got 50 and 51"});
 }
 
+// x' = [x; 1]: [d+1, n].
+MatrixD with_ones(const MatrixD& x) {
+  MatrixD out(x.rows() + 1, x.cols());
+  out << x, MatrixD::Ones(1, x.cols());
+  return out;
+}
+
+TEST(CompensationMap, IsTheIdentityWhenTheInputsAgree) {
+  const Data s = make_data(9, 4, 100, false, 15);
+  for (const bool aug : {false, true}) {
+    const MatrixD m = compress::compensation_map(stats_of(s.x), exact_cross(s.x, s.x), 1e-3, aug, "test");
+    EXPECT_LT((m - MatrixD::Identity(m.rows(), m.cols())).norm(), 1e-10) << aug;
+  }
+}
+
+// Joint Q-K's compensation: Ĝ = Mᵀ·G·M (λ = 0) is the least-squares bilinear map from x̂ to the dense
+// attention scores, min Σ_{t,s} (x_tᵀ·G·x_s − x̂_tᵀ·Ĝ·x̂_s)²: its residual is orthogonal to every x̂_t·x̂_sᵀ.
+TEST(CompensationMap, GivesTheLeastSquaresAttentionMapFromTheCompressedInputs) {
+  for (const bool aug : {false, true}) {
+    SCOPED_TRACE(aug);
+    const Data s = make_data(6, 6, 60, false, 16);
+    const MatrixD g = s.w;  // [d, d] (or the top-left block of the augmented one)
+    MatrixD ga = MatrixD::Zero(7, 7);
+    ga.topLeftCorner(6, 6) = g;
+    ga.col(6).head(6) = s.w.col(0);  // a query bias meeting the keys
+    ga.row(6).head(6) = s.w.row(1);  // a key bias meeting the queries
+    const MatrixD x = aug ? with_ones(s.x) : s.x, xh = aug ? with_ones(s.xh) : s.xh;
+    const MatrixD& gg = aug ? ga : g;
+    const MatrixD m = compress::compensation_map(stats_of(s.xh), exact_cross(s.x, s.xh), 0.0, aug, "test");
+    const MatrixD gh = m.transpose() * gg * m;
+    const MatrixD r = xh.transpose() * gh * xh - x.transpose() * gg * x;  // [n, n] residual scores
+    const MatrixD grad = xh * r * xh.transpose();
+    const MatrixD scale = xh * (x.transpose() * gg * x) * xh.transpose();
+    EXPECT_LT(grad.norm(), 1e-9 * scale.norm());
+    // and it beats the uncompensated map G itself
+    EXPECT_LT(r.norm(), (xh.transpose() * gg * xh - x.transpose() * gg * x).norm());
+  }
+}
+
 TEST(CrossStats, MatchesDoubleSumsOverChunks) {
   std::mt19937 rng(3);
   std::normal_distribution<float> g;
@@ -414,10 +453,15 @@ TEST(ErrorCompensation, ChangesOnlyRootCovarianceFits) {
     const Compressed on = compress_with(dir, ids, o);
     const bool rootcov = method != compress::Method::AsvdL2;
     EXPECT_EQ(same_factors(*off.m, *on.m), !rootcov);
-    int compensated = 0;
-    for (const auto& r : on.report.modules) compensated += r.how == "compensate";
-    // asvd-rootcov: all 6 modules a layer; latentllm (joint qk, ud): v_proj and out_proj.
+    int compensated = 0, joint_qk = 0;
+    for (const auto& r : on.report.modules) {
+      compensated += r.how == "compensate";
+      joint_qk += r.how == "joint-qk-compensate";
+    }
+    // asvd-rootcov: all 6 modules a layer; latentllm (joint qk, ud): v_proj and out_proj, and q_proj and
+    // k_proj by the compensated joint Q-K.
     EXPECT_EQ(compensated, method == compress::Method::AsvdRootCov ? 12 : method == compress::Method::LatentLlm ? 4 : 0);
+    EXPECT_EQ(joint_qk, method == compress::Method::LatentLlm ? 4 : 0);
     EXPECT_EQ(on.report.times.dense_forward > 0, rootcov);
   }
 }
