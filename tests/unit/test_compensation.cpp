@@ -466,6 +466,26 @@ TEST(ErrorCompensation, ChangesOnlyRootCovarianceFits) {
   }
 }
 
+// Without intra-layer passes only the layer's input site compensates (stage_local.cpp: a later site's
+// inputs come from the layer's dense modules, whose compensated factors already undo the upstream error).
+TEST(ErrorCompensation, WithoutIntraLayerPassesOnlyTheAttentionInputCompensates) {
+  OptDims s;
+  s.layers = 2;
+  const auto dir = make_opt(s, 84).write("compensation-no-intra");
+  const auto ids = random_ids(kT * kWindows, s.V, 8);
+  compress::CompressOptions o;
+  o.method = compress::Method::AsvdRootCov;
+  o.ratio = 0.3;
+  o.error_compensation = true;
+  o.pipeline.sequential_within_layer = false;
+  const Compressed c = compress_with(dir, ids, o);
+  for (const auto& r : c.report.modules) {
+    const bool attn_in = r.name.find("q_proj") != std::string::npos || r.name.find("k_proj") != std::string::npos ||
+                         r.name.find("v_proj") != std::string::npos;
+    EXPECT_EQ(r.how, attn_in ? "compensate" : "local") << r.name;
+  }
+}
+
 // --resume continues the dense stream: a run stopped after layer 1 and resumed gives the factors of
 // an uninterrupted run, bit for bit.
 TEST(ErrorCompensation, ResumesTheDenseStreamBitForBit) {
