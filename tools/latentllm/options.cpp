@@ -29,7 +29,7 @@ void add_method_options(CLI::App* sub, MethodArgs& a) {
   sub->add_option("--rope-window", a.rope_window, "RoPE-aware joint Q-K over offsets 0..w (0 = plain)")
       ->capture_default_str()->group("Method");
   sub->add_option("--fit", a.fit,
-                  "Fit of the root-covariance modules (asvd-rootcov, latentllm's local ones): local (their output "
+                  "Fit of the root-covariance modules (asvd-rootcov; latentllm's local ones and joint Q-K): local (their output "
                   "on the compressed model's inputs, ‖(W − B·A)·X̂‖) or compensate (the dense model's output from "
                   "the compressed model's inputs, ‖W·X − B·A·X̂‖: also runs the calibration through the dense "
                   "layers, one more forward and [N·L, d] hidden states)")
