@@ -65,6 +65,22 @@ struct SiteStats {
   MatrixD augmented() const;
 };
 
+// The cross moments of one site between the dense model's inputs x_t and the compressed pipeline's
+// inputs x̂_t of the same calibration tokens (error-compensating fits, compress/compensate.hpp), in
+// double beside the x̂ statistics (SiteStats).
+struct CrossStats {
+  MatrixD xh;   // [w, w]  Σ_t x_t x̂_tᵀ (rows: dense features, columns: compressed ones)
+  VectorD sum;  // [w]     Σ_t x_t (the dense inputs)
+  std::int64_t n = 0;
+
+  void reset(int width);
+  // x: [n_tok, w] dense inputs, x_hat: [n_tok, w] the compressed pipeline's, row t the same token.
+  // Products of the widened inputs (dgemm) over chunks of rows. Throws NumericError naming the token
+  // (first_token + row) of a non-finite dense input, Error when the shapes differ.
+  void add(const MatrixF& x, const MatrixF& x_hat, std::int64_t first_token = 0);
+  int width() const { return static_cast<int>(xh.rows()); }
+};
+
 // What the pipeline hands a stage of one layer.
 struct StageInput {
   int layer = 0;
@@ -72,6 +88,9 @@ struct StageInput {
   // The statistics of the sites the stage reads (Stage::reads), by Site; null for the others.
   std::array<const SiteStats*, 4> stats{};
   const MatrixF* activations = nullptr;  // [N·L, w] the inputs of the stage's site, if it asked for them
+  // The cross moments of the stage's site with the dense model's inputs, if it asked for them
+  // (Stage::needs_dense_cross); null otherwise.
+  const CrossStats* cross = nullptr;
 
   // The statistics of `site`; throws Error when the stage did not declare that it reads them.
   const SiteStats& stats_of(model::Site site) const;
@@ -90,6 +109,10 @@ class Stage {
   virtual std::vector<model::Site> reads() const { return {site()}; }
   // Whether it needs the [N·L, w] inputs of its site themselves, not only their statistics.
   virtual bool needs_activations() const { return false; }
+  // Whether it needs the cross moments of its site's inputs with the dense model's inputs of the same
+  // tokens (StageInput::cross). If any stage does, the pipeline also runs the calibration windows
+  // through the dense layers (a second stream of hidden states, see run_layerwise).
+  virtual bool needs_dense_cross() const { return false; }
   // The sites whose modules it may rewrite (default: its own). The next pass resumes from the layer's
   // current state only if none of them comes before the site that state stands at (a rewritten
   // earlier module changes every later site's input); otherwise it restarts at the layer's input.
@@ -105,6 +128,10 @@ struct PipelineTimes {
   double forward_flops = 0;     // linear-layer FLOPs of the forwards (for the fraction of peak)
   double attention_flops = 0;   // attention GEMM FLOPs of the forwards (Q·Kᵀ and ·V, block-causal)
   double covariance_flops = 0;  // Σ n·w·(w+1): the triangle dsyrk computes, 2 per multiply-add
+  // The dense stream (when a stage needs_dense_cross): its layer forwards and the cross moments
+  // (CrossStats), not counted in forward and covariance above.
+  double dense_forward = 0;
+  double cross = 0;
 };
 
 struct PipelineOptions {
@@ -126,11 +153,15 @@ struct PipelineOptions {
   // output for the N windows ([N·L, d]).
   int start_layer = 0;
   const MatrixF* start_hidden = nullptr;
+  // With a dense stream (Stage::needs_dense_cross), resuming also needs the dense model's hidden
+  // states after layer start_layer − 1 ([N·L, d]); ConfigError without them.
+  const MatrixF* start_dense = nullptr;
   // Stop after layers [start_layer, end_layer) (-1: every layer): the cost of the first layers of a
   // large model, or a long run split over several sessions (with progress saving and resume).
   int end_layer = -1;
-  // Called after layer i is compressed and the hidden states propagated through it (progress saving).
-  std::function<void(int layer, const MatrixF& hidden)> layer_done;
+  // Called after layer i is compressed and the hidden states propagated through it (progress saving);
+  // dense: the dense stream's hidden states after layer i, or null when no stage needs_dense_cross.
+  std::function<void(int layer, const MatrixF& hidden, const MatrixF* dense)> layer_done;
 };
 
 // The HF name of decoder layer i ("model.layers.3", "model.decoder.layers.3"), from its modules' names.
@@ -148,6 +179,15 @@ std::string site_modules(const model::DecoderLayer& layer, int i, model::Site si
 // activations. Throws ConfigError when the stages are not in the sites' forward order or read a
 // later site. A lazy model (model::LoadOptions::lazy) has layer i loaded for its work and released
 // after layer_done, which must keep what is needed of it (compress writes its factors to a file).
+//
+// Dense stream: when a stage needs_dense_cross, the windows also run through the dense model (its
+// hidden states, [N·L, d], propagated through each layer's dense weights, copied before its stages
+// replace them), batch by batch beside the compressed stream so that each tap sees the dense inputs
+// of the same tokens, and the stage's site gets CrossStats. Cost per layer: one dense layer forward,
+// one [out, in] float copy of the layer's weights, the dense hidden states (and, when they fit in
+// resume_limit_bytes together with the compressed ones, its own resumable pass states), and one
+// [w, w] double accumulator and a 2·n·w² dgemm per site that needs it. Without such a stage nothing
+// of this runs and the results are bit-identical.
 PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, int seqlen,
                             std::span<Stage* const> stages, const PipelineOptions& opt = {});
 

@@ -236,6 +236,14 @@ struct CompressOptions {
   // Also compress each joint group separately (local root covariance) and report both losses
   // (CompressReport::qk_losses, vo_losses): diagnostics only, the extra decompositions are discarded.
   bool diagnostics = false;
+  // Error-compensating fits (--fit compensate; compress/compensate.hpp): the modules compressed by the
+  // root covariance (asvd-rootcov, and latentllm's local modules) are fitted to the dense model's
+  // output at the module, W·x + b with x its input in the dense model, from the compressed pipeline's
+  // input x̂: min Σ‖W·x + b − B·A·x̂ − b̂‖² (+ the damping), instead of the local ‖(W − B·A)·x̂‖. The
+  // pipeline then also runs the calibration windows through the dense layers (calib::run_layerwise:
+  // one more layer forward, the dense hidden states and a [w, w] cross moment per such site). The
+  // joint stages and the other pre-conditioners are unchanged (docs/ARCHITECTURE.md).
+  bool error_compensation = false;
   calib::PipelineOptions pipeline;
   // Per-layer progress (src/compress/resume.hpp): when set, the state after every layer is saved
   // here, and with `resume` a matching state is restored and the run continues after its last layer.

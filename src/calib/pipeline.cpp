@@ -7,6 +7,7 @@
 #include <optional>
 #include <vector>
 
+#include "calib/dense_stream.hpp"
 #include "latentllm/calib.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/log.hpp"
@@ -21,20 +22,28 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Taps sites of one layer: accumulates their statistics and, if asked, keeps the activations.
-// Statistics errors (non-finite activations) name the modules the site feeds.
+// What one tap gathers at each of its sites besides the statistics.
+struct TapWants {
+  std::vector<bool> keep;   // the activations themselves
+  std::vector<bool> cross;  // the cross moments with the dense stream's inputs (DenseStream::input)
+};
+
+// Taps sites of one layer: accumulates their statistics and, if asked, keeps the activations and the
+// cross moments with the dense stream's inputs of the same batch. Statistics errors (non-finite
+// activations) name the modules the site feeds.
 class SiteTap : public model::ForwardObserver {
  public:
-  SiteTap(const model::DecoderLayer& layer_modules, int layer, std::vector<model::Site> sites, std::vector<bool> keep,
-          std::int64_t total_rows, bool f32_products)
-      : layer_modules_(layer_modules), layer_(layer), sites_(std::move(sites)), keep_(std::move(keep)),
-        total_rows_(total_rows), f32_(f32_products), stats(sites_.size()), activations(sites_.size()),
-        rows_(sites_.size(), 0) {}
+  SiteTap(const model::DecoderLayer& layer_modules, int layer, std::vector<model::Site> sites, TapWants wants,
+          std::int64_t total_rows, bool f32_products, const DenseStream* dense)
+      : layer_modules_(layer_modules), layer_(layer), sites_(std::move(sites)), keep_(std::move(wants.keep)),
+        cross_(std::move(wants.cross)), total_rows_(total_rows), f32_(f32_products), dense_(dense),
+        stats(sites_.size()), activations(sites_.size()), crosses(sites_.size()), rows_(sites_.size(), 0) {}
 
   void on_input(int layer, model::Site site, const MatrixF& x) override {
     if (layer != layer_) return;
     for (std::size_t k = 0; k < sites_.size(); ++k) {
       if (sites_[k] != site) continue;
+      if (cross_[k]) add_cross(k, site, x);
       const auto t0 = Clock::now();
       if (stats[k].xtx.size() == 0) stats[k].reset(static_cast<int>(x.cols()));
       with_context(site_modules(layer_modules_, layer_, site), [&] { stats[k].add(x, rows_seen_[k], f32_); });
@@ -54,19 +63,37 @@ class SiteTap : public model::ForwardObserver {
 
   model::Site last_site() const { return *std::max_element(sites_.begin(), sites_.end()); }
   const std::vector<model::Site>& sites() const { return sites_; }
+  // The sites whose cross moments it gathers (what the dense stream must supply).
+  std::vector<model::Site> cross_sites() const {
+    std::vector<model::Site> out;
+    for (std::size_t k = 0; k < sites_.size(); ++k)
+      if (cross_[k]) out.push_back(sites_[k]);
+    return out;
+  }
 
  private:
+  void add_cross(std::size_t k, model::Site site, const MatrixF& x) {
+    const auto t0 = Clock::now();
+    if (crosses[k].xh.size() == 0) crosses[k].reset(static_cast<int>(x.cols()));
+    with_context(site_modules(layer_modules_, layer_, site) + " (dense inputs)",
+                 [&] { crosses[k].add(dense_->input(site), x, rows_seen_[k]); });
+    cross_seconds += seconds_since(t0);
+  }
+
   const model::DecoderLayer& layer_modules_;
   int layer_;
   std::vector<model::Site> sites_;
-  std::vector<bool> keep_;
+  std::vector<bool> keep_, cross_;
   std::int64_t total_rows_;
   bool f32_;
+  const DenseStream* dense_;
 
  public:
   std::vector<SiteStats> stats;
   std::vector<MatrixF> activations;  // [N·L, w] where kept
-  double seconds = 0;
+  std::vector<CrossStats> crosses;   // where asked
+  double seconds = 0;                // statistics and kept activations
+  double cross_seconds = 0;          // cross moments
 
  private:
   std::vector<std::int64_t> rows_;
@@ -125,10 +152,14 @@ BatchStates input_states(const MatrixF& hidden, std::int64_t rows_per_batch) {
 
 // Runs layer i on every batch from where it stands to obs's last site (or the end without obs). In
 // place, the states end where the forward stopped; otherwise each batch runs on a copy and the
-// states are left as they were (obs keeps what it needs).
-void advance(const model::Model& m, int i, BatchStates& st, int seqlen, model::ForwardObserver* obs, bool in_place) {
+// states are left as they were (obs keeps what it needs). before_batch(b), if set, runs first for
+// each batch b (the dense stream's batch b).
+void advance(const model::Model& m, int i, BatchStates& st, int seqlen, model::ForwardObserver* obs, bool in_place,
+             const std::function<void(std::size_t)>& before_batch = {}) {
   model::LayerState copy;
-  for (model::LayerState& b : st) {
+  for (std::size_t k = 0; k < st.size(); ++k) {
+    model::LayerState& b = st[k];
+    if (before_batch) before_batch(k);
     if (in_place) {
       m.layer_resume(i, b, seqlen, obs);
     } else {
@@ -152,19 +183,28 @@ class LayerPasses {
       : m_(m), layer_(layer), hidden_(hidden), seqlen_(seqlen), opt_(opt), times_(times),
         rows_per_batch_(static_cast<std::int64_t>(opt.batch_windows) * seqlen) {}
 
-  // Runs the layer to the last of `sites`, tapping them; returns the tap (statistics, activations).
-  std::unique_ptr<SiteTap> tap(const std::vector<model::Site>& sites, const std::vector<bool>& keep,
-                               std::int64_t limit) {
+  // Runs the layer to the last of `sites`, tapping them; returns the tap (statistics, activations,
+  // cross moments with the dense stream's inputs, which it advances batch by batch beside).
+  std::unique_ptr<SiteTap> tap(const std::vector<model::Site>& sites, TapWants wants, std::int64_t limit,
+                               DenseStream* dense) {
     const auto n_tok = hidden_.rows();
     const model::Site until = *std::max_element(sites.begin(), sites.end());
     const bool in_place = opt_.resume_passes && opt_.sequential_within_layer &&
                           4 * n_tok * (m_.config().hidden_size + site_width(m_.layer(layer_), until)) <= limit;
     if (!valid_) state_ = input_states(hidden_, rows_per_batch_);
-    auto tap = std::make_unique<SiteTap>(m_.layer(layer_), layer_, sites, keep, n_tok, opt_.covariance_f32);
+    auto tap = std::make_unique<SiteTap>(m_.layer(layer_), layer_, sites, std::move(wants), n_tok,
+                                         opt_.covariance_f32, dense);
     const auto from = state_.front().at;
+    const std::vector<model::Site> cross_sites = tap->cross_sites();
+    std::function<void(std::size_t)> dense_batch;
+    if (!cross_sites.empty()) dense_batch = [&](std::size_t b) { dense->advance_batch(b, cross_sites); };
+    const double dense0 = dense ? dense->seconds() : 0.0;
     const auto t0 = Clock::now();
-    advance(m_, layer_, state_, seqlen_, tap.get(), in_place);
-    times_.forward += seconds_since(t0) - tap->seconds;
+    advance(m_, layer_, state_, seqlen_, tap.get(), in_place, dense_batch);
+    const double dense_s = dense ? dense->seconds() - dense0 : 0.0;
+    times_.forward += seconds_since(t0) - tap->seconds - tap->cross_seconds - dense_s;
+    times_.dense_forward += dense_s;
+    times_.cross += tap->cross_seconds;
     valid_ = valid_ || in_place;  // a pass on copies leaves a valid state where it was
     add_flops(from, until);
     times_.covariance += tap->seconds;
@@ -219,6 +259,7 @@ struct SiteGroup {
   model::Site site = model::Site::AttnIn;
   std::vector<Stage*> stages;
   bool needs_activations = false;
+  bool needs_cross = false;        // a stage needs_dense_cross
   std::vector<model::Site> reads;  // every site its stages read
 };
 
@@ -230,7 +271,7 @@ std::vector<SiteGroup> group_stages(std::span<Stage* const> stages) {
       throw ConfigError(fmt::format("calibration stages: {} at {} after a stage at {} (expected the sites' forward order)",
                                     st->name(), site_name(site), site_name(groups.back().site)));
     }
-    if (groups.empty() || groups.back().site != site) groups.push_back({site, {}, false, {}});
+    if (groups.empty() || groups.back().site != site) groups.push_back({site, {}, false, false, {}});
     for (const model::Site r : st->reads()) {
       if (r > site) {
         throw ConfigError(fmt::format("calibration stages: {} at {} reads the later site {}", st->name(),
@@ -240,6 +281,7 @@ std::vector<SiteGroup> group_stages(std::span<Stage* const> stages) {
     }
     groups.back().stages.push_back(st);
     groups.back().needs_activations = groups.back().needs_activations || st->needs_activations();
+    groups.back().needs_cross = groups.back().needs_cross || st->needs_dense_cross();
   }
   return groups;
 }
@@ -256,6 +298,7 @@ class LayerStats {
       }
       stats_[s] = std::make_unique<SiteStats>(std::move(tap->stats[k]));
       activations_[s] = std::move(tap->activations[k]);
+      crosses_[s] = std::move(tap->crosses[k]);
     }
   }
   const SiteStats& stats(model::Site site) const {
@@ -264,6 +307,11 @@ class LayerStats {
     return *p;
   }
   const MatrixF& activations(model::Site site) const { return activations_[static_cast<std::size_t>(site)]; }
+  const CrossStats& cross(model::Site site) const {
+    const CrossStats& c = crosses_[static_cast<std::size_t>(site)];
+    if (c.n == 0) throw Error(fmt::format("calibration: the dense cross moments of {} were not tapped", site_name(site)));
+    return c;
+  }
   // Frees what no group after g reads.
   void release_after(std::size_t g, const std::vector<SiteGroup>& groups) {
     for (std::size_t s = 0; s < stats_.size(); ++s) {
@@ -275,6 +323,7 @@ class LayerStats {
       if (!needed) {
         stats_[s].reset();
         activations_[s].resize(0, 0);
+        crosses_[s] = CrossStats{};
       }
     }
   }
@@ -282,7 +331,27 @@ class LayerStats {
  private:
   std::array<std::unique_ptr<SiteStats>, 4> stats_;
   std::array<MatrixF, 4> activations_;
+  std::array<CrossStats, 4> crosses_;
 };
+
+// The dense stream when some stage needs_dense_cross (null otherwise): from the embedded windows, or
+// on resume from start_dense. Its resumable states share the limit with the compressed ones.
+std::unique_ptr<DenseStream> make_dense_stream(model::Model& m, const std::vector<SiteGroup>& groups,
+                                               const MatrixF& hidden, int seqlen, const PipelineOptions& opt,
+                                               std::int64_t limit) {
+  if (std::none_of(groups.begin(), groups.end(), [](const SiteGroup& g) { return g.needs_cross; })) return nullptr;
+  MatrixF start = hidden;  // [N·L, d] at layer 0 the embeddings are the dense model's too
+  if (opt.start_layer > 0) {
+    if (!opt.start_dense || opt.start_dense->rows() != hidden.rows() || opt.start_dense->cols() != hidden.cols()) {
+      throw ConfigError(fmt::format("calibration resume: layer {} without the dense stream's hidden states (expected "
+                                    "[{}, {}], got {}): error-compensating fits need them", opt.start_layer,
+                                    hidden.rows(), hidden.cols(), opt.start_dense ? "other dimensions" : "none"));
+    }
+    start = *opt.start_dense;
+  }
+  const std::int64_t rows_per_batch = static_cast<std::int64_t>(opt.batch_windows) * seqlen;
+  return std::make_unique<DenseStream>(m, std::move(start), seqlen, rows_per_batch, opt.resume_passes ? limit / 2 : 0);
+}
 
 }  // namespace
 
@@ -343,11 +412,13 @@ PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, 
   times.forward += seconds_since(t0);
   const std::vector<SiteGroup> groups = group_stages(stages);
   const std::int64_t limit = resume_limit(opt);
+  std::unique_ptr<DenseStream> dense = make_dense_stream(m, groups, hidden, seqlen, opt, limit);
 
   const int end = opt.end_layer < 0 ? n_layers : std::min(opt.end_layer, n_layers);
   for (int i = opt.start_layer; i < end; ++i) {
     const auto t_layer = Clock::now();
     if (m.lazy()) m.load_layer(i);  // widened for its passes and stages; released once it is done
+    if (dense) dense->begin_layer(i);  // its dense modules, before any stage replaces them
     LayerPasses passes(m, i, hidden, seqlen, opt, times);
     LayerStats kept;  // the statistics of the sites tapped so far that a later stage still reads
     for (std::size_t g = 0; g < groups.size(); ++g) {
@@ -355,13 +426,14 @@ PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, 
       // sequential_within_layer one pass over the dense layer taps every group's site at once.
       if (g == 0 || opt.sequential_within_layer) {
         std::vector<model::Site> sites;
-        std::vector<bool> keep;
+        TapWants wants;
         for (std::size_t k = opt.sequential_within_layer ? g : 0; k < (opt.sequential_within_layer ? g + 1 : groups.size());
              ++k) {
           sites.push_back(groups[k].site);
-          keep.push_back(groups[k].needs_activations);
+          wants.keep.push_back(groups[k].needs_activations);
+          wants.cross.push_back(groups[k].needs_cross);
         }
-        kept.take(i, passes.tap(sites, keep, limit));
+        kept.take(i, passes.tap(sites, std::move(wants), limit, dense.get()));
       }
       for (Stage* stage : groups[g].stages) {
         StageInput in;
@@ -369,6 +441,7 @@ PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, 
         in.seqlen = seqlen;
         for (const model::Site r : stage->reads()) in.stats[static_cast<std::size_t>(r)] = &kept.stats(r);
         in.activations = stage->needs_activations() ? &kept.activations(groups[g].site) : nullptr;
+        in.cross = stage->needs_dense_cross() ? &kept.cross(groups[g].site) : nullptr;
         t0 = Clock::now();
         with_context(fmt::format("layer {} ({})", i, site_name(groups[g].site)), [&] { stage->run(in, m); });
         times.compress += seconds_since(t0);
@@ -384,7 +457,12 @@ PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, 
       throw NumericError(fmt::format("{}: non-finite hidden states after compression (expected finite values, got "
                                      "{} at token {}, feature {})", layer_name(m.layer(i), i), hidden(t, f), t, f));
     }
-    if (opt.layer_done) opt.layer_done(i, hidden);
+    if (dense) {
+      const double s0 = dense->seconds();
+      dense->finish_layer();
+      times.dense_forward += dense->seconds() - s0;
+    }
+    if (opt.layer_done) opt.layer_done(i, hidden, dense ? &dense->hidden() : nullptr);
     if (m.lazy()) m.release_layer(i);  // layer_done kept what is needed of it
     const double elapsed = seconds_since(t_start);
     const double eta = elapsed / (i + 1 - opt.start_layer) * (n_layers - i - 1);

@@ -184,4 +184,30 @@ MatrixD SiteStats::centered() const {
   return xtx - static_cast<double>(n) * mu * mu.transpose();
 }
 
+void CrossStats::reset(int width) {
+  xh = MatrixD::Zero(width, width);
+  sum = VectorD::Zero(width);
+  n = 0;
+}
+
+void CrossStats::add(const MatrixF& x, const MatrixF& x_hat, std::int64_t first_token) {
+  const auto w = x.cols();
+  if (w != xh.rows() || x_hat.cols() != w || x_hat.rows() != x.rows()) {
+    throw Error(fmt::format("calibration cross statistics: inputs (expected two [n, {}] of the same n, got [{}, {}] "
+                            "and [{}, {}])", xh.rows(), x.rows(), x.cols(), x_hat.rows(), x_hat.cols()));
+  }
+  // Chunks widened to double, one dgemm each (Eigen on BLAS): Σ x x̂ᵀ with a long inner dimension.
+  constexpr Eigen::Index kChunk = 2048;
+  for (Eigen::Index r0 = 0; r0 < x.rows(); r0 += kChunk) {
+    const Eigen::Index rows = std::min(kChunk, x.rows() - r0);
+    const MatrixD xd = x.middleRows(r0, rows).cast<double>();      // [rows, w]
+    const MatrixD hd = x_hat.middleRows(r0, rows).cast<double>();  // [rows, w]
+    const VectorD s = xd.colwise().sum().transpose();               // [w]
+    if (!s.allFinite()) throw_non_finite(x.middleRows(r0, rows), first_token + r0);
+    sum += s;
+    xh.noalias() += xd.transpose() * hd;
+  }
+  n += x.rows();
+}
+
 }  // namespace latentllm::calib

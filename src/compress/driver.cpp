@@ -91,7 +91,9 @@ CompressReport compress_model(model::Model& m, std::span<const std::int32_t> ids
   std::vector<calib::Stage*> stage_ptrs;
   for (const auto& s : stages) stage_ptrs.push_back(s.get());
   calib::PipelineOptions po = opt.pipeline;
+  const bool dense_stream = std::any_of(stages.begin(), stages.end(), [](const auto& s) { return s->needs_dense_cross(); });
   MatrixF start_hidden;  // [N·L, d] after the restored layers
+  MatrixF start_dense;   // [N·L, d] the dense stream's, with error-compensating fits
   std::optional<ResumeState> state;
   if (m.lazy() && opt.state_dir.empty()) {
     throw ConfigError(fmt::format("{}: compressing a lazy model needs a progress directory (expected "
@@ -101,8 +103,9 @@ CompressReport compress_model(model::Model& m, std::span<const std::int32_t> ids
   if (!opt.state_dir.empty()) {
     state.emplace(opt.state_dir, run_fingerprint(m, ids, seqlen, opt));
     if (opt.resume) {
-      po.start_layer = state->restore(m, start_hidden, report);
+      po.start_layer = state->restore(m, start_hidden, dense_stream ? &start_dense : nullptr, report);
       po.start_hidden = &start_hidden;
+      po.start_dense = dense_stream ? &start_dense : nullptr;
     } else {
       std::error_code ec;
       std::filesystem::remove_all(opt.state_dir, ec);
@@ -110,8 +113,8 @@ CompressReport compress_model(model::Model& m, std::span<const std::int32_t> ids
     }
     state->create();
   }
-  po.layer_done = [&](int layer, const MatrixF& hidden) {
-    if (state) state->save_layer(m, layer, hidden, report);
+  po.layer_done = [&](int layer, const MatrixF& hidden, const MatrixF* dense) {
+    if (state) state->save_layer(m, layer, hidden, dense, report);
     if (opt.layer_done) opt.layer_done(layer);
   };
   note_few_tokens(m, static_cast<std::int64_t>(ids.size()), opt, report);  // after a restore: deduplicated

@@ -82,6 +82,15 @@ core::MemoryPlan plan_compress_memory(const model::Model& m, std::int64_t n_tok,
     p.add("decomposition working set", 8 * work,
           fmt::format("whitening and SVD of a [{}, {}] module in double", out, in));
   }
+  if (opt.error_compensation && preconditioner_of(opt.method) == Preconditioner::RootCovariance) {
+    // The dense stream (calib/dense_stream.hpp): its hidden states, its pass states (resumable when both
+    // streams' fit in the limit), the dense copy of the layer, and the cross moments of the sites.
+    p.add("dense stream hidden states", 4 * n_tok * d, fmt::format("{} tokens x {} x 4 B (error compensation)", n_tok, d));
+    const std::int64_t dense_states = 8 * n_tok * (d + w) <= limit ? 4 * n_tok * (d + w) : 4 * batch_tokens * (d + w);
+    p.add("dense stream pass states", dense_states, "residual + site input, all tokens or one batch");
+    p.add("dense copy of the layer", fp.largest_layer(), "its modules before the stages replace them");
+    p.add("cross moments (double)", site_covariances(c, ud), "Σ x·x̂ᵀ of the tapped sites, [w, w] each");
+  }
   p.add("runtime and token ids", kRuntime + 4 * n_tok, fmt::format("256 MiB + {} ids x 4 B", n_tok));
   return p;
 }

@@ -19,7 +19,7 @@ RegressionStats regression_stats(const MatrixD& s, const MatrixD& t) {
 }
 
 LowRank reduced_rank_regression(const RegressionStats& st, int r, bool fit_bias, double lambda_rel,
-                                std::string_view context) {
+                                std::string_view context, const MatrixD* prior) {
   check_rank(r, st.cross.rows(), st.cross.cols(), context);
   MatrixD cov = st.cov, cross = st.cross;
   VectorD mu_s, mu_t;
@@ -31,6 +31,13 @@ LowRank reduced_rank_regression(const RegressionStats& st, int r, bool fit_bias,
   }
   // With cov + λI = F·Fᵀ: Σ‖t − W·s‖² = ‖W·F − cross·F⁻ᵀ‖² + const, so W·F = svd_r[cross·F⁻ᵀ].
   const Whitening wh = whiten(cov, lambda_rel, context);
+  if (prior) {
+    if (prior->rows() != cross.rows() || prior->cols() != cross.cols()) {
+      throw ConfigError(fmt::format("{}: regression prior (expected [{}, {}], got [{}, {}])", context, cross.rows(),
+                                    cross.cols(), prior->rows(), prior->cols()));
+    }
+    cross += wh.lambda * *prior;  // Σ‖t − W·s‖² + λ‖W − prior‖² = ‖W·F − (cross + λ·prior)·F⁻ᵀ‖² + const
+  }
   const linalg::Svd s = linalg::svd_leading(wh.times_pinv_t(cross), r, context);  // only U_r·U_rᵀ·M is used
   LowRank out;
   out.B = s.u.leftCols(r) * s.s.head(r).asDiagonal();  // [out, r]

@@ -21,7 +21,11 @@ struct RegressionStats {
   double n = 0;
 };
 RegressionStats regression_stats(const MatrixD& s, const MatrixD& t);  // s: [in, n], t: [out, n]
+// prior: [out, in] or null. The damping λ (lambda_rel · mean diag of the (centered) S̃S̃ᵀ) pulls W toward
+// it instead of toward 0: the objective gains λ·‖W − prior‖², i.e. T̃S̃ᵀ becomes T̃S̃ᵀ + λ·prior
+// (the error-compensating fit, compensate.hpp: with the dense weight as prior, the fit of identical
+// sources and targets X̂ = X is the damped local ASVD exactly).
 LowRank reduced_rank_regression(const RegressionStats& st, int r, bool fit_bias, double lambda_rel,
-                                std::string_view context);
+                                std::string_view context, const MatrixD* prior = nullptr);
 
 }  // namespace latentllm::compress

@@ -96,7 +96,7 @@ nlohmann::json CompressReport::to_json() const {
   for (const auto& l : ud_losses) ud.push_back(l.to_json());
   nlohmann::json notes_json = nlohmann::json::array();
   for (const auto& n : notes) notes_json.push_back(note_to_json(n));
-  return {{"method", method_name(method)},
+  nlohmann::json j = {{"method", method_name(method)},
           {"ratio", ratio},
           {"rank_alloc", rank_alloc_name(rank_alloc)},
           {"prepass_seconds", prepass_s},
@@ -115,6 +115,11 @@ nlohmann::json CompressReport::to_json() const {
                        {"decompositions", times.compress},
                        {"decompositions_by_part", part_seconds}}},
           {"flops", {{"forward", times.forward_flops}, {"covariance", times.covariance_flops}}}};
+  if (times.dense_forward > 0 || times.cross > 0) {  // error-compensating fits only
+    j["seconds"]["dense_forward"] = times.dense_forward;
+    j["seconds"]["cross"] = times.cross;
+  }
+  return j;
 }
 
 }  // namespace latentllm::compress

@@ -63,14 +63,15 @@ std::string run_fingerprint(const model::Model& m, std::span<const std::int32_t>
                     opt.pipeline.sequential_within_layer, opt.pipeline.batch_windows, opt.local.update_bias)
         + fmt::format(" {} {}", opt.ud_max_tokens, opt.vo_iters) + (opt.pipeline.covariance_f32 ? " f32" : "") + (opt.ud_f32 ? " ud-f32" : "")
         // Global ranks follow from the calibration and these (measured again on resume, deterministically).
-        + (opt.rank_alloc == RankAlloc::Global ? fmt::format(" global-{}", alloc_score_name(opt.alloc_score)) : ""));
+        + (opt.rank_alloc == RankAlloc::Global ? fmt::format(" global-{}", alloc_score_name(opt.alloc_score)) : "")
+        + (opt.error_compensation ? " compensate" : ""));
   return fmt::format("{:016x}", f.h);
 }
 
 ResumeState::ResumeState(fs::path dir, std::string fingerprint)
     : dir_(std::move(dir)), fingerprint_(std::move(fingerprint)) {}
 
-int ResumeState::restore(model::Model& m, MatrixF& hidden, CompressReport& report) const {
+int ResumeState::restore(model::Model& m, MatrixF& hidden, MatrixF* dense, CompressReport& report) const {
   const fs::path progress = dir_ / "progress.json";
   if (!fs::exists(progress)) return 0;
   const auto j = nlohmann::json::parse(core::read_file(progress), nullptr, false);
@@ -92,19 +93,31 @@ int ResumeState::restore(model::Model& m, MatrixF& hidden, CompressReport& repor
   }
   // A lazy model keeps its compressed layers in these files (checkpoint::SaveOptions::layer_factors_dir).
   if (!m.lazy()) for (int i = 0; i < done; ++i) checkpoint::read_layer_factors(layer_file(i), m.layer(i));
-  hidden = io::SafetensorsFile(dir_ / hidden_file(done - 1)).matrix("hidden");
+  const io::SafetensorsFile file(dir_ / hidden_file(done - 1));
+  hidden = file.matrix("hidden");
+  if (dense) {
+    if (file.find("dense") == nullptr) {
+      throw FormatError(fmt::format("{}: no dense hidden states (expected the tensor \"dense\" of an error-compensating "
+                                    "run; remove the directory to start over)", (dir_ / hidden_file(done - 1)).string()));
+    }
+    *dense = file.matrix("dense");
+  }
   restore_report(j.at("report"), report);
   log_info("resume: layers 0..{} restored from {}", done - 1, dir_.string());
   return done;
 }
 
-void ResumeState::save_layer(const model::Model& m, int layer, const MatrixF& hidden,
+void ResumeState::save_layer(const model::Model& m, int layer, const MatrixF& hidden, const MatrixF* dense,
                              const CompressReport& report) const {
   create();
   checkpoint::write_layer_factors(layer_file(layer), m.layer(layer));
-  const std::vector<io::TensorToWrite> h = {
+  std::vector<io::TensorToWrite> h = {
       {"hidden", DType::F32, {hidden.rows(), hidden.cols()},
        std::span<const float>(hidden.data(), static_cast<std::size_t>(hidden.size()))}};
+  if (dense) {
+    h.push_back({"dense", DType::F32, {dense->rows(), dense->cols()},
+                 std::span<const float>(dense->data(), static_cast<std::size_t>(dense->size()))});
+  }
   // The hidden states get a file per layer: progress.json (written last) names the one that matches
   // layers_done, so a kill between the two writes leaves the previous layer's state consistent.
   io::write_safetensors(dir_ / hidden_file(layer), h);

@@ -5,7 +5,8 @@
 // propagated through it:
 //   layer-<i>.safetensors  the factors of layer i's compressed modules (<name>.B, <name>.A,
 //                          <name>.perm as float, <name>.bias), float32 so they reload exactly;
-//   hidden-<i>.safetensors the hidden states after layer i ("hidden" [N·L, d], float32); the one of
+//   hidden-<i>.safetensors the hidden states after layer i ("hidden" [N·L, d], float32), and with
+//                          error-compensating fits the dense stream's ("dense" [N·L, d]); the one of
 //                          layer i − 1 is removed once progress.json names layer i's;
 //   progress.json          {fingerprint, layers_done, hidden (the file name), report so far}, written last.
 // Every file is written atomically and a layer's files never overwrite the previous layer's, so a kill
@@ -30,12 +31,15 @@ class ResumeState {
   ResumeState(std::filesystem::path dir, std::string fingerprint);
 
   // Restores the finished layers into `m` (their factors), the hidden states after the last of them
-  // and the report so far. Returns the number of finished layers (0 when there is no state). Throws
+  // (and, when dense is not null, the dense stream's: FormatError if the state has none) and the
+  // report so far. Returns the number of finished layers (0 when there is no state). Throws
   // ConfigError when the state belongs to a different run (fingerprint mismatch).
-  int restore(model::Model& m, MatrixF& hidden, CompressReport& report) const;
+  int restore(model::Model& m, MatrixF& hidden, MatrixF* dense, CompressReport& report) const;
 
-  // Records layer `layer` as done. Throws IoError when the state cannot be written.
-  void save_layer(const model::Model& m, int layer, const MatrixF& hidden, const CompressReport& report) const;
+  // Records layer `layer` as done (dense: the dense stream's hidden states, or null). Throws IoError
+  // when the state cannot be written.
+  void save_layer(const model::Model& m, int layer, const MatrixF& hidden, const MatrixF* dense,
+                  const CompressReport& report) const;
 
   // Creates the state directory (IoError naming it when impossible), so an unwritable location fails
   // before the first layer's work rather than after it.

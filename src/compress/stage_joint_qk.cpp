@@ -2,6 +2,8 @@
 // Qwen3-style per-head q_norm / k_norm sit between the factors and the attention map, which the
 // bilinear objective does not model: there q_proj and k_proj are compressed locally, with a note.
 #include "compress/asvd.hpp"
+#include "compress/bias.hpp"
+#include "compress/compensate.hpp"
 #include "compress/joint_qk.hpp"
 #include "compress/notes.hpp"
 #include "compress/stage.hpp"
@@ -15,6 +17,8 @@ class JointQkStage final : public CompressStage {
   using CompressStage::CompressStage;
   std::string_view name() const override { return "joint-qk"; }
   model::Site site() const override { return model::Site::AttnIn; }
+  // Error compensation through the map of compensate.hpp; not with the RoPE window (see there).
+  bool needs_dense_cross() const override { return ctx_.options().error_compensation && ctx_.options().rope_window == 0; }
 
  private:
   void compress(const calib::StageInput& in, model::Model& m) override {
@@ -30,6 +34,15 @@ class JointQkStage final : public CompressStage {
                   "joint Q-K compression skipped: the per-head RMSNorm of q and k (q_norm, k_norm) between the "
                   "projections and the attention map is not part of its objective; q_proj and k_proj are "
                   "compressed separately (local root covariance)");
+      if (in.cross) {  // each by itself: the local stage's compensating fit
+        LocalOptions lo = ctx_.local();
+        lo.junction = Junction::Identity;
+        const LowRank fq = compensated_fit(dense.wq, dense.bq, st, *in.cross, ctx_.rank_of(q), lo, q.name);
+        const LowRank fk = compensated_fit(dense.wk, dense.bk, st, *in.cross, ctx_.rank_of(k), lo, k.name);
+        ctx_.install(q, fq, dense.wq, dense.bq, &st, "compensate");
+        ctx_.install(k, fk, dense.wk, dense.bk, &st, "compensate");
+        return;
+      }
       const QkFactors sep = separate_qk(dense, st, ctx_.rank_of(q), ctx_.rank_of(k), o.local.lambda_rel, ctx);
       ctx_.install(q, sep.q, dense.wq, dense.bq, &st, "local");
       ctx_.install(k, sep.k, dense.wk, dense.bk, &st, "local");
@@ -42,7 +55,8 @@ class JointQkStage final : public CompressStage {
     qo.lambda_rel = o.local.lambda_rel;
     qo.rope.window = o.rope_window;
     const model::AttentionInfo& s = m.attention();
-    const QkResult res = joint_qk(dense, s, st, qo, ctx);
+    const QkDense target = in.cross ? compensated_target(dense, st, *in.cross, qo.lambda_rel, ctx) : dense;
+    const QkResult res = joint_qk(target, s, st, qo, ctx);
     JointLoss loss{in.layer, qk_attention_loss(dense, res.f, s, st, qo.rope)};
     if (o.diagnostics) {
       NoteCollector discard(/*silent=*/true);  // only compared against: its notes are not the run's
@@ -55,8 +69,23 @@ class JointQkStage final : public CompressStage {
                res.used_local_start ? " [local start]" : "");
     }
     ctx_.report().qk_losses.push_back(loss);
-    ctx_.install(q, res.f.q, dense.wq, dense.bq, &st, "joint-qk");
-    ctx_.install(k, res.f.k, dense.wk, dense.bk, &st, "joint-qk");
+    const char* how = in.cross ? "joint-qk-compensate" : "joint-qk";
+    ctx_.install(q, res.f.q, dense.wq, dense.bq, &st, how);
+    ctx_.install(k, res.f.k, dense.wk, dense.bk, &st, how);
+  }
+
+  // W_q·M and W_k·M (compensate.hpp compensation_map): the dense weights seen through x̂. With biases on
+  // both (the augmented joint Q-K), [W | b]·M' in the augmented space; with a bias on one of them only
+  // (no architecture has that) the dense weights as they are.
+  static QkDense compensated_target(const QkDense& dense, const calib::SiteStats& st, const calib::CrossStats& cross,
+                                    double lambda_rel, std::string_view ctx) {
+    const bool bq = dense.bq.size() > 0, bk = dense.bk.size() > 0;
+    if (bq != bk) return dense;
+    const MatrixD map = compensation_map(st, cross, lambda_rel, bq, ctx);  // [d, d] or [d+1, d+1]
+    if (!bq) return QkDense{dense.wq * map, {}, dense.wk * map, {}};
+    const auto d = dense.wq.cols();
+    const MatrixD q = with_bias_column(dense.wq, dense.bq) * map, k = with_bias_column(dense.wk, dense.bk) * map;
+    return QkDense{q.leftCols(d), q.col(d), k.leftCols(d), k.col(d)};
   }
 };
 

@@ -38,16 +38,16 @@ TEST(ResumeState, AKillBetweenTheWritesRestoresTheLastFinishedLayer) {
   const ResumeState again(test::make_temp_dir("resume-state-2") / "s", "fp");
   again.create();
   factor_q(*m, 0, 2.0f);
-  again.save_layer(*m, 0, h0, report);
+  again.save_layer(*m, 0, h0, nullptr, report);
   const std::string p0 = core::read_file(again.dir() / "progress.json");
   const std::string hidden0 = core::read_file(again.dir() / "hidden-0.safetensors");
   factor_q(*m, 1, 3.0f);
-  again.save_layer(*m, 1, h1, report);
+  again.save_layer(*m, 1, h1, nullptr, report);
   EXPECT_FALSE(fs::exists(again.dir() / "hidden-0.safetensors")) << "superseded hidden states are removed";
   std::ofstream(again.dir() / "progress.json", std::ios::trunc) << p0;
   std::ofstream(again.dir() / "hidden-0.safetensors", std::ios::trunc | std::ios::binary) << hidden0;
   auto fresh2 = model::Model::load(ckpt);
-  EXPECT_EQ(again.restore(*fresh2, hidden, restored), 1);
+  EXPECT_EQ(again.restore(*fresh2, hidden, nullptr, restored), 1);
   EXPECT_EQ(hidden, h0) << "the hidden states after layer 0, not layer 1's";
   EXPECT_TRUE(fresh2->layer(0).linear("self_attn.q_proj").factored());
   EXPECT_FALSE(fresh2->layer(1).linear("self_attn.q_proj").factored());
@@ -55,10 +55,10 @@ TEST(ResumeState, AKillBetweenTheWritesRestoresTheLastFinishedLayer) {
   EXPECT_EQ(restored.notes[0], (NumericNote{"calibration", "few-tokens", "x"}));
 
   // After the complete write: both layers and layer 1's hidden states.
-  again.save_layer(*m, 1, h1, report);
+  again.save_layer(*m, 1, h1, nullptr, report);
   auto fresh3 = model::Model::load(ckpt);
   CompressReport r3;
-  EXPECT_EQ(again.restore(*fresh3, hidden, r3), 2);
+  EXPECT_EQ(again.restore(*fresh3, hidden, nullptr, r3), 2);
   EXPECT_EQ(hidden, h1);
   EXPECT_EQ(fresh3->layer(1).linear("self_attn.q_proj").B, m->layer(1).linear("self_attn.q_proj").B);
 }

@@ -196,6 +196,10 @@ int run_compress(const CompressArgs& a) {
                 report.times.compress, write_s);
     if (global) std::printf("rank allocation (global, %s): dense pre-pass %.1fs before that\n",
                             compress::alloc_score_name(opt.alloc_score).data(), report.prepass_s);
+    if (report.times.dense_forward > 0 || report.times.cross > 0) {
+      std::printf("error compensation: dense forward %.1fs + cross moments %.1fs (in the total, not in its other parts)\n",
+                  report.times.dense_forward, report.times.cross);
+    }
     std::printf("peak memory: %.1f MiB\nwrote %s\n", core::peak_rss_bytes() / 1048576.0, out.c_str());
   }
   return 0;

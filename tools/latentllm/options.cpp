@@ -37,6 +37,12 @@ void add_method_options(CLI::App* sub, MethodArgs& a) {
       ->check(CLI::IsMember({"f32", "f64"}))->capture_default_str()->group("Method");
   sub->add_option("--rope-window", a.rope_window, "RoPE-aware joint Q-K over offsets 0..w (0 = plain)")
       ->capture_default_str()->group("Method");
+  sub->add_option("--fit", a.fit,
+                  "Fit of the root-covariance modules (asvd-rootcov; latentllm's local ones and joint Q-K): local (their output "
+                  "on the compressed model's inputs, ‖(W − B·A)·X̂‖) or compensate (the dense model's output from "
+                  "the compressed model's inputs, ‖W·X − B·A·X̂‖: also runs the calibration through the dense "
+                  "layers, one more forward and [N·L, d] hidden states), or auto (the preset's)")
+      ->check(CLI::IsMember({"auto", "local", "compensate"}))->capture_default_str()->group("Method");
   sub->add_flag("--diagnostics", a.diagnostics,
                 "Also compress every joint group separately and log both losses (extra decompositions, discarded)")
       ->group("Method");
@@ -138,6 +144,10 @@ compress::CompressOptions to_compress_options(const MethodArgs& a, const std::st
   o.pipeline.covariance_f32 = a.covariance == "f32";
   if (a.rank_alloc != "auto") o.rank_alloc = compress::parse_rank_alloc(a.rank_alloc);
   o.alloc_score = compress::parse_alloc_score(a.alloc_score);
+  if (a.fit != "auto" && a.fit != "local" && a.fit != "compensate") {
+    throw ConfigError(fmt::format("--fit (expected local, compensate or auto, got {})", a.fit));
+  }
+  if (a.fit != "auto") o.error_compensation = a.fit == "compensate";
   return o;
 }
 
@@ -164,7 +174,8 @@ nlohmann::json method_json(const MethodArgs& a, const std::string& method, doubl
           {"alpha", a.alpha}, {"joint", method == "latentllm" ? joint_spec(o.joint) : "none"}, {"qk_iters", a.qk_iters},
           {"vo_iters", a.vo_iters}, {"ud_iters", a.ud_iters}, {"rope_window", a.rope_window}, {"ud_tokens", a.ud_tokens},
           {"ud_precision", a.ud_precision}, {"intra_layer", o.pipeline.sequential_within_layer},
-          {"covariance", a.covariance}, {"rank_alloc", compress::rank_alloc_name(o.rank_alloc)}};
+          {"covariance", a.covariance}, {"rank_alloc", compress::rank_alloc_name(o.rank_alloc)},
+          {"fit", o.error_compensation ? "compensate" : "local"}};
   if (o.rank_alloc != compress::RankAlloc::Uniform) j["alloc_score"] = compress::alloc_score_name(o.alloc_score);
   return j;
 }
