@@ -3,6 +3,8 @@
 #
 #   bench/results/paper/<model>/     every method at 10-40 % (sweep --preset paper): the Table 2 analogue
 #   bench/results/ablation/<model>-<step>/   one sweep per step, then SUMMARY.md and ablation_<model>.png
+#   bench/results/paper/<model>-default/      latentllm under --preset default (this project's), and
+#   bench/results/paper/DEFAULT_VS_PAPER.md   its perplexity against --preset paper latentllm
 #
 # Ablation steps, each adding one part to the previous (all under --preset paper):
 #   rootcov   asvd-rootcov, J = I (the paper's best baseline)
@@ -14,7 +16,7 @@
 # half 1-116 and test half 117-232, tinystories-valid/-test), opt-tiny on WikiText-2 test and PTB (its
 # training text is general English; it never saw either). aidreams260K is left out: no held-out text of
 # its domain exists. Calibration: the default, 64 random C4 windows of min(512, positions) tokens, seed 0.
-# Usage: bench/run_paper.sh [table2|ablation|summary|all]   (all: ~40 min on 2 cores)
+# Usage: bench/run_paper.sh [table2|ablation|default|summary|all]   (all: ~60 min on 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD_DIR:-build}
@@ -32,11 +34,11 @@ model_dir() {
 }
 datasets_of() { [ "$1" = opt-tiny ] && echo wikitext2,ptb || echo tinystories-valid,tinystories-test; }
 
-sweep() {  # model out-dir sweep-args...
+sweep() {  # model out-dir sweep-args... (--preset paper unless PRESET says otherwise)
   local m=$1 out=$2
   shift 2
   mkdir -p "$(dirname "$out")"
-  "$BUILD/latentllm" sweep --model "$(model_dir "$m")" --out "$out" --ratios 0.1,0.2,0.3,0.4 --preset paper \
+  "$BUILD/latentllm" sweep --model "$(model_dir "$m")" --out "$out" --ratios 0.1,0.2,0.3,0.4 --preset "${PRESET:-paper}" \
     --calib c4 --calib-data "$C4" --nsamples 64 --seed 0 --datasets "$(datasets_of "$m")" --data-dir "$SHARED/data" \
     "$@" 2> "$out.log" >/dev/null
 }
@@ -54,6 +56,9 @@ step_args() {
 
 if [ "$WHAT" = table2 ] || [ "$WHAT" = all ]; then
   for m in TinyStories-656K stories260K; do sweep "$m" "$RES/paper/$m"; done
+fi
+if [ "$WHAT" = default ] || [ "$WHAT" = all ]; then
+  for m in TinyStories-656K stories260K; do PRESET=default sweep "$m" "$RES/paper/$m-default" --methods latentllm; done
 fi
 if [ "$WHAT" = ablation ] || [ "$WHAT" = all ]; then
   for m in TinyStories-656K stories260K opt-tiny; do
@@ -109,3 +114,27 @@ EOF
   done
 } > "$RES/ablation/SUMMARY.md"
 echo "wrote $RES/ablation/SUMMARY.md"
+
+# The default against the paper preset, latentllm at equal parameter budgets.
+{
+  echo "# latentllm: --preset default against --preset paper (issue 13)"
+  echo
+  echo "Perplexity at equal parameter budgets; default calibration (64 random C4 windows, seed 0). The default"
+  echo "was chosen on tinystories-valid (stories 1-116); tinystories-test (117-232) is reported, never tuned on."
+  for m in TinyStories-656K stories260K; do
+    for d in tinystories-valid tinystories-test; do
+      echo
+      echo "## $m, $d"
+      echo
+      echo "| ratio | paper | default | change |"
+      echo "|---:|---:|---:|---:|"
+      for r in 0.1 0.2 0.3 0.4; do
+        p=$(ppl_of "$RES/paper/$m/results.json" latentllm "$r" "$d" 2>/dev/null || true)
+        q=$(ppl_of "$RES/paper/$m-default/results.json" latentllm "$r" "$d" 2>/dev/null || true)
+        c=$([ -n "$p" ] && [ -n "$q" ] && awk -v a="$q" -v b="$p" 'BEGIN { printf "%+.1f%%", 100 * (a / b - 1) }' || echo -)
+        echo "| $(awk -v r=$r 'BEGIN { print 100 * r }') % | ${p:--} | ${q:--} | $c |"
+      done
+    done
+  done
+} > "$RES/paper/DEFAULT_VS_PAPER.md"
+echo "wrote $RES/paper/DEFAULT_VS_PAPER.md"

@@ -22,6 +22,12 @@ CompressOptions preset_options(Preset p, Method method, double ratio) {
   o.ratio = ratio;
   o.local.junction = default_junction(method);
   o.joint = {.qk = true, .vo = false, .ud = true};
+  if (p == Preset::Default && method == Method::LatentLlm) {
+    // Beyond the paper, validated on TinyStories stories 1-116 (bench/results/rank_alloc, docs/PRESETS.md):
+    // the uniform budget spread over modules and layers by the spectra of W·P.
+    o.rank_alloc = RankAlloc::Global;
+    o.alloc_score = AllocScore::Relative;
+  }
   if (p == Preset::Paper) {
     // SparseGPT/SparseLLM's percdamp = 0.01 of the mean diagonal of the Hessian XXᵀ.
     o.local.lambda_rel = 0.01;

@@ -28,9 +28,17 @@ TEST(Preset, PaperDampsByOnePercentAndTakesLayerStatisticsFromTheDensePass) {
   EXPECT_FALSE(paper.joint.vo);
   EXPECT_TRUE(paper.joint.ud);
   EXPECT_TRUE(paper.local.update_bias);
+  EXPECT_EQ(paper.rank_alloc, RankAlloc::Uniform);
+  EXPECT_FALSE(paper.error_compensation);
   const CompressOptions def = preset_options(Preset::Default, Method::LatentLlm, 0.3);
   EXPECT_EQ(def.local.lambda_rel, kDefaultLambdaRel);
   EXPECT_TRUE(def.pipeline.sequential_within_layer);
+  EXPECT_EQ(def.rank_alloc, RankAlloc::Global);  // validated: bench/results/rank_alloc
+  EXPECT_EQ(def.alloc_score, AllocScore::Relative);
+  EXPECT_FALSE(def.error_compensation);  // mixed on validation (docs/PRESETS.md)
+  // The baselines stay the paper's under both presets: uniform ranks.
+  for (Method m : all_methods())
+    if (m != Method::LatentLlm) EXPECT_EQ(preset_options(Preset::Default, m, 0.3).rank_alloc, RankAlloc::Uniform);
 }
 
 TEST(Preset, NamesRoundTripAndUnknownNamesAreRejected) {

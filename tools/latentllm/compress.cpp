@@ -120,14 +120,24 @@ int run_compress(const CompressArgs& a) {
     plan = compress::allocate_ranks(spectra, opt.ratio, opt.local.junction, opt.alloc_score);
     plain = compress::allocate_ranks(spectra, opt.ratio, compress::Junction::Identity, opt.alloc_score);
   };
-  if (a.dry_run && global) {
+  // Without calibration data a dry run can only show the uniform plan of the same total.
+  const bool dry_global = a.dry_run && global && !a.c.data.empty();
+  if (a.dry_run && global && !dry_global) {
+    log_warn("--dry-run: global rank allocation needs the dense pre-pass over the calibration windows; without "
+             "--calib-data this is the uniform plan of the same parameter total (give --calib-data for the global "
+             "ranks)");
+  }
+  if (dry_global) {
     log_info("--dry-run with --rank-alloc global: the ranks need the dense pre-pass over the calibration windows");
     const calib::CalibOptions co = to_calib_options(a.c, model->config());
     plan_global(calib::sample_calibration(*io::load_tokenizer(a.model), co), co.seqlen);
   }
   if (!global || a.dry_run) print_plan(plan, plain, a.json);
   if (a.dry_run) {
-    if (a.json) std::printf("%s\n", nlohmann::json{{"plan", plan_json(plan)}, {"plan_without_block_identity", plan_json(plain)}}.dump(2).c_str());
+    if (a.json) {
+      std::printf("%s\n", nlohmann::json{{"plan", plan_json(plan)}, {"plan_without_block_identity", plan_json(plain)},
+                                         {"rank_alloc", dry_global ? "global" : "uniform"}}.dump(2).c_str());
+    }
     return 0;
   }
   if (a.out.empty()) throw ConfigError("--out is required (or use --dry-run)");
