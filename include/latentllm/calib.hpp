@@ -159,6 +159,9 @@ struct PipelineOptions {
   // Stop after layers [start_layer, end_layer) (-1: every layer): the cost of the first layers of a
   // large model, or a long run split over several sessions (with progress saving and resume).
   int end_layer = -1;
+  // Replaces "layer " in the per-layer progress lines: "layer 2/5 done ..." becomes "<prefix>2/5 layers
+  // done ...", so another pass over the layers (the rank allocation's pre-pass) is told apart.
+  std::string log_prefix;
   // Called after layer i is compressed and the hidden states propagated through it (progress saving);
   // dense: the dense stream's hidden states after layer i, or null when no stage needs_dense_cross.
   std::function<void(int layer, const MatrixF& hidden, const MatrixF* dense)> layer_done;

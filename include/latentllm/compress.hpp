@@ -203,7 +203,11 @@ struct JointParts {
 //   damping λ = 0.01·mean(diag C) (percdamp of the SparseGPT/SparseLLM code the paper builds on);
 //   all of a layer's statistics from its dense pass (no re-run within the layer);
 //   the baselines' junction J = I and LatentLLM's block identity (default_junction);
-//   joint Q-K and joint up-down, V and O local; biases updated as the paper's appendix.
+//   joint Q-K and joint up-down, V and O local; biases updated as the paper's appendix;
+//   every module keeps 1 − R of its weights (uniform ranks), fitted to its own output (local fit).
+// `Default` differs in λ = 1e-4, the re-run of the layer after each stage, and for latentllm global
+// rank allocation (RankAlloc::Global); the baselines keep uniform ranks and J = I under both.
+// CompressOptions{} itself is neither: its members default to uniform ranks and block identity.
 enum class Preset { Default, Paper };
 std::string_view preset_name(Preset p);  // "default", "paper"
 // Throws ConfigError "--preset: unknown preset (expected default or paper, got X)".

@@ -466,7 +466,9 @@ PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, 
     if (m.lazy()) m.release_layer(i);  // layer_done kept what is needed of it
     const double elapsed = seconds_since(t_start);
     const double eta = elapsed / (i + 1 - opt.start_layer) * (n_layers - i - 1);
-    log_info("layer {}/{} done in {:.1f}s (elapsed {:.1f}s, ETA {:.1f}s)", i + 1, n_layers,
+    log_info("{}{}/{} done in {:.1f}s (elapsed {:.1f}s, ETA {:.1f}s)",
+             opt.log_prefix.empty() ? "layer " : opt.log_prefix, i + 1,
+             opt.log_prefix.empty() ? std::to_string(n_layers) : std::to_string(n_layers) + " layers",
              seconds_since(t_layer), elapsed, eta);
   }
   return times;

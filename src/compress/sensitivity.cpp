@@ -71,6 +71,7 @@ std::vector<ModuleSpectrum> measure_spectra(model::Model& m, std::span<const std
   std::vector<calib::Stage*> ptrs;
   for (const auto& s : stages) ptrs.push_back(s.get());
   calib::PipelineOptions po;
+  po.log_prefix = "rank allocation pre-pass: ";
   po.sequential_within_layer = false;  // nothing changes within a layer: one pass taps every site
   po.batch_windows = opt.pipeline.batch_windows;
   po.covariance_f32 = opt.pipeline.covariance_f32;

@@ -142,7 +142,7 @@ TEST_F(RankAllocE2E, UniformIsUnchanged) {
   const std::string q = "'", cli = test::cli_path().string();
   std::string out;
   ASSERT_EQ(test::run_command(cli + " compress --model " + q + model_dir().string() + q + " --out " + q +
-                                  (dir / "u30").string() + q + " --method latentllm --ratio 0.3 --calib text " +
+                                  (dir / "u30").string() + q + " --method latentllm --rank-alloc uniform --ratio 0.3 --calib text " +
                                   "--calib-data " + q + stories().string() + q +
                                   " --nsamples 4 --seqlen 64 --dtype f32 2>&1",
                               out),
@@ -181,10 +181,10 @@ TEST_F(RankAllocE2E, DryRunPrintsTheGlobalPlan) {
   const std::string base = cli + " compress --model " + q + model_dir().string() + q + " --ratio 0.3 --calib text " +
                            "--calib-data " + q + stories().string() + q + " --nsamples 4 --seqlen 64 --dry-run --json";
   std::string out_u, out_g;
-  ASSERT_EQ(test::run_command(base + " 2>/dev/null", out_u), 0) << out_u;
+  ASSERT_EQ(test::run_command(base + " --rank-alloc uniform 2>/dev/null", out_u), 0) << out_u;
   ASSERT_EQ(test::run_command(base + " --rank-alloc global 2>&1", out_g), 0) << out_g;
   EXPECT_NE(out_g.find("the ranks need the dense pre-pass"), std::string::npos) << out_g;
-  EXPECT_NE(out_g.find("layer 5/5 done"), std::string::npos) << out_g;  // its progress
+  EXPECT_NE(out_g.find("rank allocation pre-pass: 5/5 layers done"), std::string::npos) << out_g;  // its progress
   const auto ju = nlohmann::json::parse(out_u.substr(out_u.find("\n{") + 1)).at("plan");
   const auto jg = nlohmann::json::parse(out_g.substr(out_g.find("\n{") + 1)).at("plan");
   EXPECT_LE(jg.at("params").get<std::int64_t>(), ju.at("params").get<std::int64_t>());
