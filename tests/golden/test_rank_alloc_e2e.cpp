@@ -154,7 +154,9 @@ TEST_F(RankAllocE2E, UniformIsUnchanged) {
             0)
       << out;
   const auto j = nlohmann::json::parse(out.substr(out.find('{')));
-  EXPECT_NEAR(j.at("mean_nll").get<double>(), 4.524171965293918, 1e-9);
+  // Bit-equal in a Release build; the sanitizer build's other code generation moves it by ~1e-6, while a
+  // change of ranks moves it by ~3e-2.
+  EXPECT_NEAR(j.at("mean_nll").get<double>(), 4.524171965293918, 1e-5);
 }
 
 // A resumed run must allocate as the killed one did: the allocation is part of the fingerprint, and
