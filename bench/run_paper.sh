@@ -78,6 +78,7 @@ ppl_of() {  # results.json method ratio dataset
   echo
   echo "Perplexity, each column adding one part to the one before (bench/run_paper.sh lists them);"
   echo "in brackets the change against the previous column. Calibration: 64 C4 windows, seed 0."
+  echo "What pays and what does not, in words: docs/PRESETS.md (\"Joint parts\")."
   for m in TinyStories-656K stories260K opt-tiny; do
     for d in $(datasets_of "$m" | tr , ' '); do
       echo
