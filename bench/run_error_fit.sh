@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Error-compensating fits (--fit compensate) against the local fit, on the TinyStories VALIDATION split
-# only (stories 1-116, build/data/ts-valid.txt; never the test split): latentllm on stories260K and
+# only (stories 1-116, --dataset tinystories-valid; never the test split): latentllm on stories260K and
 # TinyStories-656K, default joint parts (qk,ud) and --joint none, with and without --no-intra-layer,
-# ratios 0.1-0.4, default calibration (c4, 64 random windows). One line per run:
+# ratios 0.1-0.4, uniform ranks (as when it was measured), default calibration (c4, 64 random windows).
+# One line per run:
 #   fixture joint intra ratio fit ppl
 # Usage: bench/run_error_fit.sh [BIN] > results.txt     (results: bench/results/error_fit.md)
 set -euo pipefail
@@ -10,7 +11,7 @@ cd "$(dirname "$0")/.."
 BIN=$(realpath "${1:-build/latentllm}")
 SHARED=$(realpath "${LATENTLLM_SHARED:-../shared}")
 C4=$SHARED/data/c4/c4-train.00000-of-01024.first1000.jsonl
-VALID=$(realpath "${VALID_TEXT:-build/data/ts-valid.txt}")
+STORIES=$SHARED/data/tinystories/TinyStories-valid.stories0001-0232.clean.txt
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 for fx in stories260K:$SHARED/models/stories260K/hf 656K:$SHARED/models/TinyStories-656K; do
@@ -20,11 +21,11 @@ for fx in stories260K:$SHARED/models/stories260K/hf 656K:$SHARED/models/TinyStor
       for r in 0.1 0.2 0.3 0.4; do
         for fit in local compensate; do
           args=(--model "$model" --out "$TMP/out" --force --method latentllm --ratio "$r" --calib c4 --calib-data "$C4"
-                --fit "$fit")
+                --fit "$fit" --rank-alloc uniform)
           [ "$joint" = none ] && args+=(--joint none)
           [ "$intra" = nointra ] && args+=(--no-intra-layer)
           "$BIN" compress "${args[@]}" > /dev/null 2>&1
-          ppl=$("$BIN" ppl --model "$TMP/out" --dataset text --data "$VALID" 2>/dev/null | awk '$1 == "ppl" { print $2 }')
+          ppl=$("$BIN" ppl --model "$TMP/out" --dataset tinystories-valid --data "$STORIES" 2>/dev/null | awk '$1 == "ppl" { print $2 }')
           echo "$name $joint $intra $r $fit $ppl"
         done
       done
