@@ -227,6 +227,10 @@ struct CompressOptions {
   // then allocate_ranks with alloc_score).
   RankAlloc rank_alloc = RankAlloc::Uniform;
   AllocScore alloc_score = AllocScore::Relative;
+  // The pre-pass runs on the first calibration windows holding at most this many tokens (at least one
+  // window; 0 = all): it only ranks singular values against each other, and at 64 × 2048 tokens a full
+  // dense pass would add a third to the run (bench/results/scale). 32768 = every token of 64 × 512.
+  std::int64_t alloc_max_tokens = 32768;
   int qk_iters = 8;            // joint Q-K alternating updates (paper: 8)
   int vo_iters = 8;            // joint V-O alternating updates
   int ud_iters = 4;            // joint up-down auxiliary-variable iterations (paper: 4)
@@ -234,6 +238,12 @@ struct CompressOptions {
   // Joint up-down keeps several [ffn, n] double matrices: above this many calibration tokens it runs
   // on evenly strided rows (0 = all tokens). 32768 = 64 windows of 512.
   std::int64_t ud_max_tokens = 32768;
+  // Joint up-down only when the tokens it fits on, min(calibration tokens, ud_max_tokens), are at least
+  // this many times the MLP width f; below, gate/up/down are compressed locally (a joint-skipped note
+  // says why; effective_options). 0 = always. --preset default: 12, since with fewer than about 11·f
+  // tokens joint up-down did worse than local up/down on validation text (bench/results/ud_tokens);
+  // --preset paper: 0.
+  double ud_min_tokens_per_ffn = 0;
   // Joint up-down's token passes in float (sgemm; statistics summed in double, regressions in double):
   // compress/joint_ud.hpp, UdOptions::f32_passes.
   bool ud_f32 = true;
@@ -330,8 +340,8 @@ RankPlan plan_model(const model::Model& m, const CompressOptions& opt, std::int6
 core::MemoryPlan plan_compress_memory(const model::Model& m, std::int64_t n_tok, int seqlen, const CompressOptions& opt,
                                       std::int64_t budget);
 
-// The spectra of every module of `m` from a dense pre-pass: the calibration windows `ids` ([N·L])
-// run through the unmodified model layer by layer (calib::run_layerwise, progress on the log), each
+// The spectra of every module of `m` from a dense pre-pass: the calibration windows `ids` ([N·L], the
+// first of them up to opt.alloc_max_tokens) run through the unmodified model layer by layer (calib::run_layerwise, progress on the log), each
 // module's W·P with P the root covariance of its inputs (centered for a bias module when
 // opt.local.update_bias, as the local ASVD) and damping opt.local.lambda_rel. `m` is not changed (a
 // lazy model has its layers loaded and released again).
@@ -341,6 +351,12 @@ std::vector<ModuleSpectrum> measure_spectra(model::Model& m, std::span<const std
 // The plan opt.rank_alloc asks for: plan_model, or measure_spectra + allocate_ranks for Global.
 RankPlan plan_model_calibrated(model::Model& m, std::span<const std::int32_t> ids, int seqlen,
                                const CompressOptions& opt, std::int64_t n_tok = 128);
+
+// The options compress_model runs with on n_tok calibration tokens: `opt`, with joint up-down dropped
+// when the tokens it would fit on, min(n_tok, ud_max_tokens), are fewer than ud_min_tokens_per_ffn·f.
+// `why` (when given) receives the reason, or is cleared when nothing changed.
+CompressOptions effective_options(const model::ModelConfig& c, std::int64_t n_tok, const CompressOptions& opt,
+                                  std::string* why = nullptr);
 
 // Compresses `m` in place on the calibration windows `ids` ([N·L]) with the ranks of `plan` (null:
 // plan_model_calibrated, which runs the pre-pass for RankAlloc::Global). A plan must name every

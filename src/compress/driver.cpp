@@ -73,9 +73,16 @@ RankPlan plan_model_calibrated(model::Model& m, std::span<const std::int32_t> id
 }
 
 CompressReport compress_model(model::Model& m, std::span<const std::int32_t> ids, int seqlen,
-                              const CompressOptions& opt, const RankPlan* given) {
+                              const CompressOptions& requested, const RankPlan* given) {
   const auto t0 = std::chrono::steady_clock::now();
   CompressReport report;
+  std::string skipped;
+  const CompressOptions opt = effective_options(m.config(), static_cast<std::int64_t>(ids.size()), requested, &skipped);
+  if (!skipped.empty()) {
+    const NumericNote n{"calibration", "joint-skipped", skipped};
+    log_warn("numerics [{}]: {}", n.kind, n.message());
+    report.add_note(n);
+  }
   report.method = opt.method;
   report.ratio = opt.ratio;
   report.rank_alloc = opt.rank_alloc;

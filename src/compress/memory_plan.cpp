@@ -33,7 +33,7 @@ core::MemoryPlan plan_compress_memory(const model::Model& m, std::int64_t n_tok,
                                       std::int64_t budget) {
   const model::WeightFootprint& fp = m.footprint();
   const model::ModelConfig& c = m.config();
-  const bool ud = opt.method == Method::LatentLlm && opt.joint.ud;
+  const bool ud = opt.method == Method::LatentLlm && effective_options(m.config(), n_tok, opt).joint.ud;
   const std::int64_t d = c.hidden_size, f = c.ffn_width(), w = widest_site(c, ud);
   core::MemoryPlan p;
   p.title = "compress (lazy layers)";

@@ -1,4 +1,5 @@
 // Presets: the paper's protocol and this project's validated defaults (docs/PRESETS.md).
+#include <algorithm>
 #include <array>
 
 #include "latentllm/compress.hpp"
@@ -27,6 +28,8 @@ CompressOptions preset_options(Preset p, Method method, double ratio) {
     // the uniform budget spread over modules and layers by the spectra of W·P.
     o.rank_alloc = RankAlloc::Global;
     o.alloc_score = AllocScore::Relative;
+    // Joint up-down only with enough tokens for its [f, f] statistics (bench/results/ud_tokens).
+    o.ud_min_tokens_per_ffn = 12;
   }
   if (p == Preset::Paper) {
     // SparseGPT/SparseLLM's percdamp = 0.01 of the mean diagonal of the Hessian XXᵀ.
@@ -34,6 +37,25 @@ CompressOptions preset_options(Preset p, Method method, double ratio) {
     // SparseGPT's sequential protocol: layer i sees the compressed layers before it, but all of its
     // own sites' statistics come from one pass through the dense layer i.
     o.pipeline.sequential_within_layer = false;
+  }
+  return o;
+}
+
+CompressOptions effective_options(const model::ModelConfig& c, std::int64_t n_tok, const CompressOptions& opt,
+                                  std::string* why) {
+  CompressOptions o = opt;
+  if (why) why->clear();
+  const std::int64_t f = c.ffn_width();
+  const std::int64_t n_ud = opt.ud_max_tokens > 0 ? std::min(n_tok, opt.ud_max_tokens) : n_tok;
+  if (o.method != Method::LatentLlm || !o.joint.ud || f <= 0 || !(o.ud_min_tokens_per_ffn > 0)) return o;
+  if (static_cast<double>(n_ud) >= o.ud_min_tokens_per_ffn * static_cast<double>(f)) return o;
+  o.joint.ud = false;
+  if (why) {
+    *why = fmt::format("joint up-down skipped, gate/up/down compressed locally: it would fit its [ffn, ffn] statistics "
+                       "on {} tokens = {:.1f} x ffn {} (expected at least {:g} x ffn, --ud-min-tokens-per-ffn; with "
+                       "fewer it did worse than local up/down on validation text, bench/results/ud_tokens); more "
+                       "calibration tokens, a larger --ud-tokens or --ud-min-tokens-per-ffn 0 would run it", n_ud,
+                       static_cast<double>(n_ud) / static_cast<double>(f), f, o.ud_min_tokens_per_ffn);
   }
   return o;
 }

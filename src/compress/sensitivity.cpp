@@ -62,6 +62,10 @@ class SpectrumStage final : public calib::Stage {
 std::vector<ModuleSpectrum> measure_spectra(model::Model& m, std::span<const std::int32_t> ids, int seqlen,
                                             const CompressOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
+  if (opt.alloc_max_tokens > 0 && static_cast<std::int64_t>(ids.size()) > opt.alloc_max_tokens) {
+    const std::int64_t windows = std::max<std::int64_t>(1, opt.alloc_max_tokens / seqlen);
+    ids = ids.first(static_cast<std::size_t>(windows * seqlen));  // the first windows: a random sample already
+  }
   log_info("rank allocation: dense pre-pass over {} layers ({} calibration tokens) for the spectra of W·P",
            m.num_layers(), ids.size());
   std::map<std::string, ModuleSpectrum> found;

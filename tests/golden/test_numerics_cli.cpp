@@ -78,7 +78,7 @@ TEST(NumericsCli, FewerTokensThanFeaturesGivesAModelAndRecordsIt) {
   const fs::path tmp = test::make_temp_dir("few-tokens");
   std::string o;
   // 1 window of 8 tokens; the model has 64 and 172 input features. Damped (the default): a model, and
-  // one note in the log and in config.json.
+  // the note in the log and in config.json (with the note that joint up-down was skipped: 8 < 12 x 172).
   ASSERT_EQ(test::run_command(cli() + " compress --model " + q(model()) + " --ratio 0.3" + calib(1, 8) + " --out " +
                                   q(tmp / "damped") + " --json",
                               o),
@@ -90,10 +90,12 @@ TEST(NumericsCli, FewerTokensThanFeaturesGivesAModelAndRecordsIt) {
       "(--lambda) keeps the pre-conditioners invertible";
   EXPECT_NE(o.find("numerics [few-tokens]: " + note), std::string::npos) << o;
   const json report = json_of(o);
-  ASSERT_EQ(report.at("notes").size(), 1u) << report.at("notes").dump();
+  ASSERT_EQ(report.at("notes").size(), 2u) << report.at("notes").dump();
   const json latent = json::parse(read(tmp / "damped" / "config.json")).at("latent");
-  ASSERT_EQ(latent.at("notes").size(), 1u);
-  EXPECT_EQ(latent.at("notes")[0], (json{{"module", "calibration"}, {"kind", "few-tokens"},
+  ASSERT_EQ(latent.at("notes").size(), 2u);
+  EXPECT_EQ(latent.at("notes")[0].at("kind"), "joint-skipped");
+  EXPECT_EQ(latent.at("joint"), "qk");  // as run
+  EXPECT_EQ(latent.at("notes")[1], (json{{"module", "calibration"}, {"kind", "few-tokens"},
                                           {"detail", note.substr(std::string("calibration: ").size())}}));
   ASSERT_EQ(test::run_command(ppl_cmd(tmp / "damped") + " --json 2>/dev/null", o), 0) << o;
   EXPECT_TRUE(std::isfinite(json_of(o).at("ppl").get<double>()));

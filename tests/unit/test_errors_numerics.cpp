@@ -214,6 +214,16 @@ TEST_F(Quiet, NumericalFallbacks) {
                if (n.kind == "joint-skipped") return Outcome{"note", n.message()};
              return Outcome{"", "no joint-skipped note"};
            }}},
+          {"note-joint-skipped-few-tokens", {[] {
+             auto m = opt_model([](Checkpoint&) {});
+             compress::CompressOptions o = method("latentllm");
+             o.ud_min_tokens_per_ffn = 12;
+             const auto rep = compress::compress_model(*m, ids_of(2, 8), 8, o);
+             if (!rep.ud_losses.empty()) return Outcome{"", "joint up-down ran"};
+             for (const auto& n : rep.notes)
+               if (n.kind == "joint-skipped") return Outcome{"note", n.message()};
+             return Outcome{"", "no joint-skipped note"};
+           }}},
           {"note-few-tokens", {[] {
              auto m = opt_model([](Checkpoint&) {});
              const auto rep = compress::compress_model(*m, ids_of(1, 8), 8, method("latentllm"));

@@ -182,6 +182,8 @@ int run_compress(const CompressArgs& a) {
   so.info = method_json(a.m, a.method, a.ratio);
   so.info["calibration"] = calib_json(co, a.c.sampling);
   so.info["notes"] = report.to_json().at("notes");
+  if (opt.method == compress::Method::LatentLlm)  // as run: joint up-down may have been skipped for few tokens
+    so.info["joint"] = joint_spec(compress::effective_options(model->config(), std::ssize(ids), opt).joint);
   so.layer_factors_dir = opt.state_dir;
   const auto tw = std::chrono::steady_clock::now();
   checkpoint::save(*model, out, so);

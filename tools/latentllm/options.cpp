@@ -32,6 +32,11 @@ void add_method_options(CLI::App* sub, MethodArgs& a) {
                   "Joint up-down on at most this many calibration tokens (evenly strided; 0 = all): bounds its "
                   "time (its passes over the tokens) and the inputs and outputs it keeps; below about 11 x ffn tokens it "
                   "did worse than no joint up-down on validation text (bench/results/ud_tokens)")->capture_default_str()->group("Method");
+  sub->add_option("--ud-min-tokens-per-ffn", a.ud_min_tokens_per_ffn,
+                  "Joint up-down only when the tokens it uses (all, or --ud-tokens) are at least this many times the "
+                  "MLP width; below, gate/up/down are compressed locally with a note (default 12 for latentllm, 0 = "
+                  "always with --preset paper or an explicit --joint ... ud; bench/results/ud_tokens)")
+      ->group("Method");
   sub->add_option("--ud-precision", a.ud_precision,
                   "Joint up-down's passes over the tokens: f32 (sgemm, statistics summed in double) or f64")
       ->check(CLI::IsMember({"f32", "f64"}))->capture_default_str()->group("Method");
@@ -55,6 +60,9 @@ void add_method_options(CLI::App* sub, MethodArgs& a) {
                   "How --rank-alloc global compares modules: relative (loss drop over the module's output energy) "
                   "or grouped (relative, each module type keeps its uniform total; only layers compete)")
       ->check(CLI::IsMember({"relative", "grouped"}))->capture_default_str()->group("Method");
+  sub->add_option("--alloc-tokens", a.alloc_tokens,
+                  "The global pre-pass measures the spectra on the first calibration windows of at most this many "
+                  "tokens (at least one window; 0 = all)")->capture_default_str()->group("Method");
   sub->add_flag("--no-intra-layer", a.no_intra_layer,
                 "Gather all of a layer's statistics on the dense layer (SparseGPT) instead of re-running it "
                 "after each stage")->group("Calibration");
@@ -100,6 +108,8 @@ compress::JointParts parse_joint(const std::string& spec) {
   return j;
 }
 
+}  // namespace
+
 std::string joint_spec(const compress::JointParts& j) {
   std::string s;
   if (j.qk) s += "qk";
@@ -107,8 +117,6 @@ std::string joint_spec(const compress::JointParts& j) {
   if (j.ud) s += std::string(s.empty() ? "" : ",") + "ud";
   return s.empty() ? "none" : s;
 }
-
-}  // namespace
 
 compress::CompressOptions to_compress_options(const MethodArgs& a, const std::string& method, double ratio) {
   if (!(ratio > 0.0 && ratio < 1.0)) {  // also NaN
@@ -125,7 +133,19 @@ compress::CompressOptions to_compress_options(const MethodArgs& a, const std::st
   if (a.junction != "auto") o.local.junction = compress::parse_junction(a.junction);
   if (!std::isnan(a.lambda_rel)) o.local.lambda_rel = a.lambda_rel;
   o.local.alpha = a.alpha;
-  if (a.joint != "auto") o.joint = parse_joint(a.joint);
+  if (a.joint != "auto") {
+    o.joint = parse_joint(a.joint);
+    o.ud_min_tokens_per_ffn = 0;  // joint up-down asked for by name runs whatever the token count
+  }
+  if (!std::isnan(a.ud_min_tokens_per_ffn)) {
+    if (!(a.ud_min_tokens_per_ffn >= 0 && std::isfinite(a.ud_min_tokens_per_ffn))) {
+      throw ConfigError(fmt::format("--ud-min-tokens-per-ffn (expected a finite number >= 0, got {})",
+                                    a.ud_min_tokens_per_ffn));
+    }
+    o.ud_min_tokens_per_ffn = a.ud_min_tokens_per_ffn;
+  }
+  if (a.alloc_tokens < 0) throw ConfigError(fmt::format("--alloc-tokens (expected >= 0, got {})", a.alloc_tokens));
+  o.alloc_max_tokens = a.alloc_tokens;
   if (a.qk_iters < 0 || a.vo_iters < 0 || a.ud_iters < 0 || a.rope_window < 0) {
     throw ConfigError(fmt::format("--qk-iters/--vo-iters/--ud-iters/--rope-window (expected >= 0, got {}/{}/{}/{})",
                                   a.qk_iters, a.vo_iters, a.ud_iters, a.rope_window));
@@ -176,7 +196,11 @@ nlohmann::json method_json(const MethodArgs& a, const std::string& method, doubl
           {"ud_precision", a.ud_precision}, {"intra_layer", o.pipeline.sequential_within_layer},
           {"covariance", a.covariance}, {"rank_alloc", compress::rank_alloc_name(o.rank_alloc)},
           {"fit", o.error_compensation ? "compensate" : "local"}};
-  if (o.rank_alloc != compress::RankAlloc::Uniform) j["alloc_score"] = compress::alloc_score_name(o.alloc_score);
+  if (o.rank_alloc != compress::RankAlloc::Uniform) {
+    j["alloc_score"] = compress::alloc_score_name(o.alloc_score);
+    j["alloc_tokens"] = o.alloc_max_tokens;
+  }
+  if (method == "latentllm" && o.joint.ud) j["ud_min_tokens_per_ffn"] = o.ud_min_tokens_per_ffn;
   return j;
 }
 

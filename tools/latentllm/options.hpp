@@ -19,6 +19,8 @@ struct MethodArgs {
   double lambda_rel = std::numeric_limits<double>::quiet_NaN(), alpha = 0.5;
   int qk_iters = 8, vo_iters = 8, ud_iters = 4, rope_window = 0, batch = 8;
   std::int64_t ud_tokens = compress::CompressOptions{}.ud_max_tokens;
+  std::int64_t alloc_tokens = compress::CompressOptions{}.alloc_max_tokens;
+  double ud_min_tokens_per_ffn = std::numeric_limits<double>::quiet_NaN();
   bool no_intra_layer = false, diagnostics = false;
 };
 
@@ -28,8 +30,8 @@ struct CalibArgs {
   std::uint64_t seed = 0;
 };
 
-// Adds --preset --junction --lambda --alpha --joint --qk-iters --vo-iters --ud-iters --ud-tokens --rope-window
-// --diagnostics --rank-alloc --alloc-score (group "Method") and --no-intra-layer --batch.
+// Adds --preset --junction --lambda --alpha --joint --qk-iters --vo-iters --ud-iters --ud-tokens
+// --ud-min-tokens-per-ffn --rope-window --diagnostics --rank-alloc --alloc-score --alloc-tokens (group "Method") and --no-intra-layer --batch.
 void add_method_options(CLI::App* sub, MethodArgs& a);
 // Adds --calib --calib-data --nsamples --seqlen --seed --calib-sampling (group "Calibration").
 void add_calib_options(CLI::App* sub, CalibArgs& a);
@@ -42,6 +44,8 @@ calib::CalibOptions to_calib_options(const CalibArgs& a, const model::ModelConfi
 // The method's settings as recorded in a checkpoint's latent.info and in sweep results.
 // (The values used, presets and "auto" resolved.)
 nlohmann::json method_json(const MethodArgs& a, const std::string& method, double ratio);
+// "qk,ud", ..., or "none".
+std::string joint_spec(const compress::JointParts& j);
 nlohmann::json calib_json(const calib::CalibOptions& c, const std::string& sampling);
 
 // "--max-memory 10G": a byte count rounded up to whole GiB, for advice in messages.
