@@ -35,6 +35,24 @@ SymEig sym_eig(const MatrixD& s, std::string_view context) {
   return out;
 }
 
+VectorD sym_eigvals(const MatrixD& s, std::string_view context) {
+  const auto d = s.rows();
+  if (s.cols() != d) {
+    throw NumericError(fmt::format("{}: sym_eigvals needs a square matrix (got [{}, {}])", context, d, s.cols()));
+  }
+  check_finite(s, context, "symmetric matrix");
+  MatrixD a = s;
+  VectorD w(d);
+  if (d > 0) {
+    const lapack_int info = LAPACKE_dsyevd(LAPACK_COL_MAJOR, 'N', 'L', static_cast<lapack_int>(d), a.data(),
+                                           static_cast<lapack_int>(d), w.data());
+    if (info != 0) {
+      throw NumericError(fmt::format("{}: eigenvalues failed (LAPACK dsyevd info {})", context, info));
+    }
+  }
+  return w.reverse();
+}
+
 Svd svd(const MatrixD& m, std::string_view context) {
   check_finite(m, context, "matrix");
   const auto rows = m.rows(), cols = m.cols();

@@ -73,7 +73,9 @@ TEST_F(RankAllocE2E, SpectraSumToTheDampedOutputEnergy) {
   double sum = 0;
   for (double v : spectra[0].sigma2) sum += v;
   EXPECT_EQ(spectra[0].name, m->layer(0).linear(model::Role::Q).name);
-  EXPECT_NEAR(sum, energy, 1e-9 * energy);
+  // The pre-pass sums float products in double (2.3e-8 relative here); a wrong λ, centering or input moves
+  // the sum by far more than 1e-6.
+  EXPECT_NEAR(sum, energy, 1e-6 * energy);
 }
 
 // --alloc-tokens: the pre-pass measures on the first whole windows within the cap (at least one),

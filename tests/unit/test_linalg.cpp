@@ -25,6 +25,19 @@ TEST(Linalg, SymEigReconstructsDescending) {
   EXPECT_LT((r - s).norm(), 1e-10 * s.norm());
 }
 
+TEST(Linalg, SymEigvalsEqualTheFullDecompositionsValues) {
+  MatrixD x = MatrixD::Random(40, 12);
+  MatrixD s = x.transpose() * x;
+  const VectorD w = linalg::sym_eigvals(s, "test");
+  const auto e = linalg::sym_eig(s, "test");
+  ASSERT_EQ(w.size(), 12);
+  EXPECT_LT((w - e.values).norm(), 1e-12 * e.values(0));
+  EXPECT_NEAR(w.sum(), s.trace(), 1e-12 * s.trace());
+  MatrixD bad = s;
+  bad(3, 2) = std::nan("");
+  EXPECT_THROW((void)linalg::sym_eigvals(bad, "test"), NumericError);
+}
+
 TEST(Linalg, SvdReconstructs) {
   MatrixD m = MatrixD::Random(9, 14);
   auto d = linalg::svd(m, "test");
