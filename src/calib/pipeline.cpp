@@ -178,10 +178,13 @@ std::int64_t resume_limit(const PipelineOptions& opt) {
 // rewritten a module before that point.
 class LayerPasses {
  public:
+  // keep_state: a pass may leave the batch states at its last site for the next pass to resume from
+  // (worth it when the layer is re-run after each stage, or when no stage rewrites a module and the
+  // final pass only has to finish the layer, as in the rank allocation's pre-pass).
   LayerPasses(const model::Model& m, int layer, const MatrixF& hidden, int seqlen, const PipelineOptions& opt,
-              PipelineTimes& times)
+              PipelineTimes& times, bool keep_state)
       : m_(m), layer_(layer), hidden_(hidden), seqlen_(seqlen), opt_(opt), times_(times),
-        rows_per_batch_(static_cast<std::int64_t>(opt.batch_windows) * seqlen) {}
+        rows_per_batch_(static_cast<std::int64_t>(opt.batch_windows) * seqlen), keep_state_(keep_state) {}
 
   // Runs the layer to the last of `sites`, tapping them; returns the tap (statistics, activations,
   // cross moments with the dense stream's inputs, which it advances batch by batch beside).
@@ -189,7 +192,7 @@ class LayerPasses {
                                DenseStream* dense) {
     const auto n_tok = hidden_.rows();
     const model::Site until = *std::max_element(sites.begin(), sites.end());
-    const bool in_place = opt_.resume_passes && opt_.sequential_within_layer &&
+    const bool in_place = opt_.resume_passes && keep_state_ &&
                           4 * n_tok * (m_.config().hidden_size + site_width(m_.layer(layer_), until)) <= limit;
     if (!valid_) state_ = input_states(hidden_, rows_per_batch_);
     auto tap = std::make_unique<SiteTap>(m_.layer(layer_), layer_, sites, std::move(wants), n_tok,
@@ -250,6 +253,7 @@ class LayerPasses {
   const PipelineOptions& opt_;
   PipelineTimes& times_;
   std::int64_t rows_per_batch_;
+  bool keep_state_;
   BatchStates state_;
   bool valid_ = false;
 };
@@ -411,6 +415,7 @@ PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, 
   }
   times.forward += seconds_since(t0);
   const std::vector<SiteGroup> groups = group_stages(stages);
+  const bool rewrites = std::any_of(stages.begin(), stages.end(), [](const Stage* s) { return !s->rewrites().empty(); });
   const std::int64_t limit = resume_limit(opt);
   std::unique_ptr<DenseStream> dense = make_dense_stream(m, groups, hidden, seqlen, opt, limit);
 
@@ -419,7 +424,7 @@ PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, 
     const auto t_layer = Clock::now();
     if (m.lazy()) m.load_layer(i);  // widened for its passes and stages; released once it is done
     if (dense) dense->begin_layer(i);  // its dense modules, before any stage replaces them
-    LayerPasses passes(m, i, hidden, seqlen, opt, times);
+    LayerPasses passes(m, i, hidden, seqlen, opt, times, opt.sequential_within_layer || !rewrites);
     LayerStats kept;  // the statistics of the sites tapped so far that a later stage still reads
     for (std::size_t g = 0; g < groups.size(); ++g) {
       // The group's inputs: run the (partly compressed) layer to its site, tapping it. Without
