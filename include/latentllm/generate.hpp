@@ -84,8 +84,15 @@ using TextFn = std::function<void(std::string_view)>;
 // or config.json bos_token_id to start from)" when there is none.
 std::vector<std::int32_t> prompt_ids(const model::Model& m, const io::Tokenizer& tok, std::string_view prompt);
 
-// Generates up to opt.max_new_tokens tokens after `prompt` (ids), stopping at config.json
-// eos_token_id; candidates are the ids both the model and the tokenizer have (min of their vocabulary
+// The ids that end generation: eos_token_id (an id or a list) of generation_config.json beside
+// config.json when that file sets it (transformers' GenerationConfig takes precedence), else every
+// eos_token_id of config.json; empty when neither has one. A generation_config.json that is not JSON
+// throws FormatError, a bad eos_token_id ConfigError "<file>: eos_token_id (expected an integer or a
+// list of integers, got …)".
+std::vector<std::int64_t> stop_token_ids(const model::Model& m);
+
+// Generates up to opt.max_new_tokens tokens after `prompt` (ids), stopping at any of
+// stop_token_ids(m); candidates are the ids both the model and the tokenizer have (min of their vocabulary
 // sizes). on_text gets the continuation piece by piece. Bad input throws before any forward:
 // ConfigError for the sampling options, "--max-new-tokens (expected >= 0, got N)", an empty prompt,
 // "<dir>: prompt token id <id> at position <i> (expected 0..<V − 1>, the model's vocabulary)", "<dir>:

@@ -94,7 +94,8 @@ struct ModelConfig {
   std::int64_t sliding_window = 0;
   bool tie_word_embeddings = true;
   std::string hidden_act;                   // "relu" (OPT activation_function), "silu", ...
-  std::optional<std::int64_t> bos_token_id, eos_token_id, pad_token_id;
+  std::optional<std::int64_t> bos_token_id, eos_token_id, pad_token_id;  // the first id of a list
+  std::vector<std::int64_t> eos_token_ids;  // every eos_token_id of config.json (Llama-3.1: a list)
   std::string torch_dtype;                  // "torch_dtype" (or newer "dtype"); "" when absent
   nlohmann::json raw;
 

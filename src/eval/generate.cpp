@@ -6,6 +6,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "io/json_keys.hpp"
 #include "latentllm/error.hpp"
 
 namespace latentllm::eval {
@@ -124,6 +125,16 @@ void check_generate(const model::Model& m, std::span<const std::int32_t> prompt,
 
 }  // namespace
 
+std::vector<std::int64_t> stop_token_ids(const model::Model& m) {
+  const std::filesystem::path gen = m.dir() / "generation_config.json";
+  if (std::filesystem::exists(gen)) {
+    const nlohmann::json doc = io::load_json_file(gen);
+    std::vector<std::int64_t> ids = io::JsonKeys(doc, gen.string()).token_ids("eos_token_id");
+    if (!ids.empty()) return ids;
+  }
+  return m.config().eos_token_ids;
+}
+
 GenerateResult generate(const model::Model& m, const io::Tokenizer& tok, std::span<const std::int32_t> prompt,
                         const GenerateOptions& opt, const TextFn& on_text) {
   check_generate(m, prompt, opt);
@@ -141,7 +152,7 @@ GenerateResult generate(const model::Model& m, const io::Tokenizer& tok, std::sp
     Sampler sampler(opt.sampling);
     // Candidates: ids the tokenizer can decode (OPT pads its embedding past the tokenizer's vocabulary).
     const std::int64_t n_cand = std::min<std::int64_t>(m.config().vocab_size, tok.vocab_size());
-    const std::optional<std::int64_t> eos = m.config().eos_token_id;
+    const std::vector<std::int64_t> eos = stop_token_ids(m);
     MatrixF logits;  // [1, V]
     auto t0 = Clock::now();
     m.forward_cached(prompt, cache, logits, true);
@@ -150,7 +161,7 @@ GenerateResult generate(const model::Model& m, const io::Tokenizer& tok, std::sp
       const std::int32_t id = sampler.sample(std::span<const float>(logits.data(), static_cast<std::size_t>(n_cand)));
       r.tokens.push_back(id);
       emit(stream.push(id));
-      if (eos && id == *eos) {
+      if (std::find(eos.begin(), eos.end(), id) != eos.end()) {
         r.stopped_at_eos = true;
         break;
       }

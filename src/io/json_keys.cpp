@@ -101,6 +101,17 @@ std::optional<std::int64_t> JsonKeys::token_id(std::string_view key) const {
   return id->get<std::int64_t>();
 }
 
+std::vector<std::int64_t> JsonKeys::token_ids(std::string_view key) const {
+  const json* v = find(key);
+  if (v == nullptr) return {};
+  std::vector<std::int64_t> out;
+  for (const json& id : v->is_array() ? *v : json::array({*v})) {
+    if (!is_int64(&id)) fail(key, "an integer or a list of integers", v);
+    out.push_back(id.get<std::int64_t>());
+  }
+  return out;
+}
+
 void JsonKeys::check_multiple(std::string_view key, std::int64_t value, std::string_view of_key,
                               std::int64_t of) const {
   if (value % of != 0) {

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
@@ -38,6 +39,8 @@ class JsonKeys {
   std::string string_or(std::string_view key, std::string fallback) const;
   // bos/eos/pad ids: an integer, or a list of integers (the first is returned).
   std::optional<std::int64_t> token_id(std::string_view key) const;
+  // Every id of such a key (empty when absent or null; ConfigError as token_id for anything else).
+  std::vector<std::int64_t> token_ids(std::string_view key) const;
   // ConfigError "<origin>: <key> <value> (expected a multiple of <of_key> <of>)".
   void check_multiple(std::string_view key, std::int64_t value, std::string_view of_key, std::int64_t of) const;
 

@@ -66,6 +66,7 @@ ModelConfig parse_config(const json& doc, const std::string& origin) {
   c.tie_word_embeddings = k.boolean_or("tie_word_embeddings", a.tie_word_embeddings);
   c.bos_token_id = k.token_id("bos_token_id");
   c.eos_token_id = k.token_id("eos_token_id");
+  c.eos_token_ids = k.token_ids("eos_token_id");
   c.pad_token_id = k.token_id("pad_token_id");
   c.torch_dtype = k.string_or("torch_dtype", k.string_or("dtype", ""));
   c.raw = doc;

@@ -85,6 +85,11 @@ TEST(ErrorsDoc, Generation) {
   for (int i = 0; i < 600; ++i) long_prompt += "a ";
   const auto m = model::Model::load(shared_path("models/stories260K/hf"));
   const auto tok = io::load_tokenizer(shared_path("models/stories260K/hf"));
+  const fs::path bad_eos = make_temp_dir("err-gen-eos") / "m";
+  fs::create_directories(bad_eos);
+  for (const char* f : {"config.json", "model.safetensors", "tokenizer.json"})
+    fs::copy_file(shared_path("models/stories260K/hf") / f, bad_eos / f);
+  std::ofstream(bad_eos / "generation_config.json") << R"({"eos_token_id": "</s>"})";
   check_section("Generation (`latentllm generate`, `eval::generate`, `model::KvCache`)",
                 {
                     {"gen-temperature", {cli(gen + "--temperature=-1"), cli(gen + "--temperature inf")}},
@@ -98,6 +103,7 @@ TEST(ErrorsDoc, Generation) {
                     {"gen-prompt-id", {lib([&] { eval::generate(*m, *tok, std::vector<std::int32_t>{1, 600}, {}); })}},
                     {"gen-decode-id", {lib([&] { tok->decode(std::vector<std::int32_t>{1, 600}); })}},
                     {"gen-kv-capacity", {lib([&] { model::KvCache(*m, 513); })}},
+                    {"gen-eos", {cli("generate --model " + q(bad_eos))}},
                     {"gen-kv-full", {lib([&] {
                        model::KvCache cache(*m, 2);
                        MatrixF logits;

@@ -148,6 +148,31 @@ TEST(Generate, GreedyStories260KReproducesItsReadme) {
   EXPECT_EQ(r.kv_cache_length, 1 + r.decode_steps);
 }
 
+// generation_config.json's eos_token_id (an id or a list) takes precedence over config.json's, as in
+// transformers: with the third greedy token (261) among its ids, generation stops there.
+TEST(Generate, StopsAtAnyEosOfGenerationConfig) {
+  const fs::path src = shared_path("models/stories260K/hf"), dir = test::make_temp_dir("gen-eos") / "m";
+  fs::create_directories(dir);
+  for (const char* f : {"config.json", "model.safetensors", "tokenizer.json"}) fs::copy_file(src / f, dir / f);
+  {
+    const auto m = model::Model::load(dir);
+    ASSERT_EQ(eval::stop_token_ids(*m), std::vector<std::int64_t>{2});  // config.json's
+  }
+  std::ofstream(dir / "generation_config.json") << R"({"eos_token_id": [9999, 261], "bos_token_id": 1})";
+  const auto m = model::Model::load(dir);
+  const auto tok = io::load_tokenizer(dir);
+  EXPECT_EQ(eval::stop_token_ids(*m), (std::vector<std::int64_t>{9999, 261}));
+  eval::GenerateOptions opt;
+  opt.max_new_tokens = 64;
+  opt.sampling.temperature = 0;
+  const auto r = eval::generate(*m, *tok, eval::prompt_ids(*m, *tok, ""), opt);
+  EXPECT_EQ(r.tokens, (std::vector<std::int32_t>{403, 407, 261}));
+  EXPECT_TRUE(r.stopped_at_eos);
+  // A generation_config.json without eos_token_id leaves config.json's.
+  std::ofstream(dir / "generation_config.json") << R"({"temperature": 0.7})";
+  EXPECT_EQ(eval::stop_token_ids(*m), std::vector<std::int64_t>{2});
+}
+
 TEST(Generate, SamplingIsDeterministicForASeed) {
   const fs::path dir = shared_path("models/stories260K/hf");
   const auto m = model::Model::load(dir);
