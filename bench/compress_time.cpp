@@ -7,6 +7,7 @@
 //   compress_time [--shared ../shared] [--model DIR] [--ratio 0.2] [--nsamples 64] [--seqlen L]
 //                 [--methods asvd-rootcov,asvd-rootcov/restart,latentllm] [--out bench/results/compress_time]
 //                 [--stop-after-layers N] [--project-layers M] [--threads T] [--covariance f64|f32]
+//                 [--preset none|default|paper] [--rank-alloc uniform|global]
 // A method "<m>/restart" runs m with every calibration pass restarting at the layer input (baseline).
 // --stop-after-layers N (bench/run_scale.sh): the first N layers only, no checkpoint written; the
 // whole model's time is projected from them (per-layer stages × layers, plus sampling and embedding).
@@ -52,6 +53,8 @@ struct RunArgs {
   double ratio = 0.2;
   int nsamples = 64, seqlen = 0, stop_after_layers = 0;
   bool covariance_f32 = false;
+  std::string preset = "none";  // none (CompressOptions{}: uniform ranks, every joint part), default, paper
+  std::string rank_alloc;       // empty: the preset's; uniform or global
 };
 
 MethodTimes run_method(const std::string& model_dir, const std::string& c4, const std::string& spec, const RunArgs& a) {
@@ -69,8 +72,10 @@ MethodTimes run_method(const std::string& model_dir, const std::string& c4, cons
   const auto ids = calib::sample_calibration(*tok, co);
   t.sample_s = seconds_since(t0);
   compress::CompressOptions opt;
+  if (a.preset != "none") opt = compress::preset_options(compress::parse_preset(a.preset), compress::parse_method(method), a.ratio);
   opt.method = compress::parse_method(method);
   opt.ratio = a.ratio;
+  if (!a.rank_alloc.empty()) opt.rank_alloc = compress::parse_rank_alloc(a.rank_alloc);
   opt.stop_after_layers = a.stop_after_layers;
   opt.pipeline.covariance_f32 = a.covariance_f32;
   bench::BlasSnapshot at_begin;
@@ -111,6 +116,8 @@ int main(int argc, char** argv) try {
   ra.seqlen = std::stoi(arg(argc, argv, "--seqlen", "0"));
   ra.stop_after_layers = std::stoi(arg(argc, argv, "--stop-after-layers", "0"));
   ra.covariance_f32 = arg(argc, argv, "--covariance", "f64") == "f32";
+  ra.preset = arg(argc, argv, "--preset", "none");
+  ra.rank_alloc = arg(argc, argv, "--rank-alloc", "");
   core::set_num_threads(std::stoi(arg(argc, argv, "--threads", "0")));
   const int project_layers = std::stoi(arg(argc, argv, "--project-layers", "0"));
   const double ratio = ra.ratio;
@@ -158,6 +165,10 @@ int main(int argc, char** argv) try {
     row("&nbsp;&nbsp;of which norms, activations, RoPE, residual adds", fp.other_s, 0, 1);
     row("&nbsp;&nbsp;of which batching and copies", pt.forward - fp.linear_s - fp.attention_s - fp.other_s, 0, 1);
     row("covariance XXᵀ (dsyrk, vs dgemm)", pt.covariance, cov_rate, dpeak);
+    if (t.rep.prepass_s > 0) {
+      row(fmt::format("rank allocation pre-pass (all {} layers of the checkpoint)", t.rep.layers_total), t.rep.prepass_s,
+          0, 1);
+    }
     nlohmann::json parts = nlohmann::json::object();
     for (const auto& [part, s] : t.rep.part_seconds) {
       const bench::BlasSnapshot b = t.part_blas.count(part) ? t.part_blas.at(part) : bench::BlasSnapshot{};
@@ -175,12 +186,14 @@ int main(int argc, char** argv) try {
     }
     const int ran = std::max(1, t.rep.layers_done - t.rep.layers_resumed);
     const int all_layers = project_layers > 0 ? project_layers : t.rep.layers_total;
-    const double projected = t.sample_s + t.rep.total_s / ran * all_layers;  // writing not included
+    // The pre-pass runs over every layer of the checkpoint before the first is compressed.
+    const double layers_s = t.rep.total_s - t.rep.prepass_s;
+    const double projected = t.sample_s + (t.rep.prepass_s / std::max(1, t.rep.layers_total) + layers_s / ran) * all_layers;
     if (t.rep.layers_done < all_layers) {
       row(fmt::format("**total of {} of {} layers** (no checkpoint written)", t.rep.layers_done, all_layers), total, 0,
           1);
-      md += fmt::format("| {} | **projected for all {} layers** (sampling + {} × the layers' mean) | {:.0f} | | | | | |\n",
-                        method, all_layers, all_layers, projected);
+      md += fmt::format("| {} | **projected for all {} layers** (sampling + {} × (the layers' mean + the pre-pass's "
+                        "per layer)) | {:.0f} | | | | | |\n", method, all_layers, all_layers, projected);
     } else {
       row("writing the checkpoint (f16)", t.write_s, 0, 1);
       row("**total**", total, 0, 1);
@@ -188,7 +201,8 @@ int main(int argc, char** argv) try {
     runs.push_back({{"method", method},
                     {"seconds", {{"sampling", t.sample_s}, {"forward", pt.forward}, {"covariance", pt.covariance},
                                  {"decompositions", pt.compress}, {"decompositions_by_part", t.rep.part_seconds},
-                                 {"write", t.write_s}, {"total", total}}},
+                                 {"prepass", t.rep.prepass_s}, {"write", t.write_s}, {"total", total}}},
+                    {"preset", ra.preset}, {"rank_alloc", compress::rank_alloc_name(t.rep.rank_alloc)}, {"joint", {{"qk", t.rep.qk_losses.size() > 0}, {"ud", t.rep.ud_losses.size() > 0}}},
                     {"forward_gflops", fwd_rate}, {"forward_fraction_of_sgemm_peak", fwd_rate / speak},
                     {"forward_flops", {{"linear", pt.forward_flops}, {"attention", pt.attention_flops}}},
                     {"forward_linear_only_fraction_of_sgemm_peak", lin_rate / speak},
