@@ -89,7 +89,7 @@ int main(int argc, char** argv) try {
       "identity; every other module at full rank, exact), calibration {} random C4 windows of {} (seed 0), "
       "perplexity on `{}` at seqlen {}. Map loss: the solver's Σ_i ‖P(W_qᵢᵀW_k − M̂ᵢ)P‖² summed over layers "
       "(unrotated, every token pair; the local column is the same loss at the local solution); `bench/qk_analysis`.\n\n"
-      "Dense perplexity {:.4f}.\n\n| ratio | variant | perplexity | Δ NLL vs dense | map loss (rel.) |\n"
+      "Dense perplexity {:.4f}.\n\n| ratio | variant | perplexity | Δ NLL vs dense | map loss |\n"
       "|---:|---|---:|---:|---:|\n",
       name, rope ? "RoPE" : "no RoPE", co.nsamples, co.seqlen, io::dataset_name(dataset), eval_len,
       std::exp(dense_nll));
