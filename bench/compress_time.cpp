@@ -45,6 +45,7 @@ struct MethodTimes {
   compress::CompressReport rep;
   model::ForwardProfile profile;  // the calibration passes' forward, by part
   std::map<std::string, bench::BlasSnapshot> part_blas;  // BLAS FLOPs / BLAS and LAPACK seconds per part
+  bool covariance_f32 = false;  // as run (the preset's unless --covariance)
 };
 
 // spec: a method, or "<method>/restart" for the same with every calibration pass restarting at the
@@ -52,7 +53,7 @@ struct MethodTimes {
 struct RunArgs {
   double ratio = 0.2;
   int nsamples = 64, seqlen = 0, stop_after_layers = 0;
-  bool covariance_f32 = false;
+  std::string covariance = "auto";  // auto: the preset's; f64 or f32
   std::string preset = "none";  // none (CompressOptions{}: uniform ranks, every joint part), default, paper
   std::string rank_alloc;       // empty: the preset's; uniform or global
 };
@@ -77,7 +78,8 @@ MethodTimes run_method(const std::string& model_dir, const std::string& c4, cons
   opt.ratio = a.ratio;
   if (!a.rank_alloc.empty()) opt.rank_alloc = compress::parse_rank_alloc(a.rank_alloc);
   opt.stop_after_layers = a.stop_after_layers;
-  opt.pipeline.covariance_f32 = a.covariance_f32;
+  if (a.covariance != "auto") opt.pipeline.covariance_f32 = a.covariance == "f32";
+  t.covariance_f32 = opt.pipeline.covariance_f32;
   bench::BlasSnapshot at_begin;
   opt.part_observer = [&](std::string_view part, bool begin) {
     if (begin) at_begin = bench::BlasSnapshot::now();
@@ -115,7 +117,7 @@ int main(int argc, char** argv) try {
   ra.nsamples = std::stoi(arg(argc, argv, "--nsamples", "64"));
   ra.seqlen = std::stoi(arg(argc, argv, "--seqlen", "0"));
   ra.stop_after_layers = std::stoi(arg(argc, argv, "--stop-after-layers", "0"));
-  ra.covariance_f32 = arg(argc, argv, "--covariance", "f64") == "f32";
+  ra.covariance = arg(argc, argv, "--covariance", "auto");
   ra.preset = arg(argc, argv, "--preset", "none");
   ra.rank_alloc = arg(argc, argv, "--rank-alloc", "");
   core::set_num_threads(std::stoi(arg(argc, argv, "--threads", "0")));
@@ -164,7 +166,8 @@ int main(int argc, char** argv) try {
         fp.attention_flops / fp.attention_s / 1e9, speak);
     row("&nbsp;&nbsp;of which norms, activations, RoPE, residual adds", fp.other_s, 0, 1);
     row("&nbsp;&nbsp;of which batching and copies", pt.forward - fp.linear_s - fp.attention_s - fp.other_s, 0, 1);
-    row("covariance XXᵀ (dsyrk, vs dgemm)", pt.covariance, cov_rate, dpeak);
+    if (t.covariance_f32) row("covariance XXᵀ (float products: ssyrk, vs sgemm)", pt.covariance, cov_rate, speak);
+    else row("covariance XXᵀ (dsyrk, vs dgemm)", pt.covariance, cov_rate, dpeak);
     if (t.rep.prepass_s > 0) {
       row(fmt::format("rank allocation pre-pass (all {} layers of the checkpoint)", t.rep.layers_total), t.rep.prepass_s,
           0, 1);
@@ -202,7 +205,7 @@ int main(int argc, char** argv) try {
                     {"seconds", {{"sampling", t.sample_s}, {"forward", pt.forward}, {"covariance", pt.covariance},
                                  {"decompositions", pt.compress}, {"decompositions_by_part", t.rep.part_seconds},
                                  {"prepass", t.rep.prepass_s}, {"write", t.write_s}, {"total", total}}},
-                    {"preset", ra.preset}, {"rank_alloc", compress::rank_alloc_name(t.rep.rank_alloc)}, {"joint", {{"qk", t.rep.qk_losses.size() > 0}, {"ud", t.rep.ud_losses.size() > 0}}},
+                    {"preset", ra.preset}, {"covariance", t.covariance_f32 ? "f32" : "f64"}, {"rank_alloc", compress::rank_alloc_name(t.rep.rank_alloc)}, {"joint", {{"qk", t.rep.qk_losses.size() > 0}, {"ud", t.rep.ud_losses.size() > 0}}},
                     {"forward_gflops", fwd_rate}, {"forward_fraction_of_sgemm_peak", fwd_rate / speak},
                     {"forward_flops", {{"linear", pt.forward_flops}, {"attention", pt.attention_flops}}},
                     {"forward_linear_only_fraction_of_sgemm_peak", lin_rate / speak},
@@ -229,7 +232,8 @@ int main(int argc, char** argv) try {
         "only, and the indented rows split the forward's time (model::ForwardProfile). A method marked /restart runs "
         "every calibration pass from the layer's input (PipelineOptions::resume_passes off), as the pipeline did "
         "before passes resumed where the previous stage stopped. Covariance: the "
-        "FLOPs of the triangle dsyrk computes, in double, against the dgemm peak. Decompositions are LAPACK "
+        "FLOPs of the triangle (n·w·(w+1)), against the dgemm peak in double (dsyrk) or the sgemm peak with "
+        "--covariance f32 (ssyrk per 1024 tokens, summed in double). Decompositions are LAPACK "
         "eigen/SVDs and, for joint up-down, GEMM-bound alternating fits over all calibration tokens (in float with "
         "--ud-precision f32, the default). Their rate is every "
         "BLAS FLOP the part issued (GEMM, SYRK, TRSM, GEMV; counted by link-time wrappers, bench/blas_counters.hpp) over "
@@ -239,7 +243,7 @@ int main(int argc, char** argv) try {
         "dgesdd, dgeqp3, whose internal FLOPs are not counted), and the rest is Eigen element-wise work and "
         "bookkeeping.\n";
   const nlohmann::json j = {{"model", model_dir}, {"ratio", ratio}, {"nsamples", nsamples}, {"seqlen", ra.seqlen},
-                            {"threads", core::num_threads()}, {"covariance", ra.covariance_f32 ? "f32" : "f64"},
+                            {"threads", core::num_threads()}, {"covariance", ra.covariance},
                             {"sgemm_peak_gflops", speak}, {"sgemm_square_gflops", peak_detail},
                             {"dgemm_peak_gflops", dpeak}, {"load_average_before", load_before},
                             {"load_average_after", bench::load_average()}, {"peak_rss_bytes", core::peak_rss_bytes()},

@@ -7,7 +7,7 @@
 #   bench/run_scale.sh [PRESET[:LAYERS_IN_CHECKPOINT] ...]   default: opt-1.3b llama-3-8b:2
 # A preset with :K is truncated to K layers (latentllm-synth --layers K) so that its f32 weights fit in
 # memory; the projection then uses the preset's real layer count.
-# Environment: NSAMPLES (64), SEQLEN (2048), STOP (1 layer), THREADS (0 = all), COV (f64), PRESET (default:
+# Environment: NSAMPLES (64), SEQLEN (2048), STOP (1 layer), THREADS (0 = all), COV (auto: the preset's), PRESET (default:
 # the CLI's --preset default, global ranks with their pre-pass; none = CompressOptions{}), RANK_ALLOC (the
 # preset's; uniform or global).
 set -euo pipefail
@@ -31,7 +31,7 @@ for spec in "${specs[@]}"; do
   echo "load average before $preset: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
   "$BUILD/bench/compress_time" --shared "$SHARED" --model "$dir" --methods latentllm \
     --nsamples "${NSAMPLES:-64}" --seqlen "${SEQLEN:-2048}" --stop-after-layers "${STOP:-1}" \
-    --threads "${THREADS:-0}" --covariance "${COV:-f64}" --project-layers "${real_layers:-0}" \
+    --threads "${THREADS:-0}" --covariance "${COV:-auto}" --project-layers "${real_layers:-0}" \
     --preset "${PRESET:-default}" ${RANK_ALLOC:+--rank-alloc "$RANK_ALLOC"} \
     --out "bench/results/scale/$preset${SUFFIX:-}"
 done

@@ -55,6 +55,10 @@ struct SiteStats {
   // (ssyrk, about twice the rate) over blocks of 1024 tokens, each block's sum added in double:
   // relative error about √1024·2⁻²⁴ ≈ 2e-6 of Σ|x_i·x_j| per entry (tests/unit/test_pipeline.cpp).
   void add(const MatrixF& x, std::int64_t first_token = 0, bool f32_products = false);
+  // add() without its last step: only xtx's upper triangle is updated, the strict lower one is stale
+  // until symmetrize(). A stream of adds (the pipeline's batches) then mirrors [w, w] once.
+  void add_upper(const MatrixF& x, std::int64_t first_token = 0, bool f32_products = false);
+  void symmetrize();
   int width() const { return static_cast<int>(xtx.rows()); }
   VectorD mean() const;        // [w]  μ = Σ x / n
   VectorD abs_mean() const;    // [w]

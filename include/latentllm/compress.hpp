@@ -234,6 +234,10 @@ struct CompressOptions {
   std::int64_t alloc_max_tokens = 16384;
   int qk_iters = 8;            // joint Q-K alternating updates (paper: 8)
   int vo_iters = 8;            // joint V-O alternating updates
+  // Joint Q-K and V-O stop iterating once an iteration lowers their loss by at most this fraction of it
+  // (0 = always qk_iters / vo_iters). --preset default: 1e-6 (the fixtures' losses settle to that within
+  // 2-4 iterations; each costs two [d, d] eigendecompositions, the bulk of joint Q-K at scale).
+  double joint_tol = 0;
   int ud_iters = 4;            // joint up-down auxiliary-variable iterations (paper: 4)
   int rope_window = 0;         // RoPE-aware joint Q-K over offsets 0..w (0 = plain)
   // Joint up-down keeps several [ffn, n] double matrices: above this many calibration tokens it runs

@@ -46,7 +46,7 @@ class SiteTap : public model::ForwardObserver {
       if (cross_[k]) add_cross(k, site, x);
       const auto t0 = Clock::now();
       if (stats[k].xtx.size() == 0) stats[k].reset(static_cast<int>(x.cols()));
-      with_context(site_modules(layer_modules_, layer_, site), [&] { stats[k].add(x, rows_seen_[k], f32_); });
+      with_context(site_modules(layer_modules_, layer_, site), [&] { stats[k].add_upper(x, rows_seen_[k], f32_); });
       rows_seen_[k] += x.rows();
       if (keep_[k]) {
         if (activations[k].size() == 0) activations[k].resize(total_rows_, x.cols());
@@ -300,6 +300,7 @@ class LayerStats {
       if (tap->stats[k].n == 0) {
         throw Error(fmt::format("layer {}: the model did not report its {} input", layer, site_name(tap->sites()[k])));
       }
+      tap->stats[k].symmetrize();  // the tap added only upper triangles
       stats_[s] = std::make_unique<SiteStats>(std::move(tap->stats[k]));
       activations_[s] = std::move(tap->activations[k]);
       crosses_[s] = std::move(tap->crosses[k]);

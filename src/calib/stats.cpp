@@ -87,34 +87,37 @@ void sum_rows(const MatrixF& x, Eigen::Index r0, Eigen::Index rows, double* dst,
   }
 }
 
-// SiteStats::add with float products: per block of 1024 rows, ssyrk into a float [w, w] (4 column
-// blocks of equal area on the pool's threads, single-threaded BLAS), each column block then added to
-// the double accumulator by the same task — fixed splits, so the sums do not depend on the threads.
-void add_f32(SiteStats& st, const MatrixF& x, std::int64_t first_token) {
+// The upper triangle of xtx += xᵀx with float products: per block of kRows tokens, kBlocks column
+// blocks of equal area, each on one of the pool's threads with single-threaded BLAS: ssyrk (beta 0)
+// into the task's own float panel [j1, j1 − j0], which the task then adds to the double accumulator.
+// Fixed splits, so the sums do not depend on the thread count. The panels (w²/2 floats in all, one
+// block's worth at a time per thread) replace a [w, w] float copy (256 MiB at w = 8192) per call.
+void add_f32_upper(SiteStats& st, const MatrixF& x, std::int64_t first_token) {
   constexpr Eigen::Index kRows = 1024;
-  constexpr int kBlocks = 4;
+  constexpr int kBlocks = 16;
   const int w = static_cast<int>(x.cols());
   sum_rows(x, 0, x.rows(), nullptr, st, first_token);
-  std::vector<float> part(static_cast<std::size_t>(w) * w);  // [w, w] column-major, upper triangle used
-  const auto edge = [&](std::int64_t k) { return static_cast<int>(std::lround(w * std::sqrt(static_cast<double>(k) / kBlocks))); };
+  const auto edge = [&](std::int64_t k) {
+    return static_cast<int>(std::lround(w * std::sqrt(static_cast<double>(k) / kBlocks)));
+  };
   core::BlasSingleThreaded single;
-  for (Eigen::Index r0 = 0; r0 < x.rows(); r0 += kRows) {
-    const int rows = static_cast<int>(std::min(kRows, x.rows() - r0));
-    core::parallel_for(kBlocks, 1, [&](std::int64_t t0, std::int64_t t1) {
-      for (auto t = t0; t < t1; ++t) {
-        const std::int64_t b = kBlocks - 1 - t;  // the last (narrowest) columns first
-        const int j0 = edge(b), j1 = edge(b + 1);
-        for (int j = j0; j < j1; ++j) std::fill_n(part.data() + static_cast<std::int64_t>(j) * w, j + 1, 0.0f);
-        core::ssyrk_upper_add_columns(x.data() + r0 * w, rows, w, j0, j1, part.data());
+  core::parallel_for(kBlocks, 1, [&](std::int64_t t0, std::int64_t t1) {
+    for (auto t = t0; t < t1; ++t) {
+      const std::int64_t b = kBlocks - 1 - t;  // the last (narrowest) columns first
+      const int j0 = edge(b), j1 = edge(b + 1);
+      if (j0 == j1) continue;
+      std::vector<float> panel(static_cast<std::size_t>(j1) * (j1 - j0));  // [j1, j1 − j0] column-major
+      for (Eigen::Index r0 = 0; r0 < x.rows(); r0 += kRows) {
+        const int rows = static_cast<int>(std::min(kRows, x.rows() - r0));
+        core::ssyrk_upper_panel(x.data() + r0 * w, rows, w, j0, j1, panel.data());
         for (int j = j0; j < j1; ++j) {
-          const float* pj = part.data() + static_cast<std::int64_t>(j) * w;
+          const float* pj = panel.data() + static_cast<std::int64_t>(j - j0) * j1;
           double* cj = st.xtx.data() + static_cast<std::int64_t>(j) * w;
           for (int i = 0; i <= j; ++i) cj[i] += pj[i];
         }
       }
-    });
-  }
-  core::mirror_upper(st.xtx);
+    }
+  });
   st.n += x.rows();
 }
 
@@ -128,11 +131,16 @@ void SiteStats::reset(int width) {
 }
 
 void SiteStats::add(const MatrixF& x, std::int64_t first_token, bool f32_products) {
+  add_upper(x, first_token, f32_products);
+  symmetrize();
+}
+
+void SiteStats::add_upper(const MatrixF& x, std::int64_t first_token, bool f32_products) {
   const auto w = x.cols();
   if (w != xtx.rows()) {
     throw Error(fmt::format("calibration statistics: input width (expected {}, got {})", xtx.rows(), w));
   }
-  if (f32_products) return add_f32(*this, x, first_token);
+  if (f32_products) return add_f32_upper(*this, x, first_token);
   // Chunks of rows are widened to double on the forward's threads, in blocks whose partial sums are
   // added in block order (bit-identical for any thread count), then one dsyrk per chunk: with a long
   // inner dimension it runs near its peak, and the widening no longer waits on one core.
@@ -147,9 +155,10 @@ void SiteStats::add(const MatrixF& x, std::int64_t first_token, bool f32_product
     syrk_on_forward_threads(buf.get(), rows, w, xtx, half);
   }
   if (half.size() > 0) xtx.triangularView<Eigen::Upper>() += half;
-  core::mirror_upper(xtx);
   n += x.rows();
 }
+
+void SiteStats::symmetrize() { core::mirror_upper(xtx); }
 
 VectorD SiteStats::mean() const { return n > 0 ? VectorD(sum / static_cast<double>(n)) : VectorD(sum); }
 

@@ -95,7 +95,7 @@ QkResult joint_qk(const QkDense& w, const model::AttentionInfo& s, const calib::
     throw ConfigError(fmt::format("{}: joint QK ranks (expected 1..{}, got r_q={} r_k={})", context, s.hidden, r_q, r_k));
   }
   QkResult out;
-  PairSolution sol = solve_pair(p, r_q, r_k, opt.iters, context);
+  PairSolution sol = solve_pair(p, r_q, r_k, opt.iters, context, opt.tol);
   if (opt.local_safeguard) {
     // Separate root-cov compression keeps the top right-singular subspaces of W_q·P and W_k·P.
     MatrixD u_q = top_eigenvectors(qt.transpose() * qt, r_q, context);
@@ -103,7 +103,7 @@ QkResult joint_qk(const QkDense& w, const model::AttentionInfo& s, const calib::
     const double total = pair_total(p);
     out.loss_local_start = total - pair_objective(p, u_q, u_k);
     if (out.loss_local_start < sol.loss.back()) {
-      sol = refine_pair(p, std::move(u_q), std::move(u_k), opt.iters, context);
+      sol = refine_pair(p, std::move(u_q), std::move(u_k), opt.iters, context, opt.tol);
       out.used_local_start = true;
     }
   }

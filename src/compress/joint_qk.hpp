@@ -56,6 +56,7 @@ struct QkOptions {
   int r_q = 0;
   int r_k = 0;
   int iters = 8;                       // --qk-iters (paper: 8)
+  double tol = 0;                      // --joint-tol: stop the iterations early (solve_pair)
   double lambda_rel = kDefaultLambdaRel;
   bool bias_aware = true;              // only matters when the module has biases
   RopeWindow rope;                     // window 0 = plain joint Q-K (exact on the diagonal)

@@ -75,7 +75,7 @@ VoResult joint_vo(const VoDense& w, const model::AttentionInfo& s, const calib::
     p.total_offset = out_cov.trace() - pair_total(p);
     p.left_offset = out_cov - plain;
   }
-  const PairSolution sol = solve_pair(p, opt.r_o, opt.r_v, opt.iters, context);
+  const PairSolution sol = solve_pair(p, opt.r_o, opt.r_v, opt.iters, context, opt.tol);
 
   VoResult out;
   out.loss = sol.loss;

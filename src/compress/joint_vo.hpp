@@ -48,6 +48,7 @@ struct VoOptions {
   int r_v = 0;
   int r_o = 0;
   int iters = 8;
+  double tol = 0;  // --joint-tol (solve_pair)
   double lambda_rel = kDefaultLambdaRel;
   bool bias_aware = true;
   // Attention-aware variant when set: moments of the o_proj input ([H·d_h]); not owned.

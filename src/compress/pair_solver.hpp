@@ -42,9 +42,12 @@ struct PairSolution {
   MatrixD u_r;                // [dr, r_r]
   std::vector<double> loss;   // total − J: [0] after the initialization, then one per iteration
 };
-// Initializes U_l from Σ G Gᵀ (+E) and U_r from Σ GᵀG, then `iters` × (U_r given U_l, U_l given U_r).
-PairSolution solve_pair(const PairProblem& p, int r_l, int r_r, int iters, std::string_view context);
+// Initializes U_l from Σ G Gᵀ (+E) and U_r from Σ GᵀG, then `iters` × (U_r given U_l, U_l given U_r),
+// stopping early once an iteration lowers the loss by at most tol of it (tol 0: always `iters`; the
+// loss never rises, so the iterations skipped could lower it by about that much each).
+PairSolution solve_pair(const PairProblem& p, int r_l, int r_r, int iters, std::string_view context, double tol = 0);
 // The same iterations from a given start (u_l, u_r); loss[0] is the start's loss.
-PairSolution refine_pair(const PairProblem& p, MatrixD u_l, MatrixD u_r, int iters, std::string_view context);
+PairSolution refine_pair(const PairProblem& p, MatrixD u_l, MatrixD u_r, int iters, std::string_view context,
+                         double tol = 0);
 
 }  // namespace latentllm::compress

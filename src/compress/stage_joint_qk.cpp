@@ -52,6 +52,7 @@ class JointQkStage final : public CompressStage {
     qo.r_q = ctx_.rank_of(q);
     qo.r_k = ctx_.rank_of(k);
     qo.iters = o.qk_iters;
+    qo.tol = o.joint_tol;
     qo.lambda_rel = o.local.lambda_rel;
     qo.rope.window = o.rope_window;
     const model::AttentionInfo& s = m.attention();
@@ -65,8 +66,8 @@ class JointQkStage final : public CompressStage {
       log_info("  layer {} attention-map loss: local {:.4e} joint {:.4e} (ratio {:.3f}){}", in.layer, loss.local,
                loss.joint, loss.local > 0 ? loss.joint / loss.local : 0.0, res.used_local_start ? " [local start]" : "");
     } else {
-      log_info("  layer {} attention-map loss: joint {:.4e}{}", in.layer, loss.joint,
-               res.used_local_start ? " [local start]" : "");
+      log_info("  layer {} attention-map loss: joint {:.4e} ({} iterations){}", in.layer, loss.joint,
+               res.loss.size() - 1, res.used_local_start ? " [local start]" : "");
     }
     ctx_.report().qk_losses.push_back(loss);
     const char* how = in.cross ? "joint-qk-compensate" : "joint-qk";

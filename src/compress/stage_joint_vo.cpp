@@ -30,6 +30,7 @@ class JointVoStage final : public CompressStage {
     vo.r_v = ctx_.rank_of(v);
     vo.r_o = ctx_.rank_of(o);
     vo.iters = opt.vo_iters;
+    vo.tol = opt.joint_tol;
     vo.lambda_rel = opt.local.lambda_rel;
     vo.o_moments = &o_st;
     const model::AttentionInfo& s = m.attention();

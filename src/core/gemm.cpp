@@ -3,8 +3,10 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <utility>
 #include <vector>
 
+#include "core/parallel.hpp"
 #include "latentllm/error.hpp"
 
 namespace latentllm::core {
@@ -61,7 +63,33 @@ void ssyrk_upper_add_columns(const float* x, int n, int d, int j0, int j1, float
   cblas_ssyrk(CblasColMajor, CblasUpper, CblasNoTrans, j1 - j0, n, 1.0f, x + j0, d, 1.0f, cj + j0, d);
 }
 
-void mirror_upper(MatrixD& c) { c.triangularView<Eigen::StrictlyLower>() = c.transpose(); }
+void ssyrk_upper_panel(const float* x, int n, int d, int j0, int j1, float* p) {
+  if (j0 == j1) return;
+  if (n == 0) {
+    for (int j = 0; j < j1 - j0; ++j) std::fill_n(p + static_cast<std::int64_t>(j) * j1, j0 + j + 1, 0.0f);
+    return;
+  }
+  if (j0 > 0) cblas_sgemm(CblasColMajor, CblasNoTrans, CblasTrans, j0, j1 - j0, n, 1.0f, x, d, x + j0, d, 0.0f, p, j1);
+  cblas_ssyrk(CblasColMajor, CblasUpper, CblasNoTrans, j1 - j0, n, 1.0f, x + j0, d, 0.0f, p + j0, j1);
+}
+
+void mirror_upper(MatrixD& c) {
+  // In 64 × 64 tiles on the pool's threads: a plain transpose-copy strides through memory a whole column
+  // apart per entry (0.30 s at d = 8192, a quarter of a 2048-token float covariance add; tiled: 0.06 s).
+  constexpr Eigen::Index kTile = 64;
+  const Eigen::Index d = c.rows(), tiles = (d + kTile - 1) / kTile;
+  std::vector<std::pair<Eigen::Index, Eigen::Index>> blocks;  // (tile row, tile column), row ≥ column
+  for (Eigen::Index tj = 0; tj < tiles; ++tj)
+    for (Eigen::Index ti = tj; ti < tiles; ++ti) blocks.emplace_back(ti, tj);
+  parallel_for(static_cast<std::int64_t>(blocks.size()), 8, [&](std::int64_t b0, std::int64_t b1) {
+    for (auto b = b0; b < b1; ++b) {
+      const auto [ti, tj] = blocks[static_cast<std::size_t>(b)];
+      const Eigen::Index i0 = ti * kTile, j0 = tj * kTile, i1 = std::min(d, i0 + kTile), j1 = std::min(d, j0 + kTile);
+      for (Eigen::Index j = j0; j < j1; ++j)
+        for (Eigen::Index i = std::max(i0, j + 1); i < i1; ++i) c(i, j) = c(j, i);
+    }
+  });
+}
 
 void set_blas_threads(int n) {
   if (n > 0) openblas_set_num_threads(n);

@@ -22,6 +22,10 @@ void mirror_upper(MatrixD& c);
 // The same in float for x: [n, d] row-major float and a float accumulator c: [d, d] column-major
 // (c += over columns [j0, j1) of its upper triangle).
 void ssyrk_upper_add_columns(const float* x, int n, int d, int j0, int j1, float* c);
+// Columns [j0, j1) of the upper triangle of xᵀ·x (x: [n, d] row-major float) into their own panel p:
+// [j1, j1 − j0] column-major, p = x[:, 0:j1]ᵀ·x[:, j0:j1] above and on the diagonal (what was in p is
+// overwritten; the entries below the diagonal block's diagonal are left as they were).
+void ssyrk_upper_panel(const float* x, int n, int d, int j0, int j1, float* p);
 
 // Sets the number of BLAS threads (0 = all cores).
 void set_blas_threads(int n);

@@ -46,6 +46,8 @@ TEST(ErrorsDoc, CompressOptions) {
                     {"opt-ud-min-tokens", {compress("--ud-min-tokens-per-ffn=-1 --dry-run"),
                                            compress("--ud-min-tokens-per-ffn inf --dry-run")}},
                     {"opt-alloc-tokens", {compress("--alloc-tokens=-1 --dry-run")}},
+                    {"opt-joint-tol", {compress("--joint-tol=-1 --dry-run"), compress("--joint-tol 1 --dry-run"),
+                                       compress("--joint-tol nan --dry-run")}},
                     {"opt-batch", {compress("--batch 0 --dry-run")}},
                     {"opt-threads", {compress("--threads=-2 --dry-run")}},
                     {"opt-stop-after", {compress("--stop-after-layers=-1 --dry-run")}},

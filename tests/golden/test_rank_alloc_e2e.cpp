@@ -149,7 +149,9 @@ TEST_F(RankAllocE2E, GlobalPlanSpendsTheUniformBudgetAndEveryStageTakesItsRanks)
 // Uniform ranks (the default) run as before: the default path equals an explicit uniform plan bit for
 // bit, and the held-out NLL of `latentllm compress --ratio 0.3` (4 windows of 64 of this text, f32)
 // is the one the tool gave before global allocation existed (commit b995917), joint up-down run as it
-// then was on these 256 tokens (the default now skips it below 12·f tokens: NLL 3.42 instead of 4.52).
+// then was on these 256 tokens (the default now skips it below 12·f tokens: NLL 3.42 instead of 4.52),
+// with double covariance products and all 8 joint Q-K iterations (the default preset now takes float
+// products and stops the iterations at 1e-6).
 TEST_F(RankAllocE2E, UniformIsUnchanged) {
   const auto ids = calibration();
   compress::CompressOptions opt;
@@ -169,7 +171,7 @@ TEST_F(RankAllocE2E, UniformIsUnchanged) {
   const std::string q = "'", cli = test::cli_path().string();
   std::string out;
   ASSERT_EQ(test::run_command(cli + " compress --model " + q + model_dir().string() + q + " --out " + q +
-                                  (dir / "u30").string() + q + " --method latentllm --rank-alloc uniform --ud-min-tokens-per-ffn 0 --ratio 0.3 --calib text " +
+                                  (dir / "u30").string() + q + " --method latentllm --rank-alloc uniform --ud-min-tokens-per-ffn 0 --covariance f64 --joint-tol 0 --ratio 0.3 --calib text " +
                                   "--calib-data " + q + stories().string() + q +
                                   " --nsamples 4 --seqlen 64 --dtype f32 2>&1",
                               out),

@@ -76,6 +76,16 @@ TEST(Gemm, SyrkUpperAddColumnsThenMirrorIsTheGram) {
   EXPECT_EQ(c, c.transpose());
 }
 
+// Tiled mirroring (64 × 64 tiles, a partial last one): the upper triangle copied below, itself unchanged.
+TEST(Gemm, MirrorUpperCopiesTheUpperTriangleAcrossTiles) {
+  const MatrixD a = MatrixD::Random(150, 150);
+  MatrixD c = a;
+  core::mirror_upper(c);
+  EXPECT_EQ(MatrixD(c.triangularView<Eigen::Upper>()), MatrixD(a.triangularView<Eigen::Upper>()));
+  EXPECT_EQ(c, c.transpose());
+  EXPECT_EQ(c(149, 0), a(0, 149));
+}
+
 TEST(Support, Sha256KnownVector) {
   EXPECT_EQ(test::sha256_hex("abc", 3), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }

@@ -59,6 +59,27 @@ TEST(JointQk, AlternatingUpdatesNeverIncreaseLoss) {
   }
 }
 
+// --joint-tol: the iterations stop at the first one that lowers the loss by at most tol of it; the
+// iterations before are those of the full run, bit for bit, and what is left is small.
+TEST(JointQk, ToleranceStopsAtTheFirstConvergedIteration) {
+  const Case c = make_case(4, 2, false, 0.0, false, 11);
+  QkOptions opt;
+  opt.r_q = 20;
+  opt.r_k = 12;
+  opt.iters = 30;
+  opt.local_safeguard = false;
+  const QkResult full = joint_qk(c.w, c.s, c.m, opt, "test");
+  opt.tol = 1e-4;
+  const QkResult early = joint_qk(c.w, c.s, c.m, opt, "test");
+  ASSERT_LT(early.loss.size(), full.loss.size());
+  ASSERT_GE(early.loss.size(), 2u);
+  const std::size_t k = early.loss.size() - 1;  // the iteration it stopped after
+  for (std::size_t i = 0; i <= k; ++i) EXPECT_EQ(early.loss[i], full.loss[i]) << i;
+  EXPECT_LE(early.loss[k - 1] - early.loss[k], opt.tol * early.loss[k - 1]);
+  for (std::size_t i = 1; i < k; ++i) EXPECT_GT(full.loss[i - 1] - full.loss[i], opt.tol * full.loss[i - 1]) << i;
+  EXPECT_LT(early.loss.back() - full.loss.back(), 1e-2 * full.loss.back());
+}
+
 TEST(JointQk, FullRankIsExactPerHead) {
   const Case c = make_case(4, 2, false, 0.0, false, 12);
   QkOptions opt;

@@ -329,10 +329,11 @@ TEST(SiteStats, MomentsMatchDoubleSumsForAnyThreadCount) {
 
 // With float products (ssyrk per block of 1024 tokens, each block's sum added in double) every entry
 // of XᵀX is within 4e-6 of Σ|x_i|·|x_j| of the double sum (rounding of a 1024-term float sum: about
-// √1024·2⁻²⁴ ≈ 2e-6 typical; measured below 1e-6), across the 4 column blocks and a partial block;
-// the sums are the double ones, and 1 and 2 threads give the same bits.
+// √1024·2⁻²⁴ ≈ 2e-6 typical; measured below 1e-6), across the 16 column blocks and a partial block;
+// the sums are the double ones, and 1 and 2 threads give the same bits. add_upper() leaves the strict
+// lower triangle alone and one symmetrize() after a stream of them gives add()'s bits.
 TEST(SiteStats, FloatProductsStayWithinTheirRoundingBound) {
-  const int w = 301;  // columns split 151/62/48/40 between the tasks
+  const int w = 301;  // columns split 75/31/24/.../10 between 16 tasks
   MatrixF x = MatrixF::Random(2500, w);
   x.col(7).array() += 3.0f;  // a feature with a large mean: the worst case for cancellation
   const MatrixD xd = x.cast<double>();
@@ -358,6 +359,13 @@ TEST(SiteStats, FloatProductsStayWithinTheirRoundingBound) {
   EXPECT_EQ(one.sum, exact.sum);
   EXPECT_EQ(one.abs_sum, exact.abs_sum);
   EXPECT_EQ(one.n, 2500);
+  calib::SiteStats upper;
+  upper.reset(w);
+  upper.add_upper(x.topRows(1100), 0, true);
+  upper.add_upper(x.bottomRows(1400), 1100, true);
+  EXPECT_EQ(upper.xtx(200, 3), 0.0);  // still the reset's zero below the diagonal
+  upper.symmetrize();
+  EXPECT_EQ(upper.xtx, one.xtx);
 }
 
 TEST(SiteStats, NonFiniteWithFloatProductsNamesItsToken) {

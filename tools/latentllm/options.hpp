@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "latentllm/calib.hpp"
@@ -14,13 +15,14 @@ namespace latentllm::cli {
 
 struct MethodArgs {
   // "auto" / NaN: the preset's value for the method (compress::preset_options).
-  std::string preset = "default", junction = "auto", joint = "auto", covariance = "f64", ud_precision = "f32";
+  std::string preset = "default", junction = "auto", joint = "auto", covariance = "auto", ud_precision = "f32";
   std::string rank_alloc = "auto", alloc_score = "relative", fit = "auto";
   double lambda_rel = std::numeric_limits<double>::quiet_NaN(), alpha = 0.5;
   int qk_iters = 8, vo_iters = 8, ud_iters = 4, rope_window = 0, batch = 8;
   std::int64_t ud_tokens = compress::CompressOptions{}.ud_max_tokens;
   std::int64_t alloc_tokens = compress::CompressOptions{}.alloc_max_tokens;
   double ud_min_tokens_per_ffn = std::numeric_limits<double>::quiet_NaN();
+  std::optional<double> joint_tol;  // unset: the preset's
   bool no_intra_layer = false, diagnostics = false;
 };
 
@@ -30,7 +32,7 @@ struct CalibArgs {
   std::uint64_t seed = 0;
 };
 
-// Adds --preset --junction --lambda --alpha --joint --qk-iters --vo-iters --ud-iters --ud-tokens
+// Adds --preset --junction --lambda --alpha --joint --qk-iters --vo-iters --joint-tol --ud-iters --ud-tokens
 // --ud-min-tokens-per-ffn --rope-window --diagnostics --rank-alloc --alloc-score --alloc-tokens (group "Method") and --no-intra-layer --batch.
 void add_method_options(CLI::App* sub, MethodArgs& a);
 // Adds --calib --calib-data --nsamples --seqlen --seed --calib-sampling (group "Calibration").
