@@ -103,8 +103,13 @@ void activate_span(float* p, std::int64_t n, Activation act) {
   for (std::int64_t i = 0; i < n; ++i) p[i] = activate(act, p[i]);
 }
 
+bool all_finite(const float* p, std::int64_t n) {
+  const Eigen::Map<const Eigen::ArrayXf> a(p, n);
+  return (a - a).sum() == 0.0f;
+}
+
 void check_finite(const MatrixF& m, const std::string& what) {
-  if (m.allFinite()) return;
+  if (all_finite(m.data(), m.size())) return;
   for (std::int64_t i = 0; i < m.rows(); ++i)
     for (std::int64_t j = 0; j < m.cols(); ++j)
       if (!std::isfinite(m(i, j))) {
@@ -114,7 +119,7 @@ void check_finite(const MatrixF& m, const std::string& what) {
 }
 
 void check_finite(const VectorF& v, const std::string& what) {
-  if (v.allFinite()) return;
+  if (all_finite(v.data(), v.size())) return;
   for (std::int64_t i = 0; i < v.size(); ++i)
     if (!std::isfinite(v[i])) {
       throw NumericError(fmt::format("{}: non-finite value at [{}] (expected finite, got {})", what, i, v[i]));

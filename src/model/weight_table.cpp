@@ -3,14 +3,14 @@
 #include <cmath>
 
 #include "latentllm/error.hpp"
+#include "model/ops.hpp"
 
 namespace latentllm::model {
 namespace {
 
 // NumericError naming the first non-finite value of rows [r0, r0 + n) (widened at p: [n, cols]).
 void check_rows_finite(const float* p, std::int64_t r0, std::int64_t n, std::int64_t cols, const std::string& name) {
-  const Eigen::Map<const Eigen::ArrayXf> a(p, n * cols);
-  if (a.allFinite()) return;
+  if (all_finite(p, n * cols)) return;
   for (std::int64_t k = 0; k < n * cols; ++k) {
     if (!std::isfinite(p[k])) {
       throw NumericError(fmt::format("{}: non-finite value at [{}, {}] (expected finite, got {})", name,

@@ -2,8 +2,10 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "core/gemm.hpp"
+#include "model/ops.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/tensor.hpp"
 #include "test_support.hpp"
@@ -84,6 +86,29 @@ TEST(Gemm, MirrorUpperCopiesTheUpperTriangleAcrossTiles) {
   EXPECT_EQ(MatrixD(c.triangularView<Eigen::Upper>()), MatrixD(a.triangularView<Eigen::Upper>()));
   EXPECT_EQ(c, c.transpose());
   EXPECT_EQ(c(149, 0), a(0, 149));
+}
+
+// The weights' finiteness check: any NaN or ±Inf anywhere (a vector tail included), never a finite value
+// however large; the row-major matrix check names the first one.
+TEST(Ops, AllFiniteFindsEveryNonFiniteValue) {
+  std::vector<float> v(1003, 1.0f);
+  v[17] = std::numeric_limits<float>::max();
+  v[18] = -std::numeric_limits<float>::max();
+  EXPECT_TRUE(model::all_finite(v.data(), static_cast<std::int64_t>(v.size())));
+  EXPECT_TRUE(model::all_finite(v.data(), 0));
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity()}) {
+    for (const std::size_t at : {std::size_t{0}, std::size_t{500}, v.size() - 1}) {
+      std::vector<float> w = v;
+      w[at] = bad;
+      EXPECT_FALSE(model::all_finite(w.data(), static_cast<std::int64_t>(w.size()))) << bad << " at " << at;
+    }
+  }
+  MatrixF m = MatrixF::Ones(70, 33);
+  m(41, 7) = std::numeric_limits<float>::infinity();
+  m(52, 2) = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(test::error_of<NumericError>([&] { model::check_finite(m, "w"); }),
+            "w: non-finite value at [41, 7] (expected finite, got inf)");
 }
 
 TEST(Support, Sha256KnownVector) {
