@@ -27,6 +27,9 @@ using Cols = Eigen::Ref<const Mat<T>>;           // [rows, c] a chunk
 
 template <typename T>
 Mat<T> act_of(model::Activation a, const Mat<T>& z) {
+  // ReLU vectorized (the scalar functor below is not: 8 % of joint up-down's time on opt-tiny). The
+  // same values for finite inputs, up to the sign of a zero (the inputs are checked finite upstream).
+  if (a == model::Activation::Relu) return z.cwiseMax(T(0));
   return z.unaryExpr([a](T v) { return model::activate(a, v); });
 }
 template <typename T>

@@ -19,6 +19,14 @@ constexpr int kBlocks = 4;
 // Column edges of the upper triangle's blocks of about equal area.
 int gram_edge(int d, int k) { return static_cast<int>(std::lround(d * std::sqrt(static_cast<double>(k) / kBlocks))); }
 
+// sum += the row sums of m [rows, c] in double, column by column: contiguous and vectorized (Eigen's
+// rowwise().sum() of a column-major matrix walks each row with a stride of `rows`, a cache miss per
+// entry: 14 % of joint up-down's time on opt-tiny).
+template <typename T>
+void add_row_sums(const MatrixX<T>& m, VectorD& sum) {
+  for (Eigen::Index j = 0; j < m.cols(); ++j) sum += m.col(j).template cast<double>();
+}
+
 }  // namespace
 
 RegressionAccumulator::RegressionAccumulator(Eigen::Index in, Eigen::Index out, bool gram)
@@ -76,8 +84,8 @@ void RegressionAccumulator::add_chunk(const MatrixX<T>& s, const MatrixX<T>& t) 
       }
     }
   });
-  sum_s_ += s.template cast<double>().rowwise().sum();
-  sum_t_ += t.template cast<double>().rowwise().sum();
+  add_row_sums(s, sum_s_);
+  add_row_sums(t, sum_t_);
   n_ += static_cast<double>(c);
 }
 
