@@ -69,6 +69,10 @@ struct SiteStats {
   MatrixD augmented() const;
 };
 
+// Throws the NumericError SiteStats::add would for a NaN/Inf in x: [n_tok, w] (naming the token,
+// first_token + row, and the feature), for sites tapped without statistics.
+void check_finite_rows(const MatrixF& x, std::int64_t first_token);
+
 // The cross moments of one site between the dense model's inputs x_t and the compressed pipeline's
 // inputs x̂_t of the same calibration tokens (error-compensating fits, compress/compensate.hpp), in
 // double beside the x̂ statistics (SiteStats).

@@ -24,6 +24,7 @@ double seconds_since(Clock::time_point t0) {
 
 // What one tap gathers at each of its sites besides the statistics.
 struct TapWants {
+  std::vector<bool> stats;  // the statistics (SiteStats): some stage reads them
   std::vector<bool> keep;   // the activations themselves
   std::vector<bool> cross;  // the cross moments with the dense stream's inputs (DenseStream::input)
 };
@@ -35,7 +36,8 @@ class SiteTap : public model::ForwardObserver {
  public:
   SiteTap(const model::DecoderLayer& layer_modules, int layer, std::vector<model::Site> sites, TapWants wants,
           std::int64_t total_rows, bool f32_products, const DenseStream* dense)
-      : layer_modules_(layer_modules), layer_(layer), sites_(std::move(sites)), keep_(std::move(wants.keep)),
+      : layer_modules_(layer_modules), layer_(layer), sites_(std::move(sites)), stats_(std::move(wants.stats)),
+        keep_(std::move(wants.keep)),
         cross_(std::move(wants.cross)), total_rows_(total_rows), f32_(f32_products), dense_(dense),
         stats(sites_.size()), activations(sites_.size()), crosses(sites_.size()), rows_(sites_.size(), 0) {}
 
@@ -45,8 +47,11 @@ class SiteTap : public model::ForwardObserver {
       if (sites_[k] != site) continue;
       if (cross_[k]) add_cross(k, site, x);
       const auto t0 = Clock::now();
-      if (stats[k].xtx.size() == 0) stats[k].reset(static_cast<int>(x.cols()));
-      with_context(site_modules(layer_modules_, layer_, site), [&] { stats[k].add_upper(x, rows_seen_[k], f32_); });
+      with_context(site_modules(layer_modules_, layer_, site), [&] {
+        if (!stats_[k]) return check_finite_rows(x, rows_seen_[k]);  // what the statistics would check
+        if (stats[k].xtx.size() == 0) stats[k].reset(static_cast<int>(x.cols()));
+        stats[k].add_upper(x, rows_seen_[k], f32_);
+      });
       rows_seen_[k] += x.rows();
       if (keep_[k]) {
         if (activations[k].size() == 0) activations[k].resize(total_rows_, x.cols());
@@ -63,6 +68,8 @@ class SiteTap : public model::ForwardObserver {
 
   model::Site last_site() const { return *std::max_element(sites_.begin(), sites_.end()); }
   const std::vector<model::Site>& sites() const { return sites_; }
+  bool wants_stats(std::size_t k) const { return stats_[k]; }
+  std::int64_t rows_seen(std::size_t k) const { return rows_seen_[k]; }
   // The sites whose cross moments it gathers (what the dense stream must supply).
   std::vector<model::Site> cross_sites() const {
     std::vector<model::Site> out;
@@ -83,7 +90,7 @@ class SiteTap : public model::ForwardObserver {
   const model::DecoderLayer& layer_modules_;
   int layer_;
   std::vector<model::Site> sites_;
-  std::vector<bool> keep_, cross_;
+  std::vector<bool> stats_, keep_, cross_;
   std::int64_t total_rows_;
   bool f32_;
   const DenseStream* dense_;
@@ -290,6 +297,14 @@ std::vector<SiteGroup> group_stages(std::span<Stage* const> stages) {
   return groups;
 }
 
+// Whether some stage reads the statistics of `site`: a site tapped only for its activations (or cross
+// moments) skips the [w, w] products.
+bool read_by_any(const std::vector<SiteGroup>& groups, model::Site site) {
+  return std::any_of(groups.begin(), groups.end(), [&](const SiteGroup& g) {
+    return std::find(g.reads.begin(), g.reads.end(), site) != g.reads.end();
+  });
+}
+
 // The statistics (and kept activations) of the sites a layer's taps gathered, until no later group
 // reads them (a [w, w] double matrix per site: 2 GiB at w = 16384).
 class LayerStats {
@@ -297,11 +312,13 @@ class LayerStats {
   void take(int layer, std::unique_ptr<SiteTap> tap) {
     for (std::size_t k = 0; k < tap->sites().size(); ++k) {
       const auto s = static_cast<std::size_t>(tap->sites()[k]);
-      if (tap->stats[k].n == 0) {
+      if (tap->rows_seen(k) == 0) {
         throw Error(fmt::format("layer {}: the model did not report its {} input", layer, site_name(tap->sites()[k])));
       }
-      tap->stats[k].symmetrize();  // the tap added only upper triangles
-      stats_[s] = std::make_unique<SiteStats>(std::move(tap->stats[k]));
+      if (tap->wants_stats(k)) {
+        tap->stats[k].symmetrize();  // the tap added only upper triangles
+        stats_[s] = std::make_unique<SiteStats>(std::move(tap->stats[k]));
+      }
       activations_[s] = std::move(tap->activations[k]);
       crosses_[s] = std::move(tap->crosses[k]);
     }
@@ -436,6 +453,7 @@ PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, 
         for (std::size_t k = opt.sequential_within_layer ? g : 0; k < (opt.sequential_within_layer ? g + 1 : groups.size());
              ++k) {
           sites.push_back(groups[k].site);
+          wants.stats.push_back(read_by_any(groups, groups[k].site));
           wants.keep.push_back(groups[k].needs_activations);
           wants.cross.push_back(groups[k].needs_cross);
         }

@@ -7,6 +7,7 @@
 #include "latentllm/calib.hpp"
 #include "latentllm/error.hpp"
 #include "linalg/linalg.hpp"
+#include "model/ops.hpp"
 #include "core/parallel.hpp"
 
 namespace latentllm::calib {
@@ -122,6 +123,10 @@ void add_f32_upper(SiteStats& st, const MatrixF& x, std::int64_t first_token) {
 }
 
 }  // namespace
+
+void check_finite_rows(const MatrixF& x, std::int64_t first_token) {
+  if (!model::all_finite(x.data(), x.size())) throw_non_finite(x, first_token);
+}
 
 void SiteStats::reset(int width) {
   xtx = MatrixD::Zero(width, width);

@@ -2,10 +2,13 @@
 // covariance of its dense inputs (include/latentllm/compress.hpp, "Global rank allocation").
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include "compress/notes.hpp"
+#include "compress/sensitivity.hpp"
 #include "compress/whitening.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/error.hpp"
@@ -15,47 +18,115 @@
 namespace latentllm::compress {
 namespace {
 
-// σ_i² of W·F, F·Fᵀ = C + λI (the singular values of W·P for any such F, whitening.hpp), descending:
-// the eigenvalues of the Gram of the shorter side. w: [d', d], c: [d, d].
-std::vector<double> whitened_spectrum(const MatrixD& w, const MatrixD& c, double lambda_rel, std::string_view context) {
-  const Whitening wh = whiten(c, lambda_rel, context);
-  const MatrixD wf = wh.times(w);  // [d', d]
-  const MatrixD gram = wf.rows() <= wf.cols() ? linalg::gram_rows(wf) : linalg::gram_rows(wf.transpose());  // [k, k]
-  const VectorD values = linalg::sym_eigvals(gram, context);  // [k] descending
+std::vector<double> descending_nonnegative(const VectorD& values) {  // eigenvalues, already descending
   std::vector<double> s(static_cast<std::size_t>(values.size()));
   for (Eigen::Index i = 0; i < values.size(); ++i) s[static_cast<std::size_t>(i)] = std::max(0.0, values(i));
   return s;
 }
 
-// Reads one site's statistics and records the spectra of its modules; rewrites nothing, so the
-// pipeline's passes run the dense layer once.
+}  // namespace
+
+std::vector<double> whitened_spectrum(const MatrixD& w, const Whitening& wh, std::string_view context) {
+  const MatrixD wf = wh.times(w);  // [d', d]
+  const MatrixD gram = wf.rows() <= wf.cols() ? linalg::gram_rows(wf) : linalg::gram_rows(wf.transpose());  // [k, k]
+  return descending_nonnegative(linalg::sym_eigvals(gram, context));
+}
+
+std::vector<double> output_spectrum(const MatrixF& w, const MatrixF& x, bool centered, double lambda_rel,
+                                    std::string_view context) {
+  const Eigen::Index d = w.cols(), dout = w.rows(), n = x.rows();
+  if (x.cols() != d || dout > d) {
+    throw Error(fmt::format("{}: output-side spectrum (expected w [d', d] with d' <= d and x [n, d], got w [{}, {}], "
+                            "x [{}, {}])", context, dout, d, n, x.cols()));
+  }
+  constexpr Eigen::Index kRows = 2048;  // tokens per block: a [2048, d'] float output at a time
+  calib::SiteStats ys;                  // of the outputs y = W·x: Σ y yᵀ = W·C·Wᵀ
+  ys.reset(static_cast<int>(dout));
+  VectorD sum = VectorD::Zero(d);       // Σ x     (for tr C centered)
+  double sq = 0;                        // Σ ‖x‖²  (tr C)
+  for (Eigen::Index r0 = 0; r0 < n; r0 += kRows) {
+    const auto xb = x.middleRows(r0, std::min(kRows, n - r0));  // [rows, d]
+    const MatrixF y = xb * w.transpose();                        // [rows, d'] sgemm
+    ys.add_upper(y, r0, true);
+    for (Eigen::Index t = 0; t < xb.rows(); ++t) {
+      const VectorD xt = xb.row(t).transpose().cast<double>();
+      sum += xt;
+      sq += xt.squaredNorm();
+    }
+  }
+  ys.symmetrize();
+  MatrixD g = centered ? ys.centered() : std::move(ys.xtx);  // [d', d']
+  const double trace = centered && n > 0 ? sq - sum.squaredNorm() / static_cast<double>(n) : sq;
+  const double lambda = d > 0 ? lambda_rel * trace / static_cast<double>(d) : 0.0;  // absolute_damping
+  if (lambda > 0) {
+    calib::SiteStats ws;  // W·Wᵀ = Σ over W's columns: the rows of Wᵀ
+    ws.reset(static_cast<int>(dout));
+    ws.add_upper(MatrixF(w.transpose()), 0, true);
+    ws.symmetrize();
+    g += lambda * ws.xtx;
+  }
+  return descending_nonnegative(linalg::sym_eigvals(g, context));
+}
+
+bool output_side_cheaper(std::int64_t out, std::int64_t in, std::int64_t n_tok) {
+  const double rho = static_cast<double>(out) / static_cast<double>(in);
+  const double kept = 4.0 * static_cast<double>(n_tok) * static_cast<double>(in);
+  return rho < std::sqrt(2.0) - 1.0 && kept <= std::max(8.0 * static_cast<double>(in) * static_cast<double>(in), 256.0 * (1 << 20));
+}
+
+namespace {
+
+// Reads one site's statistics, or with the output side its activations, and records the spectra of
+// its modules; rewrites nothing, so the pipeline's passes run the dense layer once.
 class SpectrumStage final : public calib::Stage {
  public:
-  SpectrumStage(model::Site site, const CompressOptions& opt, std::map<std::string, ModuleSpectrum>& out)
-      : site_(site), opt_(opt), out_(out) {}
+  SpectrumStage(model::Site site, bool output_side, const CompressOptions& opt, std::map<std::string, ModuleSpectrum>& out)
+      : site_(site), output_side_(output_side), opt_(opt), out_(out) {}
   std::string_view name() const override { return "spectrum"; }
   model::Site site() const override { return site_; }
+  std::vector<model::Site> reads() const override { return output_side_ ? std::vector<model::Site>{} : std::vector{site_}; }
+  bool needs_activations() const override { return output_side_; }
   std::vector<model::Site> rewrites() const override { return {}; }
 
   void run(const calib::StageInput& in, model::Model& m) override {
-    const calib::SiteStats& st = in.stats_of(site_);
     NoteCollector silent(true);  // the compression itself records the whitening's notes
+    std::optional<Whitening> whitening[2];  // of C and of the centered C: one per site, shared by its modules
     for (const model::Linear& lin : m.layer(in.layer).linears) {
       if (lin.site != site_) continue;
       // As the local ASVD: a bias module whose bias is updated sees only the centered inputs.
       const bool centered = lin.bias.size() > 0 && opt_.local.update_bias;
-      const MatrixD c = centered ? st.centered() : st.xtx;  // [d, d]
       ModuleSpectrum s{lin.name, lin.role, lin.out, lin.in, {}};
-      s.sigma2 = whitened_spectrum(lin.weight.cast<double>(), c, opt_.local.lambda_rel, lin.name);
+      if (output_side_) {
+        s.sigma2 = output_spectrum(lin.weight, *in.activations, centered, opt_.local.lambda_rel, lin.name);
+      } else {
+        std::optional<Whitening>& wh = whitening[centered ? 1 : 0];
+        if (!wh) {
+          const calib::SiteStats& st = in.stats_of(site_);
+          wh = whiten(centered ? st.centered() : st.xtx, opt_.local.lambda_rel, lin.name);  // [d, d]
+        }
+        s.sigma2 = whitened_spectrum(lin.weight.cast<double>(), *wh, lin.name);
+      }
       out_[lin.name] = std::move(s);
     }
   }
 
  private:
   model::Site site_;
+  bool output_side_;
   const CompressOptions& opt_;
   std::map<std::string, ModuleSpectrum>& out_;
 };
+
+// Whether every module of `site` (layer 0's shapes: the layers are alike) takes the output side.
+bool site_output_side(const model::Model& m, model::Site site, std::int64_t n_tok) {
+  bool any = false, all = true;
+  for (const auto& lin : m.layer_spec(0).linears) {
+    if (lin.site != site) continue;
+    any = true;
+    all = all && output_side_cheaper(lin.out, lin.in, n_tok);
+  }
+  return any && all;
+}
 
 }  // namespace
 
@@ -70,8 +141,10 @@ std::vector<ModuleSpectrum> measure_spectra(model::Model& m, std::span<const std
            m.num_layers(), ids.size());
   std::map<std::string, ModuleSpectrum> found;
   std::vector<std::unique_ptr<calib::Stage>> stages;
-  for (model::Site s : {model::Site::AttnIn, model::Site::AttnOut, model::Site::MlpIn, model::Site::MlpMid})
-    stages.push_back(std::make_unique<SpectrumStage>(s, opt, found));
+  for (model::Site s : {model::Site::AttnIn, model::Site::AttnOut, model::Site::MlpIn, model::Site::MlpMid}) {
+    const bool output_side = site_output_side(m, s, static_cast<std::int64_t>(ids.size()));
+    stages.push_back(std::make_unique<SpectrumStage>(s, output_side, opt, found));
+  }
   std::vector<calib::Stage*> ptrs;
   for (const auto& s : stages) ptrs.push_back(s.get());
   calib::PipelineOptions po;

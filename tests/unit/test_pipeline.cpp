@@ -368,6 +368,44 @@ TEST(SiteStats, FloatProductsStayWithinTheirRoundingBound) {
   EXPECT_EQ(upper.xtx, one.xtx);
 }
 
+// A stage that reads no statistics of its site (the pre-pass's output-side spectra) gets the site's
+// activations without the [w, w] products: the statistics are not there to read, and the covariance's
+// FLOPs count nothing for it.
+TEST(Pipeline, ASiteNobodyReadsIsTappedWithoutStatistics) {
+  class ActivationsOnly : public calib::Stage {
+   public:
+    std::string_view name() const override { return "activations-only"; }
+    Site site() const override { return Site::MlpMid; }
+    std::vector<Site> reads() const override { return {}; }
+    bool needs_activations() const override { return true; }
+    std::vector<Site> rewrites() const override { return {}; }
+    void run(const calib::StageInput& in, Model&) override {
+      x.push_back(*in.activations);
+      EXPECT_THROW(in.stats_of(Site::MlpMid), Error);
+    }
+    std::vector<MatrixF> x;
+  } stage;
+  LlamaDims s;
+  s.layers = 2;
+  const Checkpoint ckpt = make_llama(s, 72);
+  auto m = Model::load(ckpt.write("pipeline-nostats"));
+  const auto ids = random_ids(kT * kWindows, s.V, 6);
+  calib::Stage* stages[] = {&stage};
+  const calib::PipelineTimes t = calib::run_layerwise(*m, ids, kT, stages, calib::PipelineOptions{});
+  ASSERT_EQ(stage.x.size(), 2u);
+  MatrixF h;
+  for (int layer = 0; layer < 2; ++layer) EXPECT_EQ(stage.x[layer], site_inputs(*m, ids, layer, h).at(Site::MlpMid));
+  EXPECT_EQ(t.covariance_flops, 0.0);
+}
+
+TEST(SiteStats, FinitenessCheckWithoutStatisticsNamesItsToken) {
+  MatrixF x = MatrixF::Ones(50, 6);
+  EXPECT_NO_THROW(calib::check_finite_rows(x, 0));
+  x(41, 5) = -std::numeric_limits<float>::infinity();
+  EXPECT_EQ(test::error_of<NumericError>([&] { calib::check_finite_rows(x, 7); }),
+            "non-finite calibration input (expected finite activations, got -inf at token 48, feature 5)");
+}
+
 TEST(SiteStats, NonFiniteWithFloatProductsNamesItsToken) {
   MatrixF x = MatrixF::Ones(3000, 4);
   x(2500, 1) = std::numeric_limits<float>::infinity();

@@ -6,6 +6,9 @@
 #include <functional>
 #include <random>
 
+#include "compress/sensitivity.hpp"
+#include "compress/whitening.hpp"
+#include "joint_test_data.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/eval.hpp"
@@ -187,6 +190,46 @@ TEST(RankAlloc, BadSpectraAndNamesAreRejected) {
   EXPECT_EQ(parse_alloc_score("grouped"), AllocScore::Grouped);
   EXPECT_THROW(parse_rank_alloc("local"), ConfigError);
   EXPECT_THROW(parse_alloc_score("absolute"), ConfigError);
+}
+
+// The pre-pass's two routes to σ_i² of W·P (compress/sensitivity.hpp): the output side, W·(C + λI)·Wᵀ
+// from the module's outputs, gives the input side's values (whitening of C, Gram of W·F) for a wide
+// module, centered (bias updated) or not. The output side sums float products in double, so the
+// values agree to float's rounding; a wrong λ, centering or transpose moves them by far more.
+TEST(RankAlloc, OutputSideSpectrumEqualsTheWhitenedOne) {
+  std::mt19937_64 rng(5);
+  constexpr int n = 3000, d = 96, dout = 24;
+  const MatrixF x = test::correlated_inputs(rng, n, d, 3.0).cast<float>();  // [n, d] with a mean
+  const MatrixF w = test::gaussian(rng, dout, d).cast<float>();             // [d', d]
+  const MatrixD xd = x.cast<double>(), wd = w.cast<double>();
+  for (const bool centered : {false, true}) {
+    const calib::SiteStats st = calib::SiteStats::of_rows(xd);
+    const MatrixD c = centered ? st.centered() : st.xtx;
+    for (const double lambda_rel : {1e-4, 0.5}) {
+      const auto in_side = whitened_spectrum(wd, whiten(c, lambda_rel, "test"), "test");
+      const auto out_side = output_spectrum(w, x, centered, lambda_rel, "test");
+      ASSERT_EQ(out_side.size(), static_cast<std::size_t>(dout));
+      ASSERT_EQ(in_side.size(), out_side.size());
+      for (std::size_t i = 0; i < in_side.size(); ++i) {
+        EXPECT_NEAR(out_side[i], in_side[i], 1e-5 * in_side[0]) << "centered " << centered << " λ " << lambda_rel << " i " << i;
+      }
+      EXPECT_GT(in_side.back(), 3e-5 * in_side[0]);  // a tail above the tolerance: the comparison sees it
+    }
+  }
+  // Centering matters here (the inputs have a mean): the two forms differ by far more than the tolerance.
+  EXPECT_GT(std::abs(output_spectrum(w, x, true, 1e-4, "t")[0] - output_spectrum(w, x, false, 1e-4, "t")[0]),
+            1e-2 * output_spectrum(w, x, false, 1e-4, "t")[0]);
+  EXPECT_THROW(output_spectrum(MatrixF(d, dout), x, false, 1e-4, "t"), Error);  // not a wide module of x
+}
+
+// The route choice: down projections (d' < 0.41 d) whose kept inputs fit the covariance's memory.
+TEST(RankAlloc, OutputSideIsChosenForWideModulesOnly) {
+  EXPECT_TRUE(output_side_cheaper(4096, 14336, 16384));    // Llama-3-8B down_proj, the pre-pass's tokens
+  EXPECT_TRUE(output_side_cheaper(2048, 8192, 16384));     // OPT-1.3B fc2
+  EXPECT_FALSE(output_side_cheaper(1024, 4096 * 2, 1 << 20));  // inputs of 1 M tokens: 32 GiB kept
+  EXPECT_FALSE(output_side_cheaper(4096, 4096, 16384));   // q_proj: square
+  EXPECT_FALSE(output_side_cheaper(14336, 4096, 16384));  // up_proj: tall
+  EXPECT_FALSE(output_side_cheaper(1024, 2048, 16384));   // d' = d / 2 > (√2 − 1)·d
 }
 
 }  // namespace
