@@ -78,10 +78,25 @@ LowRank local_rootcov(const MatrixD& w, const VectorD& bias, const calib::SiteSt
 
 double activation_loss(const MatrixD& e, const MatrixD& c) { return (e * c).cwiseProduct(e).sum(); }
 
+namespace {
+
+double with_bias_terms(double quadratic, const MatrixD& e, const VectorD& delta, const VectorD& mean, double n) {
+  if (delta.size() != 0) quadratic += 2.0 * n * delta.dot(e * mean) + n * delta.squaredNorm();
+  return quadratic;
+}
+
+}  // namespace
+
 double output_error(const MatrixD& e, const VectorD& delta, const MatrixD& c, const VectorD& mean, double n) {
-  double loss = activation_loss(e, c);
-  if (delta.size() != 0) loss += 2.0 * n * delta.dot(e * mean) + n * delta.squaredNorm();
-  return loss;
+  return with_bias_terms(activation_loss(e, c), e, delta, mean, n);
+}
+
+double output_error_f32(const MatrixD& e, const VectorD& delta, const MatrixD& c, const VectorD& mean, double n) {
+  const Eigen::MatrixXf ef = e.cast<float>();      // [d', d]
+  const Eigen::MatrixXf p = ef * c.cast<float>();  // [d', d]  E·C
+  double quadratic = 0;
+  for (Eigen::Index j = 0; j < p.cols(); ++j) quadratic += p.col(j).cast<double>().dot(ef.col(j).cast<double>());
+  return with_bias_terms(quadratic, e, delta, mean, n);
 }
 
 }  // namespace latentllm::compress

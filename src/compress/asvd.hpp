@@ -39,5 +39,9 @@ double activation_loss(const MatrixD& e, const MatrixD& c);
 // Σ_t ‖E·x_t + δ‖² from the uncentered statistics: tr(E·C·Eᵀ) + 2·n·δᵀ·E·μ + n·‖δ‖²,
 // with E = W − B·A: [d', d] and δ = b − b̂: [d'] (empty = 0). c: [d, d], mean: [d] (may be empty when δ is).
 double output_error(const MatrixD& e, const VectorD& delta, const MatrixD& c, const VectorD& mean, double n);
+// The same with the [d', d]·[d, d] product in float (sgemm), each column's dot summed in double: for the
+// report (StageContext::install), where it is the largest product of the local stage (twice 0.84 T
+// multiply-adds for the Llama-3-8B shape's down_proj, 33 s a layer in double) and ~5 digits suffice.
+double output_error_f32(const MatrixD& e, const VectorD& delta, const MatrixD& c, const VectorD& mean, double n);
 
 }  // namespace latentllm::compress

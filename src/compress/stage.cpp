@@ -68,8 +68,8 @@ void StageContext::install(model::Linear& lin, LowRank f, const MatrixD& w, cons
     if (b.size() > 0) delta = b - f.bias;
     const VectorD mean = st->mean();
     const auto n = static_cast<double>(st->n);
-    r.loss = output_error(e, delta, st->xtx, mean, n);
-    const double energy = output_error(w, b, st->xtx, mean, n);
+    r.loss = output_error_f32(e, delta, st->xtx, mean, n);
+    const double energy = output_error_f32(w, b, st->xtx, mean, n);
     r.loss_rel = energy > 0 ? r.loss / energy : 0.0;
     log_info("  {} rank {} params {}/{} loss {:.4e} (rel {:.4f}) [{}]", lin.name, r.rank, r.params, r.dense_params,
              r.loss, r.loss_rel, how);

@@ -202,6 +202,8 @@ TEST(Asvd, BiasUpdateMinimizesTheOutputError) {
     const double e_hat = direct_error(p, ba, f.bias);
     EXPECT_NEAR(loss_of(p, f, /*centered=*/true), e_hat, 1e-9 * e_hat) << preconditioner_name(k);
     EXPECT_NEAR(output_error(p.w - ba, p.bias - f.bias, p.c, p.mean, p.n), e_hat, 1e-8 * e_hat);
+    // The report's float products: within float rounding of the exact error.
+    EXPECT_NEAR(output_error_f32(p.w - ba, p.bias - f.bias, p.c, p.mean, p.n), e_hat, 1e-5 * e_hat);
     EXPECT_LT(e_hat, direct_error(p, ba, p.bias)) << preconditioner_name(k);  // better than keeping b
     for (int t = 0; t < 20; ++t) {  // optimal: no perturbation does better
       const VectorD delta = gaussian(18, 1, rng) * std::pow(10.0, -(t % 5));
