@@ -140,7 +140,8 @@ RankPlan plan_ranks(const std::vector<ModuleShape>& modules, double ratio, Junct
 // singular values σ_i of W·P for every module, P = (C + λI)^½ the root covariance of its dense inputs,
 // so σ_{r+1}² is exactly the drop of the activation loss ‖(W − B·A)·X‖² when rank r + 1 is kept
 // instead of r (Eckart–Young), and a greedy gives ranks where the (normalized) drop per parameter is
-// largest.
+// largest. For a wide module (down_proj) the pre-pass takes the same σ_i² as the eigenvalues of
+// W·(C + λI)·Wᵀ from its outputs, never forming the wide covariance (src/compress/sensitivity.hpp).
 
 enum class RankAlloc {
   Uniform,  // "uniform": every module keeps (1 − R) of its own weights (plan_ranks)
