@@ -121,6 +121,16 @@ class Stage {
   // tokens (StageInput::cross). If any stage does, the pipeline also runs the calibration windows
   // through the dense layers (a second stream of hidden states, see run_layerwise).
   virtual bool needs_dense_cross() const { return false; }
+  // Whether it takes its site's inputs batch by batch as the pipeline taps them (consume), before it
+  // runs: for what it gathers itself instead of, or beside, the statistics (the output side of a wide
+  // module, src/compress/output_side.hpp) without the [N·L, w] inputs being kept.
+  virtual bool consumes_batches() const { return false; }
+  // One batch x: [rows, w] of its site's inputs in layer i (tokens first_token...), the layer's modules
+  // as they stand then. Returns the FLOPs it did (PipelineTimes::consume_flops).
+  virtual double consume(const model::DecoderLayer& layer, int i, const MatrixF& x, std::int64_t first_token) {
+    (void)layer, (void)i, (void)x, (void)first_token;
+    return 0;
+  }
   // The sites whose modules it may rewrite (default: its own). The next pass resumes from the layer's
   // current state only if none of them comes before the site that state stands at (a rewritten
   // earlier module changes every later site's input); otherwise it restarts at the layer's input.
@@ -140,6 +150,9 @@ struct PipelineTimes {
   // (CrossStats), not counted in forward and covariance above.
   double dense_forward = 0;
   double cross = 0;
+  // The stages' own work on the tapped batches (Stage::consume), not counted in covariance above.
+  double consume = 0;
+  double consume_flops = 0;
 };
 
 struct PipelineOptions {

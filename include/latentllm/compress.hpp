@@ -264,6 +264,12 @@ struct CompressOptions {
   // one more layer forward, the dense hidden states and a [w, w] cross moment per such site). The
   // joint stages and the other pre-conditioners are unchanged (docs/ARCHITECTURE.md).
   bool error_compensation = false;
+  // Wide root-covariance modules (out < (√2 − 1)·in: down_proj, fc2) fitted locally from the statistics
+  // of their outputs y = W·x (src/compress/output_side.hpp): the same factors, bias update and loss as
+  // from the [in, in] input covariance, which is then never formed. Taken only where exact and no less
+  // accurate: λ > 0 and float covariance products (pipeline.covariance_f32), and not where the module
+  // is fitted by error compensation. Off: always the input covariance.
+  bool output_side = true;
   calib::PipelineOptions pipeline;
   // Per-layer progress (src/compress/resume.hpp): when set, the state after every layer is saved
   // here, and with `resume` a matching state is restored and the run continues after its last layer.

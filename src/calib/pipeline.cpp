@@ -27,6 +27,7 @@ struct TapWants {
   std::vector<bool> stats;  // the statistics (SiteStats): some stage reads them
   std::vector<bool> keep;   // the activations themselves
   std::vector<bool> cross;  // the cross moments with the dense stream's inputs (DenseStream::input)
+  std::vector<std::vector<Stage*>> consumers;  // the stages that consume its batches (Stage::consume)
 };
 
 // Taps sites of one layer: accumulates their statistics and, if asked, keeps the activations and the
@@ -38,7 +39,7 @@ class SiteTap : public model::ForwardObserver {
           std::int64_t total_rows, bool f32_products, const DenseStream* dense)
       : layer_modules_(layer_modules), layer_(layer), sites_(std::move(sites)), stats_(std::move(wants.stats)),
         keep_(std::move(wants.keep)),
-        cross_(std::move(wants.cross)), total_rows_(total_rows), f32_(f32_products), dense_(dense),
+        cross_(std::move(wants.cross)), consumers_(std::move(wants.consumers)), total_rows_(total_rows), f32_(f32_products), dense_(dense),
         stats(sites_.size()), activations(sites_.size()), crosses(sites_.size()), rows_(sites_.size(), 0) {}
 
   void on_input(int layer, model::Site site, const MatrixF& x) override {
@@ -52,13 +53,16 @@ class SiteTap : public model::ForwardObserver {
         if (stats[k].xtx.size() == 0) stats[k].reset(static_cast<int>(x.cols()));
         stats[k].add_upper(x, rows_seen_[k], f32_);
       });
+      seconds += seconds_since(t0);
+      consume(k, site, x);
       rows_seen_[k] += x.rows();
+      const auto t1 = Clock::now();
       if (keep_[k]) {
         if (activations[k].size() == 0) activations[k].resize(total_rows_, x.cols());
         activations[k].middleRows(rows_[k], x.rows()) = x;
         rows_[k] += x.rows();
       }
-      seconds += seconds_since(t0);
+      seconds += seconds_since(t1);
     }
   }
 
@@ -87,10 +91,20 @@ class SiteTap : public model::ForwardObserver {
     cross_seconds += seconds_since(t0);
   }
 
+  void consume(std::size_t k, model::Site site, const MatrixF& x) {
+    if (consumers_[k].empty()) return;
+    const auto t0 = Clock::now();
+    with_context(site_modules(layer_modules_, layer_, site), [&] {
+      for (Stage* s : consumers_[k]) consume_flops += s->consume(layer_modules_, layer_, x, rows_seen_[k]);
+    });
+    consume_seconds += seconds_since(t0);
+  }
+
   const model::DecoderLayer& layer_modules_;
   int layer_;
   std::vector<model::Site> sites_;
   std::vector<bool> stats_, keep_, cross_;
+  std::vector<std::vector<Stage*>> consumers_;
   std::int64_t total_rows_;
   bool f32_;
   const DenseStream* dense_;
@@ -101,6 +115,8 @@ class SiteTap : public model::ForwardObserver {
   std::vector<CrossStats> crosses;   // where asked
   double seconds = 0;                // statistics and kept activations
   double cross_seconds = 0;          // cross moments
+  double consume_seconds = 0;        // the consuming stages' work (Stage::consume)
+  double consume_flops = 0;
 
  private:
   std::vector<std::int64_t> rows_;
@@ -212,7 +228,9 @@ class LayerPasses {
     const auto t0 = Clock::now();
     advance(m_, layer_, state_, seqlen_, tap.get(), in_place, dense_batch);
     const double dense_s = dense ? dense->seconds() - dense0 : 0.0;
-    times_.forward += seconds_since(t0) - tap->seconds - tap->cross_seconds - dense_s;
+    times_.forward += seconds_since(t0) - tap->seconds - tap->cross_seconds - tap->consume_seconds - dense_s;
+    times_.consume += tap->consume_seconds;
+    times_.consume_flops += tap->consume_flops;
     times_.dense_forward += dense_s;
     times_.cross += tap->cross_seconds;
     valid_ = valid_ || in_place;  // a pass on copies leaves a valid state where it was
@@ -456,6 +474,9 @@ PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, 
           wants.stats.push_back(read_by_any(groups, groups[k].site));
           wants.keep.push_back(groups[k].needs_activations);
           wants.cross.push_back(groups[k].needs_cross);
+          wants.consumers.emplace_back();
+          for (Stage* st : groups[k].stages)
+            if (st->consumes_batches()) wants.consumers.back().push_back(st);
         }
         kept.take(i, passes.tap(sites, std::move(wants), limit, dense.get()));
       }

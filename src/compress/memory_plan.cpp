@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "compress/output_side.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/eval.hpp"
 #include "latentllm/threads.hpp"
@@ -22,9 +23,14 @@ std::int64_t widest_site(const model::ModelConfig& c, bool ud) {
   const std::int64_t q = c.num_attention_heads * c.head_dim;
   return ud ? std::max(c.hidden_size, q) : std::max({c.hidden_size, q, c.ffn_width()});
 }
-std::int64_t site_covariances(const model::ModelConfig& c, bool ud) {
+// down_proj / fc2 [d, ffn] fitted from its outputs (output_side.hpp): no [ffn, ffn] covariance.
+bool down_output_side(const model::ModelConfig& c, const CompressOptions& opt, bool ud) {
+  const bool compensating = opt.error_compensation && opt.pipeline.sequential_within_layer;
+  return !ud && !compensating && local_output_side(opt, c.hidden_size, c.ffn_width());
+}
+std::int64_t site_covariances(const model::ModelConfig& c, bool ud, bool down_out) {
   const std::int64_t d = c.hidden_size, q = c.num_attention_heads * c.head_dim, f = c.ffn_width();
-  return 8 * (2 * d * d + q * q + (ud ? 0 : f * f));
+  return 8 * (2 * d * d + q * q + (ud || down_out ? 0 : f * f));
 }
 
 }  // namespace
@@ -35,6 +41,7 @@ core::MemoryPlan plan_compress_memory(const model::Model& m, std::int64_t n_tok,
   const model::ModelConfig& c = m.config();
   const bool ud = opt.method == Method::LatentLlm && effective_options(m.config(), n_tok, opt).joint.ud;
   const std::int64_t d = c.hidden_size, f = c.ffn_width(), w = widest_site(c, ud);
+  const bool down_out = down_output_side(c, opt, ud);
   core::MemoryPlan p;
   p.title = "compress (lazy layers)";
   p.budget = budget;
@@ -54,7 +61,9 @@ core::MemoryPlan plan_compress_memory(const model::Model& m, std::int64_t n_tok,
   }
   const std::int64_t act = eval::activation_floats_per_token(c);
   p.add("forward activations", 4 * batch_tokens * act, fmt::format("{} tokens x {} floats", batch_tokens, act));
-  p.add("site covariances (double)", site_covariances(c, ud), "every tapped site's [w, w] at once");
+  p.add("site covariances (double)", site_covariances(c, ud, down_out),
+        down_out ? "every tapped site's [w, w] at once; the down projection's from its outputs, [d, d]"
+                 : "every tapped site's [w, w] at once");
   if (ud) {
     const std::int64_t n_ud = opt.ud_max_tokens > 0 ? std::min(n_tok, opt.ud_max_tokens) : n_tok;
     const std::int64_t mats = m.mlp().gated ? 3 : 2;
@@ -77,7 +86,9 @@ core::MemoryPlan plan_compress_memory(const model::Model& m, std::int64_t n_tok,
     const std::int64_t q = c.num_attention_heads * c.head_dim;
     std::int64_t work = 0, in = 0, out = 0;
     for (const auto& [i, o] : {std::pair{d, f}, std::pair{f, d}, std::pair{d, q}, std::pair{q, d}}) {
-      if (2 * i * i + 4 * i * o > work) std::tie(work, in, out) = std::tuple{2 * i * i + 4 * i * o, i, o};
+      // From the outputs: the [o, o] Gram, its eigenvectors and W·Wᵀ, W and U_rᵀ·W in double.
+      const std::int64_t need = down_out && i == f && o == d ? 3 * o * o + 2 * i * o : 2 * i * i + 4 * i * o;
+      if (need > work) std::tie(work, in, out) = std::tuple{need, i, o};
     }
     p.add("decomposition working set", 8 * work,
           fmt::format("whitening and SVD of a [{}, {}] module in double", out, in));
@@ -89,7 +100,7 @@ core::MemoryPlan plan_compress_memory(const model::Model& m, std::int64_t n_tok,
     const std::int64_t dense_states = 8 * n_tok * (d + w) <= limit ? 4 * n_tok * (d + w) : 4 * batch_tokens * (d + w);
     p.add("dense stream pass states", dense_states, "residual + site input, all tokens or one batch");
     p.add("dense copy of the layer", fp.largest_layer(), "its modules before the stages replace them");
-    p.add("cross moments (double)", site_covariances(c, ud), "Σ x·x̂ᵀ of the tapped sites, [w, w] each");
+    p.add("cross moments (double)", site_covariances(c, ud, down_out), "Σ x·x̂ᵀ of the tapped sites, [w, w] each");
   }
   p.add("runtime and token ids", kRuntime + 4 * n_tok, fmt::format("256 MiB + {} ids x 4 B", n_tok));
   return p;

@@ -112,9 +112,11 @@ nlohmann::json CompressReport::to_json() const {
                        {"calibration_sampling", calib_sample_s},
                        {"forward", times.forward},
                        {"covariance", times.covariance},
+                       {"output_statistics", times.consume},
                        {"decompositions", times.compress},
                        {"decompositions_by_part", part_seconds}}},
-          {"flops", {{"forward", times.forward_flops}, {"covariance", times.covariance_flops}}}};
+          {"flops", {{"forward", times.forward_flops}, {"covariance", times.covariance_flops},
+                     {"output_statistics", times.consume_flops}}}};
   if (times.dense_forward > 0 || times.cross > 0) {  // error-compensating fits only
     j["seconds"]["dense_forward"] = times.dense_forward;
     j["seconds"]["cross"] = times.cross;

@@ -64,7 +64,7 @@ std::string run_fingerprint(const model::Model& m, std::span<const std::int32_t>
         + fmt::format(" {} {}", opt.ud_max_tokens, opt.vo_iters) + (opt.pipeline.covariance_f32 ? " f32" : "") + (opt.ud_f32 ? " ud-f32" : "")
         // Global ranks follow from the calibration and these (measured again on resume, deterministically).
         + (opt.rank_alloc == RankAlloc::Global ? fmt::format(" global-{}-{}", alloc_score_name(opt.alloc_score), opt.alloc_max_tokens) : "")
-        + (opt.error_compensation ? " compensate" : "")
+        + (opt.error_compensation ? " compensate" : "") + (opt.output_side ? " output-side" : "")
         + (opt.joint_tol > 0 ? fmt::format(" tol-{:.17g}", opt.joint_tol) : ""));
   return fmt::format("{:016x}", f.h);
 }

@@ -32,52 +32,28 @@ std::vector<double> whitened_spectrum(const MatrixD& w, const Whitening& wh, std
   return descending_nonnegative(linalg::sym_eigvals(gram, context));
 }
 
-std::vector<double> output_spectrum(const MatrixF& w, const MatrixF& x, bool centered, double lambda_rel,
+std::vector<double> output_spectrum(const OutputStats& s, const MatrixF& w, bool centered, double lambda_rel,
                                     std::string_view context) {
-  const Eigen::Index d = w.cols(), dout = w.rows(), n = x.rows();
-  if (x.cols() != d || dout > d) {
-    throw Error(fmt::format("{}: output-side spectrum (expected w [d', d] with d' <= d and x [n, d], got w [{}, {}], "
-                            "x [{}, {}])", context, dout, d, n, x.cols()));
-  }
-  constexpr Eigen::Index kRows = 2048;  // tokens per block: a [2048, d'] float output at a time
-  calib::SiteStats ys;                  // of the outputs y = W·x: Σ y yᵀ = W·C·Wᵀ
-  ys.reset(static_cast<int>(dout));
-  VectorD sum = VectorD::Zero(d);       // Σ x     (for tr C centered)
-  double sq = 0;                        // Σ ‖x‖²  (tr C)
-  for (Eigen::Index r0 = 0; r0 < n; r0 += kRows) {
-    const auto xb = x.middleRows(r0, std::min(kRows, n - r0));  // [rows, d]
-    const MatrixF y = xb * w.transpose();                        // [rows, d'] sgemm
-    ys.add_upper(y, r0, true);
-    for (Eigen::Index t = 0; t < xb.rows(); ++t) {
-      const VectorD xt = xb.row(t).transpose().cast<double>();
-      sum += xt;
-      sq += xt.squaredNorm();
-    }
-  }
-  ys.symmetrize();
-  MatrixD g = centered ? ys.centered() : std::move(ys.xtx);  // [d', d']
-  const double trace = centered && n > 0 ? sq - sum.squaredNorm() / static_cast<double>(n) : sq;
-  const double lambda = d > 0 ? lambda_rel * trace / static_cast<double>(d) : 0.0;  // absolute_damping
-  if (lambda > 0) {
-    calib::SiteStats ws;  // W·Wᵀ = Σ over W's columns: the rows of Wᵀ
-    ws.reset(static_cast<int>(dout));
-    ws.add_upper(MatrixF(w.transpose()), 0, true);
-    ws.symmetrize();
-    g += lambda * ws.xtx;
-  }
-  return descending_nonnegative(linalg::sym_eigvals(g, context));
+  return descending_nonnegative(linalg::sym_eigvals(damped_output_gram(s, w, centered, lambda_rel), context));
 }
 
-bool output_side_cheaper(std::int64_t out, std::int64_t in, std::int64_t n_tok) {
-  const double rho = static_cast<double>(out) / static_cast<double>(in);
-  const double kept = 4.0 * static_cast<double>(n_tok) * static_cast<double>(in);
-  return rho < std::sqrt(2.0) - 1.0 && kept <= std::max(8.0 * static_cast<double>(in) * static_cast<double>(in), 256.0 * (1 << 20));
+std::vector<double> output_spectrum(const MatrixF& w, const MatrixF& x, bool centered, double lambda_rel,
+                                    std::string_view context) {
+  if (x.cols() != w.cols() || w.rows() > w.cols()) {
+    throw Error(fmt::format("{}: output-side spectrum (expected w [d', d] with d' <= d and x [n, d], got w [{}, {}], "
+                            "x [{}, {}])", context, w.rows(), w.cols(), x.rows(), x.cols()));
+  }
+  OutputStats s;
+  s.add(w, x, 0);
+  s.finish();
+  return output_spectrum(s, w, centered, lambda_rel, context);
 }
 
 namespace {
 
-// Reads one site's statistics, or with the output side its activations, and records the spectra of
-// its modules; rewrites nothing, so the pipeline's passes run the dense layer once.
+// Reads one site's statistics, or with the output side the statistics of its modules' outputs (from the
+// tapped batches), and records the spectra of its modules; rewrites nothing, so the pipeline's passes
+// run the dense layer once.
 class SpectrumStage final : public calib::Stage {
  public:
   SpectrumStage(model::Site site, bool output_side, const CompressOptions& opt, std::map<std::string, ModuleSpectrum>& out)
@@ -85,7 +61,10 @@ class SpectrumStage final : public calib::Stage {
   std::string_view name() const override { return "spectrum"; }
   model::Site site() const override { return site_; }
   std::vector<model::Site> reads() const override { return output_side_ ? std::vector<model::Site>{} : std::vector{site_}; }
-  bool needs_activations() const override { return output_side_; }
+  bool consumes_batches() const override { return output_side_; }
+  double consume(const model::DecoderLayer& layer, int i, const MatrixF& x, std::int64_t first_token) override {
+    return outputs_.add(layer, i, x, first_token, [&](const model::Linear& lin) { return lin.site == site_; });
+  }
   std::vector<model::Site> rewrites() const override { return {}; }
 
   void run(const calib::StageInput& in, model::Model& m) override {
@@ -97,7 +76,8 @@ class SpectrumStage final : public calib::Stage {
       const bool centered = lin.bias.size() > 0 && opt_.local.update_bias;
       ModuleSpectrum s{lin.name, lin.role, lin.out, lin.in, {}};
       if (output_side_) {
-        s.sigma2 = output_spectrum(lin.weight, *in.activations, centered, opt_.local.lambda_rel, lin.name);
+        const OutputStats& os = outputs_.finished(lin.name);
+        s.sigma2 = output_spectrum(os, lin.weight, centered, opt_.local.lambda_rel, lin.name);
       } else {
         std::optional<Whitening>& wh = whitening[centered ? 1 : 0];
         if (!wh) {
@@ -108,6 +88,7 @@ class SpectrumStage final : public calib::Stage {
       }
       out_[lin.name] = std::move(s);
     }
+    outputs_.clear();
   }
 
  private:
@@ -115,15 +96,16 @@ class SpectrumStage final : public calib::Stage {
   bool output_side_;
   const CompressOptions& opt_;
   std::map<std::string, ModuleSpectrum>& out_;
+  LayerOutputs outputs_;  // output side
 };
 
 // Whether every module of `site` (layer 0's shapes: the layers are alike) takes the output side.
-bool site_output_side(const model::Model& m, model::Site site, std::int64_t n_tok) {
+bool site_output_side(const model::Model& m, model::Site site) {
   bool any = false, all = true;
   for (const auto& lin : m.layer_spec(0).linears) {
     if (lin.site != site) continue;
     any = true;
-    all = all && output_side_cheaper(lin.out, lin.in, n_tok);
+    all = all && output_side_cheaper(lin.out, lin.in);
   }
   return any && all;
 }
@@ -142,7 +124,7 @@ std::vector<ModuleSpectrum> measure_spectra(model::Model& m, std::span<const std
   std::map<std::string, ModuleSpectrum> found;
   std::vector<std::unique_ptr<calib::Stage>> stages;
   for (model::Site s : {model::Site::AttnIn, model::Site::AttnOut, model::Site::MlpIn, model::Site::MlpMid}) {
-    const bool output_side = site_output_side(m, s, static_cast<std::int64_t>(ids.size()));
+    const bool output_side = site_output_side(m, s);
     stages.push_back(std::make_unique<SpectrumStage>(s, output_side, opt, found));
   }
   std::vector<calib::Stage*> ptrs;

@@ -11,10 +11,10 @@
 //                recomputed down projection and a 4096-wide Gram.
 #pragma once
 
-#include <cstdint>
 #include <string_view>
 #include <vector>
 
+#include "compress/output_side.hpp"
 #include "compress/whitening.hpp"
 #include "latentllm/tensor.hpp"
 
@@ -23,16 +23,14 @@ namespace latentllm::compress {
 // Input side: w: [d', d], wh a whitening of its C + λI. σ_i², descending, min(d, d') of them.
 std::vector<double> whitened_spectrum(const MatrixD& w, const Whitening& wh, std::string_view context);
 
-// Output side: w: [d', d], x: [n, d] the module's inputs (rows = tokens); C = Σ x xᵀ, or its centered
-// form Σ (x − μ)(x − μ)ᵀ when `centered` (a bias module whose bias is updated, as the local ASVD), λ =
-// lambda_rel · mean(diag C) as absolute_damping. Outputs in float products summed in double over
-// blocks of tokens (SiteStats' f32 route). σ_i², descending, min(d, d') of them (d' ≤ d here).
+// Output side (output_side.hpp): σ_i² of W·F as the eigenvalues of W·(C + λI)·Wᵀ, from the statistics
+// of the module's outputs y = W·x (C centered when `centered`: a bias module whose bias is updated, as
+// the local ASVD), λ = lambda_rel · mean(diag C) as absolute_damping. w: [d', d] as given to s.add.
+// σ_i², descending, d' of them.
+std::vector<double> output_spectrum(const OutputStats& s, const MatrixF& w, bool centered, double lambda_rel,
+                                    std::string_view context);
+// The same from the inputs x: [n, d] themselves (rows = tokens); throws Error unless d' ≤ d.
 std::vector<double> output_spectrum(const MatrixF& w, const MatrixF& x, bool centered, double lambda_rel,
                                     std::string_view context);
-
-// Whether the output side is the cheaper route for a module [out, in] (per token out·in + out²/2
-// multiply-adds against in²/2, before the input side's factorization) and its n_tok kept inputs, in
-// float, take no more memory than the [in, in] double covariance they replace (or 256 MiB).
-bool output_side_cheaper(std::int64_t out, std::int64_t in, std::int64_t n_tok);
 
 }  // namespace latentllm::compress

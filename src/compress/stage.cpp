@@ -52,6 +52,23 @@ int StageContext::rank_of(const model::Linear& lin) const {
 void StageContext::install(model::Linear& lin, LowRank f, const MatrixD& w, const VectorD& b,
                            const calib::SiteStats* st, std::string_view how) {
   f = with_junction(std::move(f), local_.junction, lin.name);
+  if (st == nullptr) return report_and_install(lin, f, (w - f.dense()).squaredNorm(), -1.0, how);
+  const MatrixD e = w - f.dense();
+  VectorD delta;
+  if (b.size() > 0) delta = b - f.bias;
+  const VectorD mean = st->mean();
+  const auto n = static_cast<double>(st->n);
+  const double loss = output_error_f32(e, delta, st->xtx, mean, n);
+  report_and_install(lin, f, loss, output_error_f32(w, b, st->xtx, mean, n), how);
+}
+
+void StageContext::install_measured(model::Linear& lin, LowRank f, double loss, double energy, std::string_view how) {
+  f = with_junction(std::move(f), local_.junction, lin.name);
+  report_and_install(lin, f, loss, energy, how);
+}
+
+void StageContext::report_and_install(model::Linear& lin, const LowRank& f, double loss, double energy,
+                                      std::string_view how) {
   ModuleReport r;
   r.name = lin.name;
   r.out = lin.out;
@@ -60,16 +77,8 @@ void StageContext::install(model::Linear& lin, LowRank f, const MatrixD& w, cons
   r.dense_params = lin.out * lin.in;
   r.params = f.weight_params();
   r.how = how;
-  if (st == nullptr) {
-    r.loss = (w - f.dense()).squaredNorm();
-  } else {
-    const MatrixD e = w - f.dense();
-    VectorD delta;
-    if (b.size() > 0) delta = b - f.bias;
-    const VectorD mean = st->mean();
-    const auto n = static_cast<double>(st->n);
-    r.loss = output_error_f32(e, delta, st->xtx, mean, n);
-    const double energy = output_error_f32(w, b, st->xtx, mean, n);
+  r.loss = loss;
+  if (energy >= 0) {
     r.loss_rel = energy > 0 ? r.loss / energy : 0.0;
     log_info("  {} rank {} params {}/{} loss {:.4e} (rel {:.4f}) [{}]", lin.name, r.rank, r.params, r.dense_params,
              r.loss, r.loss_rel, how);
@@ -101,16 +110,15 @@ std::vector<std::unique_ptr<CompressStage>> plan_stages(StageContext& ctx, const
   // Joint V-O compresses v_proj with o_proj once the o_proj input statistics exist.
   std::vector<Role> attn_in = qk ? std::vector<Role>{} : std::vector<Role>{Role::Q, Role::K};
   if (!vo) attn_in.push_back(Role::V);
-  if (!attn_in.empty()) s.push_back(make_local_stage(ctx, Site::AttnIn, attn_in));
+  if (!attn_in.empty()) s.push_back(make_local_stage(ctx, m, Site::AttnIn, attn_in));
   if (vo) s.push_back(make_joint_vo_stage(ctx));
-  else s.push_back(make_local_stage(ctx, Site::AttnOut, {Role::O}));
+  else s.push_back(make_local_stage(ctx, m, Site::AttnOut, {Role::O}));
   if (ud) {
     s.push_back(make_joint_ud_stage(ctx));
   } else {
-    s.push_back(make_local_stage(ctx, Site::MlpIn, {Role::Gate, Role::Up}));
-    s.push_back(make_local_stage(ctx, Site::MlpMid, {Role::Down}));
+    s.push_back(make_local_stage(ctx, m, Site::MlpIn, {Role::Gate, Role::Up}));
+    s.push_back(make_local_stage(ctx, m, Site::MlpMid, {Role::Down}));
   }
-  (void)m;
   return s;
 }
 

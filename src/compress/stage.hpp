@@ -37,10 +37,17 @@ class StageContext {
   // and installs it in lin in place of the dense weight.
   void install(model::Linear& lin, LowRank f, const MatrixD& w, const VectorD& b, const calib::SiteStats* st,
                std::string_view how);
+  // The same with the output error already known (the output side, output_side.hpp): loss = Σ ‖W·x + b
+  // − B·A·x − b̂‖² and energy = Σ ‖W·x + b‖² over the calibration inputs.
+  void install_measured(model::Linear& lin, LowRank f, double loss, double energy, std::string_view how);
 
  private:
   const CompressOptions& opt_;
   LocalOptions local_;
+  // Reports f (already in its junction form) with its loss (and energy; < 0: unlogged weight error) and
+  // installs it.
+  void report_and_install(model::Linear& lin, const LowRank& f, double loss, double energy, std::string_view how);
+
   CompressReport& report_;
   std::map<std::string, std::int64_t> ranks_;
 };
@@ -58,7 +65,10 @@ class CompressStage : public calib::Stage {
 };
 
 // Local ASVD (the method's pre-conditioner) of the not yet compressed modules with these roles at `site`.
-std::unique_ptr<CompressStage> make_local_stage(StageContext& ctx, model::Site site, std::vector<model::Role> roles);
+// With the root covariance, the wide modules among them (output_side.hpp) are fitted from their
+// outputs, without the site's covariance, when local_output_side allows it.
+std::unique_ptr<CompressStage> make_local_stage(StageContext& ctx, const model::Model& m, model::Site site,
+                                                std::vector<model::Role> roles);
 std::unique_ptr<CompressStage> make_joint_qk_stage(StageContext& ctx);
 std::unique_ptr<CompressStage> make_joint_vo_stage(StageContext& ctx);
 std::unique_ptr<CompressStage> make_joint_ud_stage(StageContext& ctx);

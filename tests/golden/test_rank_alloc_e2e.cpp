@@ -183,9 +183,10 @@ TEST_F(RankAllocE2E, UniformIsUnchanged) {
             0)
       << out;
   const auto j = nlohmann::json::parse(out.substr(out.find('{')));
-  // Bit-equal in a Release build; the sanitizer build's other code generation moves it by ~1e-6, while a
-  // change of ranks moves it by ~3e-2.
-  EXPECT_NEAR(j.at("mean_nll").get<double>(), 4.524171965293918, 1e-5);
+  // Bit-equal in a Release build on the CPU it was recorded on; the sanitizer build's other code
+  // generation moves it by ~1e-6 and another CPU's BLAS kernels (AMD EPYC against the Intel one) by
+  // 1.1e-5, while a change of ranks moves it by ~3e-2.
+  EXPECT_NEAR(j.at("mean_nll").get<double>(), 4.524171965293918, 1e-4);
 }
 
 // A resumed run must allocate as the killed one did: the allocation is part of the fingerprint, and

@@ -398,6 +398,58 @@ TEST(Pipeline, ASiteNobodyReadsIsTappedWithoutStatistics) {
   EXPECT_EQ(t.covariance_flops, 0.0);
 }
 
+// A consuming stage (Stage::consume; the output side of a wide module) gets its site's batches in
+// token order, each layer's before its run, with the layer's modules as they stand, and nothing else:
+// batch by batch they make up the site's inputs, and what it reports counts as its FLOPs.
+TEST(Pipeline, AConsumingStageGetsItsSitesBatchesInOrderBeforeItRuns) {
+  class Consumer : public calib::Stage {
+   public:
+    std::string_view name() const override { return "consumer"; }
+    Site site() const override { return Site::MlpMid; }
+    std::vector<Site> reads() const override { return {}; }
+    bool consumes_batches() const override { return true; }
+    std::vector<Site> rewrites() const override { return {}; }
+    double consume(const model::DecoderLayer& layer, int i, const MatrixF& x, std::int64_t first_token) override {
+      EXPECT_EQ(&layer, &m->layer(i));
+      if (static_cast<int>(x_by_layer.size()) == i) x_by_layer.emplace_back(0, x.cols());
+      MatrixF& all = x_by_layer.at(static_cast<std::size_t>(i));
+      EXPECT_EQ(first_token, all.rows());  // in order, none skipped
+      all.conservativeResize(all.rows() + x.rows(), Eigen::NoChange);
+      all.bottomRows(x.rows()) = x;
+      ++batches;
+      return 1.0;
+    }
+    void run(const calib::StageInput& in, Model&) override {
+      EXPECT_EQ(static_cast<int>(x_by_layer.size()), in.layer + 1);  // its batches came first
+      EXPECT_EQ(in.activations, nullptr);
+      EXPECT_THROW(in.stats_of(Site::MlpMid), Error);
+    }
+    const Model* m = nullptr;
+    std::vector<MatrixF> x_by_layer;
+    int batches = 0;
+  } stage;
+  LlamaDims s;
+  s.layers = 2;
+  auto m = Model::load(make_llama(s, 73).write("pipeline-consume"));
+  stage.m = m.get();
+  const auto ids = random_ids(kT * kWindows, s.V, 7);
+  calib::Stage* stages[] = {&stage};
+  calib::PipelineOptions po;
+  po.batch_windows = 2;  // 5 windows: batches of 2, 2 and 1
+  const calib::PipelineTimes t = calib::run_layerwise(*m, ids, kT, stages, po);
+  ASSERT_EQ(stage.x_by_layer.size(), 2u);
+  EXPECT_EQ(stage.batches, 6);
+  EXPECT_EQ(t.consume_flops, 6.0);
+  EXPECT_EQ(t.covariance_flops, 0.0);
+  MatrixF h;
+  for (int layer = 0; layer < 2; ++layer) {  // other batch shapes than site_inputs': float rounding apart
+    const MatrixF& got = stage.x_by_layer[static_cast<std::size_t>(layer)];
+    const MatrixF want = site_inputs(*m, ids, layer, h).at(Site::MlpMid);
+    ASSERT_EQ(got.rows(), want.rows());
+    EXPECT_LT((got - want).norm(), 1e-5f * want.norm());
+  }
+}
+
 TEST(SiteStats, FinitenessCheckWithoutStatisticsNamesItsToken) {
   MatrixF x = MatrixF::Ones(50, 6);
   EXPECT_NO_THROW(calib::check_finite_rows(x, 0));

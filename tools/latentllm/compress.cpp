@@ -89,9 +89,10 @@ int report_stopped(const CompressArgs& a, const compress::CompressReport& report
     std::printf("stopped after layer %d of %d (--stop-after-layers %d): no checkpoint written; progress in %s "
                 "(run again with --resume to continue)\n", report.layers_done, report.layers_total, a.stop_after_layers,
                 state.string().c_str());
-    std::printf("time: %.1fs for %d layers = forward %.1fs + covariance %.1fs + decompositions %.1fs; "
-                "%.1fs a layer, %.0fs projected for all %d layers\n", report.total_s, ran, report.times.forward,
-                report.times.covariance, report.times.compress, per_layer, projected,
+    std::printf("time: %.1fs for %d layers = forward %.1fs + covariance %.1fs + output statistics %.1fs + "
+                "decompositions %.1fs; %.1fs a layer, %.0fs projected for all %d layers\n", report.total_s, ran,
+                report.times.forward, report.times.covariance, report.times.consume, report.times.compress, per_layer,
+                projected,
                 report.layers_total - report.layers_resumed);
     std::printf("peak memory: %.1f MiB\n", core::peak_rss_bytes() / 1048576.0);
   }
@@ -203,9 +204,9 @@ int run_compress(const CompressArgs& a) {
   } else {
     std::printf("compressed %s with %s at ratio %.2f: %lld -> %lld weights in compressed modules\n", a.model.c_str(),
                 a.method.c_str(), a.ratio, (long long)report.dense_params, (long long)report.params);
-    std::printf("time: total %.1fs = sampling %.1fs + forward %.1fs + covariance %.1fs + decompositions %.1fs + write %.1fs\n",
-                report.total_s + sample_s + write_s, sample_s, report.times.forward, report.times.covariance,
-                report.times.compress, write_s);
+    std::printf("time: total %.1fs = sampling %.1fs + forward %.1fs + covariance %.1fs + output statistics %.1fs + "
+                "decompositions %.1fs + write %.1fs\n", report.total_s + sample_s + write_s, sample_s,
+                report.times.forward, report.times.covariance, report.times.consume, report.times.compress, write_s);
     if (global) std::printf("rank allocation (global, %s): dense pre-pass %.1fs before that\n",
                             compress::alloc_score_name(opt.alloc_score).data(), report.prepass_s);
     if (report.times.dense_forward > 0 || report.times.cross > 0) {

@@ -16,7 +16,7 @@ namespace latentllm::cli {
 struct MethodArgs {
   // "auto" / NaN: the preset's value for the method (compress::preset_options).
   std::string preset = "default", junction = "auto", joint = "auto", covariance = "auto", ud_precision = "f32";
-  std::string rank_alloc = "auto", alloc_score = "relative", fit = "auto";
+  std::string rank_alloc = "auto", alloc_score = "relative", fit = "auto", output_side = "on";
   double lambda_rel = std::numeric_limits<double>::quiet_NaN(), alpha = 0.5;
   int qk_iters = 8, vo_iters = 8, ud_iters = 4, rope_window = 0, batch = 8;
   std::int64_t ud_tokens = compress::CompressOptions{}.ud_max_tokens;
