@@ -8,7 +8,8 @@
 //                 [--methods asvd-rootcov,asvd-rootcov/restart,latentllm] [--out bench/results/compress_time]
 //                 [--stop-after-layers N] [--project-layers M] [--threads T] [--covariance f64|f32]
 //                 [--preset none|default|paper] [--rank-alloc uniform|global]
-// A method "<m>/restart" runs m with every calibration pass restarting at the layer input (baseline).
+// A method "<m>/restart" runs m with every calibration pass restarting at the layer input (baseline);
+// "<m>/input-side" fits every module from its input covariance (CompressOptions::output_side off).
 // --stop-after-layers N (bench/run_scale.sh): the first N layers only, no checkpoint written; the
 // whole model's time is projected from them (per-layer stages × layers, plus sampling and embedding).
 // --project-layers M projects to M layers instead of the checkpoint's (a real shape truncated to a few
@@ -48,8 +49,9 @@ struct MethodTimes {
   bool covariance_f32 = false;  // as run (the preset's unless --covariance)
 };
 
-// spec: a method, or "<method>/restart" for the same with every calibration pass restarting at the
-// layer input (PipelineOptions::resume_passes off: the pipeline before the passes resumed).
+// spec: a method, "<method>/restart" for the same with every calibration pass restarting at the layer
+// input (PipelineOptions::resume_passes off: the pipeline before the passes resumed), or
+// "<method>/input-side" with every module fitted from its input covariance (no output side).
 struct RunArgs {
   double ratio = 0.2;
   int nsamples = 64, seqlen = 0, stop_after_layers = 0;
@@ -61,8 +63,13 @@ struct RunArgs {
 MethodTimes run_method(const std::string& model_dir, const std::string& c4, const std::string& spec, const RunArgs& a) {
   MethodTimes t;
   t.method = spec;
-  const bool restart = spec.ends_with("/restart");
-  const std::string method = restart ? spec.substr(0, spec.size() - 8) : spec;
+  const auto slash = spec.find('/');
+  const std::string method = spec.substr(0, slash);
+  const std::string variant = slash == std::string::npos ? "" : spec.substr(slash + 1);
+  if (!variant.empty() && variant != "restart" && variant != "input-side") {
+    throw std::runtime_error("unknown method variant (expected restart or input-side, got " + variant + ")");
+  }
+  const bool restart = variant == "restart";
   auto m = model::Model::load(model_dir);
   const auto tok = io::load_tokenizer(model_dir);
   calib::CalibOptions co;
@@ -82,10 +89,13 @@ MethodTimes run_method(const std::string& model_dir, const std::string& c4, cons
   t.covariance_f32 = opt.pipeline.covariance_f32;
   bench::BlasSnapshot at_begin;
   opt.part_observer = [&](std::string_view part, bool begin) {
+    // The forward profile covers the compression's passes only, not the pre-pass's dense forwards.
+    if (part == "pre-pass" && !begin) model::reset_forward_profile();
     if (begin) at_begin = bench::BlasSnapshot::now();
     else t.part_blas[std::string(part)] += bench::BlasSnapshot::now() - at_begin;
   };
   opt.pipeline.resume_passes = !restart;
+  if (variant == "input-side") opt.output_side = false;
   model::reset_forward_profile();
   model::set_profiling(true);
   t.rep = compress::compress_model(*m, ids, co.seqlen, opt);
@@ -142,6 +152,7 @@ int main(int argc, char** argv) try {
       "|---|---|---:|---:|---:|---:|---:|---:|\n",
       std::filesystem::path(model_dir).filename().string(), 100 * ratio, nsamples, speak, dpeak, load_before);
   std::map<std::string, double> forward_s;  // by method spec
+  std::map<std::string, nlohmann::json> by_spec;  // each run's JSON, by method spec
   std::stringstream list(methods);
   for (std::string method; std::getline(list, method, ',');) {
     std::fprintf(stderr, "compressing with %s...\n", method.c_str());
@@ -168,6 +179,11 @@ int main(int argc, char** argv) try {
     row("&nbsp;&nbsp;of which batching and copies", pt.forward - fp.linear_s - fp.attention_s - fp.other_s, 0, 1);
     if (t.covariance_f32) row("covariance XXᵀ (float products: ssyrk, vs sgemm)", pt.covariance, cov_rate, speak);
     else row("covariance XXᵀ (dsyrk, vs dgemm)", pt.covariance, cov_rate, dpeak);
+    const double out_rate = pt.consume > 0 ? pt.consume_flops / pt.consume / 1e9 : 0.0;
+    if (pt.consume > 0) {
+      row("output statistics of wide modules (y = W·x by sgemm, Σ y·yᵀ by ssyrk; vs sgemm)", pt.consume, out_rate,
+          speak);
+    }
     if (t.rep.prepass_s > 0) {
       row(fmt::format("rank allocation pre-pass (all {} layers of the checkpoint)", t.rep.layers_total), t.rep.prepass_s,
           0, 1);
@@ -201,9 +217,9 @@ int main(int argc, char** argv) try {
       row("writing the checkpoint (f16)", t.write_s, 0, 1);
       row("**total**", total, 0, 1);
     }
-    runs.push_back({{"method", method},
+    nlohmann::json run = {{"method", method},
                     {"seconds", {{"sampling", t.sample_s}, {"forward", pt.forward}, {"covariance", pt.covariance},
-                                 {"decompositions", pt.compress}, {"decompositions_by_part", t.rep.part_seconds},
+                                 {"output_statistics", pt.consume}, {"decompositions", pt.compress}, {"decompositions_by_part", t.rep.part_seconds},
                                  {"prepass", t.rep.prepass_s}, {"write", t.write_s}, {"total", total}}},
                     {"preset", ra.preset}, {"covariance", t.covariance_f32 ? "f32" : "f64"}, {"rank_alloc", compress::rank_alloc_name(t.rep.rank_alloc)}, {"joint", {{"qk", t.rep.qk_losses.size() > 0}, {"ud", t.rep.ud_losses.size() > 0}}},
                     {"forward_gflops", fwd_rate}, {"forward_fraction_of_sgemm_peak", fwd_rate / speak},
@@ -212,12 +228,16 @@ int main(int argc, char** argv) try {
                     {"forward_profile_seconds", {{"linear", fp.linear_s}, {"attention", fp.attention_s},
                                                  {"other", fp.other_s}}},
                     {"covariance_gflops", cov_rate}, {"covariance_fraction_of_dgemm_peak", cov_rate / dpeak},
-                    {"covariance_fraction_of_sgemm_peak", cov_rate / speak}, {"decomposition_parts", parts},
+                    {"covariance_fraction_of_sgemm_peak", cov_rate / speak},
+                    {"output_statistics_gflops", out_rate}, {"output_statistics_fraction_of_sgemm_peak", out_rate / speak},
+                    {"decomposition_parts", parts},
                     {"layers", t.rep.to_json().at("layers")}, {"projected_layers", all_layers},
                     {"projected_seconds_all_layers", projected},
                     {"peak_rss_bytes", core::peak_rss_bytes()},
                     {"attention_map_loss", t.rep.to_json().at("attention_map_loss")},
-                    {"mlp_output_loss", t.rep.to_json().at("mlp_output_loss")}});
+                    {"mlp_output_loss", t.rep.to_json().at("mlp_output_loss")}};
+    by_spec[method] = run;
+    runs.push_back(std::move(run));
   }
   for (const auto& [spec, s] : forward_s) {
     const std::string base = spec.ends_with("/restart") ? spec.substr(0, spec.size() - 8) : "";
@@ -226,6 +246,20 @@ int main(int argc, char** argv) try {
                       "every pass at the layer input, {:.2f}× faster (same process, bit-identical results).\n",
                       base, forward_s.at(base), s, s / forward_s.at(base));
   }
+  for (const auto& [spec, r] : by_spec) {
+    const std::string base = spec.ends_with("/input-side") ? spec.substr(0, spec.size() - 11) : "";
+    if (base.empty() || !by_spec.count(base)) continue;
+    const nlohmann::json& b = by_spec.at(base);
+    auto sec = [](const nlohmann::json& j, const char* k) { return j.at("seconds").value(k, 0.0); };
+    const double out_layer = sec(b, "covariance") + sec(b, "output_statistics") + sec(b, "decompositions");
+    const double in_layer = sec(r, "covariance") + sec(r, "output_statistics") + sec(r, "decompositions");
+    md += fmt::format("\n{}: covariance + output statistics + decompositions {:.1f} s with the wide modules fitted from "
+                      "their outputs against {:.1f} s from their input covariances ({:.2f}x); projected whole model "
+                      "{:.0f} s against {:.0f} s ({:.2f}x; same process).\n", base, out_layer, in_layer,
+                      in_layer / out_layer, b.at("projected_seconds_all_layers").get<double>(),
+                      r.at("projected_seconds_all_layers").get<double>(),
+                      r.at("projected_seconds_all_layers").get<double>() / b.at("projected_seconds_all_layers").get<double>());
+  }
   md += "\nForward: the GEMM FLOPs the calibration forwards execute (linear modules, and attention's Q·Kᵀ and ·V "
         "over the block-causal region) over their wall time (norms, activations, batching copies included; the "
         "statistics taps excluded), against the float sgemm peak; the next row counts the linear modules' FLOPs "
@@ -233,7 +267,9 @@ int main(int argc, char** argv) try {
         "every calibration pass from the layer's input (PipelineOptions::resume_passes off), as the pipeline did "
         "before passes resumed where the previous stage stopped. Covariance: the "
         "FLOPs of the triangle (n·w·(w+1)), against the dgemm peak in double (dsyrk) or the sgemm peak with "
-        "--covariance f32 (ssyrk per 1024 tokens, summed in double). Decompositions are LAPACK "
+        "--covariance f32 (ssyrk per 1024 tokens, summed in double). Output statistics: the wide root-covariance modules "
+        "(down_proj, fc2) fitted from their outputs (src/compress/output_side.hpp): the recomputed y = W·x and the "
+        "triangle of Σ y·yᵀ, in float products summed in double, against the sgemm peak. Decompositions are LAPACK "
         "eigen/SVDs and, for joint up-down, GEMM-bound alternating fits over all calibration tokens (in float with "
         "--ud-precision f32, the default). Their rate is every "
         "BLAS FLOP the part issued (GEMM, SYRK, TRSM, GEMV; counted by link-time wrappers, bench/blas_counters.hpp) over "

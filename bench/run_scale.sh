@@ -9,7 +9,8 @@
 # memory; the projection then uses the preset's real layer count.
 # Environment: NSAMPLES (64), SEQLEN (2048), STOP (1 layer), THREADS (0 = all), COV (auto: the preset's), PRESET (default:
 # the CLI's --preset default, global ranks with their pre-pass; none = CompressOptions{}), RANK_ALLOC (the
-# preset's; uniform or global).
+# preset's; uniform or global), METHODS (latentllm; e.g. latentllm,latentllm/input-side for the same run with
+# every module fitted from its input covariance, in the same process).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD_DIR:-build}
@@ -29,7 +30,7 @@ for spec in "${specs[@]}"; do
   fi
   real_layers=$("$BUILD/tools/synth/latentllm-synth" --list | awk -v p="$preset" '$1 == p { print $4 }')
   echo "load average before $preset: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-  "$BUILD/bench/compress_time" --shared "$SHARED" --model "$dir" --methods latentllm \
+  "$BUILD/bench/compress_time" --shared "$SHARED" --model "$dir" --methods "${METHODS:-latentllm}" \
     --nsamples "${NSAMPLES:-64}" --seqlen "${SEQLEN:-2048}" --stop-after-layers "${STOP:-1}" \
     --threads "${THREADS:-0}" --covariance "${COV:-auto}" --project-layers "${real_layers:-0}" \
     --preset "${PRESET:-default}" ${RANK_ALLOC:+--rank-alloc "$RANK_ALLOC"} \

@@ -284,7 +284,8 @@ struct CompressOptions {
   // set); an exception it throws stops the run there (the saved progress stays resumable).
   std::function<void(int layer)> layer_done;
   // Called on entering (begin = true) and leaving each stage ("local", "joint-qk", "joint-vo",
-  // "joint-ud") of every layer, on the calling thread; stages never nest. For profilers
+  // "joint-ud") of every layer, and the global rank allocation's dense pre-pass ("pre-pass") before
+  // them, on the calling thread; parts never nest. For profilers
   // (bench/compress_time attributes BLAS FLOPs and LAPACK time to them); empty = no calls.
   std::function<void(std::string_view stage, bool begin)> part_observer;
 };

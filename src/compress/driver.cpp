@@ -88,7 +88,10 @@ CompressReport compress_model(model::Model& m, std::span<const std::int32_t> ids
   report.rank_alloc = opt.rank_alloc;
   std::optional<RankPlan> computed;
   if (!given) {
+    const bool prepass = opt.rank_alloc == RankAlloc::Global;
+    if (prepass && opt.part_observer) opt.part_observer("pre-pass", true);
     computed = plan_model_calibrated(m, ids, seqlen, opt);
+    if (prepass && opt.part_observer) opt.part_observer("pre-pass", false);
     if (opt.rank_alloc == RankAlloc::Global)
       report.prepass_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }

@@ -83,7 +83,9 @@ TEST(OutputSide, SameFactorsBiasAndLossAsTheInputSide) {
       EXPECT_EQ(out.f.block_identity(), j == Junction::BlockIdentity);
       EXPECT_LT(rel(out.f.dense(), in.dense()), 1e-4);
       ASSERT_EQ(out.f.bias.size(), b.size());
-      if (with_bias) EXPECT_LT((out.f.bias - in.bias).norm(), 1e-4 * in.bias.norm());
+      if (with_bias) {
+        EXPECT_LT((out.f.bias - in.bias).norm(), 1e-4 * in.bias.norm());
+      }
       const VectorD delta = with_bias ? VectorD(b - out.f.bias) : VectorD();
       const double own = output_error(p.wd - out.f.dense(), delta, p.st.xtx, mean, n);
       EXPECT_NEAR(out.loss, own, 1e-5 * own);
