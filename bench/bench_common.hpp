@@ -50,16 +50,19 @@ inline double sgemm_peak_gflops(nlohmann::json& detail) {
   return best;
 }
 
-// Memory read bandwidth in GB/s: the best of several passes summing a 1 GiB float array (far beyond
-// the caches), split over the forward's threads in 4 MiB chunks (how decoding streams its weights).
-// detail gets the single-thread read rate and a memcpy rate (bytes read + written) too.
+// Memory read bandwidth in GB/s: the best of several passes over a 1 GiB float array (far beyond the
+// caches): summing it split over the forward's threads in 4 MiB chunks, summing it on one thread, and
+// multiplying it as a [2^16, 4096] matrix by a vector with single-threaded sgemv on 128-row blocks
+// over the pool's threads (how decoding streams its weights). detail gets each rate and a memcpy rate
+// (bytes read + written).
 inline double memory_bandwidth_gbs(nlohmann::json& detail) {
   const std::size_t n = std::size_t{1} << 28;  // floats: 1 GiB
   const std::int64_t chunk = std::int64_t{1} << 20;
   std::vector<float> a(n, 1.0f), b(n / 2);
   const int threads = latentllm::core::num_threads();
   std::vector<double> part(static_cast<std::size_t>((static_cast<std::int64_t>(n) + chunk - 1) / chunk));
-  double pool = 0, single = 0, copy = 0;
+  double pool = 0, single = 0, copy = 0, gemv = 0;
+  std::vector<float> x(4096, 1.0f), y(n / 4096);  // a as a row-major [n / 4096, 4096] matrix
   for (int rep = 0; rep < 5; ++rep) {
     auto t0 = Clock::now();
     latentllm::core::parallel_for(static_cast<std::int64_t>(n) / chunk, 1, [&](std::int64_t c0, std::int64_t c1) {
@@ -75,10 +78,21 @@ inline double memory_bandwidth_gbs(nlohmann::json& detail) {
     t0 = Clock::now();
     std::copy(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(n / 2), b.begin());
     copy = std::max(copy, 2.0 * 4.0 * (n / 2) / seconds_since(t0) / 1e9);
+    // y = a·x by single-threaded sgemv on blocks of 128 rows over the pool: how decoding reads a weight.
+    {
+      latentllm::core::BlasSingleThreaded one;
+      t0 = Clock::now();
+      latentllm::core::parallel_for(static_cast<std::int64_t>(y.size()), 128, [&](std::int64_t r0, std::int64_t r1) {
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(r1 - r0), 4096, 1.0f, a.data() + r0 * 4096, 4096,
+                    x.data(), 1, 0.0f, y.data() + r0, 1);
+      });
+      gemv = std::max(gemv, 4.0 * n / seconds_since(t0) / 1e9);
+    }
   }
   detail = {{"threads", threads}, {"read_pool_gb_per_s", pool}, {"read_one_thread_gb_per_s", single},
-            {"memcpy_read_plus_write_gb_per_s", copy}, {"checksum", std::accumulate(part.begin(), part.end(), 0.0)}};
-  return std::max(pool, single);
+            {"sgemv_pool_gb_per_s", gemv}, {"memcpy_read_plus_write_gb_per_s", copy},
+            {"checksum", std::accumulate(part.begin(), part.end(), 0.0) + y[0]}};
+  return std::max({pool, single, gemv});
 }
 
 // The 1-minute load average (other processes compete for the 2 cores and skew every figure).

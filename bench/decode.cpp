@@ -4,7 +4,13 @@
 // process); prefill against the sgemm peak; KV-cache bytes per position. Writes <out>.json and <out>.md.
 //
 //   decode --model DIR [--name NAME] [--latent compress|random] [--contexts 128,512,2048] [--steps 8]
-//          [--prefill 128] [--shared ../shared] [--out bench/results/decode/NAME]
+//          [--prefill 128] [--shared ../shared] [--out bench/results/decode/NAME] [--pool-baseline 1]
+//          [--pool-spin N]
+//
+// --pool-baseline 1 also times every decode with the pool's threads sleeping at once between parallel
+// regions (core::set_pool_spin(0): the pool before its short spin), its steps interleaved with the
+// spinning pool's, and reports the ratio. --pool-spin N sets the spinning arms' spin (pause
+// instructions before a pool thread sleeps; default the library's, 0 = the sleeping pool).
 //
 // Latent versions at 20 % and 40 %:
 //   compress: latentllm with the library API on 8 TinyStories windows of 64 tokens (the fixtures);
@@ -13,7 +19,9 @@
 //             random-weight checkpoints of real shapes (latentllm-synth): they measure speed only.
 // A decode at context C: the cache holds C − steps − 2 positions of random entries (the speed of a step
 // does not depend on them; prefilling 2048 tokens of a 1.3 B model would take minutes), then 2 warm-up
-// steps and `steps` timed ones, the last attending to C positions. Contexts beyond
+// steps and `steps` timed ones, the last attending to C positions; the median step counts. The timed
+// steps of a latent variant go round with the dense model's (and the sleeping pool's, below), each arm
+// with its own cache, so the speedups are ratios of the same moments on a drifting machine. Contexts beyond
 // max_position_embeddings are skipped (reported).
 #include <algorithm>
 #include <cstdio>
@@ -33,6 +41,7 @@
 #include "latentllm/log.hpp"
 #include "latentllm/model.hpp"
 #include "latentllm/resources.hpp"
+#include "latentllm/threads.hpp"
 #include "latentllm/tokenizer.hpp"
 
 namespace {
@@ -123,20 +132,48 @@ void fill_cache(model::KvCache& cache, int layers, int n) {
   cache.advance(n);
 }
 
-// Seconds per decode step at context C (see the header), or < 0 when C does not fit.
-double decode_seconds(const model::Model& m, KvCacheMode mode, int C, int steps) {
-  if (C > m.config().max_position_embeddings || C < steps + 3) return -1;
-  model::KvCache cache(m, C, mode);
-  fill_cache(cache, m.num_layers(), C - steps - 2);
+double median(std::vector<double> t) {
+  std::sort(t.begin(), t.end());
+  const std::size_t h = t.size() / 2;
+  return t.empty() ? 0.0 : t.size() % 2 ? t[h] : 0.5 * (t[h - 1] + t[h]);
+}
+
+// One arm of an interleaved measurement: a model, its cache form and the pool's idle behaviour.
+struct Arm {
+  const model::Model* m;
+  KvCacheMode mode;
+  bool sleeping_pool = false;  // core::set_pool_spin(0): the pool before its short spin
+};
+
+// Seconds per decode step at context C (see the header) of every arm, or empty when C does not fit:
+// each arm gets its own cache, and the timed steps go round the arms (one step each per round), so
+// that all of them see the same machine at the same time (a shared or virtual machine's bandwidth
+// drifts by tens of percent over minutes); the median of each arm's steps counts.
+std::vector<double> decode_seconds(const std::vector<Arm>& arms, int C, int steps, int spin) {
+  for (const Arm& a : arms)
+    if (C > a.m->config().max_position_embeddings || C < steps + 3) return {};
+  std::vector<std::unique_ptr<model::KvCache>> caches;
   MatrixF logits;
   std::int32_t id = 3;
-  for (int w = 0; w < 2; ++w) m.forward_cached(std::span<const std::int32_t>(&id, 1), cache, logits);
-  const auto t0 = Clock::now();
+  for (const Arm& a : arms) {
+    caches.push_back(std::make_unique<model::KvCache>(*a.m, C, a.mode));
+    fill_cache(*caches.back(), a.m->num_layers(), C - steps - 2);
+    for (int w = 0; w < 2; ++w) a.m->forward_cached(std::span<const std::int32_t>(&id, 1), *caches.back(), logits);
+  }
+  std::vector<std::vector<double>> t(arms.size());
   for (int s = 0; s < steps; ++s) {
-    m.forward_cached(std::span<const std::int32_t>(&id, 1), cache, logits);
+    for (std::size_t k = 0; k < arms.size(); ++k) {
+      core::set_pool_spin(arms[k].sleeping_pool ? 0 : spin);
+      const auto t0 = Clock::now();
+      arms[k].m->forward_cached(std::span<const std::int32_t>(&id, 1), *caches[k], logits);
+      t[k].push_back(seconds_since(t0));
+    }
     id = static_cast<std::int32_t>((id * 7919 + 13) % 500);
   }
-  return seconds_since(t0) / steps;
+  core::set_pool_spin(spin);
+  std::vector<double> med;
+  for (auto& v : t) med.push_back(median(v));
+  return med;
 }
 
 }  // namespace
@@ -151,6 +188,9 @@ int main(int argc, char** argv) try {
   const int steps = std::stoi(arg(argc, argv, "--steps", "8"));
   const int prefill = std::stoi(arg(argc, argv, "--prefill", "128"));
   const std::string out = arg(argc, argv, "--out", "bench/results/decode/" + name);
+  const bool pool_baseline = arg(argc, argv, "--pool-baseline", "1") == "1";
+  const int spin = std::stoi(arg(argc, argv, "--pool-spin", "-1"));  // the spinning arms' (-1: the default)
+  core::set_pool_spin(spin);
   std::vector<int> contexts;
   {
     std::stringstream ss(arg(argc, argv, "--contexts", "128,512,2048"));
@@ -168,15 +208,18 @@ int main(int argc, char** argv) try {
                                    {"latent 40 %", 0.4, KvCacheMode::Auto},
                                    {"latent 40 %, dense cache", 0.4, KvCacheMode::Dense}};
   nlohmann::json rows = nlohmann::json::array();
-  std::unique_ptr<model::Model> m;
-  double current = -1;  // the ratio m holds
+  // The dense model stays loaded: its steps are interleaved with every latent variant's (the speedup).
+  const std::unique_ptr<model::Model> dense = model::Model::load(model_dir);
+  std::unique_ptr<model::Model> latent;
+  double current = -1;  // the ratio `latent` holds
   for (const Variant& v : variants) {
-    if (v.ratio != current) {
-      m.reset();
-      m = v.ratio == 0 || latent_route == "random" ? model::Model::load(model_dir) : compressed(model_dir, shared, v.ratio);
-      if (v.ratio > 0 && latent_route == "random") randomize_latent(*m, v.ratio, 7);
+    if (v.ratio > 0 && v.ratio != current) {
+      latent.reset();
+      latent = latent_route == "random" ? model::Model::load(model_dir) : compressed(model_dir, shared, v.ratio);
+      if (latent_route == "random") randomize_latent(*latent, v.ratio, 7);
       current = v.ratio;
     }
+    model::Model* m = v.ratio > 0 ? latent.get() : dense.get();
     std::vector<Variant> runs = {v};
     // Where auto does not cache every factored module as latents (RoPE keys, compute-bound absorbed
     // attention), also measure the forced latent cache.
@@ -196,18 +239,31 @@ int main(int argc, char** argv) try {
                             {"weight_bytes_per_token", wbytes}, {"kv_cache_bytes_per_token", kv_per_pos},
                             {"kv_cache_layers", probe.describe()}};
       for (int C : contexts) {
-        const double s = decode_seconds(*m, run.mode, C, steps);
-        if (s < 0) {
+        // Arms: this variant; with the pool baseline the same with a sleeping pool; for a latent
+        // variant the dense model (dense cache, spinning pool).
+        std::vector<Arm> arms = {{m, run.mode, false}};
+        if (pool_baseline) arms.push_back({m, run.mode, true});
+        if (run.ratio > 0) arms.push_back({dense.get(), KvCacheMode::Dense, false});
+        const std::vector<double> med = decode_seconds(arms, C, steps, spin);
+        if (med.empty()) {
           row["decode"][std::to_string(C)] = nullptr;
           continue;
         }
+        const double s = med[0], s_sleep = pool_baseline ? med[1] : 0.0, s_dense = run.ratio > 0 ? med.back() : s;
         const double bytes = static_cast<double>(wbytes) + static_cast<double>(kv_per_pos) * C;
         const double roofline = bw * 1e9 / bytes;
         row["decode"][std::to_string(C)] = {{"tokens_per_s", 1.0 / s}, {"bytes_per_token", bytes},
                                             {"roofline_tokens_per_s", roofline}, {"fraction_of_roofline", 1.0 / s / roofline},
                                             {"achieved_gb_per_s", bytes / s / 1e9}};
-        std::fprintf(stderr, "%s %s context %d: %.2f tokens/s (roofline %.2f, %.0f %%)\n", name.c_str(),
-                     run.name.c_str(), C, 1.0 / s, roofline, 100.0 / s / roofline);
+        if (pool_baseline) {
+          row["decode"][std::to_string(C)]["sleeping_pool_tokens_per_s"] = 1.0 / s_sleep;
+          row["decode"][std::to_string(C)]["speedup_over_sleeping_pool"] = s_sleep / s;
+        }
+        row["decode"][std::to_string(C)]["dense_tokens_per_s_interleaved"] = 1.0 / s_dense;
+        row["decode"][std::to_string(C)]["speedup_over_dense"] = s_dense / s;
+        std::fprintf(stderr, "%s %s context %d: %.2f tokens/s (roofline %.2f, %.0f %%; sleeping pool %.2f; dense "
+                     "interleaved %.2f, %.2fx)\n", name.c_str(), run.name.c_str(), C, 1.0 / s, roofline,
+                     100.0 / s / roofline, pool_baseline ? 1.0 / s_sleep : 0.0, 1.0 / s_dense, s_dense / s);
       }
       const int P = std::min<int>(prefill, static_cast<int>(m->config().max_position_embeddings));
       std::vector<std::int32_t> ids(static_cast<std::size_t>(P));
@@ -227,7 +283,7 @@ int main(int argc, char** argv) try {
       rows.push_back(row);
     }
   }
-  const auto& c = m->config();
+  const auto& c = dense->config();
   nlohmann::json j = {{"model", model_dir}, {"name", name}, {"latent_route", latent_route},
                       {"architecture", c.architecture}, {"layers", c.num_hidden_layers},
                       {"hidden_size", c.hidden_size}, {"heads", c.num_attention_heads},
@@ -263,6 +319,44 @@ int main(int argc, char** argv) try {
     }
     md += fmt::format(" {:.1f} ({:.0f} %) |\n", r["prefill"]["tokens_per_s"].get<double>(),
                       100 * r["prefill"]["fraction_of_sgemm_peak"].get<double>());
+  }
+  md += "\nSpeedup over the dense model, whose steps were interleaved with each latent variant's (same contexts, "
+        "same moments: the ratio is robust to the machine's drift, the tokens/s above less so): latent tok/s / "
+        "dense tok/s.\n\n| variant |";
+  for (int C : contexts) md += fmt::format(" @{} |", C);
+  md += "\n|---|";
+  for (std::size_t i = 0; i < contexts.size(); ++i) md += "---:|";
+  md += "\n";
+  for (const auto& r : rows) {
+    if (r["ratio"].get<double>() == 0) continue;
+    md += fmt::format("| {} |", r["variant"].get<std::string>());
+    for (int C : contexts) {
+      const auto& d = r["decode"][std::to_string(C)];
+      md += d.is_null() ? " — |"
+                        : fmt::format(" {:.2f} / {:.2f} = {:.2f}x |", d["tokens_per_s"].get<double>(),
+                                      d["dense_tokens_per_s_interleaved"].get<double>(),
+                                      d["speedup_over_dense"].get<double>());
+    }
+    md += "\n";
+  }
+  if (pool_baseline) {
+    md += "\nThe same decodes with the pool's threads sleeping at once between parallel regions (the pool before "
+          "its short spin, `core::set_pool_spin(0)`), same process: tokens/s and the spinning pool's speedup.\n\n"
+          "| variant |";
+    for (int C : contexts) md += fmt::format(" sleeping pool @{} (speedup) |", C);
+    md += "\n|---|";
+    for (std::size_t i = 0; i < contexts.size(); ++i) md += "---:|";
+    md += "\n";
+    for (const auto& r : rows) {
+      md += fmt::format("| {} |", r["variant"].get<std::string>());
+      for (int C : contexts) {
+        const auto& d = r["decode"][std::to_string(C)];
+        md += d.is_null() ? " — |"
+                          : fmt::format(" {:.2f} ({:.2f}x) |", d["sleeping_pool_tokens_per_s"].get<double>(),
+                                        d["speedup_over_sleeping_pool"].get<double>());
+      }
+      md += "\n";
+    }
   }
   std::ofstream(out + ".md") << md;
   std::printf("%s", md.c_str());

@@ -19,10 +19,12 @@ specs=("$@")
 for spec in "${specs[@]}"; do
   echo "load average before $spec: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
   if [ "$spec" = fixtures ]; then
+    # No sleeping-pool arm: a step of these models takes 0.1-2 ms, and alternating the pool's
+    # behaviour every step measures the transitions (futex wake-ups) more than either pool.
     "$BUILD/bench/decode" --shared "$SHARED" --model "$SHARED/models/opt-tiny" --name opt-tiny --steps 64 \
-      --contexts 128,512 --prefill 128
+      --contexts 128,512 --prefill 128 --pool-baseline 0
     "$BUILD/bench/decode" --shared "$SHARED" --model "$SHARED/models/stories260K/hf" --name stories260K \
-      --steps 64 --contexts 128,512 --prefill 128
+      --steps 64 --contexts 128,512 --prefill 128 --pool-baseline 0
     continue
   fi
   preset=${spec%%:*}
@@ -33,6 +35,6 @@ for spec in "${specs[@]}"; do
     "$BUILD/tools/synth/latentllm-synth" --preset "$preset" --out "$dir" --layers "$keep" \
       --tokenizers "$SHARED/data/tokenizers" >&2
   fi
-  "$BUILD/bench/decode" --shared "$SHARED" --model "$dir" --name "$(basename "$dir")" --latent random --steps 6 \
+  "$BUILD/bench/decode" --shared "$SHARED" --model "$dir" --name "$(basename "$dir")" --latent random --steps "${STEPS:-16}" \
     --contexts 128,512,2048 --prefill 128
 done

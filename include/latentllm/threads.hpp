@@ -9,5 +9,8 @@ namespace latentllm::core {
 void set_num_threads(int n);
 // The pool's threads.
 int num_threads();
+// How long an idle pool thread spins before it sleeps, in pause instructions (about 10-30 ns each);
+// 0 sleeps at once (the pool before it spun), < 0 restores the default (2000). For benchmarks.
+void set_pool_spin(int pauses);
 
 }  // namespace latentllm::core

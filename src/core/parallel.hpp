@@ -1,5 +1,6 @@
-// The library's threads (latentllm/threads.hpp): one small pool whose idle workers sleep (block on a condition
-// variable) instead of spinning. OpenMP's spin-waiting (libgomp spins ~300k iterations after each
+// The library's threads (latentllm/threads.hpp): one small pool whose idle workers spin only briefly
+// (about 20-60 µs, so back-to-back regions start at once) and then sleep (block on a condition
+// variable). OpenMP's spin-waiting (libgomp spins ~300k iterations after each
 // region) next to OpenBLAS's own pthread pool, or next to any other busy process on a 2-core machine,
 // burned up to 75 % of the cycles in measurements (stories260K: 22k tok/s on 1 thread, 6k on 2).
 // So every parallel part of the forward runs here, GEMMs included: each thread calls a
