@@ -131,17 +131,25 @@ class RidgeStep {
 };
 
 // Paper's Z update for ReLU, per element: min β(z' − σ(z))² + γ(z − w)², the better of the branches
-// z ≥ 0 (σ(z) = z) and z ≤ 0 (σ(z) = 0), each a clipped quadratic.
+// z ≥ 0 (σ(z) = z) and z ≤ 0 (σ(z) = 0), each a clipped quadratic. A plain loop over the elements, so
+// that the compiler vectorizes it (through Eigen's binaryExpr with a lambda it stayed scalar).
 template <typename T>
 Mat<T> relu_case_split(const Mat<T>& zp, const Mat<T>& w, double beta_d, double gamma_d) {
-  const T beta = static_cast<T>(beta_d), gamma = static_cast<T>(gamma_d);
-  return zp.binaryExpr(w, [beta, gamma](T p, T u) {
-    const T zpos = std::max(T(0), (beta * p + gamma * u) / (beta + gamma));
+  const T beta = static_cast<T>(beta_d), gamma = static_cast<T>(gamma_d), sum = beta + gamma;
+  Mat<T> z(zp.rows(), zp.cols());
+  const T* pp = zp.data();
+  const T* wp = w.data();
+  T* zo = z.data();
+  const Eigen::Index n = zp.size();
+  for (Eigen::Index i = 0; i < n; ++i) {
+    const T p = pp[i], u = wp[i];
+    const T zpos = std::max(T(0), (beta * p + gamma * u) / sum);
     const T cpos = beta * (p - zpos) * (p - zpos) + gamma * (zpos - u) * (zpos - u);
     const T zneg = std::min(u, T(0));
     const T cneg = beta * p * p + gamma * (zneg - u) * (zneg - u);
-    return cpos <= cneg ? zpos : zneg;
-  });
+    zo[i] = cpos <= cneg ? zpos : zneg;
+  }
+  return z;
 }
 
 // Gauss-Newton target for a pre-activation: z + η·s(h* − h)/(s² + ε), with ε 1 % of the chunk's mean
@@ -247,6 +255,9 @@ void paper_iterations(const Ctx<T>& c, MlpFactors cur, Best& best, UdResult& out
   // Scalars of a pass over iterate `cur`: [0] its true output loss, [1] its auxiliary objective.
   auto evaluate = [&](const Lin<T>& down, const Cols<T>& xt, const Cols<T>& yt, Eigen::Index t0, int it,
                       const Mat<T>& ux, ChunkOut<T>& r) {
+    // Iterate 0 is the local start, whose loss is known (out.loss_local): only the auxiliary
+    // objective, when tracked, needs its pass (a down projection of every chunk, 1/9 of the pass).
+    if (it == 0 && !o.track_aux_loss) return;
     const Mat<T> h = act_of(relu, ux);
     r.scalars = {sq_norm<T>(yt - down(h)), 0.0};
     if (o.track_aux_loss && it == 0) r.scalars[1] = o.alpha * r.scalars[0];  // Z = Ŵ_u·X, no Z' yet
