@@ -28,6 +28,9 @@ struct CalibOptions {
   int seqlen = 0;                   // L; 0 = min(2048, max_position_embeddings)
   std::uint64_t seed = 0;
   Sampling sampling = Sampling::Random;
+  // c4: the last this many documents are never sampled (io::kC4HeldoutDocs = 100 keeps the text of the
+  // dataset "c4-heldout" out of the calibration). ConfigError unless fewer than the file's documents.
+  int holdout_docs = 0;
 };
 
 // Token ids of the N calibration windows, [N·L] row-major. Deterministic for a seed on every

@@ -10,9 +10,14 @@
 
 namespace latentllm::io {
 
-enum class Dataset { WikiText2, PTB, C4, Text, StoriesValid, StoriesTest };
+enum class Dataset { WikiText2, PTB, C4, Text, StoriesValid, StoriesTest, C4Heldout };
 
-// "wikitext2", "ptb", "c4", "text", "tinystories-valid", "tinystories-test". Throws ConfigError listing the names for anything else.
+// The documents at the end of a C4 JSON-lines file that Dataset::C4Heldout evaluates on, and that a
+// calibration must leave out for that figure to be held out (calib::CalibOptions::holdout_docs).
+inline constexpr std::size_t kC4HeldoutDocs = 100;
+
+// "wikitext2", "ptb", "c4", "text", "tinystories-valid", "tinystories-test", "c4-heldout". Throws
+// ConfigError listing the names for anything else.
 Dataset parse_dataset(std::string_view name);
 // The name parse_dataset accepts.
 std::string_view dataset_name(Dataset d);
@@ -25,6 +30,9 @@ std::string_view dataset_name(Dataset d);
 //             393,041 chars, sha256 1f1d25ca...
 //  C4:        " ".join of the "text" of the first 1100 JSON lines (no token truncation here);
 //             c4-train.00000-of-01024.first1000.jsonl -> sha256 409f11b4...
+//  C4Heldout: " ".join of the "text" of the last kC4HeldoutDocs (100) JSON lines: C4 text held out of
+//             a calibration on the same file with --calib-holdout 100 (validation for C4-calibrated
+//             models). FormatError when the file has no more documents than that.
 //  Text:      the file as it is.
 //  StoriesValid / StoriesTest: the validation and test halves of a file of stories separated by blank
 //             lines ("\n\n"), each half joined by "\n\n": of the shared

@@ -21,7 +21,20 @@ std::uint64_t uniform_below(std::mt19937_64& rng, std::uint64_t n) {
 }
 
 std::vector<std::string> read_documents(const CalibOptions& opt) {
-  if (opt.source == "c4") return io::read_jsonl_texts(opt.data, 0);
+  if (opt.holdout_docs < 0 || (opt.holdout_docs > 0 && opt.source != "c4")) {
+    throw ConfigError(fmt::format("--calib-holdout (expected >= 0, and 0 unless --calib c4; got {} with --calib {})",
+                                  opt.holdout_docs, opt.source));
+  }
+  if (opt.source == "c4") {
+    std::vector<std::string> docs = io::read_jsonl_texts(opt.data, 0);
+    const auto held = static_cast<std::size_t>(opt.holdout_docs);
+    if (held >= docs.size()) {
+      throw ConfigError(fmt::format("{}: --calib-holdout {} leaves no document to calibrate on (expected fewer than the "
+                                    "file's {})", opt.data.string(), held, docs.size()));
+    }
+    docs.resize(docs.size() - held);
+    return docs;
+  }
   if (opt.source == "text") return {io::build_eval_text(io::Dataset::Text, opt.data)};
   throw ConfigError(fmt::format("--calib: unknown source (expected c4 or text, got {})", opt.source));
 }

@@ -30,7 +30,7 @@ std::vector<std::int32_t> eval_ids(const io::Tokenizer& tok, io::Dataset dataset
   auto ids = tok.encode(text, /*add_special_tokens=*/true);
   // GPTQ's C4 evaluation keeps valenc[:, :256·seqlen].
   const auto cap = static_cast<std::size_t>(256) * static_cast<std::size_t>(seqlen);
-  if (dataset == io::Dataset::C4 && ids.size() > cap) ids.resize(cap);
+  if ((dataset == io::Dataset::C4 || dataset == io::Dataset::C4Heldout) && ids.size() > cap) ids.resize(cap);
   return ids;
 }
 

@@ -83,8 +83,9 @@ Dataset parse_dataset(std::string_view name) {
   if (name == "text") return Dataset::Text;
   if (name == "tinystories-valid") return Dataset::StoriesValid;
   if (name == "tinystories-test") return Dataset::StoriesTest;
-  throw ConfigError(fmt::format("dataset: unknown name (expected wikitext2, ptb, c4, text, tinystories-valid or "
-                                "tinystories-test, got {})", name));
+  if (name == "c4-heldout") return Dataset::C4Heldout;
+  throw ConfigError(fmt::format("dataset: unknown name (expected wikitext2, ptb, c4, text, tinystories-valid, "
+                                "tinystories-test or c4-heldout, got {})", name));
 }
 
 std::string_view dataset_name(Dataset d) {
@@ -95,6 +96,7 @@ std::string_view dataset_name(Dataset d) {
     case Dataset::Text: return "text";
     case Dataset::StoriesValid: return "tinystories-valid";
     case Dataset::StoriesTest: return "tinystories-test";
+    case Dataset::C4Heldout: return "c4-heldout";
   }
   return "?";
 }
@@ -144,6 +146,16 @@ std::string build_eval_text(Dataset dataset, const std::filesystem::path& file) 
     case Dataset::C4:
       out = join(read_jsonl_texts(file, kC4Docs), " ");
       break;
+    case Dataset::C4Heldout: {
+      std::vector<std::string> docs = read_jsonl_texts(file, 0);
+      if (docs.size() <= kC4HeldoutDocs) {
+        throw FormatError(fmt::format("{}: too few documents to hold out the last {} (expected more than {}, got {})",
+                                      file.string(), kC4HeldoutDocs, kC4HeldoutDocs, docs.size()));
+      }
+      docs.erase(docs.begin(), docs.end() - static_cast<std::ptrdiff_t>(kC4HeldoutDocs));
+      out = join(docs, " ");
+      break;
+    }
     case Dataset::Text:
       out = read_utf8(file);
       break;

@@ -105,6 +105,41 @@ TEST(CompressCli, WritesAReloadableCheckpointWithProvenance) {
   EXPECT_NE(out.find("output directory exists (use --force"), std::string::npos) << out;
 }
 
+// c4-heldout after a calibration on the same file: held out with --calib-holdout 100 (recorded in the
+// checkpoint), and flagged, with a warning, without it. A file of 130 stories as c4 documents.
+TEST(CompressCli, C4HeldoutIsFlaggedUnlessTheCalibrationLeftItOut) {
+  const auto tmp = test::make_temp_dir("ccli-heldout");
+  const std::string text = read(stories());
+  std::ofstream jsonl(tmp / "c4.jsonl");
+  std::size_t pos = 0;
+  for (int d = 0; d < 130; ++d) {
+    const std::size_t end = text.find("\n\n", pos);
+    jsonl << nlohmann::json({{"text", text.substr(pos, end - pos)}}).dump() << "\n";
+    pos = end + 2;
+  }
+  jsonl.close();
+  for (const int holdout : {100, 0}) {
+    SCOPED_TRACE(holdout);
+    const auto dir = tmp / fmt::format("out-{}", holdout);
+    std::string out;
+    ASSERT_EQ(test::run_command(cli() + " compress --model " + q(model()) + " --method asvd-rootcov --ratio 0.25" +
+                                    " --calib c4 --calib-data " + q(tmp / "c4.jsonl") + " --nsamples 4 --seqlen 64" +
+                                    fmt::format(" --calib-holdout {}", holdout) + " --out " + q(dir) + " 2>/dev/null",
+                                out),
+              0)
+        << out;
+    EXPECT_EQ(nlohmann::json::parse(read(dir / "config.json")).at("latent").at("calibration").at("holdout_docs"),
+              holdout);
+    ASSERT_EQ(test::run_command(cli() + " ppl --json --model " + q(dir) + " --dataset c4-heldout --data " +
+                                    q(tmp / "c4.jsonl") + " --seqlen 128 --max-windows 2 2>&1",
+                                out),
+              0)
+        << out;
+    EXPECT_EQ(json_of(out).at("held_out").get<bool>(), holdout == 100);
+    EXPECT_EQ(out.find("this perplexity is not held out") != std::string::npos, holdout == 0) << out;
+  }
+}
+
 struct BadCase {
   std::string args, message;
 };

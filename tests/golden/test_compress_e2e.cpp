@@ -3,7 +3,11 @@
 // root-covariance pre-conditioner beats plain SVD on held-out perplexity.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "latentllm/calib.hpp"
 #include "latentllm/checkpoint.hpp"
@@ -59,6 +63,57 @@ TEST_F(CompressE2E, ContiguousWindowsAreThePrefixOfTheTokenizedText) {
   const auto all = tok->encode(text);
   ASSERT_EQ(ids.size(), 8u * kSeqlen);
   EXPECT_TRUE(std::equal(ids.begin(), ids.end(), all.begin()));
+}
+
+// --calib-holdout: no window comes from the last documents of a c4 file, with either sampling. A file of
+// 6 kept stories and 30 held ones: every random window is a piece of a kept story's tokens, and the
+// contiguous windows are the prefix of the kept stories joined; without the hold-out some random
+// window is not (so the check can fail).
+TEST_F(CompressE2E, HoldoutDocumentsAreNeverSampled) {
+  const auto tok = io::load_tokenizer(model_dir());
+  const auto text = io::build_eval_text(io::Dataset::StoriesValid,
+                                        test::shared_path("data/tinystories/TinyStories-valid.stories0001-0232.clean.txt"));
+  std::vector<std::string> stories;
+  for (std::size_t pos = 0; stories.size() < 36;) {
+    const std::size_t end = text.find("\n\n", pos);
+    stories.push_back(text.substr(pos, end - pos));
+    pos = end + 2;
+  }
+  std::string jsonl;
+  for (const auto& st : stories) jsonl += nlohmann::json({{"text", st}}).dump() + "\n";
+  const auto dir = test::make_temp_dir("holdout");
+  std::ofstream(dir / "c4.jsonl", std::ios::binary) << jsonl;
+  calib::CalibOptions co;
+  co.source = "c4";
+  co.data = dir / "c4.jsonl";
+  co.nsamples = 24;
+  co.seqlen = 16;
+  std::vector<std::vector<std::int32_t>> kept;
+  for (int d = 0; d < 6; ++d) kept.push_back(tok->encode(stories[static_cast<std::size_t>(d)]));
+  auto from_kept = [&](std::span<const std::int32_t> w) {
+    return std::any_of(kept.begin(), kept.end(), [&](const auto& k) {
+      return std::search(k.begin(), k.end(), w.begin(), w.end()) != k.end();
+    });
+  };
+  auto windows_from_kept = [&](const std::vector<std::int32_t>& ids) {
+    int n = 0;
+    for (std::size_t i = 0; i < ids.size(); i += 16) n += from_kept(std::span(ids).subspan(i, 16));
+    return n;
+  };
+  co.holdout_docs = 30;
+  EXPECT_EQ(windows_from_kept(calib::sample_calibration(*tok, co)), 24);
+  co.holdout_docs = 0;
+  EXPECT_LT(windows_from_kept(calib::sample_calibration(*tok, co)), 12);
+  co.holdout_docs = 30;
+  co.sampling = calib::Sampling::Contiguous;
+  co.nsamples = 4;
+  std::string joined = stories[0];
+  for (int d = 1; d < 6; ++d) joined += " " + stories[static_cast<std::size_t>(d)];
+  const auto all = tok->encode(joined);
+  const auto ids = calib::sample_calibration(*tok, co);
+  EXPECT_TRUE(std::equal(ids.begin(), ids.end(), all.begin()));
+  co.nsamples = static_cast<int>(all.size() / 16) + 1;  // more than the kept text holds
+  EXPECT_THROW(calib::sample_calibration(*tok, co), FormatError);
 }
 
 // Compresses stories260K in memory and returns held-out NLL per token and the model.

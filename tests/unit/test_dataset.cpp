@@ -97,6 +97,20 @@ TEST(EvalText, SmallFilesFollowThePythonConstruction) {
   EXPECT_EQ(c4.substr(c4.size() - 6), " d1099");
 }
 
+// c4-heldout: the last 100 documents, joined as c4; on the shared file the documents 901-1000.
+TEST(EvalText, C4HeldoutJoinsTheLastDocuments) {
+  std::string many;
+  for (int i = 0; i < 130; ++i) many += "{\"text\": \"d" + std::to_string(i) + "\"}\n";
+  const std::string held = io::build_eval_text(io::Dataset::C4Heldout, write_temp("held.jsonl", many));
+  EXPECT_EQ(held.substr(0, 8), "d30 d31 ");
+  EXPECT_EQ(held.substr(held.size() - 5), " d129");
+  const auto file = test::shared_path("data/c4/c4-train.00000-of-01024.first1000.jsonl");
+  const auto docs = io::read_jsonl_texts(file, 0);
+  std::string want = docs[900];
+  for (std::size_t i = 901; i < docs.size(); ++i) want += " " + docs[i];
+  EXPECT_EQ(io::build_eval_text(io::Dataset::C4Heldout, file), want);
+}
+
 TEST(Jsonl, SkipsBlankLinesAndReportsBadLines) {
   const auto ok = write_temp("ok.jsonl", "{\"text\": \"one\"}\n\n  \n{\"text\": \"two \\u00e9\"}\n");
   EXPECT_EQ(io::read_jsonl_texts(ok, 0), (std::vector<std::string>{"one", "two \u00e9"}));
@@ -134,7 +148,9 @@ TEST(Dataset, ParseNames) {
   EXPECT_EQ(io::parse_dataset("ptb"), io::Dataset::PTB);
   EXPECT_EQ(io::parse_dataset("c4"), io::Dataset::C4);
   EXPECT_EQ(io::parse_dataset("text"), io::Dataset::Text);
-  for (io::Dataset d : {io::Dataset::WikiText2, io::Dataset::PTB, io::Dataset::C4, io::Dataset::Text}) {
+  EXPECT_EQ(io::parse_dataset("c4-heldout"), io::Dataset::C4Heldout);
+  for (io::Dataset d : {io::Dataset::WikiText2, io::Dataset::PTB, io::Dataset::C4, io::Dataset::Text,
+                        io::Dataset::StoriesValid, io::Dataset::StoriesTest, io::Dataset::C4Heldout}) {
     EXPECT_EQ(io::parse_dataset(io::dataset_name(d)), d);
   }
   EXPECT_THROW(io::parse_dataset("wikitext103"), ConfigError);

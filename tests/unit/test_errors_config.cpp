@@ -129,6 +129,11 @@ TEST(ErrorsDoc, DatasetsAndCalibrationText) {
           {"data-jsonl", {jsonl("{\"text\": \"a\"}\n{\n")}},
           {"data-jsonl-text", {jsonl("{\"x\": 1}\n"), jsonl("[1]\n")}},
           {"data-name", {lib([] { (void)io::parse_dataset("wiki"); })}},
+          {"data-heldout", {lib([] {
+             std::string docs;
+             for (int i = 0; i < 100; ++i) docs += "{\"text\": \"d\"}\n";
+             (void)io::build_eval_text(io::Dataset::C4Heldout, put(make_temp_dir("err-data") / "c4.jsonl", docs));
+           })}},
           {"calib-source", {sample([](const fs::path& t) {
              auto co = calib_text(put(t / "t.txt", "Once upon a time"), 1, 8);
              co.source = "xx";
@@ -139,6 +144,23 @@ TEST(ErrorsDoc, DatasetsAndCalibrationText) {
           {"calib-short-docs", {sample([](const fs::path& t) {
              auto co = calib_text(put(t / "c4.jsonl", "{\"text\": \"Once upon a time\"}\n"), 1, 64);
              co.source = "c4";
+             return co;
+           })}},
+          {"calib-holdout", {sample([](const fs::path& t) {
+                               auto co = calib_text(put(t / "t.txt", "Once upon a time"), 1, 8);
+                               co.holdout_docs = 1;
+                               return co;
+                             }),
+                             sample([](const fs::path& t) {
+                               auto co = calib_text(put(t / "c4.jsonl", "{\"text\": \"Once\"}\n"), 1, 8);
+                               co.source = "c4";
+                               co.holdout_docs = -1;
+                               return co;
+                             })}},
+          {"calib-holdout-all", {sample([](const fs::path& t) {
+             auto co = calib_text(put(t / "c4.jsonl", "{\"text\": \"Once\"}\n{\"text\": \"upon\"}\n"), 1, 8);
+             co.source = "c4";
+             co.holdout_docs = 2;
              return co;
            })}},
           {"calib-contiguous", {sample([](const fs::path& t) {

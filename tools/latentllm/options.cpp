@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "latentllm/error.hpp"
+#include "latentllm/log.hpp"
 
 namespace latentllm::cli {
 
@@ -99,6 +100,10 @@ void add_calib_options(CLI::App* sub, CalibArgs& a) {
                   "tokenizer adds it, so only window 0 begins with BOS; c4 joins the text of every document of "
                   "the file by \" \", text takes the file as it is; --seed is unused)")
       ->check(CLI::IsMember({"random", "contiguous"}))->capture_default_str()->group("Calibration");
+  sub->add_option("--calib-holdout", a.holdout,
+                  "Leave the last N documents of the c4 file out of the calibration (either sampling); 100 keeps "
+                  "`ppl --dataset c4-heldout` on the same file held out")
+      ->capture_default_str()->group("Calibration");
 }
 
 namespace {
@@ -202,6 +207,7 @@ calib::CalibOptions to_calib_options(const CalibArgs& a, const model::ModelConfi
   co.nsamples = a.nsamples;
   co.seqlen = a.seqlen > 0 ? a.seqlen : static_cast<int>(std::min<std::int64_t>(2048, config.max_position_embeddings));
   co.seed = a.seed;
+  co.holdout_docs = a.holdout;
   if (a.sampling == "random") co.sampling = calib::Sampling::Random;
   else if (a.sampling == "contiguous") co.sampling = calib::Sampling::Contiguous;
   else throw ConfigError(fmt::format("--calib-sampling (expected random or contiguous, got {})", a.sampling));
@@ -227,7 +233,19 @@ nlohmann::json method_json(const MethodArgs& a, const std::string& method, doubl
 
 nlohmann::json calib_json(const calib::CalibOptions& c, const std::string& sampling) {
   return {{"source", c.source}, {"data", c.data.filename().string()}, {"nsamples", c.nsamples},
-          {"seqlen", c.seqlen}, {"seed", c.seed}, {"sampling", sampling}};
+          {"seqlen", c.seqlen}, {"seed", c.seed}, {"sampling", sampling}, {"holdout_docs", c.holdout_docs}};
+}
+
+bool held_out(io::Dataset dataset, const std::string& eval_file, const nlohmann::json* calibration) {
+  if (dataset != io::Dataset::C4Heldout || calibration == nullptr || !calibration->is_object()) return true;
+  const std::string file = std::filesystem::path(eval_file).filename().string();
+  const bool same = calibration->value("source", "") == "c4" && calibration->value("data", "") == file;
+  const int holdout = calibration->value("holdout_docs", 0);
+  if (!same || holdout >= static_cast<int>(io::kC4HeldoutDocs)) return true;
+  log_warn("c4-heldout: the model was calibrated on {} with its last {} documents left out, not the {} this dataset "
+           "evaluates on (compress --calib-holdout {}): this perplexity is not held out", file, holdout,
+           io::kC4HeldoutDocs, io::kC4HeldoutDocs);
+  return false;
 }
 
 nlohmann::json plan_json(const compress::RankPlan& p) {

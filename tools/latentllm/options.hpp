@@ -7,8 +7,11 @@
 #include <optional>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "latentllm/calib.hpp"
 #include "latentllm/compress.hpp"
+#include "latentllm/dataset.hpp"
 #include "latentllm/model.hpp"
 
 namespace latentllm::cli {
@@ -28,14 +31,14 @@ struct MethodArgs {
 
 struct CalibArgs {
   std::string source = "c4", data, sampling = "random";
-  int nsamples = 64, seqlen = 0;
+  int nsamples = 64, seqlen = 0, holdout = 0;
   std::uint64_t seed = 0;
 };
 
 // Adds --preset --junction --lambda --alpha --joint --qk-iters --vo-iters --joint-tol --ud-iters --ud-tokens
 // --ud-min-tokens-per-ffn --rope-window --diagnostics --rank-alloc --alloc-score --alloc-tokens (group "Method") and --no-intra-layer --batch.
 void add_method_options(CLI::App* sub, MethodArgs& a);
-// Adds --calib --calib-data --nsamples --seqlen --seed --calib-sampling (group "Calibration").
+// Adds --calib --calib-data --nsamples --seqlen --seed --calib-sampling --calib-holdout (group "Calibration").
 void add_calib_options(CLI::App* sub, CalibArgs& a);
 
 // CompressOptions for `method` at `ratio`: the preset's, overridden by the options given. Throws
@@ -55,5 +58,11 @@ std::string gib_option(std::int64_t bytes);
 
 // A rank plan as JSON: totals and per-module ranks, parameters and MACs.
 nlohmann::json plan_json(const compress::RankPlan& p);
+
+// Whether a perplexity on `dataset` from `eval_file` is held out of a calibration `calibration` (the
+// checkpoint's `latent.calibration` or a sweep's calib_json; null = a dense model): false only for
+// c4-heldout after a c4 calibration on a file of the same name that did not leave its last
+// io::kC4HeldoutDocs documents out. Warns (log_warn) when false.
+bool held_out(io::Dataset dataset, const std::string& eval_file, const nlohmann::json* calibration);
 
 }  // namespace latentllm::cli

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -12,6 +13,7 @@
 #include "latentllm/threads.hpp"
 #include "latentllm/dataset.hpp"
 #include "latentllm/error.hpp"
+#include "latentllm/files.hpp"
 #include "latentllm/eval.hpp"
 #include "latentllm/model.hpp"
 #include "latentllm/resources.hpp"
@@ -107,6 +109,14 @@ int run_ppl(const PplArgs& a) {
     m = model::Model::load(a.model);
   }
 
+  // c4-heldout: was this text left out of the checkpoint's calibration (warns if not)?
+  nlohmann::json calibration;
+  if (dataset == io::Dataset::C4Heldout) {
+    const nlohmann::json cfg = nlohmann::json::parse(core::read_file(std::filesystem::path(a.model) / "config.json"));
+    if (cfg.contains("latent") && cfg["latent"].is_object()) calibration = cfg["latent"].value("calibration", nlohmann::json());
+  }
+  const bool is_held_out = held_out(dataset, a.data, calibration.is_null() ? nullptr : &calibration);
+
   ProgressLine progress;
   auto r = eval::perplexity_ids(*m, ids, seqlen, a.max_windows, a.batch, a.data, std::ref(progress));
   r.tokenize_seconds = tokenize_s;
@@ -122,7 +132,9 @@ int run_ppl(const PplArgs& a) {
                               {"tokens_per_s", r.tokens_per_s}, {"tokenize_seconds", r.tokenize_seconds},
                               {"peak_rss_bytes", core::peak_rss_bytes()}, {"peak_rss_mib", peak_mib},
                               {"order", order},           {"memory_budget_bytes", budget}};
-    std::printf("%s\n", j.dump().c_str());
+    nlohmann::json out = j;
+    if (dataset == io::Dataset::C4Heldout) out["held_out"] = is_held_out;
+    std::printf("%s\n", out.dump().c_str());
     return 0;
   }
   std::printf("model        %s (%s)\n", a.model.c_str(), m->config().architecture.c_str());
@@ -152,8 +164,10 @@ Command add_ppl(CLI::App& app) {
                   "wikitext2: \"\\n\\n\".join of wiki.test.raw rows; ptb: \" \".join of stripped lines; "
                   "c4: \" \".join of the first 1100 JSON-lines texts, truncated to 256*seqlen tokens; "
                   "text: the file as is; tinystories-valid / tinystories-test: stories 1-116 / 117-232 of "
-                  "TinyStories-valid.stories0001-0232.clean.txt (the halves of any file of blank-line-separated stories)")
-      ->check(CLI::IsMember({"wikitext2", "ptb", "c4", "text", "tinystories-valid", "tinystories-test"}))
+                  "TinyStories-valid.stories0001-0232.clean.txt (the halves of any file of blank-line-separated stories); "
+                  "c4-heldout: \" \".join of the last 100 JSON-lines texts, truncated as c4 (held out of a calibration "
+                  "on the same file with compress --calib-holdout 100; a warning says when it was not)")
+      ->check(CLI::IsMember({"wikitext2", "ptb", "c4", "text", "tinystories-valid", "tinystories-test", "c4-heldout"}))
       ->capture_default_str()
       ->group("Input");
   sub->add_option("--data", args->data, "The dataset file (wiki.test.raw, ptb.valid.txt, a .jsonl, any text)")

@@ -55,13 +55,14 @@ struct DatasetSpec {
   fs::path file;
 };
 
-// "wikitext2", "ptb", "c4", "tinystories-valid", "tinystories-test" resolve to the standard files under --data-dir; "NAME=FILE" is explicit
+// "wikitext2", "ptb", "c4", "c4-heldout", "tinystories-valid", "tinystories-test" resolve to the standard files under --data-dir; "NAME=FILE" is explicit
 // (NAME one of wikitext2, ptb, c4, text).
 std::vector<DatasetSpec> parse_datasets(const std::string& spec, const fs::path& data_dir) {
   static const std::map<std::string, std::string> kDefault = {
       {"wikitext2", "wikitext2/wiki.test.raw"},
       {"ptb", "ptb/ptb.valid.txt"},
       {"c4", "c4/c4-train.00000-of-01024.first1000.jsonl"},
+      {"c4-heldout", "c4/c4-train.00000-of-01024.first1000.jsonl"},
       {"tinystories-valid", "tinystories/TinyStories-valid.stories0001-0232.clean.txt"},
       {"tinystories-test", "tinystories/TinyStories-valid.stories0001-0232.clean.txt"}};
   std::vector<DatasetSpec> out;
@@ -127,11 +128,13 @@ class Sweep {
     res_.calibration_title = fmt::format("{} x {} tokens of {}, seed {}", co_.nsamples, co_.seqlen,
                                          co_.data.filename().string(), co_.seed);
     nlohmann::json ds = nlohmann::json::array();
+    const nlohmann::json calibration = calib_json(co_, a_.c.sampling);
     for (const auto& d : datasets_) {
       res_.datasets.push_back(d.name);
-      ds.push_back({{"name", d.name}, {"file", d.file.filename().string()}});
+      ds.push_back({{"name", d.name}, {"file", d.file.filename().string()},
+                    {"held_out", held_out(d.kind, d.file.string(), &calibration)}});
     }
-    res_.info = {{"calibration", calib_json(co_, a_.c.sampling)}, {"settings", settings()}, {"datasets", ds},
+    res_.info = {{"calibration", calibration}, {"settings", settings()}, {"datasets", ds},
                  {"eval_seqlen", a_.eval_seqlen}, {"max_windows", a_.max_windows}};
     write_table3(out_, res_.label, *dense, ratios, to_compress_options(a_.m, "asvd-rootcov", ratios.front()));
 
