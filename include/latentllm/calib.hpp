@@ -186,6 +186,9 @@ struct PipelineOptions {
   // Replaces "layer " in the per-layer progress lines: "layer 2/5 done ..." becomes "<prefix>2/5 layers
   // done ...", so another pass over the layers (the rank allocation's pre-pass) is told apart.
   std::string log_prefix;
+  // Relative cost of each layer (one per layer of the model), for the ETA of the progress lines: the
+  // remaining layers' share of the work instead of their count. Empty: equal.
+  std::vector<double> layer_weights;
   // Called after layer i is compressed and the hidden states propagated through it (progress saving);
   // dense: the dense stream's hidden states after layer i, or null when no stage needs_dense_cross.
   std::function<void(int layer, const MatrixF& hidden, const MatrixF* dense)> layer_done;
@@ -195,6 +198,11 @@ struct PipelineOptions {
 std::string layer_name(const model::DecoderLayer& layer, int i);
 // The modules a site feeds, for messages: "model.layers.3.self_attn.q_proj, k_proj, v_proj".
 std::string site_modules(const model::DecoderLayer& layer, int i, model::Site site);
+
+// The ETA after layer i of [start_layer, n_layers), `elapsed` seconds after start_layer began: elapsed ×
+// (weight of the layers after i) / (weight of the layers done), by PipelineOptions::layer_weights, or
+// by their count when it is empty (or does not have n_layers entries, or the layers done weigh 0).
+double eta_seconds(const PipelineOptions& opt, int n_layers, int i, double elapsed);
 
 // Runs the N calibration windows through the model layer by layer: for layer i and each site some
 // stage waits for, gathers that site's input statistics on the current hidden states (which already

@@ -425,6 +425,17 @@ std::string site_modules(const model::DecoderLayer& layer, int i, model::Site si
   return out.empty() ? fmt::format("{} ({})", prefix, site_name(site)) : out;
 }
 
+double eta_seconds(const PipelineOptions& opt, int n_layers, int i, double elapsed) {
+  const std::vector<double>& w = opt.layer_weights;
+  double done = 0, rest = 0;
+  if (static_cast<int>(w.size()) == n_layers) {
+    for (int j = opt.start_layer; j <= i; ++j) done += w[static_cast<std::size_t>(j)];
+    for (int j = i + 1; j < n_layers; ++j) rest += w[static_cast<std::size_t>(j)];
+  }
+  if (!(done > 0)) return elapsed / (i + 1 - opt.start_layer) * (n_layers - i - 1);
+  return elapsed * rest / done;
+}
+
 PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, int seqlen,
                             std::span<Stage* const> stages, const PipelineOptions& opt) {
   if (seqlen <= 0 || ids.empty() || ids.size() % static_cast<std::size_t>(seqlen) != 0) {
@@ -510,7 +521,7 @@ PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, 
     if (opt.layer_done) opt.layer_done(i, hidden, dense ? &dense->hidden() : nullptr);
     if (m.lazy()) m.release_layer(i);  // layer_done kept what is needed of it
     const double elapsed = seconds_since(t_start);
-    const double eta = elapsed / (i + 1 - opt.start_layer) * (n_layers - i - 1);
+    const double eta = eta_seconds(opt, n_layers, i, elapsed);
     log_info("{}{}/{} done in {:.1f}s (elapsed {:.1f}s, ETA {:.1f}s)",
              opt.log_prefix.empty() ? "layer " : opt.log_prefix, i + 1,
              opt.log_prefix.empty() ? std::to_string(n_layers) : std::to_string(n_layers) + " layers",

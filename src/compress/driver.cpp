@@ -2,7 +2,11 @@
 // per-layer progress that --resume continues from.
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <map>
 #include <optional>
+#include <span>
+#include <string>
 
 #include "compress/resume.hpp"
 #include "compress/stage.hpp"
@@ -51,6 +55,49 @@ void note_few_tokens(const model::Model& m, std::int64_t n_tok, const CompressOp
   }
 }
 
+// The ETA's weight of each layer: a share that does not depend on the ranks (the covariances and the
+// eigendecompositions have the dense widths) plus the weights its modules keep under the plan (the
+// compressed forward and the factors follow them). Global ranks make layers unequal: on the OPT-1.3B
+// shape the layers took 54 s down to 42 s for 49.5 M down to 37.5 M kept weights, t ≈ 15.7 s + 0.77 s
+// per M, a third of the mean fixed; counting the remaining layers over-estimated the rest by 16 %
+// after layer 1, this weighting by 0.3 % (bench/results/scale/README.md). Uniform plans: equal weights.
+std::vector<double> layer_weights(const model::Model& m, const RankPlan& plan) {
+  std::map<std::string, std::int64_t> kept;
+  for (const auto& p : plan.modules) kept[p.name] = p.params;
+  std::vector<double> w(static_cast<std::size_t>(m.num_layers()), 0.0);
+  for (int i = 0; i < m.num_layers(); ++i)
+    for (const auto& lin : m.layer_spec(i).linears) {
+      const auto it = kept.find(lin.name);
+      w[static_cast<std::size_t>(i)] += static_cast<double>(it != kept.end() ? it->second : lin.out * lin.in);
+    }
+  double mean = 0;
+  for (const double x : w) mean += x / static_cast<double>(w.size());
+  for (double& x : w) x += 0.5 * mean;
+  return w;
+}
+
+// The per-layer progress of opt.state_dir (none without it; a lazy model needs it): created, and
+// emptied first unless the run resumes.
+std::optional<ResumeState> open_state(const model::Model& m, std::span<const std::int32_t> ids, int seqlen,
+                                      const CompressOptions& opt) {
+  if (m.lazy() && opt.state_dir.empty()) {
+    throw ConfigError(fmt::format("{}: compressing a lazy model needs a progress directory (expected "
+                                  "CompressOptions::state_dir, got none): its compressed layers are kept there, "
+                                  "not in memory", m.dir().string()));
+  }
+  if (opt.state_dir.empty()) return std::nullopt;
+  std::optional<ResumeState> state(std::in_place, opt.state_dir, run_fingerprint(m, ids, seqlen, opt));
+  if (opt.resume) {
+    state->check_fingerprint();  // a different run's progress fails now, not after the pre-pass
+  } else {
+    std::error_code ec;
+    std::filesystem::remove_all(opt.state_dir, ec);
+    if (ec) throw IoError(fmt::format("{}: cannot remove the old progress ({})", opt.state_dir.string(), ec.message()));
+  }
+  state->create();
+  return state;
+}
+
 }  // namespace
 
 RankPlan plan_model(const model::Model& m, const CompressOptions& opt, std::int64_t n_tok) {
@@ -86,14 +133,19 @@ CompressReport compress_model(model::Model& m, std::span<const std::int32_t> ids
   report.method = opt.method;
   report.ratio = opt.ratio;
   report.rank_alloc = opt.rank_alloc;
+  std::optional<ResumeState> state = open_state(m, ids, seqlen, opt);
   std::optional<RankPlan> computed;
   if (!given) {
     const bool prepass = opt.rank_alloc == RankAlloc::Global;
-    if (prepass && opt.part_observer) opt.part_observer("pre-pass", true);
-    computed = plan_model_calibrated(m, ids, seqlen, opt);
-    if (prepass && opt.part_observer) opt.part_observer("pre-pass", false);
-    if (opt.rank_alloc == RankAlloc::Global)
-      report.prepass_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // A resumed run takes the killed run's global plan: the pre-pass (an hour at 8 B) is not redone.
+    if (prepass && state && opt.resume) computed = state->restore_plan();
+    if (!computed) {
+      if (prepass && opt.part_observer) opt.part_observer("pre-pass", true);
+      computed = plan_model_calibrated(m, ids, seqlen, opt);
+      if (prepass && opt.part_observer) opt.part_observer("pre-pass", false);
+      if (prepass) report.prepass_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (prepass && state) state->save_plan(*computed);
+    }
   }
   const RankPlan& plan = given ? *given : *computed;
   StageContext ctx(opt, plan, report);
@@ -101,27 +153,14 @@ CompressReport compress_model(model::Model& m, std::span<const std::int32_t> ids
   std::vector<calib::Stage*> stage_ptrs;
   for (const auto& s : stages) stage_ptrs.push_back(s.get());
   calib::PipelineOptions po = opt.pipeline;
+  po.layer_weights = layer_weights(m, plan);
   const bool dense_stream = std::any_of(stages.begin(), stages.end(), [](const auto& s) { return s->needs_dense_cross(); });
   MatrixF start_hidden;  // [N·L, d] after the restored layers
   MatrixF start_dense;   // [N·L, d] the dense stream's, with error-compensating fits
-  std::optional<ResumeState> state;
-  if (m.lazy() && opt.state_dir.empty()) {
-    throw ConfigError(fmt::format("{}: compressing a lazy model needs a progress directory (expected "
-                                  "CompressOptions::state_dir, got none): its compressed layers are kept there, "
-                                  "not in memory", m.dir().string()));
-  }
-  if (!opt.state_dir.empty()) {
-    state.emplace(opt.state_dir, run_fingerprint(m, ids, seqlen, opt));
-    if (opt.resume) {
-      po.start_layer = state->restore(m, start_hidden, dense_stream ? &start_dense : nullptr, report);
-      po.start_hidden = &start_hidden;
-      po.start_dense = dense_stream ? &start_dense : nullptr;
-    } else {
-      std::error_code ec;
-      std::filesystem::remove_all(opt.state_dir, ec);
-      if (ec) throw IoError(fmt::format("{}: cannot remove the old progress ({})", opt.state_dir.string(), ec.message()));
-    }
-    state->create();
+  if (state && opt.resume) {
+    po.start_layer = state->restore(m, start_hidden, dense_stream ? &start_dense : nullptr, report);
+    po.start_hidden = &start_hidden;
+    po.start_dense = dense_stream ? &start_dense : nullptr;
   }
   po.layer_done = [&](int layer, const MatrixF& hidden, const MatrixF* dense) {
     if (state) state->save_layer(m, layer, hidden, dense, report);
@@ -144,6 +183,5 @@ CompressReport compress_model(model::Model& m, std::span<const std::int32_t> ids
   report.total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return report;
 }
-
 
 }  // namespace latentllm::compress

@@ -1,6 +1,7 @@
 #include "compress/resume.hpp"
 
 #include <fstream>
+#include <optional>
 #include <vector>
 
 #include "latentllm/checkpoint.hpp"
@@ -72,18 +73,64 @@ std::string run_fingerprint(const model::Model& m, std::span<const std::int32_t>
 ResumeState::ResumeState(fs::path dir, std::string fingerprint)
     : dir_(std::move(dir)), fingerprint_(std::move(fingerprint)) {}
 
-int ResumeState::restore(model::Model& m, MatrixF& hidden, MatrixF* dense, CompressReport& report) const {
-  const fs::path progress = dir_ / "progress.json";
-  if (!fs::exists(progress)) return 0;
+namespace {
+
+// progress.json of `dir` checked against `fingerprint`; discarded (null) when the file does not exist.
+nlohmann::json read_progress(const fs::path& dir, const std::string& fingerprint) {
+  const fs::path progress = dir / "progress.json";
+  if (!fs::exists(progress)) return nullptr;
   const auto j = nlohmann::json::parse(core::read_file(progress), nullptr, false);
   if (j.is_discarded() || !j.contains("fingerprint") || !j.contains("layers_done")) {
     throw FormatError(fmt::format("{}: invalid resume state (remove the directory to start over)", progress.string()));
   }
-  if (j.at("fingerprint") != fingerprint_) {
+  if (j.at("fingerprint") != fingerprint) {
     throw ConfigError(fmt::format("{}: resume state of a different run (expected fingerprint {}, got {}): the model, "
                                   "calibration or options changed; remove the directory or drop --resume",
-                                  progress.string(), fingerprint_, j.at("fingerprint").get<std::string>()));
+                                  progress.string(), fingerprint, j.at("fingerprint").get<std::string>()));
   }
+  return j;
+}
+
+}  // namespace
+
+void ResumeState::check_fingerprint() const { (void)read_progress(dir_, fingerprint_); }
+
+void ResumeState::save_plan(const RankPlan& plan) const {
+  nlohmann::json mods = nlohmann::json::array();
+  for (const auto& p : plan.modules) {
+    mods.push_back({{"name", p.name}, {"out", p.out}, {"in", p.in}, {"rank", p.rank}, {"params", p.params},
+                    {"dense_params", p.dense_params}, {"macs", p.macs}, {"dense_macs", p.dense_macs}});
+  }
+  const nlohmann::json j = {{"fingerprint", fingerprint_}, {"ratio", plan.ratio},
+                            {"junction", junction_name(plan.junction)}, {"n_tok", plan.n_tok}, {"modules", mods}};
+  core::write_text_atomic(dir_ / "plan.json", j.dump(1) + "\n");
+}
+
+std::optional<RankPlan> ResumeState::restore_plan() const {
+  const fs::path file = dir_ / "plan.json";
+  if (!fs::exists(file)) return std::nullopt;
+  const auto j = nlohmann::json::parse(core::read_file(file), nullptr, false);
+  if (j.is_discarded() || j.value("fingerprint", "") != fingerprint_ || !j.contains("modules")) return std::nullopt;
+  try {
+    RankPlan plan;
+    plan.ratio = j.at("ratio");
+    plan.junction = parse_junction(j.at("junction").get<std::string>());
+    plan.n_tok = j.at("n_tok");
+    for (const auto& p : j.at("modules")) {
+      plan.modules.push_back({p.at("name"), p.at("out"), p.at("in"), p.at("rank"), p.at("params"),
+                              p.at("dense_params"), p.at("macs"), p.at("dense_macs")});
+    }
+    log_info("resume: the global rank allocation restored from {} (no pre-pass)", file.string());
+    return plan;
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError(fmt::format("{}: invalid plan ({}; remove the directory to start over)", file.string(), e.what()));
+  }
+}
+
+int ResumeState::restore(model::Model& m, MatrixF& hidden, MatrixF* dense, CompressReport& report) const {
+  const fs::path progress = dir_ / "progress.json";
+  const nlohmann::json j = read_progress(dir_, fingerprint_);
+  if (j.is_null()) return 0;
   const int done = j.at("layers_done");
   if (done <= 0 || done > m.num_layers()) {
     throw FormatError(fmt::format("{}: layers_done (expected 1..{}, got {})", progress.string(), m.num_layers(), done));

@@ -8,13 +8,16 @@
 //   hidden-<i>.safetensors the hidden states after layer i ("hidden" [N·L, d], float32), and with
 //                          error-compensating fits the dense stream's ("dense" [N·L, d]); the one of
 //                          layer i − 1 is removed once progress.json names layer i's;
-//   progress.json          {fingerprint, layers_done, hidden (the file name), report so far}, written last.
+//   progress.json          {fingerprint, layers_done, hidden (the file name), report so far}, written last;
+//   plan.json              with global rank allocation, {fingerprint, the plan}, written before layer 0,
+//                          so that a resumed run does not repeat the dense pre-pass.
 // Every file is written atomically and a layer's files never overwrite the previous layer's, so a kill
 // at any point leaves the previous layer's state valid.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -40,6 +43,15 @@ class ResumeState {
   // when the state cannot be written.
   void save_layer(const model::Model& m, int layer, const MatrixF& hidden, const MatrixF* dense,
                   const CompressReport& report) const;
+
+  // Throws the ConfigError of restore() when the directory holds the progress of a different run: called
+  // before any work of a resumed run (the pre-pass alone takes an hour at 8 B).
+  void check_fingerprint() const;
+
+  // The global rank allocation's plan of this run (plan.json), saved before the first layer; restored
+  // only when the file exists and carries this run's fingerprint (else nullopt).
+  void save_plan(const RankPlan& plan) const;
+  std::optional<RankPlan> restore_plan() const;
 
   // Creates the state directory (IoError naming it when impossible), so an unwritable location fails
   // before the first layer's work rather than after it.

@@ -145,6 +145,11 @@ TEST(ErrorsDoc, OutputAndResources) {
           {"out-progress-dir", {lib([&] { compress::ResumeState(tmp / "file" / "out.resume", "fp").create(); })}},
           {"out-resume-invalid", {compress(calib() + " --resume --out " + q(tmp / "damaged"))}},
           {"out-resume-other", {compress(calib() + " --resume --out " + q(tmp / "other"))}},
+          {"out-resume-plan", {lib([&] {
+             fs::create_directories(tmp / "plan.resume");
+             std::ofstream(tmp / "plan.resume" / "plan.json") << R"({"fingerprint": "fp", "modules": [{"name": 3}]})";
+             (void)compress::ResumeState(tmp / "plan.resume", "fp").restore_plan();
+           })}},
       });
   // Nothing partial is left behind by the failed write.
   EXPECT_FALSE(fs::exists(tmp / "big"));

@@ -118,6 +118,23 @@ TEST(Resume, KilledRunResumesToABitIdenticalCheckpoint) {
   EXPECT_EQ(resumed.to_json().at("mlp_output_loss"), whole.to_json().at("mlp_output_loss"));
 }
 
+// With global ranks the killed run's plan (plan.json, saved before layer 0) serves the resumed run: no
+// second pre-pass, and the same checkpoint as an uninterrupted global run.
+TEST(Resume, AResumedGlobalRunTakesTheSavedPlan) {
+  const auto tmp = test::make_temp_dir("resume-global");
+  const fs::path full = tmp / "full", cut = tmp / "cut";
+  CompressRun run(compress::Method::AsvdRootCov, 4, 64);
+  run.opt.rank_alloc = compress::RankAlloc::Global;
+  ASSERT_EQ(run.killed_after(cut, 1), SIGKILL);
+  ASSERT_TRUE(fs::exists(cut.string() + ".resume/plan.json"));
+  const auto resumed = run.go(cut, true);
+  EXPECT_EQ(resumed.prepass_s, 0.0) << "the pre-pass ran again";
+  const auto whole = run.go(full, false);
+  EXPECT_GT(whole.prepass_s, 0.0);
+  EXPECT_EQ(digest(cut / "model.safetensors"), digest(full / "model.safetensors"));
+  EXPECT_EQ(resumed.to_json().at("modules"), whole.to_json().at("modules"));
+}
+
 // A lazy model (one layer widened at a time, compressed layers only in the progress files) gives the
 // eager run's checkpoint bit for bit, also when it was killed and resumed; the checkpoint streams
 // from the progress files.

@@ -450,6 +450,21 @@ TEST(Pipeline, AConsumingStageGetsItsSitesBatchesInOrderBeforeItRuns) {
   }
 }
 
+// The ETA: the remaining layers' share of the planned work (global ranks make layers unequal), by count
+// without weights; a resumed run counts only the layers it ran.
+TEST(Pipeline, EtaWeighsTheRemainingLayers) {
+  calib::PipelineOptions o;
+  EXPECT_DOUBLE_EQ(calib::eta_seconds(o, 4, 0, 10.0), 30.0);  // 3 layers left at 10 s each
+  o.layer_weights = {2, 1, 1, 2};
+  EXPECT_DOUBLE_EQ(calib::eta_seconds(o, 4, 0, 10.0), 20.0);  // weight 4 left for 2 done
+  EXPECT_DOUBLE_EQ(calib::eta_seconds(o, 4, 2, 40.0), 20.0);  // 2 left for 4 done
+  EXPECT_DOUBLE_EQ(calib::eta_seconds(o, 4, 3, 60.0), 0.0);
+  o.start_layer = 1;
+  EXPECT_DOUBLE_EQ(calib::eta_seconds(o, 4, 1, 10.0), 30.0);  // 3 left for the 1 run
+  o.layer_weights = {1, 1};  // not one per layer: by count
+  EXPECT_DOUBLE_EQ(calib::eta_seconds(o, 4, 1, 10.0), 20.0);
+}
+
 TEST(SiteStats, FinitenessCheckWithoutStatisticsNamesItsToken) {
   MatrixF x = MatrixF::Ones(50, 6);
   EXPECT_NO_THROW(calib::check_finite_rows(x, 0));
