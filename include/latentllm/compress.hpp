@@ -12,6 +12,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -371,9 +372,16 @@ RankPlan plan_model_calibrated(model::Model& m, std::span<const std::int32_t> id
 CompressOptions effective_options(const model::ModelConfig& c, std::int64_t n_tok, const CompressOptions& opt,
                                   std::string* why = nullptr);
 
+// With opt.resume and opt.state_dir: the global rank plan the interrupted run saved there (compress_model
+// saves the plan it runs with, given or computed, when opt.rank_alloc is Global), so that a caller does not
+// repeat the dense pre-pass; nullopt when there is none. Throws the ConfigError of a state directory
+// that holds a different run's progress (the model, calibration or options changed) before any work.
+std::optional<RankPlan> resumed_plan(const model::Model& m, std::span<const std::int32_t> ids, int seqlen,
+                                     const CompressOptions& opt);
+
 // Compresses `m` in place on the calibration windows `ids` ([N·L]) with the ranks of `plan` (null:
-// plan_model_calibrated, which runs the pre-pass for RankAlloc::Global). A plan must name every
-// module of `m`.
+// resumed_plan, else plan_model_calibrated, which runs the pre-pass for RankAlloc::Global). A plan must
+// name every module of `m`.
 CompressReport compress_model(model::Model& m, std::span<const std::int32_t> ids, int seqlen,
                               const CompressOptions& opt, const RankPlan* plan = nullptr);
 

@@ -119,6 +119,15 @@ RankPlan plan_model_calibrated(model::Model& m, std::span<const std::int32_t> id
   return plan;
 }
 
+std::optional<RankPlan> resumed_plan(const model::Model& m, std::span<const std::int32_t> ids, int seqlen,
+                                     const CompressOptions& requested) {
+  if (!requested.resume || requested.state_dir.empty() || requested.rank_alloc != RankAlloc::Global) return std::nullopt;
+  const CompressOptions opt = effective_options(m.config(), static_cast<std::int64_t>(ids.size()), requested);
+  const ResumeState state(opt.state_dir, run_fingerprint(m, ids, seqlen, opt));
+  state.check_fingerprint();
+  return state.restore_plan();
+}
+
 CompressReport compress_model(model::Model& m, std::span<const std::int32_t> ids, int seqlen,
                               const CompressOptions& requested, const RankPlan* given) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -134,20 +143,20 @@ CompressReport compress_model(model::Model& m, std::span<const std::int32_t> ids
   report.ratio = opt.ratio;
   report.rank_alloc = opt.rank_alloc;
   std::optional<ResumeState> state = open_state(m, ids, seqlen, opt);
+  const bool global = opt.rank_alloc == RankAlloc::Global;
   std::optional<RankPlan> computed;
   if (!given) {
-    const bool prepass = opt.rank_alloc == RankAlloc::Global;
     // A resumed run takes the killed run's global plan: the pre-pass (an hour at 8 B) is not redone.
-    if (prepass && state && opt.resume) computed = state->restore_plan();
+    if (global && state && opt.resume) computed = state->restore_plan();
     if (!computed) {
-      if (prepass && opt.part_observer) opt.part_observer("pre-pass", true);
+      if (global && opt.part_observer) opt.part_observer("pre-pass", true);
       computed = plan_model_calibrated(m, ids, seqlen, opt);
-      if (prepass && opt.part_observer) opt.part_observer("pre-pass", false);
-      if (prepass) report.prepass_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (prepass && state) state->save_plan(*computed);
+      if (global && opt.part_observer) opt.part_observer("pre-pass", false);
+      if (global) report.prepass_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
   }
   const RankPlan& plan = given ? *given : *computed;
+  if (global && state) state->save_plan(plan);  // for resumed_plan after a kill
   StageContext ctx(opt, plan, report);
   const auto stages = plan_stages(ctx, m);
   std::vector<calib::Stage*> stage_ptrs;

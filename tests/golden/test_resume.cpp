@@ -205,6 +205,7 @@ TEST(Resume, StateOfADifferentRunIsRefused) {
   std::string out;
   EXPECT_NE(test::run_command(compress_cmd(cut, " --seed 5 --resume"), out), 0);
   EXPECT_NE(out.find("resume state of a different run"), std::string::npos) << out;
+  EXPECT_EQ(out.find("dense pre-pass"), std::string::npos) << "refused before the global pre-pass:\n" << out;
   EXPECT_FALSE(fs::exists(cut));
 }
 
@@ -219,6 +220,7 @@ TEST(Resume, ResumeWithoutStateStartsFromTheFirstLayer) {
 
 // --stop-after-layers: the first layers only, no checkpoint, the progress kept; two more sessions with
 // --resume (the second one stopping again) end in the checkpoint of an uninterrupted run, bit for bit.
+// The default's global rank plan is computed once: the resumed sessions take the saved one.
 TEST(Resume, StopAfterLayersSplitsARunIntoSessions) {
   const auto tmp = test::make_temp_dir("resume-stop");
   std::string out;
@@ -226,11 +228,15 @@ TEST(Resume, StopAfterLayersSplitsARunIntoSessions) {
   EXPECT_FALSE(fs::exists(tmp / "cut")) << "no checkpoint from a stopped run";
   test::expect_contains(out, {"\"stopped\": true", "\"done\": 2", "\"total\": 5", "projected_seconds_all_layers"});
   EXPECT_NE(read(tmp / "cut.resume" / "progress.json").find("\"layers_done\": 2"), std::string::npos);
+  ASSERT_TRUE(fs::exists(tmp / "cut.resume" / "plan.json"));
   ASSERT_EQ(test::run_command(compress_cmd(tmp / "cut", " --resume --stop-after-layers 4"), out), 0) << out;
-  test::expect_contains(out, {"stopped after layer 4 of 5", "layer 3/5 done", "layer 4/5 done"});
+  test::expect_contains(out, {"stopped after layer 4 of 5", "layer 3/5 done", "layer 4/5 done",
+                              "global rank allocation restored from"});
   EXPECT_EQ(out.find("layer 2/5 done"), std::string::npos) << out;
+  EXPECT_EQ(out.find("dense pre-pass"), std::string::npos) << out;
   ASSERT_EQ(test::run_command(compress_cmd(tmp / "cut", " --resume"), out), 0) << out;
   EXPECT_EQ(out.find("layer 4/5 done"), std::string::npos) << out;
+  EXPECT_EQ(out.find("dense pre-pass"), std::string::npos) << out;
   ASSERT_EQ(test::run_command(compress_cmd(tmp / "full", ""), out), 0) << out;
   EXPECT_EQ(digest(tmp / "cut" / "model.safetensors"), digest(tmp / "full" / "model.safetensors"));
   EXPECT_FALSE(fs::exists(tmp / "cut.resume"));

@@ -24,7 +24,8 @@ struct CompressArgs {
   bool dry_run = false, json = false, force = false, resume = false;
 };
 
-void print_plan(const compress::RankPlan& plan, const compress::RankPlan& plain, bool json) {
+// plain: the same allocation without block identity, for comparison (null: not printed).
+void print_plan(const compress::RankPlan& plan, const compress::RankPlan* plain, bool json) {
   if (json) return;
   std::printf("%-52s %9s %6s %10s %10s %12s\n", "module", "shape", "rank", "params", "dense", "MACs@128");
   for (const auto& m : plan.modules) {
@@ -36,10 +37,11 @@ void print_plan(const compress::RankPlan& plan, const compress::RankPlan& plain,
               (long long)plan.params(), (long long)plan.dense_params(), 100.0 * plan.achieved_ratio(),
               (long long)plan.n_tok, (long long)plan.macs(), (long long)plan.dense_macs(),
               (long long)(2 * plan.macs()), (long long)(2 * plan.dense_macs()));
+  if (!plain) return;
   std::printf("without block identity: params %lld of %lld (%.2f%% removed), MACs@%lld %lld of %lld, FLOPs %lld of %lld\n",
-              (long long)plain.params(), (long long)plain.dense_params(), 100.0 * plain.achieved_ratio(),
-              (long long)plain.n_tok, (long long)plain.macs(), (long long)plain.dense_macs(),
-              (long long)(2 * plain.macs()), (long long)(2 * plain.dense_macs()));
+              (long long)plain->params(), (long long)plain->dense_params(), 100.0 * plain->achieved_ratio(),
+              (long long)plain->n_tok, (long long)plain->macs(), (long long)plain->dense_macs(),
+              (long long)(2 * plain->macs()), (long long)(2 * plain->dense_macs()));
 }
 
 // Prints how the budget will be spent (stderr) and throws ConfigError, before any work, when the plan
@@ -133,7 +135,7 @@ int run_compress(const CompressArgs& a) {
     const calib::CalibOptions co = to_calib_options(a.c, model->config());
     plan_global(calib::sample_calibration(*io::load_tokenizer(a.model), co), co.seqlen);
   }
-  if (!global || a.dry_run) print_plan(plan, plain, a.json);
+  if (!global || a.dry_run) print_plan(plan, &plain, a.json);
   if (a.dry_run) {
     if (a.json) {
       std::printf("%s\n", nlohmann::json{{"plan", plan_json(plan)}, {"plan_without_block_identity", plan_json(plain)},
@@ -166,11 +168,19 @@ int run_compress(const CompressArgs& a) {
            sample_s);
 
   double prepass_s = 0;
+  bool plan_resumed = false;
   if (global) {
-    const auto tp = std::chrono::steady_clock::now();
-    plan_global(ids, co.seqlen);
-    prepass_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - tp).count();
-    print_plan(plan, plain, a.json);
+    // --resume: the killed run's plan (no second pre-pass); it printed the plan without block identity.
+    if (auto saved = compress::resumed_plan(*model, ids, co.seqlen, opt)) {
+      plan = std::move(*saved);
+      plan_resumed = true;
+      print_plan(plan, nullptr, a.json);
+    } else {
+      const auto tp = std::chrono::steady_clock::now();
+      plan_global(ids, co.seqlen);
+      prepass_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - tp).count();
+      print_plan(plan, &plain, a.json);
+    }
   }
   auto report = compress::compress_model(*model, ids, co.seqlen, opt, &plan);
   report.prepass_s = prepass_s;
@@ -199,6 +209,7 @@ int run_compress(const CompressArgs& a) {
   j["planned_peak_bytes"] = memory.total();
   j["out"] = out;
   j["plan"] = plan_json(plan);
+  j["plan_resumed"] = plan_resumed;
   if (a.json) {
     std::printf("%s\n", j.dump(2).c_str());
   } else {
@@ -207,8 +218,13 @@ int run_compress(const CompressArgs& a) {
     std::printf("time: total %.1fs = sampling %.1fs + forward %.1fs + covariance %.1fs + output statistics %.1fs + "
                 "decompositions %.1fs + write %.1fs\n", report.total_s + sample_s + write_s, sample_s,
                 report.times.forward, report.times.covariance, report.times.consume, report.times.compress, write_s);
-    if (global) std::printf("rank allocation (global, %s): dense pre-pass %.1fs before that\n",
-                            compress::alloc_score_name(opt.alloc_score).data(), report.prepass_s);
+    if (global && plan_resumed) {
+      std::printf("rank allocation (global, %s): the interrupted run's plan, no pre-pass\n",
+                  compress::alloc_score_name(opt.alloc_score).data());
+    } else if (global) {
+      std::printf("rank allocation (global, %s): dense pre-pass %.1fs before that\n",
+                  compress::alloc_score_name(opt.alloc_score).data(), report.prepass_s);
+    }
     if (report.times.dense_forward > 0 || report.times.cross > 0) {
       std::printf("error compensation: dense forward %.1fs + cross moments %.1fs (in the total, not in its other parts)\n",
                   report.times.dense_forward, report.times.cross);
