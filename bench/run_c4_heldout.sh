@@ -19,10 +19,8 @@ for preset in paper default; do
     --ratios 0.1,0.2,0.3,0.4 --preset "$preset" --calib c4 --calib-data "$C4" --calib-holdout 100 --nsamples 64 \
     --seed 0 --datasets c4-heldout,wikitext2,ptb --data-dir "$SHARED/data" 2> "$out.log" >/dev/null
 done
-ppl_of() {  # results.json method ratio dataset
-  jq -r --arg m "$2" --argjson r "$3" --arg d "$4" \
-    '.runs[] | select(.method == $m and ((.ratio - $r) | fabs) < 1e-9) | .ppl[$d] | . * 100 | round / 100' "$1"
-}
+# shellcheck source=bench/sweep_results.sh
+. bench/sweep_results.sh  # the working directory is the checkout's root (cd above)
 {
   echo "# opt-tiny: --preset default against --preset paper, C4 held out as validation (issue 13)"
   echo

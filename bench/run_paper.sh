@@ -69,10 +69,8 @@ fi
 
 # Summary: perplexity per step (columns) by model, dataset and ratio; the gain of each step over the
 # previous one in %; a plot per model and dataset.
-ppl_of() {  # results.json method ratio dataset
-  jq -r --arg m "$2" --argjson r "$3" --arg d "$4" \
-    '.runs[] | select(.method == $m and ((.ratio - $r) | fabs) < 1e-9) | .ppl[$d] | . * 100 | round / 100' "$1"
-}
+# shellcheck source=bench/sweep_results.sh
+. bench/sweep_results.sh  # the working directory is the checkout's root (cd above)
 {
   echo "# Ablation of LatentLLM under --preset paper (issue 13)"
   echo

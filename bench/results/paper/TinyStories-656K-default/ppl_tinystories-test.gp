@@ -6,9 +6,9 @@ set key top left
 set xlabel 'compression ratio (%)'
 set ylabel 'perplexity (tinystories-test)'
 set title 'TinyStories-656K'
-plot 27.733049124048073 title 'dense' with lines dashtype 2 lc rgb 'black', '-' using 1:2 with linespoints title 'latentllm'
-10 28.80059497842348
-20 33.29703914546753
-30 44.183720856334816
-40 68.24705245937662
+plot 27.73304930091331 title 'dense' with lines dashtype 2 lc rgb 'black', '-' using 1:2 with linespoints title 'latentllm'
+10 28.894121239424308
+20 33.299933725265014
+30 43.50697891715709
+40 68.01647765783298
 e

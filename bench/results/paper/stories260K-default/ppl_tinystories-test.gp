@@ -6,9 +6,9 @@ set key top left
 set xlabel 'compression ratio (%)'
 set ylabel 'perplexity (tinystories-test)'
 set title 'stories260K'
-plot 4.1208321378379855 title 'dense' with lines dashtype 2 lc rgb 'black', '-' using 1:2 with linespoints title 'latentllm'
-10 5.069704167865875
-20 8.169466231026888
-30 15.553013898110201
-40 26.977496172620235
+plot 4.120832117472816 title 'dense' with lines dashtype 2 lc rgb 'black', '-' using 1:2 with linespoints title 'latentllm'
+10 5.0816718860459265
+20 8.169484424285532
+30 15.048922165478404
+40 26.644518979186543
 e

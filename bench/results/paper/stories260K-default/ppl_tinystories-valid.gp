@@ -6,9 +6,9 @@ set key top left
 set xlabel 'compression ratio (%)'
 set ylabel 'perplexity (tinystories-valid)'
 set title 'stories260K'
-plot 3.815771676102655 title 'dense' with lines dashtype 2 lc rgb 'black', '-' using 1:2 with linespoints title 'latentllm'
-10 4.711206266965512
-20 7.750882430033905
-30 14.96351758840769
-40 26.65757147521082
+plot 3.8157717070243145 title 'dense' with lines dashtype 2 lc rgb 'black', '-' using 1:2 with linespoints title 'latentllm'
+10 4.714312658415244
+20 7.75088337964652
+30 14.698724694252324
+40 26.330067307450427
 e
