@@ -7,8 +7,11 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <initializer_list>
 #include <numeric>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -101,6 +104,21 @@ inline double load_average() {
   double l = -1;
   f >> l;
   return l;
+}
+
+// Refuses what is not `--key value` with a key of `known` (a typo or --help would otherwise run the
+// whole bench with its defaults and overwrite its committed results); usage: the comment atop `source`.
+inline void check_args(int argc, char** argv, std::initializer_list<std::string_view> known, const char* source) {
+  for (int i = 1; i < argc; i += 2) {
+    const std::string_view key = argv[i];
+    const bool unknown = std::find(known.begin(), known.end(), key) == known.end();
+    if (unknown || i + 1 >= argc) {
+      std::string list;
+      for (const auto k : known) list += (list.empty() ? "" : " ") + std::string(k);
+      throw std::invalid_argument(std::string(key) + (unknown ? ": unknown option" : ": missing value") +
+                                  " (expected --key value with a key of: " + list + "; usage atop " + source + ")");
+    }
+  }
 }
 
 inline std::string arg(int argc, char** argv, const std::string& key, const std::string& fallback) {

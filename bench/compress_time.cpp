@@ -117,6 +117,10 @@ std::string pct(double x) { return fmt::format("{:.0f} %", 100 * x); }
 }  // namespace
 
 int main(int argc, char** argv) try {
+  latentllm::bench::check_args(argc, argv, {"--shared", "--model", "--calib-data", "--ratio", "--nsamples", "--seqlen",
+                                            "--stop-after-layers", "--covariance", "--preset", "--rank-alloc",
+                                            "--threads", "--project-layers", "--methods", "--out"},
+                               "bench/compress_time.cpp");
   latentllm::core::reuse_large_allocations();  // as the CLI does (latentllm/resources.hpp)
   using bench::arg;
   const std::string shared = arg(argc, argv, "--shared", "../shared");

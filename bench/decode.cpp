@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -179,6 +180,9 @@ std::vector<double> decode_seconds(const std::vector<Arm>& arms, int C, int step
 }  // namespace
 
 int main(int argc, char** argv) try {
+  latentllm::bench::check_args(argc, argv, {"--shared", "--model", "--name", "--latent", "--steps", "--prefill", "--out",
+                                            "--pool-baseline", "--pool-spin", "--contexts"},
+                               "bench/decode.cpp");
   core::reuse_large_allocations();
   set_log_callback([](LogLevel, std::string_view) {});
   const std::string shared = arg(argc, argv, "--shared", "../shared");
@@ -320,43 +324,38 @@ int main(int argc, char** argv) try {
     md += fmt::format(" {:.1f} ({:.0f} %) |\n", r["prefill"]["tokens_per_s"].get<double>(),
                       100 * r["prefill"]["fraction_of_sgemm_peak"].get<double>());
   }
-  md += "\nSpeedup over the dense model, whose steps were interleaved with each latent variant's (same contexts, "
-        "same moments: the ratio is robust to the machine's drift, the tokens/s above less so): latent tok/s / "
-        "dense tok/s.\n\n| variant |";
-  for (int C : contexts) md += fmt::format(" @{} |", C);
-  md += "\n|---|";
-  for (std::size_t i = 0; i < contexts.size(); ++i) md += "---:|";
-  md += "\n";
-  for (const auto& r : rows) {
-    if (r["ratio"].get<double>() == 0) continue;
-    md += fmt::format("| {} |", r["variant"].get<std::string>());
-    for (int C : contexts) {
-      const auto& d = r["decode"][std::to_string(C)];
-      md += d.is_null() ? " — |"
-                        : fmt::format(" {:.2f} / {:.2f} = {:.2f}x |", d["tokens_per_s"].get<double>(),
-                                      d["dense_tokens_per_s_interleaved"].get<double>(),
-                                      d["speedup_over_dense"].get<double>());
-    }
-    md += "\n";
-  }
-  if (pool_baseline) {
-    md += "\nThe same decodes with the pool's threads sleeping at once between parallel regions (the pool before "
-          "its short spin, `core::set_pool_spin(0)`), same process: tokens/s and the spinning pool's speedup.\n\n"
-          "| variant |";
-    for (int C : contexts) md += fmt::format(" sleeping pool @{} (speedup) |", C);
+  // A table with a row per variant (latent_only: without the dense one) and a column per context.
+  auto context_table = [&](const std::string& head, bool latent_only,
+                           const std::function<std::string(const nlohmann::json&)>& cell) {
+    md += "| variant |";
+    for (int C : contexts) md += fmt::format(" {} @{} |", head, C);
     md += "\n|---|";
     for (std::size_t i = 0; i < contexts.size(); ++i) md += "---:|";
     md += "\n";
     for (const auto& r : rows) {
+      if (latent_only && r["ratio"].get<double>() == 0) continue;
       md += fmt::format("| {} |", r["variant"].get<std::string>());
       for (int C : contexts) {
         const auto& d = r["decode"][std::to_string(C)];
-        md += d.is_null() ? " — |"
-                          : fmt::format(" {:.2f} ({:.2f}x) |", d["sleeping_pool_tokens_per_s"].get<double>(),
-                                        d["speedup_over_sleeping_pool"].get<double>());
+        md += d.is_null() ? " — |" : cell(d);
       }
       md += "\n";
     }
+  };
+  md += "\nSpeedup over the dense model, whose steps were interleaved with each latent variant's (same contexts, "
+        "same moments: the ratio is robust to the machine's drift, the tokens/s above less so): latent tok/s / "
+        "dense tok/s.\n\n";
+  context_table("speedup", true, [](const nlohmann::json& d) {
+    return fmt::format(" {:.2f} / {:.2f} = {:.2f}x |", d["tokens_per_s"].get<double>(),
+                       d["dense_tokens_per_s_interleaved"].get<double>(), d["speedup_over_dense"].get<double>());
+  });
+  if (pool_baseline) {
+    md += "\nThe same decodes with the pool's threads sleeping at once between parallel regions (the pool before "
+          "its short spin, `core::set_pool_spin(0)`), same process: tokens/s and the spinning pool's speedup.\n\n";
+    context_table("sleeping pool (speedup)", false, [](const nlohmann::json& d) {
+      return fmt::format(" {:.2f} ({:.2f}x) |", d["sleeping_pool_tokens_per_s"].get<double>(),
+                         d["speedup_over_sleeping_pool"].get<double>());
+    });
   }
   std::ofstream(out + ".md") << md;
   std::printf("%s", md.c_str());

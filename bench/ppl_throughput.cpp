@@ -42,6 +42,9 @@ using Clock = std::chrono::steady_clock;
 }  // namespace
 
 int main(int argc, char** argv) try {
+  latentllm::bench::check_args(argc, argv, {"--shared", "--model", "--data", "--dataset", "--seqlen", "--windows",
+                                            "--out"},
+                               "bench/ppl_throughput.cpp");
   latentllm::core::reuse_large_allocations();  // as the CLI does (latentllm/resources.hpp)
   using namespace latentllm;
   const std::string shared = arg(argc, argv, "--shared", "../shared");

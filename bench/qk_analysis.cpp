@@ -52,6 +52,9 @@ compress::RankPlan qk_only_plan(const model::Model& m, const compress::CompressO
 }  // namespace
 
 int main(int argc, char** argv) try {
+  latentllm::bench::check_args(argc, argv, {"--shared", "--model", "--name", "--dataset", "--data", "--ratios",
+                                            "--rope-windows", "--out", "--nsamples", "--seqlen"},
+                               "bench/qk_analysis.cpp");
   using bench::arg;
   set_log_callback([](LogLevel l, std::string_view msg) {
     if (l >= LogLevel::Warn) std::fprintf(stderr, "%.*s\n", static_cast<int>(msg.size()), msg.data());
