@@ -42,6 +42,15 @@ void save(const model::Model& m, const std::filesystem::path& out_dir, const Sav
 // a probe file there. Throws IoError "<out>: output directory is not writable (…)" otherwise.
 void check_output_writable(const std::filesystem::path& out_dir);
 
+// Never lose a user's files: checks, before any work, that writing a checkpoint to `out_dir` can only
+// replace an earlier output of ours. Throws ConfigError when out_dir (resolved, symlinks included) is
+// the model directory `model_dir`, lies inside it or contains it (with or without `force`); IoError
+// when out_dir exists and is not a directory, exists without `force`, or exists and is neither empty
+// nor a latentllm output (is_latent_output) — `force` replaces only those.
+void check_output_target(const std::filesystem::path& model_dir, const std::filesystem::path& out_dir, bool force);
+// True when `dir` holds a checkpoint latentllm wrote: a config.json with a `latent` object.
+bool is_latent_output(const std::filesystem::path& dir);
+
 // ---- Per-layer factor files ----------------------------------------------------------------------
 // One decoder layer's compressed modules in a safetensors file, float32 so they reload exactly:
 // <module>.B [out, r], <module>.A [r, in] (or [r, in − r]), <module>.perm [in] (block identity, as
@@ -53,5 +62,9 @@ void write_layer_factors(const std::filesystem::path& file, const model::Decoder
 // Installs the modules `file` holds into `layer` (factors, perm, bias; the dense weight dropped);
 // modules absent from the file are left as they are. IoError / FormatError naming the file.
 void read_layer_factors(const std::filesystem::path& file, model::DecoderLayer& layer);
+// Checks that every factor in `file` fits the storage type `dtype`, as save() will require, so that a run
+// fails at the layer whose factors overflow (its progress kept) rather than when the checkpoint is
+// written. NumericError as save(): "<module>.B.weight: value at [i, j] overflows F16 (...)".
+void check_layer_factors_storable(const std::filesystem::path& file, DType dtype);
 
 }  // namespace latentllm::checkpoint

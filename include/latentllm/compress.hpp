@@ -183,12 +183,14 @@ RankPlan allocate_ranks(const std::vector<ModuleSpectrum>& spectra, double ratio
 // layer by layer (docs/ARCHITECTURE.md: the stages). The CLI's `compress` and `sweep` call this.
 
 // --method: the six local pre-conditioners (paper Table 1) and LatentLLM (root covariance + block
-// identity + the joint parts of JointParts).
+// identity + the joint parts of JointParts). Each is one row of the method registry
+// (src/compress/methods.cpp: name, pre-conditioner, default junction, stages, the options it reads);
+// the functions below read the rows.
 enum class Method { PlainSvd, AsvdHessian, AsvdL1, AsvdL2, AsvdCov, AsvdRootCov, LatentLlm };
 std::string_view method_name(Method m);  // "plain-svd", ..., "asvd-rootcov", "latentllm"
 // Throws ConfigError "--method: unknown method (expected one of ..., got X)".
 Method parse_method(std::string_view name);
-std::span<const Method> all_methods();
+std::span<const Method> all_methods();  // in the registry's order
 // The pre-conditioner of a method's local modules (LatentLlm: RootCovariance).
 Preconditioner preconditioner_of(Method m);
 
@@ -198,6 +200,9 @@ struct JointParts {
   bool vo = false; // joint V-O, Tucker-2 over heads (appendix)
   bool ud = true;  // joint MLP up(-gate)-down, auxiliary variables (appendix)
 };
+// "qk,vo,ud" / "none" <-> JointParts. ConfigError "--joint: unknown part (...)".
+JointParts parse_joint_parts(std::string_view spec);
+std::string joint_parts_name(const JointParts& j);
 
 // ---- Presets ---------------------------------------------------------------------------------
 // --preset: `Default` is this project's best configuration validated on held-out text; `Paper` is the
@@ -289,7 +294,22 @@ struct CompressOptions {
   // them, on the calling thread; parts never nest. For profilers
   // (bench/compress_time attributes BLAS FLOPs and LAPACK time to them); empty = no calls.
   std::function<void(std::string_view stage, bool begin)> part_observer;
+
+  // The options record: every option that decides the result and that this method reads
+  // (reads_option), by the keys of docs/FORMAT.md's `latent` section. The resume fingerprint, the
+  // checkpoint's metadata and the CLI's --json all use it, so none can miss a field.
+  nlohmann::ordered_json to_json() const;
+  // The record back (fields it omits take CompressOptions' defaults). FormatError on a missing key.
+  static CompressOptions from_json(const nlohmann::json& j);
+  // ConfigError naming the option of the first value out of its range (ratio, λ, α, iterations, ...).
+  void validate() const;
 };
+
+// Whether a run with options `o` reads the option `key` (a to_json key): the method's registry row
+// lists it, and where it belongs to a joint part or to global rank allocation, that part runs.
+bool reads_option(const CompressOptions& o, std::string_view key);
+// The methods whose registry row lists `key`.
+std::vector<std::string_view> methods_reading(std::string_view key);
 
 // The options of `method` at `ratio` under a preset (everything else at CompressOptions' defaults).
 CompressOptions preset_options(Preset p, Method method, double ratio);
@@ -362,9 +382,27 @@ core::MemoryPlan plan_compress_memory(const model::Model& m, std::int64_t n_tok,
 std::vector<ModuleSpectrum> measure_spectra(model::Model& m, std::span<const std::int32_t> ids, int seqlen,
                                             const CompressOptions& opt);
 
-// The plan opt.rank_alloc asks for: plan_model, or measure_spectra + allocate_ranks for Global.
-RankPlan plan_model_calibrated(model::Model& m, std::span<const std::int32_t> ids, int seqlen,
-                               const CompressOptions& opt, std::int64_t n_tok = 128);
+// ---- The planner: the one place ranks are chosen (the CLI's compress and sweep, and compress_model) ----
+struct PlannedRanks {
+  enum class Source {
+    Uniform,        // every module keeps 1 − R of its weights (plan_model)
+    Global,         // allocate_ranks over the spectra of the dense pre-pass (or of the given cache)
+    Resumed,        // the interrupted run's global plan (plan.json of opt.state_dir), no pre-pass
+    UniformNoData,  // global asked for without calibration windows: the uniform plan of the same total
+  };
+  RankPlan plan;   // what compress_model runs with
+  RankPlan plain;  // the same allocation with J = I, for comparison (empty modules when Resumed)
+  Source source = Source::Uniform;
+  double prepass_s = 0;  // the dense pre-pass (0 when none ran)
+};
+std::string_view planned_source_name(PlannedRanks::Source s);  // "uniform", "global", "resumed", "uniform-no-data"
+
+// The ranks of `opt` for `m` on the calibration windows `ids` ([N·L]; may be empty for a dry run):
+// uniform; global, resumed from opt.state_dir when opt.resume finds this run's saved plan (ConfigError
+// when the directory holds another run's progress), else from the dense pre-pass (measured into
+// `spectra` when given and empty, taken from it when not: one pre-pass serves every run of a sweep).
+PlannedRanks plan_run(model::Model& m, std::span<const std::int32_t> ids, int seqlen, const CompressOptions& opt,
+                      std::vector<ModuleSpectrum>* spectra = nullptr);
 
 // The options compress_model runs with on n_tok calibration tokens: `opt`, with joint up-down dropped
 // when the tokens it would fit on, min(n_tok, ud_max_tokens), are fewer than ud_min_tokens_per_ffn·f.
@@ -372,16 +410,13 @@ RankPlan plan_model_calibrated(model::Model& m, std::span<const std::int32_t> id
 CompressOptions effective_options(const model::ModelConfig& c, std::int64_t n_tok, const CompressOptions& opt,
                                   std::string* why = nullptr);
 
-// With opt.resume and opt.state_dir: the global rank plan the interrupted run saved there (compress_model
-// saves the plan it runs with, given or computed, when opt.rank_alloc is Global), so that a caller does not
-// repeat the dense pre-pass; nullopt when there is none. Throws the ConfigError of a state directory
-// that holds a different run's progress (the model, calibration or options changed) before any work.
-std::optional<RankPlan> resumed_plan(const model::Model& m, std::span<const std::int32_t> ids, int seqlen,
-                                     const CompressOptions& opt);
+// Throws ConfigError when `state_dir` holds saved work (finished layers or a global plan) and the run does
+// not `resume`: "<dir>: progress of an earlier run exists (...; expected --resume to continue it, or remove
+// the directory to start over)". compress_model checks it too; callers check it before any work.
+void check_progress_kept(const std::filesystem::path& state_dir, bool resume);
 
 // Compresses `m` in place on the calibration windows `ids` ([N·L]) with the ranks of `plan` (null:
-// resumed_plan, else plan_model_calibrated, which runs the pre-pass for RankAlloc::Global). A plan must
-// name every module of `m`.
+// plan_run's). A plan must name every module of `m`. Checks opt (validate) before any work.
 CompressReport compress_model(model::Model& m, std::span<const std::int32_t> ids, int seqlen,
                               const CompressOptions& opt, const RankPlan* plan = nullptr);
 

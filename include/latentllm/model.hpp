@@ -276,6 +276,11 @@ struct LoadOptions {
   // dropped) so that a non-finite value fails at load, as an eager load does, not after hours of work
   // on the layers before it (compress sets it; about a second per GB stored).
   bool scan_finite = false;
+  // Stored tensors that config.json's architecture does not use (more layers than num_hidden_layers, an
+  // unknown name) are an error naming the first few: the config and the weights disagree, and running
+  // the model would silently ignore them. Known-ignorable buffers some exporters save (rotary
+  // `inv_freq`, GPT-style `attn.bias` / `attn.masked_bias` masks) are accepted always. true: accept any.
+  bool allow_unused_tensors = false;
 };
 
 // The float32 bytes of a model's weights (what they take once widened), known without loading them.

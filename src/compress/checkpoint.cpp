@@ -164,6 +164,58 @@ void check_output_writable(const fs::path& out_dir) {
   const core::StagedDirectory probe(out_dir, /*overwrite=*/true);
 }
 
+bool is_latent_output(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_regular_file(dir / "config.json", ec)) return false;
+  const auto j = nlohmann::json::parse(core::read_file(dir / "config.json"), nullptr, false);
+  return j.is_object() && j.contains("latent") && j["latent"].is_object();
+}
+
+namespace {
+
+// Whether `inner` is `outer` or lies below it (both resolved).
+bool within(const fs::path& inner, const fs::path& outer) {
+  auto i = inner.begin();
+  for (auto o = outer.begin(); o != outer.end(); ++o, ++i) {
+    if (o->empty()) continue;  // a trailing separator
+    if (i == inner.end() || *i != *o) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+void check_output_target(const fs::path& model_dir, const fs::path& out_dir, bool force) {
+  std::error_code ec;
+  const fs::path model = fs::weakly_canonical(model_dir, ec);
+  const fs::path out = fs::weakly_canonical(out_dir, ec);
+  const std::string o = out_dir.string(), m = model_dir.string();
+  if (!model.empty() && !out.empty()) {
+    if (out == model) {
+      throw ConfigError(fmt::format("{}: output is the input model {} (expected another directory: writing there would "
+                                    "replace the model; --force does not change this)", o, m));
+    }
+    if (within(out, model)) {
+      throw ConfigError(fmt::format("{}: output inside the input model {} (expected a directory outside it; --force "
+                                    "does not change this)", o, m));
+    }
+    if (within(model, out)) {
+      throw ConfigError(fmt::format("{}: output contains the input model {} (expected a directory that does not: "
+                                    "replacing it would delete the model; --force does not change this)", o, m));
+    }
+  }
+  if (!fs::exists(fs::symlink_status(out_dir, ec))) return;
+  if (!fs::is_directory(out_dir, ec)) {
+    throw IoError(fmt::format("{}: exists and is not a directory (expected a new path or a latentllm output "
+                              "directory; it is never replaced, --force neither)", o));
+  }
+  if (!force) throw IoError(fmt::format("{}: output directory exists (use --force to replace it)", o));
+  if (fs::is_empty(out_dir, ec) || is_latent_output(out_dir)) return;
+  throw IoError(fmt::format("{}: exists and is not a latentllm output (expected an empty directory or one that "
+                            "latentllm compress wrote, with a latent section in its config.json; --force replaces "
+                            "only those)", o));
+}
+
 fs::path layer_factors_file(const fs::path& dir, int layer) { return dir / fmt::format("layer-{}.safetensors", layer); }
 
 void write_layer_factors(const fs::path& file, const model::DecoderLayer& layer) {
@@ -182,6 +234,17 @@ void write_layer_factors(const fs::path& file, const model::DecoderLayer& layer)
     if (lin.bias.size() > 0) tensors.push_back({lin.name + ".bias", DType::F32, {lin.bias.size()}, span_of(lin.bias)});
   }
   io::write_safetensors(file, tensors);
+}
+
+void check_layer_factors_storable(const fs::path& file, DType dtype) {
+  if (dtype == DType::F32) return;
+  const io::SafetensorsFile st(file);
+  for (const auto& t : st.tensors()) {
+    if (!t.name.ends_with(".B") && !t.name.ends_with(".A") && !t.name.ends_with(".bias")) continue;
+    std::vector<float> data(static_cast<std::size_t>(t.numel()));
+    t.to_f32(data);
+    check_representable(t.name + (t.name.ends_with(".bias") ? "" : ".weight"), dtype, t.shape, data);
+  }
 }
 
 void read_layer_factors(const fs::path& file, model::DecoderLayer& layer) {

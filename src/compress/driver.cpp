@@ -2,6 +2,7 @@
 // per-layer progress that --resume continues from.
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -77,7 +78,7 @@ std::vector<double> layer_weights(const model::Model& m, const RankPlan& plan) {
 }
 
 // The per-layer progress of opt.state_dir (none without it; a lazy model needs it): created, and
-// emptied first unless the run resumes.
+// emptied first unless the run resumes (ConfigError when it holds saved work: never discarded silently).
 std::optional<ResumeState> open_state(const model::Model& m, std::span<const std::int32_t> ids, int seqlen,
                                       const CompressOptions& opt) {
   if (m.lazy() && opt.state_dir.empty()) {
@@ -90,6 +91,7 @@ std::optional<ResumeState> open_state(const model::Model& m, std::span<const std
   if (opt.resume) {
     state->check_fingerprint();  // a different run's progress fails now, not after the pre-pass
   } else {
+    ResumeState::check_not_discarded(opt.state_dir, opt.resume);  // saved work is never discarded silently
     std::error_code ec;
     std::filesystem::remove_all(opt.state_dir, ec);
     if (ec) throw IoError(fmt::format("{}: cannot remove the old progress ({})", opt.state_dir.string(), ec.message()));
@@ -98,38 +100,90 @@ std::optional<ResumeState> open_state(const model::Model& m, std::span<const std
   return state;
 }
 
+// A failed run leaves its progress directory only when it holds saved work (finished layers, a plan).
+class StrayStateGuard {
+ public:
+  explicit StrayStateGuard(std::filesystem::path dir) : dir_(std::move(dir)), exceptions_(std::uncaught_exceptions()) {}
+  ~StrayStateGuard() {
+    if (dir_.empty() || std::uncaught_exceptions() == exceptions_ || ResumeState::holds_progress(dir_)) return;
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  StrayStateGuard(const StrayStateGuard&) = delete;
+  StrayStateGuard& operator=(const StrayStateGuard&) = delete;
+
+ private:
+  std::filesystem::path dir_;
+  int exceptions_;
+};
+
 }  // namespace
 
 RankPlan plan_model(const model::Model& m, const CompressOptions& opt, std::int64_t n_tok) {
   return plan_ranks(module_shapes(m), opt.ratio, opt.local.junction, n_tok);
 }
 
-RankPlan plan_model_calibrated(model::Model& m, std::span<const std::int32_t> ids, int seqlen,
-                               const CompressOptions& opt, std::int64_t n_tok) {
-  if (opt.rank_alloc == RankAlloc::Uniform) return plan_model(m, opt, n_tok);
-  RankPlan plan = allocate_ranks(measure_spectra(m, ids, seqlen, opt), opt.ratio, opt.local.junction, opt.alloc_score,
-                                 n_tok);
-  const RankPlan uniform = plan_model(m, opt, n_tok);
-  log_info("rank allocation ({}): {} weights for {} modules (uniform: {}), ranks {}..{}",
-           alloc_score_name(opt.alloc_score), plan.params(), plan.modules.size(), uniform.params(),
-           std::min_element(plan.modules.begin(), plan.modules.end(),
-                            [](const auto& a, const auto& b) { return a.rank < b.rank; })->rank,
-           std::max_element(plan.modules.begin(), plan.modules.end(),
-                            [](const auto& a, const auto& b) { return a.rank < b.rank; })->rank);
-  return plan;
+std::string_view planned_source_name(PlannedRanks::Source s) {
+  switch (s) {
+    case PlannedRanks::Source::Uniform: return "uniform";
+    case PlannedRanks::Source::Global: return "global";
+    case PlannedRanks::Source::Resumed: return "resumed";
+    case PlannedRanks::Source::UniformNoData: return "uniform-no-data";
+  }
+  return "uniform";
 }
 
-std::optional<RankPlan> resumed_plan(const model::Model& m, std::span<const std::int32_t> ids, int seqlen,
-                                     const CompressOptions& requested) {
-  if (!requested.resume || requested.state_dir.empty() || requested.rank_alloc != RankAlloc::Global) return std::nullopt;
+PlannedRanks plan_run(model::Model& m, std::span<const std::int32_t> ids, int seqlen, const CompressOptions& requested,
+                      std::vector<ModuleSpectrum>* spectra) {
   const CompressOptions opt = effective_options(m.config(), static_cast<std::int64_t>(ids.size()), requested);
-  const ResumeState state(opt.state_dir, run_fingerprint(m, ids, seqlen, opt));
-  state.check_fingerprint();
-  return state.restore_plan();
+  PlannedRanks p;
+  CompressOptions plain_opt = opt;
+  plain_opt.local.junction = Junction::Identity;
+  if (opt.rank_alloc == RankAlloc::Uniform || ids.empty()) {
+    p.plan = plan_model(m, opt);
+    p.plain = plan_model(m, plain_opt);
+    p.source = opt.rank_alloc == RankAlloc::Uniform ? PlannedRanks::Source::Uniform
+                                                    : PlannedRanks::Source::UniformNoData;
+    return p;
+  }
+  if (opt.resume && !opt.state_dir.empty()) {
+    // The killed run's plan: the pre-pass (an hour at 8 B) is not redone.
+    const ResumeState state(opt.state_dir, run_fingerprint(m, ids, seqlen, opt));
+    state.check_fingerprint();  // another run's progress fails now, before the pre-pass
+    if (auto saved = state.restore_plan()) {
+      p.plan = std::move(*saved);
+      p.source = PlannedRanks::Source::Resumed;
+      return p;
+    }
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<ModuleSpectrum> local;
+  std::vector<ModuleSpectrum>& measured = spectra ? *spectra : local;
+  if (measured.empty()) {
+    if (opt.part_observer) opt.part_observer("pre-pass", true);
+    measured = measure_spectra(m, ids, seqlen, opt);
+    if (opt.part_observer) opt.part_observer("pre-pass", false);
+    p.prepass_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  p.plan = allocate_ranks(measured, opt.ratio, opt.local.junction, opt.alloc_score);
+  p.plain = allocate_ranks(measured, opt.ratio, Junction::Identity, opt.alloc_score);
+  p.source = PlannedRanks::Source::Global;
+  const RankPlan uniform = plan_model(m, opt);
+  const auto [lo, hi] = std::minmax_element(p.plan.modules.begin(), p.plan.modules.end(),
+                                            [](const auto& a, const auto& b) { return a.rank < b.rank; });
+  log_info("rank allocation ({}): {} weights for {} modules (uniform: {}), ranks {}..{}",
+           alloc_score_name(opt.alloc_score), p.plan.params(), p.plan.modules.size(), uniform.params(), lo->rank,
+           hi->rank);
+  return p;
+}
+
+void check_progress_kept(const std::filesystem::path& state_dir, bool resume) {
+  ResumeState::check_not_discarded(state_dir, resume);
 }
 
 CompressReport compress_model(model::Model& m, std::span<const std::int32_t> ids, int seqlen,
                               const CompressOptions& requested, const RankPlan* given) {
+  requested.validate();
   const auto t0 = std::chrono::steady_clock::now();
   CompressReport report;
   std::string skipped;
@@ -143,19 +197,14 @@ CompressReport compress_model(model::Model& m, std::span<const std::int32_t> ids
   report.ratio = opt.ratio;
   report.rank_alloc = opt.rank_alloc;
   std::optional<ResumeState> state = open_state(m, ids, seqlen, opt);
+  const StrayStateGuard stray(state ? opt.state_dir : std::filesystem::path());
   const bool global = opt.rank_alloc == RankAlloc::Global;
-  std::optional<RankPlan> computed;
+  std::optional<PlannedRanks> planned;
   if (!given) {
-    // A resumed run takes the killed run's global plan: the pre-pass (an hour at 8 B) is not redone.
-    if (global && state && opt.resume) computed = state->restore_plan();
-    if (!computed) {
-      if (global && opt.part_observer) opt.part_observer("pre-pass", true);
-      computed = plan_model_calibrated(m, ids, seqlen, opt);
-      if (global && opt.part_observer) opt.part_observer("pre-pass", false);
-      if (global) report.prepass_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    }
+    planned = plan_run(m, ids, seqlen, opt);
+    report.prepass_s = planned->prepass_s;
   }
-  const RankPlan& plan = given ? *given : *computed;
+  const RankPlan& plan = given ? *given : planned->plan;
   if (global && state) state->save_plan(plan);  // for resumed_plan after a kill
   StageContext ctx(opt, plan, report);
   const auto stages = plan_stages(ctx, m);
@@ -176,9 +225,6 @@ CompressReport compress_model(model::Model& m, std::span<const std::int32_t> ids
     if (opt.layer_done) opt.layer_done(layer);
   };
   note_few_tokens(m, static_cast<std::int64_t>(ids.size()), opt, report);  // after a restore: deduplicated
-  if (opt.stop_after_layers < 0) {
-    throw ConfigError(fmt::format("stop after layers (expected >= 0, got {})", opt.stop_after_layers));
-  }
   report.layers_total = m.num_layers();
   report.layers_resumed = po.start_layer;
   po.end_layer = opt.stop_after_layers > 0 ? std::max(po.start_layer, std::min(opt.stop_after_layers, m.num_layers()))

@@ -15,8 +15,6 @@ Preset parse_preset(std::string_view name) {
   throw ConfigError(fmt::format("--preset: unknown preset (expected default or paper, got {})", name));
 }
 
-Junction default_junction(Method m) { return m == Method::LatentLlm ? Junction::BlockIdentity : Junction::Identity; }
-
 CompressOptions preset_options(Preset p, Method method, double ratio) {
   CompressOptions o;
   o.method = method;

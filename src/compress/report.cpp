@@ -1,4 +1,4 @@
-// Compression reports as JSON (the CLI's --json, the resume state) and the method names.
+// Compression reports as JSON (the CLI's --json, the resume state).
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -9,41 +9,6 @@
 #include "latentllm/error.hpp"
 
 namespace latentllm::compress {
-namespace {
-
-constexpr std::array<Method, 7> kMethods = {Method::PlainSvd, Method::AsvdHessian, Method::AsvdL1, Method::AsvdL2,
-                                            Method::AsvdCov,  Method::AsvdRootCov, Method::LatentLlm};
-
-}  // namespace
-
-Preconditioner preconditioner_of(Method m) {
-  switch (m) {
-    case Method::PlainSvd: return Preconditioner::Identity;
-    case Method::AsvdHessian: return Preconditioner::DiagHessian;
-    case Method::AsvdL1: return Preconditioner::DiagL1;
-    case Method::AsvdL2: return Preconditioner::DiagL2;
-    case Method::AsvdCov: return Preconditioner::Covariance;
-    case Method::AsvdRootCov:
-    case Method::LatentLlm: return Preconditioner::RootCovariance;
-  }
-  return Preconditioner::RootCovariance;
-}
-
-std::string_view method_name(Method m) {
-  return m == Method::LatentLlm ? "latentllm" : preconditioner_name(preconditioner_of(m));
-}
-
-std::span<const Method> all_methods() { return kMethods; }
-
-Method parse_method(std::string_view name) {
-  std::vector<std::string_view> names;
-  for (Method m : kMethods) {
-    if (method_name(m) == name) return m;
-    names.push_back(method_name(m));
-  }
-  throw ConfigError(fmt::format("--method: unknown method (expected one of {}, got {})", fmt::join(names, ", "), name));
-}
-
 nlohmann::json JointLoss::to_json() const {
   return {{"layer", layer}, {"joint", joint}, {"local", std::isnan(local) ? nlohmann::json() : nlohmann::json(local)}};
 }

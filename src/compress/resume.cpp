@@ -58,15 +58,10 @@ std::string run_fingerprint(const model::Model& m, std::span<const std::int32_t>
   f.add(&seqlen, sizeof seqlen);
   f.add(fs::weakly_canonical(m.dir()).string());
   f.add(core::read_file(m.dir() / "config.json"));
-  f.add(fmt::format("{} {:.17g} {} {:.17g} {:.17g} {} {} {} {} {} {} {} {} {}", method_name(opt.method), opt.ratio,
-                    junction_name(opt.local.junction), opt.local.lambda_rel, opt.local.alpha, opt.joint.qk,
-                    opt.joint.vo, opt.joint.ud, opt.qk_iters, opt.ud_iters, opt.rope_window,
-                    opt.pipeline.sequential_within_layer, opt.pipeline.batch_windows, opt.local.update_bias)
-        + fmt::format(" {} {}", opt.ud_max_tokens, opt.vo_iters) + (opt.pipeline.covariance_f32 ? " f32" : "") + (opt.ud_f32 ? " ud-f32" : "")
-        // Global ranks follow from the calibration and these (measured again on resume, deterministically).
-        + (opt.rank_alloc == RankAlloc::Global ? fmt::format(" global-{}-{}", alloc_score_name(opt.alloc_score), opt.alloc_max_tokens) : "")
-        + (opt.error_compensation ? " compensate" : "") + (opt.output_side ? " output-side" : "")
-        + (opt.joint_tol > 0 ? fmt::format(" tol-{:.17g}", opt.joint_tol) : ""));
+  // The options record (CompressOptions::to_json): the one serialization of everything that decides the
+  // result, shared with the checkpoint's metadata. Doubles are written shortest round-trip, so equal
+  // records are equal options. Global ranks follow from the calibration and these.
+  f.add(opt.to_json().dump());
   return fmt::format("{:016x}", f.h);
 }
 
@@ -174,6 +169,25 @@ void ResumeState::save_layer(const model::Model& m, int layer, const MatrixF& hi
   core::write_text_atomic(dir_ / "progress.json", j.dump(1) + "\n");
   std::error_code ec;
   if (layer > 0) fs::remove(dir_ / hidden_file(layer - 1), ec);
+}
+
+bool ResumeState::holds_progress(const fs::path& dir) {
+  std::error_code ec;
+  return fs::exists(dir / "progress.json", ec) || fs::exists(dir / "plan.json", ec);
+}
+
+void ResumeState::check_not_discarded(const fs::path& dir, bool resume) {
+  if (resume || !holds_progress(dir)) return;
+  std::string done = "a global rank plan";
+  std::error_code ec;
+  if (fs::exists(dir / "progress.json", ec)) {
+    const auto j = nlohmann::json::parse(core::read_file(dir / "progress.json"), nullptr, false);
+    done = j.is_object() && j.contains("layers_done") && j["layers_done"].is_number_integer()
+               ? fmt::format("{} finished layers", j["layers_done"].get<int>())
+               : "unreadable progress";
+  }
+  throw ConfigError(fmt::format("{}: progress of an earlier run exists ({}; expected --resume to continue it, or "
+                                "remove the directory to start over)", dir.string(), done));
 }
 
 void ResumeState::create() const {

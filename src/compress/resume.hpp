@@ -60,6 +60,12 @@ class ResumeState {
   std::filesystem::path layer_file(int layer) const;  // checkpoint::layer_factors_file in dir()
 
   const std::filesystem::path& dir() const { return dir_; }
+  // Whether `dir` holds saved work (finished layers, or a global rank plan): what a run without
+  // --resume must not discard, and what a failed run keeps.
+  static bool holds_progress(const std::filesystem::path& dir);
+  // Throws ConfigError when `dir` holds saved work and the run does not resume: "<dir>: progress of an
+  // earlier run exists (...; expected --resume to continue it, or remove the directory to start over)".
+  static void check_not_discarded(const std::filesystem::path& dir, bool resume);
 
  private:
   std::filesystem::path dir_;

@@ -99,27 +99,4 @@ void CompressStage::run(const calib::StageInput& in, model::Model& m) {
   for (const NumericNote& n : notes.notes()) ctx_.report().add_note(n);
 }
 
-std::vector<std::unique_ptr<CompressStage>> plan_stages(StageContext& ctx, const model::Model& m) {
-  using model::Role;
-  using model::Site;
-  const CompressOptions& o = ctx.options();
-  const bool latent = o.method == Method::LatentLlm;
-  const bool qk = latent && o.joint.qk, vo = latent && o.joint.vo, ud = latent && o.joint.ud;
-  std::vector<std::unique_ptr<CompressStage>> s;
-  if (qk) s.push_back(make_joint_qk_stage(ctx));
-  // Joint V-O compresses v_proj with o_proj once the o_proj input statistics exist.
-  std::vector<Role> attn_in = qk ? std::vector<Role>{} : std::vector<Role>{Role::Q, Role::K};
-  if (!vo) attn_in.push_back(Role::V);
-  if (!attn_in.empty()) s.push_back(make_local_stage(ctx, m, Site::AttnIn, attn_in));
-  if (vo) s.push_back(make_joint_vo_stage(ctx));
-  else s.push_back(make_local_stage(ctx, m, Site::AttnOut, {Role::O}));
-  if (ud) {
-    s.push_back(make_joint_ud_stage(ctx));
-  } else {
-    s.push_back(make_local_stage(ctx, m, Site::MlpIn, {Role::Gate, Role::Up}));
-    s.push_back(make_local_stage(ctx, m, Site::MlpMid, {Role::Down}));
-  }
-  return s;
-}
-
 }  // namespace latentllm::compress

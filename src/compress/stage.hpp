@@ -1,5 +1,5 @@
-// The compressor as a sequence of calibration stages (calib::Stage): a method is the list of stages
-// plan_stages returns, each in its own file, sharing one StageContext.
+// The compressor as a sequence of calibration stages (calib::Stage): a method is a registry row
+// (methods.cpp) whose stage list plan_stages returns, each stage in its own file, sharing one StageContext.
 //
 //   stage      file                 site it waits for   modules          rewrites
 //   local      stage_local.cpp      its site            by role           its site
@@ -73,7 +73,7 @@ std::unique_ptr<CompressStage> make_joint_qk_stage(StageContext& ctx);
 std::unique_ptr<CompressStage> make_joint_vo_stage(StageContext& ctx);
 std::unique_ptr<CompressStage> make_joint_ud_stage(StageContext& ctx);
 
-// The stages of ctx's method for model m, in the sites' forward order.
+// The stages of ctx's method for model m, in the sites' forward order: its registry row's (methods.cpp).
 std::vector<std::unique_ptr<CompressStage>> plan_stages(StageContext& ctx, const model::Model& m);
 
 // ---- helpers of the stage files ---------------------------------------------------------------

@@ -108,9 +108,9 @@ double layer_major_nll(model::Model& m, std::span<const std::int32_t> ids, int s
 
 PplResult perplexity_ids(model::Model& m, std::span<const std::int32_t> ids, int seqlen, int max_windows, int batch,
                          const std::string& origin, const PplProgressFn& progress) {
-  if (seqlen < 2) throw ConfigError(fmt::format("seqlen (expected >= 2, got {})", seqlen));
+  if (seqlen < 2) throw ConfigError(fmt::format("--seqlen (expected >= 2, got {})", seqlen));
   if (max_windows < 0) throw ConfigError(fmt::format("max windows (expected >= 0, got {})", max_windows));
-  if (batch < 0) throw ConfigError(fmt::format("batch (expected >= 0, got {})", batch));
+  if (batch < 0) throw ConfigError(fmt::format("--batch (expected >= 0, got {})", batch));
   const auto n_tok = static_cast<std::int64_t>(ids.size());
   if (n_tok < seqlen) {
     throw FormatError(fmt::format("{}: dataset too short for one window (expected >= {} tokens, got {})", origin,

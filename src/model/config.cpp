@@ -94,6 +94,7 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, const LoadO
   auto m = arch->make(config, dir, source->loader);
   m->init_layers(source, opt.lazy);
   source->loader.check_latent_used();
+  if (!opt.allow_unused_tensors) source->loader.check_tensors_used();
   return m;
 }
 

@@ -27,9 +27,15 @@ bool WeightLoader::has_prefix(const std::string& prefix) const {
 }
 
 std::string WeightLoader::resolve(const std::string& name) const {
-  if (store_.has(name)) return name;
+  if (store_.has(name)) {
+    used_.insert(name);
+    return name;
+  }
   const auto& meta = store_.metadata();
-  if (const auto it = meta.find(name); it != meta.end() && store_.has(it->second)) return it->second;
+  if (const auto it = meta.find(name); it != meta.end() && store_.has(it->second)) {
+    used_.insert(it->second);
+    return it->second;
+  }
   store_.get(name);  // throws the store's "missing tensor" FormatError
   return name;
 }
@@ -117,6 +123,31 @@ Linear WeightLoader::linear(const std::string& module, std::int64_t in, std::int
   }
   if (has_bias) l.bias = vector(module + ".bias", out);  // [out]
   return l;
+}
+
+namespace {
+
+// Buffers that some exporters store beside the weights and no forward reads: RoPE's inverse
+// frequencies (older transformers saved `rotary_emb.inv_freq`) and GPT-2-style causal masks.
+bool ignorable_tensor(const std::string& name) {
+  for (const char* suffix : {".rotary_emb.inv_freq", ".attn.bias", ".attn.masked_bias"})
+    if (name.ends_with(suffix)) return true;
+  return false;
+}
+
+}  // namespace
+
+void WeightLoader::check_tensors_used() const {
+  std::vector<std::string> unused;
+  for (const auto& n : store_.names())
+    if (!used_.count(n) && !ignorable_tensor(n)) unused.push_back(n);
+  if (unused.empty()) return;
+  const std::size_t shown = std::min<std::size_t>(unused.size(), 3);
+  throw FormatError(fmt::format(
+      "{}: stored tensors not used by config.json's architecture (expected none, got {}: {}{}): config.json and "
+      "the weights disagree (e.g. num_hidden_layers); --allow-unused-tensors runs the model without them",
+      store_.dir().string(), unused.size(), fmt::join(unused.begin(), unused.begin() + static_cast<long>(shown), ", "),
+      unused.size() > shown ? ", ..." : ""));
 }
 
 void WeightLoader::check_latent_used() const {

@@ -44,6 +44,9 @@ class WeightLoader {
   Linear linear(const std::string& module, std::int64_t in, std::int64_t out, bool has_bias);
   // Throws FormatError naming a latent module no architecture file asked for.
   void check_latent_used() const;
+  // Throws FormatError naming the first stored tensors nothing asked for (LoadOptions::allow_unused_tensors),
+  // apart from the known-ignorable buffers.
+  void check_tensors_used() const;
 
   const std::filesystem::path& dir() const { return store_.dir(); }
 
@@ -71,6 +74,7 @@ class WeightLoader {
   const io::TensorStore& store_;
   std::map<std::string, io::LatentModule> latent_;
   std::set<std::string> latent_used_;
+  mutable std::set<std::string> used_;  // stored names resolved so far
   bool checking_ = false, lazy_ = false, scan_ = false;
   mutable std::int64_t counted_bytes_ = 0, table_bytes_ = 0, largest_stored_ = 0, largest_table_stored_ = 0;
 };

@@ -175,6 +175,13 @@ TEST(SweepCli, WritesTablesResultsAndPlots) {
   const auto j = json_of(out);
   ASSERT_EQ(j.at("runs").size(), 5u);  // dense + 2 methods × 2 ratios
   EXPECT_EQ(j.at("runs")[0].at("method"), "dense");
+  // The dense row counts its weights too (the compressed modules' dense size), and the evaluation window used.
+  EXPECT_GT(j.at("runs")[0].at("params").get<std::int64_t>(), 0);
+  EXPECT_EQ(j.at("runs")[0].at("params"), j.at("runs")[1].at("dense_params"));
+  EXPECT_EQ(j.at("eval_seqlen"), 128);
+  // Each run records its own options: plain-svd has no damping, asvd-rootcov does.
+  EXPECT_FALSE(j.at("runs")[1].at("options").contains("lambda_rel"));
+  EXPECT_TRUE(j.at("runs")[2].at("options").contains("lambda_rel"));
   const double dense = j.at("runs")[0].at("ppl").at("text");
   for (std::size_t i = 1; i < 5; ++i) EXPECT_GT(j.at("runs")[i].at("ppl").at("text").get<double>(), dense);
   // More compression, fewer parameters.
@@ -186,6 +193,18 @@ TEST(SweepCli, WritesTablesResultsAndPlots) {
   const std::string t3 = read(dir / "table3.md");
   EXPECT_NE(t3.find("| 40% | block-identity |"), std::string::npos) << t3;
   EXPECT_TRUE(std::filesystem::exists(dir / "ppl_text.gp"));
+  // Again with --force and one dataset less: the earlier grid's plot of the other dataset is gone, a
+  // file of the user's in the folder is kept.
+  std::ofstream(dir / "ppl_old.png") << "stale";
+  std::ofstream(dir / "mine.txt") << "kept";
+  ASSERT_NE(test::run_command(cmd, out), 0) << out;  // without --force: refused
+  EXPECT_NE(out.find("use --force"), std::string::npos) << out;
+  const std::string again = cli() + " sweep --model " + q(model()) + " --methods plain-svd --ratios 0.2" + calib_args() +
+                            " --datasets text=" + q(stories()) + " --eval-seqlen 128 --max-windows 2 --force -q --out " +
+                            q(dir) + " 2>/dev/null";
+  ASSERT_EQ(test::run_command(again, out), 0) << out;
+  EXPECT_FALSE(std::filesystem::exists(dir / "ppl_old.png"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "mine.txt"));
 }
 
 TEST(SweepCli, BadGridIsRejectedBeforeAnyWork) {
@@ -196,6 +215,7 @@ TEST(SweepCli, BadGridIsRejectedBeforeAnyWork) {
       {" --methods plain-svd,nope", "nope"},
       {" --datasets text", "--datasets: text needs a file"},
       {" --datasets wikitext2 --data-dir /nonexistent", "dataset file not found"},
+      {" --datasets wikitext2", "needs --data-dir"},
   };
   for (const auto& c : cases) {
     std::string out;

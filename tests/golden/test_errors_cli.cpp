@@ -59,7 +59,67 @@ TEST(ErrorsDoc, CompressOptions) {
                     {"opt-dtype", {compress("--dtype f8 --dry-run")}},
                     {"opt-out", {compress(calib())}},
                     {"opt-calib-data", {compress(out)}},
+                    {"opt-unread", {compress("--method plain-svd --alpha 2 --dry-run"),
+                                    compress("--joint qk --vo-iters 3 --dry-run"),
+                                    compress("--method asvd-l2 --rank-alloc uniform --alloc-tokens 5 --dry-run")}},
                 });
+}
+
+// A copy of stories260K whose config.json declares one layer fewer than its weights hold.
+fs::path model_with_extra_layer() {
+  const fs::path dir = make_temp_dir("err-extra") / "m";
+  fs::create_directories(dir);
+  for (const auto& e : fs::directory_iterator(shared_path("models/stories260K/hf")))
+    if (e.is_regular_file()) fs::copy_file(e.path(), dir / e.path().filename());
+  auto cfg = nlohmann::json::parse(std::ifstream(dir / "config.json"));
+  cfg["num_hidden_layers"] = cfg["num_hidden_layers"].get<int>() - 1;
+  std::ofstream(dir / "config.json") << cfg.dump(2);
+  return dir;
+}
+
+TEST(ErrorsDoc, CommandLine) {
+  const fs::path tmp = make_temp_dir("err-cmdline");
+  // A latent checkpoint to hand where a dense one is needed.
+  std::string o;
+  ASSERT_EQ(run_command(cli_path().string() + " compress --model " + model() + calib() + " --method plain-svd -q --out " +
+                            q(tmp / "latent"), o), 0) << o;
+  const std::string latent = q(tmp / "latent");
+  const std::string text = q(shared_path("data/tinystories/TinyStories-valid.stories0001-0232.clean.txt"));
+  const fs::path extra = model_with_extra_layer();
+  check_section("Command line (`latentllm`, every command)",
+                {
+                    {"cli-command-missing", {cli("")}},
+                    {"cli-command-unknown", {cli("frobnicate")}},
+                    {"cli-option-unknown", {compress("--frob")}},
+                    {"cli-value-invalid", {compress("--ratio abc"), compress("--nsamples 1.5")}},
+                    {"cli-value-choice", {compress("--calib foo")}},
+                    {"cli-option-repeated", {compress("--ratio 0.2 --ratio 0.3 --dry-run")}},
+                    {"cli-value-missing", {cli("ppl --model")}},
+                    {"cli-option-required", {cli("compress"), cli("inspect")}},
+                    {"cli-two-models", {cli("inspect " + model() + " --model " + latent)}},
+                    {"cli-seed", {compress(calib() + " --seed=-1 --dry-run"),
+                                  compress(calib() + " --seed 18446744073709551616 --dry-run"),
+                                  cli("generate --model " + model() + " --seed 3x")}},
+                    {"cli-unused-tensors", {cli("inspect --model " + q(extra)),
+                                            cli("ppl --model " + q(extra) + " --dataset text --data " + text)}},
+                    {"cli-latent-input", {cli("compress --model " + latent + " --dry-run"),
+                                          cli("compress --model " + latent + calib() + " --out " + q(tmp / "x")),
+                                          cli("sweep --model " + latent + calib() + " --datasets text=" + text +
+                                              " --out " + q(tmp / "sweep"))}},
+                    {"cli-seqlen-context",
+                     {cli("ppl --model " + model() + " --dataset text --data " + text + " --seqlen 1024"),
+                      compress(" --calib text --calib-data " + text + " --seqlen 513 --dry-run --rank-alloc uniform --out " +
+                               q(tmp / "y")),
+                      cli("sweep --model " + model() + calib() + " --datasets text=" + text + " --eval-seqlen 600 --out " +
+                          q(tmp / "sweep2"))}},
+                    {"cli-seqlen", {cli("ppl --model " + model() + " --dataset text --data " + text + " --seqlen 1"),
+                                    compress(" --calib text --calib-data " + text + " --seqlen=-3 --out " + q(tmp / "z"))}},
+                });
+  // --allow-unused-tensors runs the model as config.json declares it.
+  EXPECT_EQ(run_command(cli_path().string() + " inspect --allow-unused-tensors --model " + q(extra), o), 0) << o;
+  // No stray progress directory from the refused runs.
+  EXPECT_FALSE(fs::exists(tmp / "x.resume"));
+  EXPECT_FALSE(fs::exists(tmp / "z.resume"));
 }
 
 TEST(ErrorsDoc, EvaluationOptions) {
@@ -69,6 +129,14 @@ TEST(ErrorsDoc, EvaluationOptions) {
   // opt-tiny on wikitext2 in windows of 256: 1123 windows, ~280 MiB of hidden states, so that a
   // 400 MiB budget holds some of them layer-major (and the eager plan, ~370 MiB, is skipped by
   // --layer-major).
+  const fs::path tmp = make_temp_dir("err-eval");
+  const fs::path tiny = tmp / "tiny.txt";
+  std::ofstream(tiny) << "Once upon a time.";
+  fs::create_directories(tmp / "full");
+  std::ofstream(tmp / "full" / "notes.txt") << "mine";
+  fs::create_directories(tmp / "prev");
+  std::ofstream(tmp / "prev" / "results.json") << "{}";
+  const std::string sweep = "sweep --model " + model() + calib() + " ";
   const std::string wiki = "ppl --model " + q(shared_path("models/opt-tiny")) + " --data " +
                            q(shared_path("data/wikitext2/wiki.test.raw")) + " --seqlen 256 --layer-major ";
   check_section("Evaluation options (`latentllm ppl`)",
@@ -77,6 +145,15 @@ TEST(ErrorsDoc, EvaluationOptions) {
                      {cli(ppl + "--max-memory 20X"), cli(ppl + "--max-memory 0"), cli(ppl + "--max-memory 1.5"),
                       cli(ppl + "--max-memory=-1G"), cli(ppl + "--max-memory 0x10")}},
                     {"ppl-budget", {cli(ppl + "--max-memory 100M"), cli(wiki + "--max-memory 400M")}},
+                    {"ppl-max-windows", {cli(ppl + "--max-windows=-1")}},
+                    {"ppl-batch", {cli(ppl + "--batch=-2")}},
+                    {"ppl-short", {cli("ppl --model " + model() + " --dataset text --data " + q(tiny) + " --seqlen 64")}},
+                    {"sweep-data-dir", {cli(sweep + "--datasets wikitext2 --out " + q(tmp / "s1"))}},
+                    {"sweep-data-missing", {cli(sweep + "--datasets text=" + q(tmp / "missing.txt") + " --out " +
+                                                q(tmp / "s2"))}},
+                    {"sweep-out-exists", {cli(sweep + "--datasets text=" + q(tiny) + " --out " + q(tmp / "prev"))}},
+                    {"sweep-out-foreign", {cli(sweep + "--datasets text=" + q(tiny) + " --force --out " + q(tmp / "full")),
+                                           cli(sweep + "--datasets text=" + q(tiny) + " --out " + q(tmp / "full"))}},
                 });
 }
 
@@ -135,10 +212,28 @@ TEST(ErrorsDoc, OutputAndResources) {
     if (rc != 1 || pos == std::string::npos) return Outcome{fmt::format("exit status {}", rc), o};
     return Outcome{"*", cli_error_line(o, pos + 18)};
   };
+  // A model of our own, so that --out can point at it, into it and around it (a symlink too).
+  const fs::path user = tmp / "user";
+  fs::create_directories(user / "model");
+  for (const auto& e : fs::directory_iterator(shared_path("models/stories260K/hf")))
+    if (e.is_regular_file()) fs::copy_file(e.path(), user / "model" / e.path().filename());
+  fs::create_directory_symlink(user / "model", tmp / "link");
+  const std::string user_model = "compress --model " + q(user / "model") + calib() + " ";
+  // TinyStories-656K's asvd-cov factors overflow F16 in layer 0's down_proj on this calibration.
+  const std::string overflow = "compress --model " + q(shared_path("models/TinyStories-656K")) + calib() +
+                               " --method asvd-cov -q --out " + q(tmp / "f16");
   check_section(
       "Output and resources (`latentllm compress`, `checkpoint::save`)",
       {
           {"out-exists", {compress(calib() + " --out " + q(tmp / "exists"))}},
+          {"out-is-model", {cli(user_model + "--out " + q(user / "model")), cli(user_model + "--force --out " + q(user / "model")),
+                            cli(user_model + "--force --out " + q(tmp / "link"))}},
+          {"out-in-model", {cli(user_model + "--out " + q(user / "model" / "sub")), cli(user_model + "--out " + q(tmp / "link" / "x"))}},
+          {"out-contains-model", {cli(user_model + "--force --out " + q(user))}},
+          {"out-not-dir", {compress(calib() + " --out " + q(tmp / "file")), compress(calib() + " --force --out " + q(tmp / "file"))}},
+          {"out-not-ours", {compress(calib() + " --force --out " + q(user))}},
+          {"out-storage-layer", {cli(overflow)}},
+          {"out-progress-kept", {cli(overflow)}},
           {"out-parent", {compress(calib() + " --out " + q(tmp / "file" / "out"))}},
           {"out-unwritable", {compress(calib() + " --out /proc/latentllm-errors-test")}},
           {"out-write", {too_large}},
@@ -151,6 +246,14 @@ TEST(ErrorsDoc, OutputAndResources) {
              (void)compress::ResumeState(tmp / "plan.resume", "fp").restore_plan();
            })}},
       });
+  // The user's files are all still there, the overflowing run's progress is kept and resumes in f32.
+  for (const char* f : {"config.json", "model.safetensors", "tokenizer.json"}) EXPECT_TRUE(fs::exists(user / "model" / f));
+  EXPECT_TRUE(fs::exists(tmp / "file"));
+  EXPECT_TRUE(fs::exists(tmp / "f16.resume" / "progress.json"));
+  std::string o;
+  EXPECT_EQ(run_command(cli_path().string() + " " + overflow + " --resume --dtype f32", o), 0) << o;
+  EXPECT_TRUE(fs::exists(tmp / "f16" / "model.safetensors"));
+  EXPECT_FALSE(fs::exists(tmp / "f16.resume"));
   // Nothing partial is left behind by the failed write.
   EXPECT_FALSE(fs::exists(tmp / "big"));
   for (const auto& e : fs::directory_iterator(tmp)) {

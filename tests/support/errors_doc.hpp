@@ -50,6 +50,7 @@ inline const std::map<std::string, std::string>& doc_owners() {
       {"Tokenizers (`io::load_tokenizer`)", "test_errors_config"},
       {"Datasets and calibration text (`io::read_jsonl_texts`, `io::build_eval_text`, `calib::sample_calibration`)",
        "test_errors_config"},
+      {"Command line (`latentllm`, every command)", "test_errors_cli"},
       {"Compress options (`latentllm compress`)", "test_errors_cli"},
       {"Output and resources (`latentllm compress`, `checkpoint::save`)", "test_errors_cli"},
       {"Evaluation options (`latentllm ppl`)", "test_errors_cli"},

@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
 #include <vector>
 
 namespace latentllm::cli {
@@ -16,6 +17,10 @@ struct Command {
 void register_commands(CLI::App& app);
 // Runs the subcommand the user selected.
 int run_selected(CLI::App& app);
+// The one-line message of an option-parser error, in the form of every other error (docs/ERRORS.md,
+// "Command line"): an unknown command or option named with what was expected, a bad value with the
+// option's name.
+std::string parse_error_message(const CLI::App& app, const CLI::ParseError& e, int argc, char** argv);
 
 // One per subcommand file (tools/latentllm/<name>.cpp).
 Command add_inspect(CLI::App& app);

@@ -20,7 +20,8 @@ struct CompressArgs {
   double ratio = 0.2;
   MethodArgs m;
   CalibArgs c;
-  int threads = 0, stop_after_layers = 0;
+  RunArgs run;
+  int stop_after_layers = 0;
   bool dry_run = false, json = false, force = false, resume = false;
 };
 
@@ -54,7 +55,7 @@ core::MemoryPlan check_memory(const CompressArgs& a, const model::Model& m, cons
     return compress::plan_compress_memory(m, windows * co.seqlen, co.seqlen, opt, budget);
   };
   const core::MemoryPlan plan = plan_of(co.nsamples);
-  std::fprintf(stderr, "compress: memory budget %s (%s)\n%s", core::format_bytes(budget).c_str(),
+  if (!quiet()) std::fprintf(stderr, "compress: memory budget %s (%s)\n%s", core::format_bytes(budget).c_str(),
                a.max_memory.empty() ? "physical memory - 2 GiB; --max-memory" : "--max-memory",
                plan.describe().c_str());
   if (plan.fits()) return plan;
@@ -101,100 +102,107 @@ int report_stopped(const CompressArgs& a, const compress::CompressReport& report
   return 0;
 }
 
+// The output directory as given, "dir/" naming "dir" (its progress is "dir.resume", not "dir/.resume").
+std::string output_dir(const std::string& given) {
+  std::filesystem::path p = std::filesystem::path(given).lexically_normal();
+  if (!p.has_filename() && p.has_parent_path()) p = p.parent_path();
+  return p.string();
+}
+
+DType parse_dtype(const std::string& s) {
+  if (s == "f32") return DType::F32;
+  if (s == "f16") return DType::F16;
+  if (s == "bf16") return DType::BF16;
+  throw ConfigError(fmt::format("--dtype (expected f16, bf16 or f32, got {})", s));
+}
+
+// parse -> check -> plan -> print -> run -> write: every option is checked before any work, the ranks are
+// chosen once (compress::plan_run), and nothing of the user's can be overwritten or discarded.
 int run_compress(const CompressArgs& a) {
-  if (a.stop_after_layers < 0) {
-    throw ConfigError(fmt::format("--stop-after-layers (expected >= 0, got {})", a.stop_after_layers));
-  }
-  if (a.threads < 0) throw ConfigError(fmt::format("--threads (expected >= 0, got {})", a.threads));
-  core::set_num_threads(a.threads);
+  apply_run_options(a.run);
   auto opt = to_compress_options(a.m, a.method, a.ratio);
-  const DType dtype = a.dtype == "f32" ? DType::F32 : a.dtype == "f16" ? DType::F16 : a.dtype == "bf16" ? DType::BF16
-                      : throw ConfigError(fmt::format("--dtype (expected f16, bf16 or f32, got {})", a.dtype));
+  opt.stop_after_layers = a.stop_after_layers;
+  opt.validate();
+  check_options_read(a.m, opt);
+  const DType dtype = parse_dtype(a.dtype);
+  if (!a.dry_run && a.out.empty()) throw ConfigError("--out is required (or use --dry-run)");
+  const std::string out = a.out.empty() ? "" : output_dir(a.out);
+  if (!out.empty()) {
+    // Before any work: never the model itself, never a file or directory that is not ours, never saved progress.
+    checkpoint::check_output_target(a.model, out, a.force);
+    compress::check_progress_kept(out + ".resume", a.resume);
+  }
   // Lazy: one decoder layer is widened at a time; the compressed ones go to the progress directory.
-  auto model = model::Model::load(a.model, {.lazy = true, .scan_finite = true});
+  auto model = model::Model::load(a.model, a.run.load(/*lazy=*/true, /*scan_finite=*/true));
+  require_dense(*model, "compress");
   const bool global = opt.rank_alloc == compress::RankAlloc::Global;
-  auto plan = compress::plan_model(*model, opt);
-  auto plain_opt = opt;
-  plain_opt.local.junction = compress::Junction::Identity;
-  auto plain = compress::plan_model(*model, plain_opt);
-  // Global ranks come from the spectra of the calibration inputs (a dense pre-pass), both plans from one.
-  auto plan_global = [&](std::span<const std::int32_t> ids, int seqlen) {
-    const auto spectra = compress::measure_spectra(*model, ids, seqlen, opt);
-    plan = compress::allocate_ranks(spectra, opt.ratio, opt.local.junction, opt.alloc_score);
-    plain = compress::allocate_ranks(spectra, opt.ratio, compress::Junction::Identity, opt.alloc_score);
-  };
   // Without calibration data a dry run can only show the uniform plan of the same total.
-  const bool dry_global = a.dry_run && global && !a.c.data.empty();
-  if (a.dry_run && global && !dry_global) {
+  std::optional<calib::CalibOptions> co;
+  if (!a.dry_run || !a.c.data.empty()) co = to_calib_options(a.c, model->config());
+  const bool calibrate = !a.dry_run || (global && co);
+  if (a.dry_run && calibrate) {
+    log_info("--dry-run with --rank-alloc global: the ranks need the dense pre-pass over the calibration windows");
+  }
+  std::optional<core::MemoryPlan> memory;
+  if (!a.dry_run) {
+    checkpoint::check_output_writable(out);  // fail now, not after the compression
+    memory = check_memory(a, *model, opt, *co);
+    // Progress after every layer goes to <out>.resume (removed once the checkpoint is written), so that
+    // --resume after a kill continues where the run stopped.
+    opt.state_dir = out + ".resume";
+    opt.resume = a.resume;
+    // A factor the storage type cannot hold fails at its layer, with the progress kept, not at write time.
+    opt.layer_done = [&opt, dtype](int layer) {
+      try {
+        checkpoint::check_layer_factors_storable(checkpoint::layer_factors_file(opt.state_dir, layer), dtype);
+      } catch (const NumericError& e) {
+        throw NumericError(fmt::format("{} (the {} finished layers are kept in {}: run the same command with "
+                                       "--resume --dtype f32 to continue)", e.what(), layer + 1,
+                                       opt.state_dir.string()));
+      }
+    };
+  }
+
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::int32_t> ids;
+  if (calibrate) ids = calib::sample_calibration(*io::load_tokenizer(a.model), *co);
+  const double sample_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (calibrate) {
+    log_info("calibration: {} windows of {} tokens ({}, seed {}, {:.1f}s)", co->nsamples, co->seqlen, co->source,
+             co->seed, sample_s);
+  }
+  const compress::PlannedRanks planned = compress::plan_run(*model, ids, calibrate ? co->seqlen : 0, opt);
+  if (planned.source == compress::PlannedRanks::Source::UniformNoData) {
     log_warn("--dry-run: global rank allocation needs the dense pre-pass over the calibration windows; without "
              "--calib-data this is the uniform plan of the same parameter total (give --calib-data for the global "
              "ranks)");
   }
-  if (dry_global) {
-    log_info("--dry-run with --rank-alloc global: the ranks need the dense pre-pass over the calibration windows");
-    const calib::CalibOptions co = to_calib_options(a.c, model->config());
-    plan_global(calib::sample_calibration(*io::load_tokenizer(a.model), co), co.seqlen);
-  }
-  if (!global || a.dry_run) print_plan(plan, &plain, a.json);
+  const bool resumed = planned.source == compress::PlannedRanks::Source::Resumed;
+  print_plan(planned.plan, resumed ? nullptr : &planned.plain, a.json);
   if (a.dry_run) {
     if (a.json) {
-      std::printf("%s\n", nlohmann::json{{"plan", plan_json(plan)}, {"plan_without_block_identity", plan_json(plain)},
-                                         {"rank_alloc", dry_global ? "global" : "uniform"}}.dump(2).c_str());
+      std::printf("%s\n", nlohmann::json{{"options", method_json(opt, a.m.preset)},
+                                         {"plan", plan_json(planned.plan)},
+                                         {"plan_without_block_identity", plan_json(planned.plain)},
+                                         {"rank_alloc", compress::planned_source_name(planned.source)}}
+                                .dump(2).c_str());
     }
     return 0;
   }
-  if (a.out.empty()) throw ConfigError("--out is required (or use --dry-run)");
-  // "dir/" names the directory "dir" (its progress is "dir.resume", not "dir/.resume").
-  std::filesystem::path out_path = std::filesystem::path(a.out).lexically_normal();
-  if (!out_path.has_filename() && out_path.has_parent_path()) out_path = out_path.parent_path();
-  const std::string out = out_path.string();
-  if (!a.force && std::filesystem::exists(out)) {
-    throw IoError(fmt::format("{}: output directory exists (use --force to replace it)", out));
-  }
-  checkpoint::check_output_writable(out);  // fail now, not after the compression
-  const calib::CalibOptions co = to_calib_options(a.c, model->config());
-  const core::MemoryPlan memory = check_memory(a, *model, opt, co);
-  // Progress after every layer goes to <out>.resume (removed once the checkpoint is written), so that
-  // --resume after a kill continues where the run stopped.
-  opt.state_dir = out + ".resume";
-  opt.resume = a.resume;
-  opt.stop_after_layers = a.stop_after_layers;
-
-  const auto t0 = std::chrono::steady_clock::now();
-  const auto tok = io::load_tokenizer(a.model);
-  const auto ids = calib::sample_calibration(*tok, co);
-  const double sample_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  log_info("calibration: {} windows of {} tokens ({}, seed {}, {:.1f}s)", co.nsamples, co.seqlen, co.source, co.seed,
-           sample_s);
-
-  double prepass_s = 0;
-  bool plan_resumed = false;
-  if (global) {
-    // --resume: the killed run's plan (no second pre-pass); it printed the plan without block identity.
-    if (auto saved = compress::resumed_plan(*model, ids, co.seqlen, opt)) {
-      plan = std::move(*saved);
-      plan_resumed = true;
-      print_plan(plan, nullptr, a.json);
-    } else {
-      const auto tp = std::chrono::steady_clock::now();
-      plan_global(ids, co.seqlen);
-      prepass_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - tp).count();
-      print_plan(plan, &plain, a.json);
-    }
-  }
-  auto report = compress::compress_model(*model, ids, co.seqlen, opt, &plan);
-  report.prepass_s = prepass_s;
+  auto report = compress::compress_model(*model, ids, co->seqlen, opt, &planned.plan);
+  report.prepass_s = planned.prepass_s;
   report.calib_sample_s = sample_s;
-  if (report.layers_done < report.layers_total) return report_stopped(a, report, opt.state_dir, memory);
+  if (report.layers_done < report.layers_total) return report_stopped(a, report, opt.state_dir, *memory);
+  const bool plan_resumed = resumed;
 
   checkpoint::SaveOptions so;
   so.dtype = dtype;
   so.overwrite = a.force;
-  so.info = method_json(a.m, a.method, a.ratio);
-  so.info["calibration"] = calib_json(co, a.c.sampling);
+  // The options as run: joint up-down may have been skipped for few tokens (effective_options).
+  const auto run_opt = compress::effective_options(model->config(), std::ssize(ids), opt);
+  so.info = method_json(run_opt, a.m.preset);
+  so.info["calibration"] = calib_json(*co, a.c.sampling);
   so.info["notes"] = report.to_json().at("notes");
-  if (opt.method == compress::Method::LatentLlm)  // as run: joint up-down may have been skipped for few tokens
-    so.info["joint"] = joint_spec(compress::effective_options(model->config(), std::ssize(ids), opt).joint);
   so.layer_factors_dir = opt.state_dir;
   const auto tw = std::chrono::steady_clock::now();
   checkpoint::save(*model, out, so);
@@ -206,9 +214,10 @@ int run_compress(const CompressArgs& a) {
   auto j = report.to_json();
   j["seconds"]["write"] = write_s;
   j["peak_rss_bytes"] = core::peak_rss_bytes();
-  j["planned_peak_bytes"] = memory.total();
+  j["planned_peak_bytes"] = memory->total();
+  j["options"] = so.info;
   j["out"] = out;
-  j["plan"] = plan_json(plan);
+  j["plan"] = plan_json(planned.plan);
   j["plan_resumed"] = plan_resumed;
   if (a.json) {
     std::printf("%s\n", j.dump(2).c_str());
@@ -257,7 +266,7 @@ Command add_compress(CLI::App& app) {
   sub->add_flag("--dry-run", a->dry_run, "Print the rank plan (ranks, parameters, FLOPs/MACs at 128 tokens) and exit "
                 "(with --rank-alloc global after the dense pre-pass over the calibration windows, which it needs)")->group("Method");
   add_calib_options(sub, a->c);
-  sub->add_option("--threads", a->threads, "Threads of the forward pass and BLAS (0 = all cores)")->capture_default_str()->group("Run");
+  add_run_options(sub, a->run);
   sub->add_option("--max-memory", a->max_memory,
                   "Memory budget (e.g. 20G; default: physical memory - 2 GiB): the plan of the run is printed at "
                   "start and a run that does not fit is refused before any work")->group("Run");

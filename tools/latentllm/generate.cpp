@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "options.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/generate.hpp"
 #include "latentllm/model.hpp"
@@ -21,7 +22,8 @@ struct GenerateArgs {
   std::string prompt;
   std::string kv_cache = "auto";
   eval::GenerateOptions opt;
-  int threads = 0;
+  RunArgs run;
+  std::string seed = "0";
   bool json = false;
 };
 
@@ -31,33 +33,39 @@ int run_generate(const GenerateArgs& a) {
   if (a.opt.max_new_tokens < 0) {
     throw ConfigError(fmt::format("--max-new-tokens (expected >= 0, got {})", a.opt.max_new_tokens));
   }
-  if (a.threads < 0) throw ConfigError(fmt::format("--threads (expected >= 0, got {})", a.threads));
   eval::GenerateOptions opt = a.opt;
+  opt.sampling.seed = parse_seed(a.seed);
   opt.kv_cache = model::parse_kv_cache_mode(a.kv_cache);
-  core::set_num_threads(a.threads);
-  const std::unique_ptr<model::Model> m = model::Model::load(a.model);
+  apply_run_options(a.run);
+  const std::unique_ptr<model::Model> m = model::Model::load(a.model, a.run.load());
   const auto tok = io::load_tokenizer(a.model);
   const std::vector<std::int32_t> prompt = eval::prompt_ids(*m, *tok, a.prompt);
-  std::fprintf(stderr, "generate: %s (%s), prompt %zu tokens, up to %d new, %s\n", a.model.c_str(),
+  if (!quiet()) std::fprintf(stderr, "generate: %s (%s), prompt %zu tokens, up to %d new, %s\n", a.model.c_str(),
                m->config().architecture.c_str(), prompt.size(), a.opt.max_new_tokens,
                a.opt.sampling.temperature == 0 ? "greedy"
                                                : fmt::format("temperature {}, top-k {}, top-p {}, seed {}",
                                                              a.opt.sampling.temperature, a.opt.sampling.top_k,
-                                                             a.opt.sampling.top_p, a.opt.sampling.seed).c_str());
+                                                             a.opt.sampling.top_p, opt.sampling.seed).c_str());
   std::fflush(stderr);
   const eval::TextFn stream = [](std::string_view piece) {
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
   };
   const eval::GenerateResult r = eval::generate(*m, *tok, prompt, opt, a.json ? eval::TextFn{} : stream);
-  std::fprintf(stderr, "%sgenerate: prefill %zu tokens in %.3f s (%.1f tokens/s); decode %d tokens in %.3f s "
+  if (!a.json) {  // the streamed text ends its line, so that a shell prompt or the next output starts on its own
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+  }
+  if (!quiet()) std::fprintf(stderr, "%sgenerate: prefill %zu tokens in %.3f s (%.1f tokens/s); decode %d tokens in %.3f s "
                "(%.1f tokens/s)%s; KV cache %lld bytes/token, %lld bytes at %d positions\n",
-               a.json ? "" : "\n", r.prompt_ids.size(), r.prefill_seconds, r.prompt_tokens_per_s, r.decode_steps,
+               "", r.prompt_ids.size(), r.prefill_seconds, r.prompt_tokens_per_s, r.decode_steps,
                r.decode_seconds, r.decode_tokens_per_s, r.stopped_at_eos ? "; stopped at EOS" : "",
                static_cast<long long>(r.kv_cache_bytes_per_token), static_cast<long long>(r.kv_cache_bytes),
                r.kv_cache_length);
-  std::fprintf(stderr, "generate: KV cache %s:\n", std::string(model::kv_cache_mode_name(opt.kv_cache)).c_str());
-  for (const std::string& line : r.kv_cache_layers) std::fprintf(stderr, "  %s\n", line.c_str());
+  if (!quiet()) {
+    std::fprintf(stderr, "generate: KV cache %s:\n", std::string(model::kv_cache_mode_name(opt.kv_cache)).c_str());
+    for (const std::string& line : r.kv_cache_layers) std::fprintf(stderr, "  %s\n", line.c_str());
+  }
   if (a.json) {
     const nlohmann::json j = {{"model", a.model},
                               {"prompt", a.prompt},
@@ -106,7 +114,7 @@ Command add_generate(CLI::App& app) {
                   "Sample among the most likely tokens whose probability reaches P, in (0, 1]; 1 = all")
       ->capture_default_str()
       ->group("Sampling");
-  sub->add_option("--seed", args->opt.sampling.seed,
+  sub->add_option("--seed", args->seed,
                   "Seed of the sampler (std::mt19937_64, 53-bit uniform draws): the same seed gives the same text")
       ->capture_default_str()
       ->group("Sampling");
@@ -115,9 +123,7 @@ Command add_generate(CLI::App& app) {
                   "keys with RoPE decompressed every step) or auto (latent where smaller and not slower)")
       ->capture_default_str()
       ->group("Performance");
-  sub->add_option("--threads", args->threads, "Threads for BLAS and the forward; 0 = all cores")
-      ->capture_default_str()
-      ->group("Performance");
+  add_run_options(sub, args->run);
   sub->add_flag("--json", args->json,
                 "Print one JSON object (text, tokens, prompt_tokens_per_s, decode_tokens_per_s, "
                 "kv_cache_bytes_per_token, kv_cache_bytes) instead of streaming the text")

@@ -17,8 +17,8 @@ namespace latentllm::cli {
 namespace {
 
 struct InspectArgs {
-  std::string model;
-  bool json = false;
+  std::string model, positional;  // --model DIR, or DIR
+  bool json = false, allow_unused_tensors = false;
 };
 
 // "17,735,936"
@@ -127,11 +127,20 @@ void print_text(const nlohmann::ordered_json& j) {
 Command add_inspect(CLI::App& app) {
   auto args = std::make_shared<InspectArgs>();
   auto* sub = app.add_subcommand("inspect", "Architecture, dimensions, parameters, dtype and tokenizer of a checkpoint");
-  sub->add_option("model", args->model, "Model directory (Hugging Face or latent checkpoint)")->required();
+  sub->add_option("--model", args->model, "Model directory (Hugging Face or latent checkpoint)");
+  sub->add_option("model", args->positional, "The model directory, as --model");
   sub->add_flag("--json", args->json, "Print one JSON object instead of text");
+  sub->add_flag("--allow-unused-tensors", args->allow_unused_tensors,
+                "Accept tensors config.json's architecture does not use (by default an error)");
   return {sub, [args] {
-            const auto m = model::Model::load(args->model);
-            const auto j = describe(*m, args->model);
+            if (!args->model.empty() && !args->positional.empty() && args->model != args->positional) {
+              throw ConfigError(fmt::format("inspect: two models (expected one, as --model DIR or DIR, got {} and {})",
+                                            args->model, args->positional));
+            }
+            const std::string dir = args->model.empty() ? args->positional : args->model;
+            if (dir.empty()) throw ConfigError("inspect: --model is required (see latentllm inspect --help)");
+            const auto m = model::Model::load(dir, {.allow_unused_tensors = args->allow_unused_tensors});
+            const auto j = describe(*m, dir);
             if (args->json) {
               std::printf("%s\n", j.dump(2).c_str());
             } else {

@@ -1,13 +1,23 @@
 // latentllm command-line entry point: parses the subcommand, installs the stderr logger, and turns
-// library exceptions into one message and a non-zero exit. Only this file exits.
+// library exceptions and option-parser errors into one message and exit status 1. Only this file exits.
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "commands.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/resources.hpp"
+
+namespace {
+
+int fail(const std::string& message) {
+  std::fprintf(stderr, "latentllm: error: %s\n", message.c_str());
+  return 1;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   latentllm::core::reuse_large_allocations();  // page faults otherwise dominate joint up-down
@@ -18,13 +28,14 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    // Parser errors follow the same contract as every other error (docs/ERRORS.md, "Command line").
+    return fail(latentllm::cli::parse_error_message(app, e, argc, argv));
   }
   try {
     return latentllm::cli::run_selected(app);
   } catch (const latentllm::Error& e) {
-    std::fprintf(stderr, "latentllm: error: %s\n", e.what());
-    return 1;
+    return fail(e.what());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "latentllm: internal error: %s\n", e.what());
     return 2;

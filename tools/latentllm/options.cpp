@@ -1,15 +1,22 @@
 #include "options.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <filesystem>
+#include <thread>
+#include <utility>
+
+#include <fmt/ranges.h>
 
 #include "latentllm/error.hpp"
 #include "latentllm/log.hpp"
+#include "latentllm/threads.hpp"
 
 namespace latentllm::cli {
 
 void add_method_options(CLI::App* sub, MethodArgs& a) {
+  a.app = sub;
   sub->add_option("--preset", a.preset,
                   "default (this project's configuration, validated on held-out text) or paper (the paper's protocol "
                   "where the two differ: --lambda 0.01, --no-intra-layer; docs/PRESETS.md); options given explicitly "
@@ -92,7 +99,7 @@ void add_calib_options(CLI::App* sub, CalibArgs& a) {
   sub->add_option("--nsamples", a.nsamples, "Calibration windows")->capture_default_str()->group("Calibration");
   sub->add_option("--seqlen", a.seqlen, "Tokens per calibration window (0 = min(2048, max positions))")
       ->capture_default_str()->group("Calibration");
-  sub->add_option("--seed", a.seed, "Sampling seed")->capture_default_str()->group("Calibration");
+  sub->add_option("--seed", a.seed, "Sampling seed, an integer in [0, 2^64 - 1]")->capture_default_str()->group("Calibration");
   sub->add_option("--calib-sampling", a.sampling,
                   "random (GPTQ: a random document with more than --seqlen tokens, a random window of it; each "
                   "document tokenized on its own, with the tokenizer's BOS) or contiguous (window i = tokens "
@@ -108,68 +115,35 @@ void add_calib_options(CLI::App* sub, CalibArgs& a) {
 
 namespace {
 
-compress::JointParts parse_joint(const std::string& spec) {
-  compress::JointParts j{false, false, false};
-  std::string rest = spec;
-  while (!rest.empty()) {
-    const auto comma = rest.find(',');
-    const std::string part = rest.substr(0, comma);
-    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
-    if (part == "qk") j.qk = true;
-    else if (part == "vo") j.vo = true;
-    else if (part == "ud") j.ud = true;
-    else if (part != "none" && !part.empty())
-      throw ConfigError(fmt::format("--joint: unknown part (expected qk, vo, ud, none or auto, got {})", part));
-  }
-  return j;
-}
+// The CLI flag of each options-record key (CompressOptions::to_json) a user can set.
+constexpr std::pair<std::string_view, std::string_view> kFlags[] = {
+    {"--junction", "junction"},   {"--lambda", "lambda_rel"},   {"--alpha", "alpha"},
+    {"--joint", "joint"},         {"--qk-iters", "qk_iters"},   {"--vo-iters", "vo_iters"},
+    {"--ud-iters", "ud_iters"},   {"--joint-tol", "joint_tol"}, {"--ud-tokens", "ud_tokens"},
+    {"--ud-min-tokens-per-ffn", "ud_min_tokens_per_ffn"},       {"--ud-precision", "ud_precision"},
+    {"--rope-window", "rope_window"}, {"--fit", "fit"},         {"--diagnostics", "diagnostics"},
+    {"--rank-alloc", "rank_alloc"}, {"--alloc-score", "alloc_score"}, {"--alloc-tokens", "alloc_tokens"},
+    {"--no-intra-layer", "intra_layer"}, {"--covariance", "covariance"}, {"--output-side", "output_side"},
+    {"--batch", "batch"}};
 
 }  // namespace
 
-std::string joint_spec(const compress::JointParts& j) {
-  std::string s;
-  if (j.qk) s += "qk";
-  if (j.vo) s += std::string(s.empty() ? "" : ",") + "vo";
-  if (j.ud) s += std::string(s.empty() ? "" : ",") + "ud";
-  return s.empty() ? "none" : s;
-}
+std::string joint_spec(const compress::JointParts& j) { return compress::joint_parts_name(j); }
 
 compress::CompressOptions to_compress_options(const MethodArgs& a, const std::string& method, double ratio) {
-  if (!(ratio > 0.0 && ratio < 1.0)) {  // also NaN
-    throw ConfigError(fmt::format("--ratio: compression ratio out of range (expected 0 < R < 1, got {})", ratio));
-  }
-  if (!std::isnan(a.lambda_rel) && !(a.lambda_rel >= 0.0 && std::isfinite(a.lambda_rel))) {
-    throw ConfigError(fmt::format("--lambda (expected a finite number >= 0, got {})", a.lambda_rel));
-  }
-  if (!(a.alpha > 0.0 && std::isfinite(a.alpha))) {
-    throw ConfigError(fmt::format("--alpha (expected a finite number > 0, got {})", a.alpha));
-  }
   compress::CompressOptions o =
       compress::preset_options(compress::parse_preset(a.preset), compress::parse_method(method), ratio);
   if (a.junction != "auto") o.local.junction = compress::parse_junction(a.junction);
   if (!std::isnan(a.lambda_rel)) o.local.lambda_rel = a.lambda_rel;
   o.local.alpha = a.alpha;
   if (a.joint != "auto") {
-    o.joint = parse_joint(a.joint);
+    o.joint = compress::parse_joint_parts(a.joint);
     o.ud_min_tokens_per_ffn = 0;  // joint up-down asked for by name runs whatever the token count
   }
-  if (!std::isnan(a.ud_min_tokens_per_ffn)) {
-    if (!(a.ud_min_tokens_per_ffn >= 0 && std::isfinite(a.ud_min_tokens_per_ffn))) {
-      throw ConfigError(fmt::format("--ud-min-tokens-per-ffn (expected a finite number >= 0, got {})",
-                                    a.ud_min_tokens_per_ffn));
-    }
-    o.ud_min_tokens_per_ffn = a.ud_min_tokens_per_ffn;
-  }
-  if (a.alloc_tokens < 0) throw ConfigError(fmt::format("--alloc-tokens (expected >= 0, got {})", a.alloc_tokens));
+  if (!std::isnan(a.ud_min_tokens_per_ffn)) o.ud_min_tokens_per_ffn = a.ud_min_tokens_per_ffn;
   o.alloc_max_tokens = a.alloc_tokens;
-  if (a.qk_iters < 0 || a.vo_iters < 0 || a.ud_iters < 0 || a.rope_window < 0) {
-    throw ConfigError(fmt::format("--qk-iters/--vo-iters/--ud-iters/--rope-window (expected >= 0, got {}/{}/{}/{})",
-                                  a.qk_iters, a.vo_iters, a.ud_iters, a.rope_window));
-  }
-  if (a.ud_tokens < 0) throw ConfigError(fmt::format("--ud-tokens (expected >= 0, got {})", a.ud_tokens));
   o.ud_max_tokens = a.ud_tokens;
   o.ud_f32 = a.ud_precision == "f32";
-  if (a.batch <= 0) throw ConfigError(fmt::format("--batch (expected > 0, got {})", a.batch));
   o.qk_iters = a.qk_iters;
   o.vo_iters = a.vo_iters;
   o.diagnostics = a.diagnostics;
@@ -181,20 +155,35 @@ compress::CompressOptions to_compress_options(const MethodArgs& a, const std::st
   // Undamped statistics (--lambda 0) need exact null spaces (pinv-drop, rank-reduced): float rounding
   // would leave them at noise-level eigenvalues (~1e-7 of the largest) instead of zero.
   else if (o.local.lambda_rel == 0) o.pipeline.covariance_f32 = false;
-  if (a.joint_tol) {
-    if (!(*a.joint_tol >= 0 && *a.joint_tol < 1)) {  // also NaN
-      throw ConfigError(fmt::format("--joint-tol (expected 0 <= tol < 1, got {})", *a.joint_tol));
-    }
-    o.joint_tol = *a.joint_tol;
-  }
+  if (a.joint_tol) o.joint_tol = *a.joint_tol;
   if (a.rank_alloc != "auto") o.rank_alloc = compress::parse_rank_alloc(a.rank_alloc);
   o.alloc_score = compress::parse_alloc_score(a.alloc_score);
-  if (a.fit != "auto" && a.fit != "local" && a.fit != "compensate") {
-    throw ConfigError(fmt::format("--fit (expected local, compensate or auto, got {})", a.fit));
-  }
   if (a.fit != "auto") o.error_compensation = a.fit == "compensate";
   o.output_side = a.output_side == "on";
+  o.validate();
   return o;
+}
+
+std::vector<std::string> unread_options(const MethodArgs& a, const compress::CompressOptions& o) {
+  std::vector<std::string> out;
+  if (a.app == nullptr) return out;
+  for (const auto& [flag, key] : kFlags)
+    if (a.app->count(std::string(flag)) > 0 && !compress::reads_option(o, key)) out.emplace_back(flag);
+  return out;
+}
+
+void check_options_read(const MethodArgs& a, const compress::CompressOptions& o) {
+  for (const std::string& flag : unread_options(a, o)) {
+    std::string_view key;
+    for (const auto& [f, k] : kFlags)
+      if (f == flag) key = k;
+    const auto readers = compress::methods_reading(key);
+    const std::string who = readers.empty() ? "read by every method with --rank-alloc global"
+                                            : fmt::format("read by {}", fmt::join(readers, ", "));
+    throw ConfigError(fmt::format("{}: not read by --method {} with these options (expected only options the run "
+                                  "uses; {}): it would be recorded as if used", flag, compress::method_name(o.method),
+                                  who));
+  }
 }
 
 calib::CalibOptions to_calib_options(const CalibArgs& a, const model::ModelConfig& config) {
@@ -205,8 +194,12 @@ calib::CalibOptions to_calib_options(const CalibArgs& a, const model::ModelConfi
   co.source = a.source;
   co.data = a.data;
   co.nsamples = a.nsamples;
+  if (a.seqlen < 0 || a.seqlen == 1) {
+    throw ConfigError(fmt::format("--seqlen (expected 0 for the model's default or >= 2, got {})", a.seqlen));
+  }
   co.seqlen = a.seqlen > 0 ? a.seqlen : static_cast<int>(std::min<std::int64_t>(2048, config.max_position_embeddings));
-  co.seed = a.seed;
+  check_seqlen(co.seqlen, config, "--seqlen");
+  co.seed = parse_seed(a.seed);
   co.holdout_docs = a.holdout;
   if (a.sampling == "random") co.sampling = calib::Sampling::Random;
   else if (a.sampling == "contiguous") co.sampling = calib::Sampling::Contiguous;
@@ -214,20 +207,9 @@ calib::CalibOptions to_calib_options(const CalibArgs& a, const model::ModelConfi
   return co;
 }
 
-nlohmann::json method_json(const MethodArgs& a, const std::string& method, double ratio) {
-  const compress::CompressOptions o = to_compress_options(a, method, ratio);
-  nlohmann::json j = {{"method", method}, {"preset", a.preset}, {"ratio", ratio},
-          {"junction", compress::junction_name(o.local.junction)}, {"lambda_rel", o.local.lambda_rel},
-          {"alpha", a.alpha}, {"joint", method == "latentllm" ? joint_spec(o.joint) : "none"}, {"qk_iters", a.qk_iters},
-          {"vo_iters", a.vo_iters}, {"ud_iters", a.ud_iters}, {"rope_window", a.rope_window}, {"ud_tokens", a.ud_tokens},
-          {"ud_precision", a.ud_precision}, {"intra_layer", o.pipeline.sequential_within_layer},
-          {"covariance", o.pipeline.covariance_f32 ? "f32" : "f64"}, {"joint_tol", o.joint_tol}, {"rank_alloc", compress::rank_alloc_name(o.rank_alloc)},
-          {"fit", o.error_compensation ? "compensate" : "local"}, {"output_side", o.output_side}};
-  if (o.rank_alloc != compress::RankAlloc::Uniform) {
-    j["alloc_score"] = compress::alloc_score_name(o.alloc_score);
-    j["alloc_tokens"] = o.alloc_max_tokens;
-  }
-  if (method == "latentllm" && o.joint.ud) j["ud_min_tokens_per_ffn"] = o.ud_min_tokens_per_ffn;
+nlohmann::json method_json(const compress::CompressOptions& o, const std::string& preset) {
+  nlohmann::json j = o.to_json();
+  j["preset"] = preset;
   return j;
 }
 
@@ -257,6 +239,57 @@ nlohmann::json plan_json(const compress::RankPlan& p) {
           {"params", p.params()}, {"dense_params", p.dense_params()}, {"macs", p.macs()},
           {"dense_macs", p.dense_macs()}, {"flops", 2 * p.macs()}, {"dense_flops", 2 * p.dense_macs()},
           {"achieved_ratio", p.achieved_ratio()}, {"modules", mods}};
+}
+
+namespace {
+bool g_quiet = false;
+}  // namespace
+
+void add_run_options(CLI::App* sub, RunArgs& a) {
+  sub->add_option("--threads", a.threads, "Threads of the forward pass and BLAS (0 = all cores)")
+      ->capture_default_str()->group("Run");
+  sub->add_flag("--quiet,-q", a.quiet, "Only warnings and errors on stderr: no progress lines, no plans")->group("Run");
+  sub->add_flag("--allow-unused-tensors", a.allow_unused_tensors,
+                "Run a checkpoint whose files hold tensors config.json's architecture does not use (by default an "
+                "error: the config and the weights disagree)")->group("Run");
+}
+
+void apply_run_options(const RunArgs& a) {
+  if (a.threads < 0) throw ConfigError(fmt::format("--threads (expected >= 0, got {})", a.threads));
+  g_quiet = a.quiet;
+  if (a.quiet) set_log_level(LogLevel::Warn);
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  if (cores > 0 && a.threads > cores) {
+    log_warn("--threads {} is more than this machine's {} cores: the extra threads share cores and usually slow "
+             "the run down", a.threads, cores);
+  }
+  core::set_num_threads(a.threads);
+}
+
+bool quiet() { return g_quiet; }
+
+void require_dense(const model::Model& m, std::string_view what) {
+  if (!m.config().raw.contains("latent")) return;
+  throw ConfigError(fmt::format("{}: a latent checkpoint (expected a dense Hugging Face model for {}, got one that "
+                                "latentllm compress wrote, with a latent section in config.json): compress the dense "
+                                "source model instead", m.dir().string(), what));
+}
+
+void check_seqlen(int seqlen, const model::ModelConfig& config, std::string_view option) {
+  if (seqlen > config.max_position_embeddings) {
+    throw ConfigError(fmt::format("{} beyond the model's context (expected at most max_position_embeddings = {}, got "
+                                  "{})", option, config.max_position_embeddings, seqlen));
+  }
+}
+
+std::uint64_t parse_seed(const std::string& text, std::string_view option) {
+  std::uint64_t v = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  if (text.empty() || text[0] == '+' || ec != std::errc() || ptr != end) {
+    throw ConfigError(fmt::format("{} (expected an integer in [0, 18446744073709551615], got {})", option, text));
+  }
+  return v;
 }
 
 std::string gib_option(std::int64_t bytes) {

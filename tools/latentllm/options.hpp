@@ -6,6 +6,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -27,13 +28,38 @@ struct MethodArgs {
   double ud_min_tokens_per_ffn = std::numeric_limits<double>::quiet_NaN();
   std::optional<double> joint_tol;  // unset: the preset's
   bool no_intra_layer = false, diagnostics = false;
+  const CLI::App* app = nullptr;  // the subcommand, to tell which options were given
 };
 
 struct CalibArgs {
   std::string source = "c4", data, sampling = "random";
   int nsamples = 64, seqlen = 0, holdout = 0;
-  std::uint64_t seed = 0;
+  std::string seed = "0";  // parse_seed: an integer in [0, 2^64 − 1]
 };
+
+// Options every command that computes has: --threads and --quiet (group "Run").
+struct RunArgs {
+  int threads = 0;
+  bool quiet = false;
+  bool allow_unused_tensors = false;  // --allow-unused-tensors (model::LoadOptions)
+  model::LoadOptions load(bool lazy = false, bool scan_finite = false) const {
+    return {.lazy = lazy, .scan_finite = scan_finite, .allow_unused_tensors = allow_unused_tensors};
+  }
+};
+void add_run_options(CLI::App* sub, RunArgs& a);
+// Checks --threads (>= 0; a warning above the machine's cores), sets the thread count, and with --quiet
+// keeps only warnings and errors on stderr (no progress, no plans).
+void apply_run_options(const RunArgs& a);
+// Whether --quiet was given: progress and plans printed by the CLI itself are then left out.
+bool quiet();
+
+// Refuses a latent checkpoint where a dense one is needed (`what`: "compress", "sweep"), before any work.
+void require_dense(const model::Model& m, std::string_view what);
+// Refuses a window longer than the model's trained context (`option` names it), before any work.
+void check_seqlen(int seqlen, const model::ModelConfig& config, std::string_view option);
+
+// --seed as given: an integer in [0, 2^64 − 1] (a negative or larger value is refused, not wrapped).
+std::uint64_t parse_seed(const std::string& text, std::string_view option = "--seed");
 
 // Adds --preset --junction --lambda --alpha --joint --qk-iters --vo-iters --joint-tol --ud-iters --ud-tokens
 // --ud-min-tokens-per-ffn --rope-window --diagnostics --rank-alloc --alloc-score --alloc-tokens (group "Method") and --no-intra-layer --batch.
@@ -42,13 +68,17 @@ void add_method_options(CLI::App* sub, MethodArgs& a);
 void add_calib_options(CLI::App* sub, CalibArgs& a);
 
 // CompressOptions for `method` at `ratio`: the preset's, overridden by the options given. Throws
-// ConfigError on an unknown preset, junction or --joint part.
+// ConfigError on an unknown preset, junction or --joint part, or a value out of range (validate).
 compress::CompressOptions to_compress_options(const MethodArgs& a, const std::string& method, double ratio);
+// The method options given on the command line that a run with `o` does not read (compress::reads_option).
+std::vector<std::string> unread_options(const MethodArgs& a, const compress::CompressOptions& o);
+// ConfigError naming the first of them and the method: an option is never recorded as if used.
+void check_options_read(const MethodArgs& a, const compress::CompressOptions& o);
 // The calibration options, seqlen defaulted to min(2048, max positions) of the model.
 calib::CalibOptions to_calib_options(const CalibArgs& a, const model::ModelConfig& config);
-// The method's settings as recorded in a checkpoint's latent.info and in sweep results.
-// (The values used, presets and "auto" resolved.)
-nlohmann::json method_json(const MethodArgs& a, const std::string& method, double ratio);
+// The method's settings as recorded in a checkpoint's latent section and printed by --json: the options
+// record (CompressOptions::to_json) and the preset it started from.
+nlohmann::json method_json(const compress::CompressOptions& o, const std::string& preset);
 // "qk,ud", ..., or "none".
 std::string joint_spec(const compress::JointParts& j);
 nlohmann::json calib_json(const calib::CalibOptions& c, const std::string& sampling);

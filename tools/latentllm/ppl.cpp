@@ -29,7 +29,7 @@ struct PplArgs {
   int seqlen = 0;
   int max_windows = 0;
   int batch = 0;
-  int threads = 0;
+  RunArgs run;
   std::string max_memory;  // empty: physical memory − 2 GiB
   bool layer_major = false;
   bool json = false;
@@ -45,6 +45,7 @@ class ProgressLine {
   ProgressLine() : tty_(::isatty(2) != 0) {}
   void operator()(const eval::PplProgress& p) {
     const bool last = p.windows_done == p.windows_total;
+    if (quiet()) return;
     if (!tty_ && !last && p.seconds - last_print_ < 10.0) return;
     last_print_ = p.seconds;
     const std::string step = p.layers_total > 0 && p.layers_done < p.layers_total
@@ -65,12 +66,12 @@ class ProgressLine {
 bool choose_layer_major(const PplArgs& a, const model::Model& lazy_model, std::int64_t n_ids, std::int64_t windows,
                         int seqlen, std::int64_t budget) {
   const auto plan = eval::plan_perplexity_memory(lazy_model, n_ids, windows, seqlen, a.batch, core::num_threads(), budget);
-  std::fprintf(stderr, "ppl: memory budget %s (%s)\n%s%s", core::format_bytes(budget).c_str(),
+  if (!quiet()) std::fprintf(stderr, "ppl: memory budget %s (%s)\n%s%s", core::format_bytes(budget).c_str(),
                a.max_memory.empty() ? "physical memory - 2 GiB; --max-memory" : "--max-memory",
                plan.eager.describe().c_str(), plan.layer_major.describe().c_str());
   const bool layer_major = a.layer_major || !plan.eager.fits();
   if (!layer_major || plan.layer_major.fits()) {
-    std::fprintf(stderr, "ppl: evaluating %s\n", layer_major ? "layer-major: one layer in memory at a time"
+    if (!quiet()) std::fprintf(stderr, "ppl: evaluating %s\n", layer_major ? "layer-major: one layer in memory at a time"
                                                               : "window-major: the model widened at load");
     return layer_major;
   }
@@ -86,18 +87,20 @@ bool choose_layer_major(const PplArgs& a, const model::Model& lazy_model, std::i
 }
 
 int run_ppl(const PplArgs& a) {
-  if (a.threads < 0) throw ConfigError(fmt::format("--threads (expected >= 0, got {})", a.threads));
-  core::set_num_threads(a.threads);
+  apply_run_options(a.run);
   const io::Dataset dataset = io::parse_dataset(a.dataset);
-  if (a.seqlen < 0) throw ConfigError(fmt::format("--seqlen (expected >= 2, got {})", a.seqlen));
-  if (a.max_windows < 0) throw ConfigError(fmt::format("max windows (expected >= 0, got {})", a.max_windows));
+  if (a.seqlen < 0 || a.seqlen == 1) {
+    throw ConfigError(fmt::format("--seqlen (expected 0 for the model's default or >= 2, got {})", a.seqlen));
+  }
+  if (a.max_windows < 0) throw ConfigError(fmt::format("--max-windows (expected >= 0, got {})", a.max_windows));
   const std::int64_t budget = a.max_memory.empty() ? core::default_memory_budget() : core::parse_bytes(a.max_memory, "--max-memory");
 
   // A lazy load maps the checkpoint and checks its tensors without widening any: the plan needs the
   // weights' sizes, the tokenization the number of windows, before the model takes its memory.
-  std::unique_ptr<model::Model> m = model::Model::load(a.model, {.lazy = true});
+  std::unique_ptr<model::Model> m = model::Model::load(a.model, a.run.load(/*lazy=*/true));
   const auto tok = io::load_tokenizer(a.model);
   const int seqlen = a.seqlen > 0 ? a.seqlen : eval::default_seqlen(m->config());
+  check_seqlen(seqlen, m->config(), "--seqlen");
   const auto t0 = Clock::now();
   const auto ids = eval::eval_ids(*tok, dataset, a.data, seqlen);
   const double tokenize_s = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -106,7 +109,7 @@ int run_ppl(const PplArgs& a) {
       choose_layer_major(a, *m, n_ids, eval::eval_windows(n_ids, seqlen, a.max_windows), seqlen, budget);
   if (!layer_major) {
     m.reset();
-    m = model::Model::load(a.model);
+    m = model::Model::load(a.model, a.run.load());
   }
 
   // c4-heldout: was this text left out of the checkpoint's calibration (warns if not)?
@@ -182,9 +185,7 @@ Command add_ppl(CLI::App& app) {
   sub->add_option("--batch", args->batch, "Windows per forward pass; 0 = about 4096 tokens")
       ->capture_default_str()
       ->group("Performance");
-  sub->add_option("--threads", args->threads, "Threads for BLAS and OpenMP; 0 = all cores")
-      ->capture_default_str()
-      ->group("Performance");
+  add_run_options(sub, args->run);
   sub->add_option("--max-memory", args->max_memory,
                   "Memory budget in bytes or with a unit (20G, 512M; binary units). Default: physical memory "
                   "minus 2 GiB. The model is widened at load when that fits, else evaluated layer by layer; a "

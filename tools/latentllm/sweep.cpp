@@ -28,11 +28,12 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 struct SweepArgs {
-  std::string model, out, methods, ratios = "0.1,0.2,0.3,0.4", datasets = "wikitext2", data_dir = "../shared/data";
-  int max_windows = 0, eval_seqlen = 0, threads = 0;
+  std::string model, out, methods, ratios = "0.1,0.2,0.3,0.4", datasets = "wikitext2", data_dir;
+  int max_windows = 0, eval_seqlen = 0;
+  RunArgs run;
   MethodArgs m;
   CalibArgs c;
-  bool json = false;
+  bool json = false, force = false;
 };
 
 // The model's name for titles: its directory, or the parent's when the directory is a bare "hf".
@@ -74,6 +75,10 @@ std::vector<DatasetSpec> parse_datasets(const std::string& spec, const fs::path&
     if (eq != std::string::npos) {
       d.file = item.substr(eq + 1);
     } else if (kDefault.count(d.name)) {
+      if (data_dir.empty()) {
+        throw ConfigError(fmt::format("--datasets: {} needs --data-dir, the folder holding {} (expected --data-dir DIR "
+                                      "or {}=FILE)", d.name, kDefault.at(d.name), d.name));
+      }
       d.file = data_dir / kDefault.at(d.name);
     } else {
       throw ConfigError(fmt::format("--datasets: {} needs a file (expected {}=FILE)", d.name, d.name));
@@ -109,17 +114,25 @@ class Sweep {
   Sweep(const SweepArgs& a) : a_(a), out_(a.out) {}
 
   int run() {
-    core::set_num_threads(a_.threads);
+    apply_run_options(a_.run);
     const auto methods = split(a_.methods.empty() ? default_methods() : a_.methods);
     const auto ratios = parse_ratios(a_.ratios);
     for (const auto& method : methods) {
-      with_context("--methods", [&] { (void)to_compress_options(a_.m, method, ratios.front()); });
+      compress::CompressOptions o;
+      with_context("--methods", [&] { o = to_compress_options(a_.m, method, ratios.front()); });
+      // The grid shares its options: one a method does not read is left out of that method's record.
+      for (const std::string& flag : unread_options(a_.m, o))
+        log_warn("sweep: {} is not read by {} (its runs go without it)", flag, method);
     }
     datasets_ = parse_datasets(a_.datasets, a_.data_dir);
-    auto dense = model::Model::load(a_.model);
+    auto dense = model::Model::load(a_.model, a_.run.load());
+    require_dense(*dense, "sweep");
+    if (a_.eval_seqlen < 0) throw ConfigError(fmt::format("--eval-seqlen (expected >= 0, got {})", a_.eval_seqlen));
+    eval_seqlen_ = a_.eval_seqlen > 0 ? a_.eval_seqlen : eval::default_seqlen(dense->config());
+    check_seqlen(eval_seqlen_, dense->config(), "--eval-seqlen");
+    prepare_output();
     tok_ = io::load_tokenizer(a_.model);
     co_ = to_calib_options(a_.c, dense->config());
-    fs::create_directories(out_);
     ids_ = calib::sample_calibration(*tok_, co_);
     log_info("sweep: {} windows of {} calibration tokens, {} methods x {} ratios x {} datasets", co_.nsamples,
              co_.seqlen, methods.size(), ratios.size(), datasets_.size());
@@ -135,12 +148,13 @@ class Sweep {
                     {"held_out", held_out(d.kind, d.file.string(), &calibration)}});
     }
     res_.info = {{"calibration", calibration}, {"settings", settings()}, {"datasets", ds},
-                 {"eval_seqlen", a_.eval_seqlen}, {"max_windows", a_.max_windows}};
+                 {"eval_seqlen", eval_seqlen_}, {"max_windows", a_.max_windows}};
     write_table3(out_, res_.label, *dense, ratios, to_compress_options(a_.m, "asvd-rootcov", ratios.front()));
 
     SweepRun ref;
     ref.method = "dense";
     ref.model_params = eval::num_params(*dense);
+    ref.params = ref.dense_params = dense_linear_params(*dense);
     evaluate(*dense, ref);
     res_.runs.push_back(ref);
     write_results(out_, res_);
@@ -176,7 +190,7 @@ class Sweep {
       eval::PplOptions po;
       po.dataset = d.kind;
       po.data = d.file;
-      po.seqlen = a_.eval_seqlen;
+      po.seqlen = eval_seqlen_;
       po.max_windows = a_.max_windows;
       r.ppl[d.name] = eval::perplexity(m, *tok_, po).ppl;
       log_info("sweep: {} ratio {:.2f} {} ppl {:.4f}", r.method, r.ratio, d.name, r.ppl[d.name]);
@@ -188,26 +202,49 @@ class Sweep {
     SweepRun r;
     r.method = method;
     r.ratio = ratio;
-    auto m = model::Model::load(a_.model);
+    auto m = model::Model::load(a_.model, a_.run.load());
     const compress::CompressOptions opt = to_compress_options(a_.m, method, ratio);
-    compress::RankPlan plan = compress::plan_model(*m, opt);
-    if (opt.rank_alloc == compress::RankAlloc::Global) {
-      // The spectra depend on the dense model and the calibration only: one pre-pass serves every run.
-      if (spectra_.empty()) spectra_ = compress::measure_spectra(*m, ids_, co_.seqlen, opt);
-      plan = compress::allocate_ranks(spectra_, ratio, opt.local.junction, opt.alloc_score);
-    }
-    summarize(compress::compress_model(*m, ids_, co_.seqlen, opt, &plan), r);
+    // The spectra depend on the dense model and the calibration only: one pre-pass serves every run.
+    const compress::PlannedRanks planned = compress::plan_run(*m, ids_, co_.seqlen, opt, &spectra_);
+    summarize(compress::compress_model(*m, ids_, co_.seqlen, opt, &planned.plan), r);
+    r.options = method_json(compress::effective_options(m->config(), std::ssize(ids_), opt), a_.m.preset);
     r.model_params = eval::num_params(*m);
     evaluate(*m, r);
     return r;
   }
 
+  // The options shared by the grid (each run's own record is in its row: SweepRun::options).
   nlohmann::json settings() const {
-    auto j = method_json(a_.m, "latentllm", 0.5);
-    j.erase("method");
-    j.erase("ratio");
-    j["junction"] = a_.m.junction;  // "auto": each method's own (compress::default_junction)
-    return j;
+    return {{"preset", a_.m.preset}, {"junction", a_.m.junction}, {"rank_alloc", a_.m.rank_alloc},
+            {"joint", a_.m.joint}};
+  }
+
+  // --out: created, or, with --force, an earlier sweep's folder emptied of the files a sweep writes (so no
+  // stale table or plot of another grid survives); anything else there is never touched.
+  void prepare_output() {
+    std::error_code ec;
+    if (fs::exists(out_, ec)) {
+      if (!fs::is_directory(out_, ec)) {
+        throw IoError(fmt::format("{}: exists and is not a directory (expected a new path or a sweep's output folder)",
+                                  out_.string()));
+      }
+      const bool ours = fs::exists(out_ / "results.json", ec);
+      if (!fs::is_empty(out_, ec) && !ours) {
+        throw IoError(fmt::format("{}: exists and is not a sweep's output folder (expected an empty folder or one "
+                                  "with results.json; --force replaces only those)", out_.string()));
+      }
+      if (!fs::is_empty(out_, ec) && !a_.force) {
+        throw IoError(fmt::format("{}: output folder exists (use --force to replace an earlier sweep's results)",
+                                  out_.string()));
+      }
+      for (const auto& e : fs::directory_iterator(out_)) {
+        const std::string name = e.path().filename().string();
+        const bool written = name.starts_with("results.") || name.starts_with("table2.") ||
+                             name.starts_with("table3.") || name.starts_with("ppl_");
+        if (written && e.is_regular_file()) fs::remove(e.path());
+      }
+    }
+    fs::create_directories(out_);
   }
 
   void print_table() const {
@@ -225,6 +262,7 @@ class Sweep {
   std::unique_ptr<io::Tokenizer> tok_;
   calib::CalibOptions co_;
   std::vector<std::int32_t> ids_;
+  int eval_seqlen_ = 0;  // resolved: --eval-seqlen or the model's default
   std::vector<compress::ModuleSpectrum> spectra_;  // of the dense model (--rank-alloc global), measured once
   SweepResults res_;
 };
@@ -243,13 +281,16 @@ Command add_sweep(CLI::App& app) {
   add_calib_options(sub, a->c);
   sub->add_option("--datasets", a->datasets, "Comma-separated: wikitext2, ptb, c4 (files under --data-dir) or NAME=FILE")
       ->capture_default_str()->group("Evaluation");
-  sub->add_option("--data-dir", a->data_dir, "Folder of the standard evaluation files")->capture_default_str()->group("Evaluation");
+  sub->add_option("--data-dir", a->data_dir,
+                  "Folder of the standard evaluation files (wikitext2/wiki.test.raw, ptb/ptb.valid.txt, c4/..., "
+                  "tinystories/...; e.g. ../shared/data), needed for a dataset given by name alone")
+      ->group("Evaluation");
+  sub->add_flag("--force", a->force, "Replace an earlier sweep's results in --out")->group("Model");
   sub->add_option("--eval-seqlen", a->eval_seqlen, "Evaluation window (0 = min(2048, max positions))")
       ->capture_default_str()->group("Evaluation");
   sub->add_option("--max-windows", a->max_windows, "Evaluate only the first K windows (0 = all)")
       ->capture_default_str()->group("Evaluation");
-  sub->add_option("--threads", a->threads, "Threads of the forward pass and BLAS (0 = all cores)")
-      ->capture_default_str()->group("Run");
+  add_run_options(sub, a->run);
   sub->add_flag("--json", a->json, "Print the results as JSON")->group("Run");
   return {sub, [a] { return Sweep(*a).run(); }};
 }

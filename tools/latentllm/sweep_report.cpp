@@ -32,13 +32,6 @@ double mean_ratio(const std::vector<compress::JointLoss>& losses) {
   return n ? s / n : std::numeric_limits<double>::quiet_NaN();
 }
 
-std::int64_t dense_linear_params(const model::Model& m) {
-  std::int64_t n = 0;
-  for (int i = 0; i < m.num_layers(); ++i)
-    for (const auto& lin : m.layer(i).linears) n += lin.out * lin.in;
-  return n;
-}
-
 void run_gnuplot(const fs::path& script) {
   const std::string path = script.string();
   char* argv[] = {const_cast<char*>("gnuplot"), const_cast<char*>(path.c_str()), nullptr};
@@ -51,6 +44,13 @@ void run_gnuplot(const fs::path& script) {
 }
 
 }  // namespace
+
+std::int64_t dense_linear_params(const model::Model& m) {
+  std::int64_t n = 0;
+  for (int i = 0; i < m.num_layers(); ++i)
+    for (const auto& lin : m.layer(i).linears) n += lin.out * lin.in;
+  return n;
+}
 
 void summarize(const compress::CompressReport& rep, SweepRun& r) {
   r.compress_s = rep.total_s;
@@ -72,7 +72,7 @@ nlohmann::json SweepResults::to_json() const {
                     {"params", r.params}, {"dense_params", r.dense_params}, {"compress_seconds", r.compress_s},
                     {"eval_seconds", r.eval_s}, {"qk_joint_over_local", nan_null(r.qk_loss_ratio)},
                     {"ud_joint_over_local", nan_null(r.ud_loss_ratio)},
-                    {"mean_relative_output_error", r.output_error}});
+                    {"mean_relative_output_error", r.output_error}, {"options", r.options}});
   }
   nlohmann::json j = info;
   j["model"] = model;

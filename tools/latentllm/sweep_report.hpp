@@ -28,7 +28,11 @@ struct SweepRun {
   // Mean relative output error ‖(W − Ŵ)X‖²/‖WX‖² over the calibration tokens of the modules
   // compressed one at a time (joint up-down modules excluded): what the pre-conditioners minimize.
   double output_error = 0;
+  nlohmann::json options;  // the run's options record (method_json); null for the dense row
 };
+
+// Σ d'·d over the linear modules of attention and MLP: the dense row's weights in compressed modules.
+std::int64_t dense_linear_params(const model::Model& m);
 
 struct SweepResults {
   std::string model;                  // the --model directory

@@ -1,0 +1,137 @@
+// The options record: CompressOptions serialized once, for the resume fingerprint, the checkpoint's
+// `latent` metadata and the CLI's --json, with only the options its method reads (methods.cpp).
+#include <cmath>
+
+#include "latentllm/compress.hpp"
+#include "latentllm/error.hpp"
+
+namespace latentllm::compress {
+namespace {
+
+std::string joint_spec(const JointParts& j) {
+  std::string s;
+  if (j.qk) s += "qk";
+  if (j.vo) s += std::string(s.empty() ? "" : ",") + "vo";
+  if (j.ud) s += std::string(s.empty() ? "" : ",") + "ud";
+  return s.empty() ? "none" : s;
+}
+
+}  // namespace
+
+JointParts parse_joint_parts(std::string_view spec) {
+  JointParts j{false, false, false};
+  std::string_view rest = spec;
+  while (!rest.empty()) {
+    const auto comma = rest.find(',');
+    const std::string_view part = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    if (part == "qk") j.qk = true;
+    else if (part == "vo") j.vo = true;
+    else if (part == "ud") j.ud = true;
+    else if (part != "none" && !part.empty())
+      throw ConfigError(fmt::format("--joint: unknown part (expected qk, vo, ud, none or auto, got {})", part));
+  }
+  return j;
+}
+
+std::string joint_parts_name(const JointParts& j) { return joint_spec(j); }
+
+nlohmann::ordered_json CompressOptions::to_json() const {
+  nlohmann::ordered_json j;
+  auto put = [&](std::string_view key, auto value) {
+    if (reads_option(*this, key)) j[std::string(key)] = value;
+  };
+  put("method", method_name(method));
+  put("ratio", ratio);
+  put("junction", junction_name(local.junction));
+  put("rank_alloc", rank_alloc_name(rank_alloc));
+  put("alloc_score", alloc_score_name(alloc_score));
+  put("alloc_tokens", alloc_max_tokens);
+  put("intra_layer", pipeline.sequential_within_layer);
+  put("batch", pipeline.batch_windows);
+  put("covariance", pipeline.covariance_f32 ? "f32" : "f64");
+  put("update_bias", local.update_bias);
+  put("pinv_floor_rel", local.pinv_floor_rel);
+  put("lambda_rel", local.lambda_rel);
+  put("alpha", local.alpha);
+  put("fit", error_compensation ? "compensate" : "local");
+  put("output_side", output_side);
+  put("joint", joint_spec(joint));
+  put("qk_iters", qk_iters);
+  put("vo_iters", vo_iters);
+  put("joint_tol", joint_tol);
+  put("rope_window", rope_window);
+  put("ud_iters", ud_iters);
+  put("ud_tokens", ud_max_tokens);
+  put("ud_min_tokens_per_ffn", ud_min_tokens_per_ffn);
+  put("ud_precision", ud_f32 ? "f32" : "f64");
+  put("diagnostics", diagnostics);
+  return j;
+}
+
+CompressOptions CompressOptions::from_json(const nlohmann::json& j) {
+  CompressOptions o;
+  try {
+    o.method = parse_method(j.at("method").get<std::string>());
+    o.joint = j.contains("joint") ? parse_joint_parts(j.at("joint").get<std::string>()) : JointParts{false, false, false};
+    o.ratio = j.at("ratio").get<double>();
+    o.local.junction = parse_junction(j.at("junction").get<std::string>());
+    o.rank_alloc = parse_rank_alloc(j.at("rank_alloc").get<std::string>());
+    if (j.contains("alloc_score")) o.alloc_score = parse_alloc_score(j.at("alloc_score").get<std::string>());
+    o.alloc_max_tokens = j.value("alloc_tokens", o.alloc_max_tokens);
+    o.pipeline.sequential_within_layer = j.at("intra_layer").get<bool>();
+    o.pipeline.batch_windows = j.at("batch").get<int>();
+    o.pipeline.covariance_f32 = j.at("covariance").get<std::string>() == "f32";
+    o.local.update_bias = j.at("update_bias").get<bool>();
+    o.local.pinv_floor_rel = j.at("pinv_floor_rel").get<double>();
+    o.local.lambda_rel = j.value("lambda_rel", o.local.lambda_rel);
+    o.local.alpha = j.value("alpha", o.local.alpha);
+    o.error_compensation = j.value("fit", std::string("local")) == "compensate";
+    o.output_side = j.value("output_side", o.output_side);
+    o.qk_iters = j.value("qk_iters", o.qk_iters);
+    o.vo_iters = j.value("vo_iters", o.vo_iters);
+    o.joint_tol = j.value("joint_tol", o.joint_tol);
+    o.rope_window = j.value("rope_window", o.rope_window);
+    o.ud_iters = j.value("ud_iters", o.ud_iters);
+    o.ud_max_tokens = j.value("ud_tokens", o.ud_max_tokens);
+    o.ud_min_tokens_per_ffn = j.value("ud_min_tokens_per_ffn", o.ud_min_tokens_per_ffn);
+    o.ud_f32 = j.value("ud_precision", std::string("f32")) == "f32";
+    o.diagnostics = j.value("diagnostics", o.diagnostics);
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError(fmt::format("options record: {} (expected the keys CompressOptions::to_json writes)", e.what()));
+  }
+  return o;
+}
+
+void CompressOptions::validate() const {
+  if (!(ratio > 0.0 && ratio < 1.0)) {  // also NaN
+    throw ConfigError(fmt::format("--ratio: compression ratio out of range (expected 0 < R < 1, got {})", ratio));
+  }
+  if (!(local.lambda_rel >= 0.0 && std::isfinite(local.lambda_rel))) {
+    throw ConfigError(fmt::format("--lambda (expected a finite number >= 0, got {})", local.lambda_rel));
+  }
+  if (!(local.alpha > 0.0 && std::isfinite(local.alpha))) {
+    throw ConfigError(fmt::format("--alpha (expected a finite number > 0, got {})", local.alpha));
+  }
+  if (!(ud_min_tokens_per_ffn >= 0 && std::isfinite(ud_min_tokens_per_ffn))) {
+    throw ConfigError(fmt::format("--ud-min-tokens-per-ffn (expected a finite number >= 0, got {})",
+                                  ud_min_tokens_per_ffn));
+  }
+  if (alloc_max_tokens < 0) throw ConfigError(fmt::format("--alloc-tokens (expected >= 0, got {})", alloc_max_tokens));
+  if (qk_iters < 0 || vo_iters < 0 || ud_iters < 0 || rope_window < 0) {
+    throw ConfigError(fmt::format("--qk-iters/--vo-iters/--ud-iters/--rope-window (expected >= 0, got {}/{}/{}/{})",
+                                  qk_iters, vo_iters, ud_iters, rope_window));
+  }
+  if (ud_max_tokens < 0) throw ConfigError(fmt::format("--ud-tokens (expected >= 0, got {})", ud_max_tokens));
+  if (pipeline.batch_windows <= 0) {
+    throw ConfigError(fmt::format("--batch (expected > 0, got {})", pipeline.batch_windows));
+  }
+  if (!(joint_tol >= 0 && joint_tol < 1)) {  // also NaN
+    throw ConfigError(fmt::format("--joint-tol (expected 0 <= tol < 1, got {})", joint_tol));
+  }
+  if (stop_after_layers < 0) {
+    throw ConfigError(fmt::format("--stop-after-layers (expected >= 0, got {})", stop_after_layers));
+  }
+}
+
+}  // namespace latentllm::compress
