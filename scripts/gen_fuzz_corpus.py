@@ -330,7 +330,8 @@ def gen_image():
     golden = os.path.join(ROOT, "..", "tests", "data", "golden", "images")
     for name in ["rgb_3x7.png", "rgba_45x30.png", "la_20x25.png", "p_trns_37x23.png", "p4bit_17x9.png",
                  "bit1_31x15.png", "gray16_23x11.png", "rgb16_19x21.png", "gray2_13x5.png",
-                 "jpeg_rgb444_24x18.jpg", "jpeg_gray_40x33.jpg", "jpeg_cmyk_30x20.jpg", "jpeg_rgb_prog_57x43.jpg"]:
+                 "jpeg_rgb444_24x18.jpg", "jpeg_gray_40x33.jpg", "jpeg_cmyk_30x20.jpg", "jpeg_rgb_prog_57x43.jpg",
+                 "jpeg_rgb444_prog_16x12.jpg"]:
         with open(os.path.join(golden, name), "rb") as f:
             write(t, "seed-" + name.replace(".", "-"), f.read())
 

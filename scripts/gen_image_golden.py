@@ -192,6 +192,8 @@ def images():
     yield "jpeg_rgb_prog_57x43", "jpg", jpeg_of(Image.fromarray(pattern(43, 57)), quality=75, progressive=True), \
         ["clip"]
     yield "jpeg_rgb444_24x18", "jpg", jpeg_of(Image.fromarray(pattern(18, 24)), quality=95, subsampling=0), ["clip"]
+    yield "jpeg_rgb444_prog_16x12", "jpg", jpeg_of(Image.fromarray(pattern(12, 16)), quality=85, subsampling=0,
+                                                  progressive=True), ["clip"]
     yield "jpeg_gray_40x33", "jpg", jpeg_of(Image.fromarray(pattern(33, 40, 1)[..., 0], "L")), ["clip"]
     yield "jpeg_cmyk_30x20", "jpg", jpeg_of(Image.fromarray(pattern(20, 30, 4), "CMYK"), quality=90), ["clip"]
 

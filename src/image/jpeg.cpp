@@ -5,7 +5,7 @@
 // libjpeg's default error_exit calls exit(). Ours records the message and longjmps back to the setjmp
 // of the stage that called libjpeg; those stage functions hold no object with a destructor (the output
 // buffer is allocated by their caller). Warnings are not printed; the one for data ending before the
-// end of the image (JWRN_JPEG_EOF) is an error, as in PIL ("image file is truncated").
+// end of the image (JWRN_JPEG_EOF) is an error, as in PIL ("image file is truncated"), raised the same way.
 #include <cstdio>  // jpeglib.h needs FILE and size_t first
 
 #include <jerror.h>
@@ -13,7 +13,7 @@
 
 #include <csetjmp>
 #include <cstring>
-#include <vector>
+#include <memory>
 
 #include <fmt/format.h>
 
@@ -22,6 +22,12 @@
 
 namespace latentllm::image::detail {
 namespace {
+
+// libjpeg's memory for whole-image buffers (the coefficients of a progressive or multi-scan JPEG, two
+// bytes per sample). Beyond it libjpeg would need a backing store, which it does not have, and fails
+// with JERR_NO_BACKING_STORE before allocating. Only progressive 4:4:4 images of more than about
+// 180 million pixels reach it, which PIL refuses too (its decompression-bomb limit).
+constexpr long kMaxDecoderMemory = 1L << 30;
 
 struct JpegErrors {
   jpeg_error_mgr mgr;  // first member: libjpeg hands us &mgr as cinfo->err
@@ -37,9 +43,12 @@ struct JpegErrors {
 }
 
 // msg_level < 0 is a warning (corrupt data libjpeg recovers from), >= 0 trace output: neither printed.
+// The end of the data stops decoding at once: libjpeg would go on to the last row with made-up data.
 void emit_message(j_common_ptr cinfo, int msg_level) {
   if (msg_level < 0 && cinfo->err->msg_code == JWRN_JPEG_EOF) {
-    reinterpret_cast<JpegErrors*>(cinfo->err)->truncated = true;
+    auto* err = reinterpret_cast<JpegErrors*>(cinfo->err);
+    err->truncated = true;
+    std::longjmp(err->jump, 1);
   }
 }
 
@@ -80,10 +89,10 @@ int muldiv255(int a, int b) {
 }
 
 // [height, width, components] to RGB: gray replicated; CMYK inverted (Adobe) then PIL's cmyk2rgb.
-void to_rgb(const std::vector<std::uint8_t>& raw, int components, RgbImage& out) {
+void to_rgb(const std::uint8_t* raw, int components, RgbImage& out) {
   const std::size_t n = std::size_t(out.height) * out.width;
   for (std::size_t i = 0; i < n; ++i) {
-    const std::uint8_t* s = raw.data() + i * components;
+    const std::uint8_t* s = raw + i * components;
     std::uint8_t* d = out.data.data() + i * 3;
     if (components == 1) {
       d[0] = d[1] = d[2] = s[0];
@@ -107,9 +116,15 @@ RgbImage decode_jpeg(std::span<const std::uint8_t> bytes, const std::string& nam
   err.mgr.output_message = output_message;
   jpeg_create_decompress(&cinfo);
   JpegDeleter guard{&cinfo};
+  cinfo.mem->max_memory_to_use = kMaxDecoderMemory;
   auto fail = [&]() -> FormatError {
     if (err.truncated) {
       return FormatError(fmt::format("{}: truncated JPEG (expected more than {} bytes)", name, bytes.size()));
+    }
+    if (err.mgr.msg_code == JERR_NO_BACKING_STORE) {
+      return FormatError(fmt::format("{}: JPEG decoder memory (expected at most {} bytes of whole-image buffers, "
+                                     "got an image of {}x{} that needs more)",
+                                     name, kMaxDecoderMemory, cinfo.image_width, cinfo.image_height));
     }
     return FormatError(fmt::format("{}: corrupt JPEG ({})", name, err.message));
   };
@@ -119,15 +134,16 @@ RgbImage decode_jpeg(std::span<const std::uint8_t> bytes, const std::string& nam
   const int components = cinfo.num_components == 1 ? 1 : cinfo.num_components == 4 ? 4 : 3;
   cinfo.out_color_space = components == 1 ? JCS_GRAYSCALE : components == 4 ? JCS_CMYK : JCS_RGB;
   const std::size_t row_bytes = std::size_t(cinfo.image_width) * components;
-  std::vector<std::uint8_t> raw(row_bytes * cinfo.image_height);  // [height, width, components]
+  // [height, width, components], not zeroed: libjpeg writes every row before it is read.
+  const auto raw = std::make_unique_for_overwrite<std::uint8_t[]>(row_bytes * cinfo.image_height);
   bool shape_ok = false;
-  if (!read_pixels(cinfo, err, raw.data(), row_bytes, shape_ok) || err.truncated) throw fail();
+  if (!read_pixels(cinfo, err, raw.get(), row_bytes, shape_ok) || err.truncated) throw fail();
   if (!shape_ok) throw FormatError(fmt::format("{}: corrupt JPEG (unexpected output size)", name));
   RgbImage out;
   out.height = static_cast<int>(cinfo.image_height);
   out.width = static_cast<int>(cinfo.image_width);
   out.data.resize(std::size_t(out.height) * out.width * 3);
-  to_rgb(raw, components, out);
+  to_rgb(raw.get(), components, out);
   return out;
 }
 

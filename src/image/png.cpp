@@ -121,12 +121,12 @@ std::array<std::array<std::uint8_t, 3>, 256> palette_of(png_structp png, png_inf
 
 // The decoded rows [height, row_bytes] to RGB. 16-bit colour samples keep their high byte (PIL's
 // "RGB;16B", "RGBA;16B", "LA;16B" raw modes); alpha is dropped.
-void to_rgb(const std::vector<std::uint8_t>& raw, std::size_t row_bytes, const PngHeader& h,
+void to_rgb(const std::uint8_t* raw, std::size_t row_bytes, const PngHeader& h,
             const std::array<std::array<std::uint8_t, 3>, 256>& pal, RgbImage& out) {
   const int ch = channels_of(h.color_type);
   const int bps = h.bit_depth == 16 ? 2 : 1;  // bytes per sample after unpacking
   for (int y = 0; y < out.height; ++y) {
-    const std::uint8_t* row = raw.data() + std::size_t(y) * row_bytes;
+    const std::uint8_t* row = raw + std::size_t(y) * row_bytes;
     for (int x = 0; x < out.width; ++x) {
       const std::uint8_t* s = row + std::size_t(x) * ch * bps;
       std::uint8_t* d = out.pixel(y, x);
@@ -168,9 +168,10 @@ RgbImage decode_png(std::span<const std::uint8_t> bytes, const std::string& name
   check_image_size(h.width, h.height, name);
   const int bps = h.bit_depth == 16 ? 2 : 1;
   const std::size_t row_bytes = std::size_t(h.width) * channels_of(h.color_type) * bps;
-  std::vector<std::uint8_t> raw(row_bytes * h.height);  // [height, row_bytes]
+  // [height, row_bytes], not zeroed: libpng writes every row (or fails) before a row is read.
+  const auto raw = std::make_unique_for_overwrite<std::uint8_t[]>(row_bytes * h.height);
   std::vector<png_bytep> rows(h.height);
-  for (std::size_t y = 0; y < h.height; ++y) rows[y] = raw.data() + y * row_bytes;
+  for (std::size_t y = 0; y < h.height; ++y) rows[y] = raw.get() + y * row_bytes;
   bool row_bytes_ok = false;
   if (!read_rows(guard.png, guard.info, rows.data(), row_bytes, row_bytes_ok)) fail(src, name);
   if (!row_bytes_ok) {
@@ -181,7 +182,7 @@ RgbImage decode_png(std::span<const std::uint8_t> bytes, const std::string& name
   out.height = static_cast<int>(h.height);
   out.width = static_cast<int>(h.width);
   out.data.resize(std::size_t(out.height) * out.width * 3);
-  to_rgb(raw, row_bytes, h, palette_of(guard.png, guard.info), out);
+  to_rgb(raw.get(), row_bytes, h, palette_of(guard.png, guard.info), out);
   return out;
 }
 

@@ -232,6 +232,22 @@ std::vector<std::uint8_t> png_with_size(std::uint32_t width, std::uint32_t heigh
   return b;
 }
 
+// A golden JPEG with the size in its frame header (SOF0 or SOF2: marker, length 2, precision 1, height 2,
+// width 2) replaced.
+std::vector<std::uint8_t> jpeg_with_size(const char* file, int width, int height) {
+  std::vector<std::uint8_t> b = bytes_of(golden_dir() / file);
+  for (std::size_t i = 2; i + 8 < b.size(); ++i) {
+    if (b[i] == 0xff && (b[i + 1] == 0xc0 || b[i + 1] == 0xc2)) {
+      b[i + 5] = static_cast<std::uint8_t>(height >> 8);
+      b[i + 6] = static_cast<std::uint8_t>(height);
+      b[i + 7] = static_cast<std::uint8_t>(width >> 8);
+      b[i + 8] = static_cast<std::uint8_t>(width);
+      break;
+    }
+  }
+  return b;
+}
+
 fs::path put(const std::string& name, const std::vector<std::uint8_t>& bytes) {
   static const fs::path dir = make_temp_dir("img-err");
   std::ofstream(dir / name, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
@@ -274,8 +290,10 @@ TEST(ErrorsDoc, Images) {
                     {"img-jpeg-corrupt", {load("precision.jpg", precision12)}},
                     {"img-jpeg-truncated", {load("half.jpg", prefix("jpeg_rgb_70x52.jpg", 0.5)),
                                             load("head.jpg", prefix("jpeg_rgb_70x52.jpg", 0.05))}},
+                    {"img-jpeg-memory", {load("bomb.jpg", jpeg_with_size("jpeg_rgb444_prog_16x12.jpg", 65000, 4100))}},
                     {"img-side", {load("wide.png", png_with_size(70000, 1)), load("tall.png", png_with_size(1, 65536))}},
-                    {"img-pixels", {load("big.png", png_with_size(20000, 20000))}},
+                    {"img-pixels", {load("big.png", png_with_size(20000, 20000)),
+                                    load("big.jpg", jpeg_with_size("jpeg_rgb_70x52.jpg", 20000, 20000))}},
                     {"pp-type", {config({{"image_processor_type", "SiglipImageProcessor"}})}},
                     {"pp-size", {config({{"size", {{"longest_edge", 64}}}}), config({{"size", -3}})}},
                     {"pp-crop", {config({{"crop_size", {{"height", 64}}}})}},
