@@ -85,15 +85,10 @@ Coefficients precompute(int in_size, int out_size, const Filter& f) {
 }
 
 // PIL's clip8: the accumulator (which started at half a unit) shifted down and clipped to 0..255.
-std::uint8_t clip8(std::int64_t ss) {
-  return static_cast<std::uint8_t>(std::clamp<std::int64_t>(ss >> kPrecisionBits, 0, 255));
-}
-
-// One output sample: sum over the taps of src[tap · stride] · k.
-std::uint8_t convolve(const std::uint8_t* src, std::size_t stride, const std::int32_t* k, int count) {
-  std::int64_t ss = std::int64_t{1} << (kPrecisionBits - 1);
-  for (int t = 0; t < count; ++t) ss += std::int64_t{src[t * stride]} * k[t];
-  return clip8(ss);
+// int32 as in PIL: the weights of a row sum to 1 with negative lobes of at most a quarter, so |ss| stays
+// below 255 · 1.25 · 2^22 + 2^21 < 2^31 (PIL's "two extra bits for overflow").
+std::uint8_t clip8(std::int32_t ss) {
+  return static_cast<std::uint8_t>(std::clamp(ss >> kPrecisionBits, 0, 255));
 }
 
 // Rows [row0, row0 + rows) of `in`, resampled along x to c.first.size() columns.
@@ -106,25 +101,40 @@ RgbImage horizontal(const RgbImage& in, int row0, int rows, const Coefficients& 
     for (int xx = 0; xx < out.width; ++xx) {
       const std::uint8_t* src = in.pixel(row0 + y, c.first[xx]);
       const std::int32_t* k = &c.k[std::size_t(xx) * c.ksize];
-      for (int ch = 0; ch < 3; ++ch) out.pixel(y, xx)[ch] = convolve(src + ch, 3, k, c.count[xx]);
+      std::int32_t ss0 = 1 << (kPrecisionBits - 1), ss1 = ss0, ss2 = ss0;
+      for (int t = 0; t < c.count[xx]; ++t) {
+        ss0 += src[t * 3 + 0] * k[t];
+        ss1 += src[t * 3 + 1] * k[t];
+        ss2 += src[t * 3 + 2] * k[t];
+      }
+      std::uint8_t* d = out.pixel(y, xx);
+      d[0] = clip8(ss0);
+      d[1] = clip8(ss1);
+      d[2] = clip8(ss2);
     }
   }
   return out;
 }
 
-// Resampled along y to c.first.size() rows; `row0` is the input row that c's index 0 refers to.
+// Resampled along y to c.first.size() rows; `row0` is the input row that c's index 0 refers to. Each
+// output row is accumulated a whole input row at a time (the same sums, in the same order, as PIL's
+// per-pixel loop).
 RgbImage vertical(const RgbImage& in, int row0, const Coefficients& c) {
   RgbImage out;
   out.height = static_cast<int>(c.first.size());
   out.width = in.width;
   out.data.resize(std::size_t(out.height) * out.width * 3);
-  const std::size_t stride = std::size_t(in.width) * 3;
+  const std::size_t n = std::size_t(in.width) * 3;
+  std::vector<std::int32_t> ss(n);  // [width · 3]
   for (int yy = 0; yy < out.height; ++yy) {
     const std::int32_t* k = &c.k[std::size_t(yy) * c.ksize];
-    for (int x = 0; x < out.width; ++x) {
-      const std::uint8_t* src = in.pixel(c.first[yy] - row0, x);
-      for (int ch = 0; ch < 3; ++ch) out.pixel(yy, x)[ch] = convolve(src + ch, stride, k, c.count[yy]);
+    std::fill(ss.begin(), ss.end(), 1 << (kPrecisionBits - 1));
+    for (int t = 0; t < c.count[yy]; ++t) {
+      const std::uint8_t* src = in.pixel(c.first[yy] - row0 + t, 0);
+      for (std::size_t i = 0; i < n; ++i) ss[i] += src[i] * k[t];
     }
+    std::uint8_t* d = out.pixel(yy, 0);
+    for (std::size_t i = 0; i < n; ++i) d[i] = clip8(ss[i]);
   }
   return out;
 }
