@@ -43,8 +43,10 @@ inline constexpr std::int64_t kMaxImagePixels = std::int64_t{1} << 28;
 //   JPEG: libjpeg's default decoding (islow IDCT, fancy upsampling) to RGB or gray; CMYK and YCCK are
 //   read as Adobe-inverted CMYK and converted as PIL does: R = (255 − K) − (C·(255 − K))/255 (rounded).
 // Throws FormatError "<name>: <what> (expected X, got Y)" for an unknown signature, a corrupt or
-// truncated file, or a side > kMaxImageSide or more than kMaxImagePixels pixels (docs/ERRORS.md).
-RgbImage decode_image(std::span<const std::uint8_t> bytes, const std::string& name);
+// truncated file, or a side > kMaxImageSide or more than `max_pixels` pixels (docs/ERRORS.md); a
+// caller that must bound the time per image (a fuzzer) passes a smaller `max_pixels`.
+RgbImage decode_image(std::span<const std::uint8_t> bytes, const std::string& name,
+                      std::int64_t max_pixels = kMaxImagePixels);
 
 // Reads and decodes a file (IoError when it cannot be read).
 RgbImage load_image(const std::filesystem::path& path);

@@ -11,16 +11,16 @@
 namespace latentllm::image {
 namespace detail {
 
-void check_image_size(std::int64_t width, std::int64_t height, const std::string& name) {
+void check_image_size(std::int64_t width, std::int64_t height, const std::string& name, std::int64_t max_pixels) {
   if (width <= 0 || width > kMaxImageSide) {
     throw FormatError(fmt::format("{}: image width (expected 1 to {}, got {})", name, kMaxImageSide, width));
   }
   if (height <= 0 || height > kMaxImageSide) {
     throw FormatError(fmt::format("{}: image height (expected 1 to {}, got {})", name, kMaxImageSide, height));
   }
-  if (width * height > kMaxImagePixels) {
+  if (width * height > max_pixels) {
     throw FormatError(fmt::format("{}: image size {}x{} (expected at most {} pixels, got {})", name, width, height,
-                                  kMaxImagePixels, width * height));
+                                  max_pixels, width * height));
   }
 }
 
@@ -47,9 +47,9 @@ std::string leading_bytes(std::span<const std::uint8_t> bytes) {
 
 }  // namespace
 
-RgbImage decode_image(std::span<const std::uint8_t> bytes, const std::string& name) {
-  if (starts_with(bytes, kPngSignature)) return detail::decode_png(bytes, name);
-  if (starts_with(bytes, kJpegSignature)) return detail::decode_jpeg(bytes, name);
+RgbImage decode_image(std::span<const std::uint8_t> bytes, const std::string& name, std::int64_t max_pixels) {
+  if (starts_with(bytes, kPngSignature)) return detail::decode_png(bytes, name, max_pixels);
+  if (starts_with(bytes, kJpegSignature)) return detail::decode_jpeg(bytes, name, max_pixels);
   throw FormatError(fmt::format("{}: unknown image format (expected a PNG or JPEG signature, got {})", name,
                                 leading_bytes(bytes)));
 }

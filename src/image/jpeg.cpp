@@ -107,7 +107,7 @@ void to_rgb(const std::uint8_t* raw, int components, RgbImage& out) {
 
 }  // namespace
 
-RgbImage decode_jpeg(std::span<const std::uint8_t> bytes, const std::string& name) {
+RgbImage decode_jpeg(std::span<const std::uint8_t> bytes, const std::string& name, std::int64_t max_pixels) {
   jpeg_decompress_struct cinfo;
   JpegErrors err;
   cinfo.err = jpeg_std_error(&err.mgr);
@@ -130,7 +130,7 @@ RgbImage decode_jpeg(std::span<const std::uint8_t> bytes, const std::string& nam
   };
 
   if (!read_header(cinfo, err, bytes.data(), bytes.size())) throw fail();
-  check_image_size(cinfo.image_width, cinfo.image_height, name);
+  check_image_size(cinfo.image_width, cinfo.image_height, name, max_pixels);
   const int components = cinfo.num_components == 1 ? 1 : cinfo.num_components == 4 ? 4 : 3;
   cinfo.out_color_space = components == 1 ? JCS_GRAYSCALE : components == 4 ? JCS_CMYK : JCS_RGB;
   const std::size_t row_bytes = std::size_t(cinfo.image_width) * components;

@@ -152,7 +152,7 @@ void to_rgb(const std::uint8_t* raw, std::size_t row_bytes, const PngHeader& h,
 
 }  // namespace
 
-RgbImage decode_png(std::span<const std::uint8_t> bytes, const std::string& name) {
+RgbImage decode_png(std::span<const std::uint8_t> bytes, const std::string& name, std::int64_t max_pixels) {
   PngSource src;
   src.data = bytes.data();
   src.size = bytes.size();
@@ -165,7 +165,7 @@ RgbImage decode_png(std::span<const std::uint8_t> bytes, const std::string& name
 
   PngHeader h;
   if (!read_header(guard.png, guard.info, h)) fail(src, name);
-  check_image_size(h.width, h.height, name);
+  check_image_size(h.width, h.height, name, max_pixels);
   const int bps = h.bit_depth == 16 ? 2 : 1;
   const std::size_t row_bytes = std::size_t(h.width) * channels_of(h.color_type) * bps;
   // [height, row_bytes], not zeroed: libpng writes every row (or fails) before a row is read.
