@@ -56,7 +56,8 @@ enum class Resample { Bilinear = 2, Bicubic = 3 };
 
 // PIL `Image.resize((width, height), resample)` of an RGB image: separable, horizontal pass first, 8-bit
 // fixed-point coefficients (PIL's Resample.c); a pass whose size is unchanged is skipped, and the image
-// is returned unchanged when both sizes match.
+// is returned unchanged when both sizes match. ConfigError when the output would be empty or exceed
+// kMaxImagePixels (a shortest_edge resize of a very long image).
 RgbImage resize(const RgbImage& in, int height, int width, Resample resample);
 
 // transformers' center_crop: top = (H − h) // 2, left = (W − w) // 2; an image smaller than the crop

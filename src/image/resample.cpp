@@ -9,6 +9,9 @@
 #include <cstdint>
 #include <vector>
 
+#include <fmt/format.h>
+
+#include "latentllm/error.hpp"
 #include "latentllm/image.hpp"
 
 namespace latentllm::image {
@@ -142,6 +145,10 @@ RgbImage vertical(const RgbImage& in, int row0, const Coefficients& c) {
 }  // namespace
 
 RgbImage resize(const RgbImage& in, int height, int width, Resample resample) {
+  if (height < 1 || width < 1 || std::int64_t{height} * width > kMaxImagePixels) {
+    throw ConfigError(fmt::format("image {}x{}: resized size {}x{} (expected 1 to {} pixels, got {})", in.width,
+                                  in.height, width, height, kMaxImagePixels, std::int64_t{height} * width));
+  }
   if (height == in.height && width == in.width) return in;  // PIL: self.copy()
   const Filter f = filter_of(resample);
   const bool need_horizontal = width != in.width;

@@ -300,6 +300,13 @@ TEST(ErrorsDoc, Images) {
                     {"pp-resample", {config({{"resample", 1}}), config({{"resample", "bicubic"}})}},
                     {"pp-mean-std", {config({{"image_mean", {0.5, 0.5}}}), config({{"image_std", {0.5, 0, 0.5}}})}},
                     {"pp-rescale", {config({{"rescale_factor", 0}})}},
+                    {"pp-resize", {lib([] {
+                                     image::ProcessorConfig c;
+                                     c.shortest_edge = 336;
+                                     image::preprocess(RgbImage{1, 4000, std::vector<std::uint8_t>(12000)}, c);
+                                   }),
+                                   lib([] { image::resize(RgbImage{2, 2, std::vector<std::uint8_t>(12)}, 0, 5,
+                                                          image::Resample::Bicubic); })}},
                     {"pp-pinpoints", {config({{"image_grid_pinpoints", {{336}}}})}},
                 });
 }
