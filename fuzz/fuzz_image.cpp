@@ -1,8 +1,10 @@
 // Fuzz target: PNG and JPEG decoding (src/image: the signature check, libpng and libjpeg behind their
-// longjmp error handlers, the size limits, the conversions to RGB), through image::decode_image.
+// longjmp error handlers, the size limits, the conversions to RGB), through image::decode_image, then
+// the CLIP preprocessing of the decoded image.
 // Input: the bytes of one image file. Images of more than 2^22 pixels are refused from their header (the
 // size check is what runs for them): a tiny file may declare 2^28 pixels that libjpeg then fills in, a
 // legitimate decode taking longer than the fuzzer's per-input time limit.
+#include <algorithm>
 #include <cstdint>
 #include <span>
 
@@ -22,6 +24,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         img.data.size() != std::size_t(img.height) * img.width * 3) {
       __builtin_trap();
     }
+    // The CLIP preprocessing of what decoded (PIL's resampling in int32, the crop's padding), with a size
+    // that upscales small images and downscales large ones, BICUBIC or BILINEAR by the input's length.
+    image::ProcessorConfig config;
+    config.shortest_edge = config.crop_height = config.crop_width = 24;
+    config.resample = size % 2 ? image::Resample::Bilinear : image::Resample::Bicubic;
+    config.pad_to_square = size % 3 == 0 && std::max(img.height, img.width) <= 1024;
+    const auto [h, w] = image::resize_output_size(img.height, img.width, config);
+    if (std::int64_t{h} * w > (std::int64_t{1} << 20)) return;  // a very thin image: time, not coverage
+    const image::PixelValues px = image::preprocess(img, config);
+    if (px.data.size() != std::size_t(3) * 24 * 24) __builtin_trap();
   });
   return 0;
 }

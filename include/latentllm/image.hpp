@@ -65,7 +65,7 @@ RgbImage resize(const RgbImage& in, int height, int width, Resample resample);
 RgbImage center_crop(const RgbImage& in, int height, int width);
 
 // LLaVA's expand2square: the image pasted at ((s − W) // 2, (s − H) // 2) on an s × s square of
-// `fill`, s = max(H, W); a square image is returned unchanged.
+// `fill`, s = max(H, W); a square image is returned unchanged. ConfigError when s² > kMaxImagePixels.
 RgbImage expand_to_square(const RgbImage& in, std::array<std::uint8_t, 3> fill);
 
 // preprocessor_config.json of a CLIPImageProcessor (the keys of LlavaNextImageProcessor are read too;

@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include <fmt/format.h>
+
+#include "latentllm/error.hpp"
 #include "latentllm/image.hpp"
 
 namespace latentllm::image {
@@ -44,6 +47,10 @@ RgbImage center_crop(const RgbImage& in, int height, int width) {
 RgbImage expand_to_square(const RgbImage& in, std::array<std::uint8_t, 3> fill) {
   if (in.height == in.width) return in;
   const int s = std::max(in.height, in.width);
+  if (std::int64_t{s} * s > kMaxImagePixels) {
+    throw ConfigError(fmt::format("image {}x{}: padded to a square of {}x{} (expected at most {} pixels, got {})",
+                                  in.width, in.height, s, s, kMaxImagePixels, std::int64_t{s} * s));
+  }
   RgbImage out;
   out.height = out.width = s;
   out.data.resize(std::size_t(s) * s * 3);

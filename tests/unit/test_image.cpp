@@ -306,7 +306,11 @@ TEST(ErrorsDoc, Images) {
                                      image::preprocess(RgbImage{1, 4000, std::vector<std::uint8_t>(12000)}, c);
                                    }),
                                    lib([] { image::resize(RgbImage{2, 2, std::vector<std::uint8_t>(12)}, 0, 5,
-                                                          image::Resample::Bicubic); })}},
+                                                          image::Resample::Bicubic); }),
+                                   lib([] {
+                                     image::expand_to_square(RgbImage{1, 20000, std::vector<std::uint8_t>(60000)},
+                                                             {0, 0, 0});
+                                   })}},
                     {"pp-pinpoints", {config({{"image_grid_pinpoints", {{336}}}})}},
                 });
 }
