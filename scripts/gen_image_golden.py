@@ -134,15 +134,27 @@ def pattern(h, w, channels=3):
     return np.clip(np.rint(np.stack(planes, -1)), 0, 255).astype(np.uint8)
 
 
-def raw_png(w, h, color_type, bit_depth, rows, extra=b""):
-    """A PNG written by hand (PIL cannot write 16-bit colour or 2-bit gray): rows are bytes without
-    the filter byte; filter 0 (None) on every row."""
+def raw_png(w, h, color_type, bit_depth, rows, extra=b"", interlace=0):
+    """A PNG written by hand (PIL cannot write 16-bit colour, 2-bit gray or interlaced PNGs): rows are
+    bytes without the filter byte (for Adam7, the rows of every pass in order); filter 0 (None) on every
+    row."""
     def chunk(t, d):
         return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xFFFFFFFF)
-    ihdr = struct.pack(">IIBBBBB", w, h, bit_depth, color_type, 0, 0, 0)
+    ihdr = struct.pack(">IIBBBBB", w, h, bit_depth, color_type, 0, 0, interlace)
     data = b"".join(b"\x00" + r for r in rows)
     return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + extra + chunk(b"IDAT", zlib.compress(data, 9)) +
             chunk(b"IEND", b""))
+
+
+def adam7_rows(a):
+    """The rows of the seven Adam7 passes of an 8-bit image [H, W, C] (empty passes have no rows)."""
+    rows = []
+    for x0, y0, dx, dy in [(0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2),
+                           (0, 1, 1, 2)]:
+        sub = a[y0::dy, x0::dx]
+        if sub.shape[0] and sub.shape[1]:
+            rows += [r.tobytes() for r in sub]
+    return rows
 
 
 def png_of(img, **kw):
@@ -188,6 +200,7 @@ def images():
     g2 = pattern(5, 13, 1)[..., 0] >> 6  # 2-bit gray, packed four to a byte
     rows2 = [np.packbits(np.unpackbits(r.astype(np.uint8)[:, None], axis=1)[:, 6:].reshape(-1)).tobytes() for r in g2]
     yield "gray2_13x5", "png", raw_png(13, 5, 0, 2, rows2), ["clip"]
+    yield "rgb_adam7_29x19", "png", raw_png(29, 19, 2, 8, adam7_rows(pattern(19, 29)), interlace=1), ["clip"]
     yield "jpeg_rgb_70x52", "jpg", jpeg_of(Image.fromarray(pattern(52, 70)), quality=90), ["clip", "pad"]
     yield "jpeg_rgb_prog_57x43", "jpg", jpeg_of(Image.fromarray(pattern(43, 57)), quality=75, progressive=True), \
         ["clip"]
