@@ -320,6 +320,22 @@ def gen_tokenizer_spm():
                                           sp_model(unigram, UNIGRAM, add_dummy_prefix=False, remove_extra_ws=True)))
 
 
+# ---- image ------------------------------------------------------------------------------------
+
+def gen_image():
+    """Seeds from the golden images of src/image (tests/data/golden/images, scripts/gen_image_golden.py):
+    the small ones, one per PNG colour type and bit depth and per JPEG kind."""
+    t = "image"
+    clear_seeds(t)
+    golden = os.path.join(ROOT, "..", "tests", "data", "golden", "images")
+    for name in ["rgb_3x7.png", "rgba_45x30.png", "la_20x25.png", "p_trns_37x23.png", "p4bit_17x9.png",
+                 "bit1_31x15.png", "gray16_23x11.png", "rgb16_19x21.png", "gray2_13x5.png",
+                 "jpeg_rgb444_24x18.jpg", "jpeg_gray_40x33.jpg", "jpeg_cmyk_30x20.jpg", "jpeg_rgb_prog_57x43.jpg",
+                 "jpeg_rgb444_prog_16x12.jpg"]:
+        with open(os.path.join(golden, name), "rb") as f:
+            write(t, "seed-" + name.replace(".", "-"), f.read())
+
+
 # ---- dictionary -------------------------------------------------------------------------------
 
 def gen_dict():
@@ -343,12 +359,15 @@ def gen_dict():
              "single", "SpecialToken", "special_tokens", "ids", "lstrip", "rstrip", "normalized", "special",
              "tokenizer_class", "LlamaTokenizerFast", "add_bos_token", "add_eos_token", "bos_token",
              "eos_token", "pad_token", "additional_special_tokens", "#version: 0.2", "<s>", "</s>", "<unk>",
-             "<0x41>", "\u2581", "\u0120", "text", "\r\n"]
+             "<0x41>", "\u2581", "\u0120", "text", "\r\n",
+             # images: PNG chunk types, JPEG markers (SOI, SOF0, SOF2, DHT, DQT, SOS, EOI, APP14 Adobe)
+             "IHDR", "PLTE", "tRNS", "IDAT", "IEND", "Adobe", b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff",
+             b"\xff\xc0", b"\xff\xc2", b"\xff\xc4", b"\xff\xdb", b"\xff\xda", b"\xff\xd9", b"\xff\xee"]
     with open(os.path.join(ROOT, "latentllm.dict"), "w", encoding="utf-8") as f:
         f.write("# libFuzzer dictionary for every target in fuzz/ (written by scripts/gen_fuzz_corpus.py).\n")
         for w in words:
-            esc = "".join(c if 0x20 <= ord(c) < 0x7F and c not in '"\\' else
-                          "".join(f"\\x{b:02X}" for b in c.encode("utf-8")) for c in w)
+            raw = w if isinstance(w, bytes) else w.encode("utf-8")  # bytes: written as they are
+            esc = "".join(chr(b) if 0x20 <= b < 0x7F and chr(b) not in '"\\' else f"\\x{b:02X}" for b in raw)
             f.write(f'"{esc}"\n')
 
 
@@ -359,4 +378,5 @@ if __name__ == "__main__":
     gen_tokenizer_gpt2()
     gen_tokenizer_json()
     gen_tokenizer_spm()
+    gen_image()
     gen_dict()
