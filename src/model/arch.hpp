@@ -32,6 +32,10 @@ struct Architecture {
 std::span<const Architecture> opt_architectures();    // opt.cpp
 std::span<const Architecture> llama_architectures();  // llama.cpp
 
+// llava.cpp: the key-prefix rules that map the language model's HF names onto those of the LLaVA
+// checkpoint w reads (hub or newer transformers layout); FormatError when it has neither.
+std::vector<WeightLoader::PrefixRule> multimodal_language_rules(const WeightLoader& w);
+
 // ---- module tables ----------------------------------------------------------------------------
 
 enum class Dim { Hidden, QHeads, KvHeads, Ffn };  // d, H·d_h, H_kv·d_h, FFN width

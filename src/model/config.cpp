@@ -5,6 +5,7 @@
 
 #include "latentllm/error.hpp"
 #include "latentllm/model.hpp"
+#include "latentllm/multimodal.hpp"
 #include "model/arch.hpp"
 
 namespace latentllm::model {
@@ -59,6 +60,8 @@ const Architecture& find_architecture(const io::JsonKeys& k, ModelConfig& c) {
 }  // namespace
 
 ModelConfig parse_config(const json& doc, const std::string& origin) {
+  // A multimodal checkpoint: its language model (text_config), the part text-only commands run.
+  if (is_llava_config(doc)) return parse_llava_config(doc, origin).text;
   const io::JsonKeys k(doc, origin);
   ModelConfig c;
   const Architecture& a = find_architecture(k, c);
@@ -91,6 +94,9 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, const LoadO
   auto source = std::make_shared<WeightSource>(dir, config.raw, (dir / "config.json").string());
   source->loader.set_lazy(opt.lazy);
   source->loader.set_scan(opt.lazy && opt.scan_finite);
+  if (!config.multimodal_architecture.empty()) {
+    source->loader.set_prefix_rules(multimodal_language_rules(source->loader));
+  }
   auto m = arch->make(config, dir, source->loader);
   m->init_layers(source, opt.lazy);
   source->loader.check_latent_used();
