@@ -54,6 +54,7 @@ inline const std::map<std::string, std::string>& doc_owners() {
       {"Output and resources (`latentllm compress`, `checkpoint::save`)", "test_errors_cli"},
       {"Evaluation options (`latentllm ppl`)", "test_errors_cli"},
       {"Generation (`latentllm generate`, `eval::generate`, `model::KvCache`)", "test_errors_cli"},
+      {"Multimodal checkpoints (`model::LlavaModel`)", "test_llava"},
       {"Numerics (`compress`, `ppl`)", "test_errors_numerics"},
       {"Numerical fallbacks (not errors)", "test_errors_numerics"},
   };

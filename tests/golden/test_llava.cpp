@@ -1,0 +1,263 @@
+// LLaVA-1.5 (model::LlavaModel) against ../shared/models/llava-shapes-tiny/REFERENCE.json, an
+// independent float64 transcription of the HF forward: for each example, from its input_ids and
+// preprocessed pixel_values, the vision tower's hidden_states[-2], the projected image features, the
+// last-position logits, the option letters' logits and the greedy tokens. Also: the newer transformers
+// key layout, the language model through model::Model::load (text-only commands), the tokenizer with
+// the <image> added token, and the "Multimodal checkpoints" catalogue of docs/ERRORS.md.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "errors_doc.hpp"
+#include "latentllm/io.hpp"
+#include "latentllm/model.hpp"
+#include "latentllm/multimodal.hpp"
+#include "latentllm/tokenizer.hpp"
+#include "model/vision.hpp"
+#include "test_support.hpp"
+
+namespace latentllm::test {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+constexpr double kTol = 1e-4;
+
+fs::path fixture() { return shared_path("models/llava-shapes-tiny"); }
+
+const json& reference() {
+  static const json r = [] {
+    std::ifstream in(fixture() / "REFERENCE.json");
+    return json::parse(in);
+  }();
+  return r;
+}
+
+const model::LlavaModel& llava() {
+  static const model::LlavaModel m = model::LlavaModel::load(fixture());
+  return m;
+}
+
+struct Example {
+  std::vector<std::int32_t> ids;  // [T]
+  std::vector<float> pixels;      // [n_img, 3, 64, 64] (empty for a text prompt)
+  int n_img = 0;
+};
+
+Example example(const json& e) {
+  Example x;
+  x.ids = e.at("input_ids").get<std::vector<std::int32_t>>();
+  if (e.contains("pixel_values")) {
+    x.pixels = e.at("pixel_values").at("values_rounded_7").get<std::vector<float>>();
+    x.n_img = 1;
+  }
+  return x;
+}
+
+// max |a[i] − ref[i]| over ref's entries, expecting each within kTol.
+double expect_near(const float* a, const json& ref, const std::string& what) {
+  double worst = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const double d = std::abs(static_cast<double>(a[i]) - ref[i].get<double>());
+    EXPECT_LE(d, kTol) << what << "[" << i << "]: " << a[i] << " vs " << ref[i].get<double>();
+    worst = std::max(worst, d);
+  }
+  return worst;
+}
+
+TEST(Llava, ConfigAndParameterCounts) {
+  const auto& c = llava().config();
+  EXPECT_EQ(c.text.model_type, "llama");
+  EXPECT_EQ(c.text.multimodal_architecture, "LlavaForConditionalGeneration");
+  EXPECT_TRUE(c.text.tie_word_embeddings);
+  EXPECT_EQ(c.image_token_index, 2048);
+  EXPECT_EQ(c.feature_layers(), std::vector<int>({3}));
+  EXPECT_EQ(c.features_per_image(), 16);
+  const auto& p = llava().component_params();
+  ASSERT_EQ(p.size(), 3u);
+  EXPECT_EQ(p[0], std::make_pair(std::string("vision"), std::int64_t{250496}));
+  EXPECT_EQ(p[1], std::make_pair(std::string("projector"), std::int64_t{24832}));
+  EXPECT_EQ(p[2], std::make_pair(std::string("language"), std::int64_t{656128}));
+  // Encoder layer 3 feeds no feature: not loaded. Its modules are there by role like a decoder layer's.
+  const auto& v = llava().vision_tower();
+  EXPECT_EQ(v.num_layers(), 3);
+  EXPECT_EQ(v.layer(0).linear(model::Role::Up).name, "vision_tower.vision_model.encoder.layers.0.mlp.fc1");
+  EXPECT_EQ(v.layer(0).linear(model::Role::O).out, 64);
+}
+
+TEST(Llava, VisionHiddenStatesAndImageFeatures) {
+  for (const json& e : reference().at("examples")) {
+    if (!e.contains("pixel_values")) continue;
+    SCOPED_TRACE(e.at("pid").get<std::string>());
+    const Example x = example(e);
+    MatrixF h, f;  // [17, 64], [16, 128]
+    llava().vision_hidden_state(x.pixels, 1, -2, h);
+    ASSERT_EQ(h.rows(), 17);
+    expect_near(h.row(0).data(), e.at("vision_hidden_states_m2_cls_first8"), "hidden_states[-2] CLS");
+    expect_near(h.row(1).data(), e.at("vision_hidden_states_m2_patch0_first8"), "hidden_states[-2] patch 0");
+    llava().image_features(x.pixels, 1, f);
+    ASSERT_EQ(f.rows(), 16);
+    ASSERT_EQ(f.cols(), 128);
+    expect_near(f.row(0).data(), e.at("image_features_row0_first8"), "image features row 0");
+    expect_near(f.row(15).data(), e.at("image_features_row15_first8"), "image features row 15");
+  }
+}
+
+TEST(Llava, LastLogitsLettersAndGreedy) {
+  const auto& letters = reference().at("answer_token_ids");
+  double worst = 0;
+  for (const json& e : reference().at("examples")) {
+    SCOPED_TRACE(e.at("pid").get<std::string>());
+    const Example x = example(e);
+    MatrixF logits;  // [T, V]
+    llava().forward(x.ids, x.pixels, x.n_img, logits);
+    ASSERT_EQ(logits.rows(), static_cast<std::int64_t>(x.ids.size()));
+    ASSERT_EQ(logits.cols(), 2049);
+    const VectorF last = logits.row(logits.rows() - 1).transpose();  // [V]
+    worst = std::max(worst, expect_near(last.data(), e.at("last_logits_first16"), "last logits"));
+    Eigen::Index best = 0;
+    last.maxCoeff(&best);
+    EXPECT_EQ(best, e.at("last_logits_argmax").get<int>());
+    for (const auto& [letter, value] : e.at("letter_logits").items()) {
+      const float got = last[letters.at(letter).get<int>()];
+      const double d = std::abs(got - value.get<double>());
+      EXPECT_LE(d, kTol) << "letter " << letter;
+      worst = std::max(worst, d);
+    }
+    const auto greedy = llava().generate_greedy(x.ids, x.pixels, x.n_img, 3, 2);
+    EXPECT_EQ(greedy, e.at("greedy_tokens").get<std::vector<std::int32_t>>());
+  }
+  std::printf("max |Δlogit| vs REFERENCE.json (first 16 + option letters, 3 examples): %.3g\n", worst);
+}
+
+// The text prompt through model::Model::load (what ppl and generate load): the same language model.
+TEST(Llava, TextOnlyModelLoadRunsTheLanguageModel) {
+  const auto m = model::Model::load(fixture());
+  EXPECT_EQ(m->config().multimodal_architecture, "LlavaForConditionalGeneration");
+  for (const json& e : reference().at("examples")) {
+    if (e.contains("pixel_values")) continue;
+    const Example x = example(e);
+    const int T = static_cast<int>(x.ids.size());
+    MatrixF h, logits;  // [T, d], [T, V]
+    m->embed(x.ids, T, h);
+    for (int i = 0; i < m->num_layers(); ++i) m->layer_forward(i, h, T);
+    m->head(h, logits);
+    expect_near(logits.row(T - 1).data(), e.at("last_logits_first16"), "text-only last logits");
+  }
+}
+
+// The fixture's tensors renamed to the newer transformers layout.
+fs::path repack_new_layout() {
+  const fs::path dir = make_temp_dir("llava-new-layout");
+  const io::SafetensorsFile src(fixture() / "model.safetensors");
+  std::vector<std::vector<float>> values;
+  std::vector<io::TensorToWrite> out;
+  values.reserve(src.tensors().size());
+  for (const TensorView& t : src.tensors()) {
+    std::string name = t.name;
+    if (name.starts_with("language_model.model.")) name = "model.language_model." + name.substr(21);
+    else if (name.starts_with("language_model.lm_head.")) name = name.substr(15);
+    else name = "model." + name;
+    values.push_back(t.to_f32());
+    out.push_back({name, t.dtype, t.shape, values.back()});
+  }
+  std::reverse(out.begin(), out.end());  // order does not matter either
+  io::write_safetensors(dir / "model.safetensors", out, {{"format", "pt"}});
+  fs::copy_file(fixture() / "config.json", dir / "config.json");
+  return dir;
+}
+
+TEST(Llava, NewerTransformersKeyLayoutGivesTheSameLogits) {
+  const model::LlavaModel m = model::LlavaModel::load(repack_new_layout());
+  EXPECT_EQ(m.vision_tower().layer(0).linear(model::Role::Q).name,
+            "model.vision_tower.vision_model.encoder.layers.0.self_attn.q_proj");
+  EXPECT_EQ(m.component_params(), llava().component_params());
+  const Example x = example(reference().at("examples").at(0));
+  MatrixF a, b;  // [T, V]
+  llava().forward(x.ids, x.pixels, x.n_img, a);
+  m.forward(x.ids, x.pixels, x.n_img, b);
+  EXPECT_EQ((a - b).cwiseAbs().maxCoeff(), 0.0f);
+}
+
+// HF splits the text on the added token "<image>" first and normalizes each remaining piece alone.
+TEST(Llava, TokenizerSplitsOnTheImageToken) {
+  const auto tok = io::load_tokenizer(fixture());
+  const int n = reference().at("image_seq_length").get<int>();
+  std::string copies;
+  for (int i = 0; i < n; ++i) copies += "<image>";
+  for (const json& e : reference().at("examples")) {
+    std::string prompt = e.at("prompt").get<std::string>();
+    if (const auto pos = prompt.find("<image>"); pos != std::string::npos) prompt.replace(pos, 7, copies);
+    EXPECT_EQ(tok->encode(prompt), e.at("input_ids").get<std::vector<std::int32_t>>()) << e.at("pid");
+  }
+}
+
+// ---- docs/ERRORS.md, "Multimodal checkpoints" ----
+
+json fixture_config() {
+  std::ifstream in(fixture() / "config.json");
+  return json::parse(in);
+}
+
+CaseFn config_with(const json& patch) {
+  return lib([patch] {
+    json c = fixture_config();
+    c.merge_patch(patch);
+    (void)model::parse_llava_config(c, "dir/config.json");
+  });
+}
+
+// The fixture's checkpoint without the tensors whose names start with `drop`.
+CaseFn checkpoint_without(const std::string& drop) {
+  return lib([drop] {
+    const fs::path dir = make_temp_dir("llava-err");
+    const io::SafetensorsFile src(fixture() / "model.safetensors");
+    std::vector<std::vector<float>> values;
+    std::vector<io::TensorToWrite> out;
+    values.reserve(src.tensors().size());
+    for (const TensorView& t : src.tensors()) {
+      if (t.name.starts_with(drop)) continue;
+      values.push_back(t.to_f32());
+      out.push_back({t.name, t.dtype, t.shape, values.back()});
+    }
+    io::write_safetensors(dir / "model.safetensors", out);
+    fs::copy_file(fixture() / "config.json", dir / "config.json");
+    (void)model::LlavaModel::load(dir);
+  });
+}
+
+TEST(ErrorsDoc, MultimodalCheckpoints) {
+  const Example x = example(reference().at("examples").at(0));
+  check_section(
+      "Multimodal checkpoints (`model::LlavaModel`)",
+      {
+          {"llava-arch", {lib([] { (void)model::parse_llava_config(json{{"architectures", {"LlamaForCausalLM"}}}, "dir/config.json"); })}},
+          {"llava-text-config", {config_with({{"text_config", nullptr}}), config_with({{"text_config", 3}})}},
+          {"llava-vision-type", {config_with({{"vision_config", {{"model_type", "siglip_vision_model"}}}})}},
+          {"llava-feature-layer",
+           {config_with({{"vision_feature_layer", 5}}), config_with({{"vision_feature_layer", json::array()}}),
+            config_with({{"vision_feature_layer", {-2, "x"}}})}},
+          {"llava-strategy", {config_with({{"vision_feature_select_strategy", "cls"}})}},
+          {"llava-layout", {checkpoint_without("language_model.")}},
+          {"llava-missing-tensor", {checkpoint_without("vision_tower.vision_model.pre_layrnorm.bias")}},
+          {"llava-pixels",
+           {lib([&] {
+             MatrixF logits;
+             llava().forward(x.ids, std::span<const float>(x.pixels).first(100), 1, logits);
+           })}},
+          {"llava-image-tokens",
+           {lib([&] {
+             MatrixF logits;
+             llava().forward(std::span<const std::int32_t>(x.ids).first(80), x.pixels, 1, logits);
+           })}},
+      });
+}
+
+}  // namespace
+}  // namespace latentllm::test
