@@ -112,6 +112,12 @@ int run_compress(const CompressArgs& a) {
                       : throw ConfigError(fmt::format("--dtype (expected f16, bf16 or f32, got {})", a.dtype));
   // Lazy: one decoder layer is widened at a time; the compressed ones go to the progress directory.
   auto model = model::Model::load(a.model, {.lazy = true, .scan_finite = true});
+  if (const auto& mm = model->config().multimodal_architecture; !mm.empty()) {
+    // The checkpoint writer knows only the language model's names: it would drop the vision tower and
+    // the projector and write tensors the multimodal loader does not read back (docs/LMM.md).
+    throw ConfigError(fmt::format("{}: compressing a {} checkpoint (expected a causal LM; multimodal "
+                                  "checkpoints are not supported by compress yet)", a.model, mm));
+  }
   const bool global = opt.rank_alloc == compress::RankAlloc::Global;
   auto plan = compress::plan_model(*model, opt);
   auto plain_opt = opt;
