@@ -59,6 +59,22 @@ const Architecture& find_architecture(const io::JsonKeys& k, ModelConfig& c) {
 
 }  // namespace
 
+json with_class_defaults(const json& doc) {
+  if (!doc.is_object()) return doc;
+  std::string arch, type;
+  if (const auto a = doc.find("architectures"); a != doc.end() && a->is_array() && !a->empty() && a->front().is_string())
+    arch = a->front().get<std::string>();
+  if (const auto t = doc.find("model_type"); t != doc.end() && t->is_string()) type = t->get<std::string>();
+  for (const Architecture* a : registry()) {
+    if (arch.empty() ? type != a->model_type : arch != a->architecture) continue;
+    json out = json::parse(a->class_defaults);
+    for (const auto& [k, v] : doc.items())
+      if (!v.is_null()) out[k] = v;
+    return out;
+  }
+  return doc;
+}
+
 ModelConfig parse_config(const json& doc, const std::string& origin) {
   // A multimodal checkpoint: its language model (text_config), the part text-only commands run.
   if (is_llava_config(doc)) return parse_llava_config(doc, origin).text;

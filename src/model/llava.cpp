@@ -76,8 +76,10 @@ const VisionArchitecture& parse_vision(const io::JsonKeys& k, VisionConfig& c) {
                                 c.model_type));
 }
 
-// text_config, parsed by its family's parser; model_type "llama" when absent (LlavaConfig), and the
-// top-level tie_word_embeddings when text_config does not set it.
+// text_config, parsed by its family's parser; model_type "llama" when absent (LlavaConfig), the top-level
+// tie_word_embeddings when text_config does not set it, and its config class's defaults for the sizes
+// it leaves out (transformers saves a nested config without its default values: llava-1.5-7b-hf's
+// text_config holds vocab_size and max_position_embeddings of the Llama sizes only).
 ModelConfig parse_text(const io::JsonKeys& k) {
   const json* t = k.find("text_config");
   if (t == nullptr || !t->is_object()) k.fail("text_config", "an object", t);
@@ -86,7 +88,7 @@ ModelConfig parse_text(const io::JsonKeys& k) {
   if (!text.contains("tie_word_embeddings") && k.find("tie_word_embeddings") != nullptr) {
     text["tie_word_embeddings"] = *k.find("tie_word_embeddings");
   }
-  return parse_config(text, k.origin() + ": text_config");
+  return parse_config(with_class_defaults(text), k.origin() + ": text_config");
 }
 
 std::string architecture_of(const json& doc) {

@@ -92,6 +92,33 @@ TEST(Llava, ConfigAndParameterCounts) {
   EXPECT_EQ(v.layer(0).linear(model::Role::O).out, 64);
 }
 
+// A config.json in the shape of llava-hf/llava-1.5-7b-hf's: transformers saved text_config without the
+// values equal to LlamaConfig's defaults, and vision_config without CLIPVisionConfig's.
+TEST(Llava, NestedConfigsTakeTheirClassDefaults) {
+  const json doc = json::parse(R"({
+    "architectures": ["LlavaForConditionalGeneration"], "model_type": "llava", "image_token_index": 32000,
+    "pad_token_id": 32001, "projector_hidden_act": "gelu", "tie_word_embeddings": false, "vocab_size": 32064,
+    "text_config": {"architectures": ["LlamaForCausalLM"], "max_position_embeddings": 4096,
+                    "model_type": "llama", "rms_norm_eps": 1e-05, "torch_dtype": "float16", "vocab_size": 32064},
+    "vision_config": {"hidden_size": 1024, "image_size": 336, "intermediate_size": 4096,
+                      "model_type": "clip_vision_model", "num_attention_heads": 16, "num_hidden_layers": 24,
+                      "patch_size": 14, "projection_dim": 768, "vocab_size": 32000},
+    "vision_feature_layer": -2, "vision_feature_select_strategy": "default"})");
+  const auto c = model::parse_llava_config(doc, "config.json");
+  EXPECT_EQ(c.text.hidden_size, 4096);
+  EXPECT_EQ(c.text.intermediate_size, 11008);
+  EXPECT_EQ(c.text.num_hidden_layers, 32);
+  EXPECT_EQ(c.text.num_key_value_heads, 32);
+  EXPECT_EQ(c.text.vocab_size, 32064);
+  EXPECT_EQ(c.text.max_position_embeddings, 4096);
+  EXPECT_FALSE(c.text.tie_word_embeddings);
+  EXPECT_EQ(c.vision.num_positions(), 577);
+  EXPECT_EQ(c.vision.hidden_act, "quick_gelu");
+  EXPECT_EQ(c.feature_layers(), std::vector<int>({23}));
+  EXPECT_EQ(c.features_per_image(), 576);
+  EXPECT_EQ(model::parse_config(doc, "config.json").multimodal_architecture, "LlavaForConditionalGeneration");
+}
+
 TEST(Llava, VisionHiddenStatesAndImageFeatures) {
   double worst_h = 0, worst_f = 0;
   for (const json& e : reference().at("examples")) {
