@@ -258,7 +258,7 @@ TEST(Llava, FeatureLayerListConcatenatesInOrder) {
     EXPECT_EQ(m.vision_tower().num_layers(), 3);
     m.image_features(x.pixels, 1, got);
     ASSERT_EQ(got.rows(), 16);
-    EXPECT_LE((got - expected).cwiseAbs().maxCoeff(), 1e-5f) << layers.dump();
+    EXPECT_LE((got - expected).cwiseAbs().maxCoeff(), 1e-5f * expected.cwiseAbs().maxCoeff()) << layers.dump();
   }
 }
 
@@ -272,13 +272,63 @@ TEST(Llava, FullStrategyKeepsTheClsPosition) {
   llava().image_features(x.pixels, 1, expected);
   m.image_features(x.pixels, 1, got);
   ASSERT_EQ(got.rows(), 17);
-  EXPECT_LE((got.bottomRows(16) - expected).cwiseAbs().maxCoeff(), 1e-5f);
+  EXPECT_LE((got.bottomRows(16) - expected).cwiseAbs().maxCoeff(), 1e-5f * expected.cwiseAbs().maxCoeff());
   std::vector<std::int32_t> ids = x.ids;  // [T + 1]
   ids.insert(std::find(ids.begin(), ids.end(), 2048), 2048);
   MatrixF logits;  // [T + 1, V]
   m.forward(ids, x.pixels, 1, logits);
   EXPECT_EQ(logits.rows(), static_cast<std::int64_t>(ids.size()));
   EXPECT_THROW(m.forward(x.ids, x.pixels, 1, logits), ConfigError);
+}
+
+// Two images in one call: each image's features are those it has alone, in the order of the images.
+TEST(Llava, TwoImagesKeepTheirOrder) {
+  const auto& ex = reference().at("examples");
+  const Example a = example(ex.at(0)), b = example(ex.at(2));
+  std::vector<float> both = a.pixels;  // [2, 3, 64, 64]
+  both.insert(both.end(), b.pixels.begin(), b.pixels.end());
+  MatrixF fa, fb, f;  // [16, 128], [16, 128], [32, 128]
+  llava().image_features(a.pixels, 1, fa);
+  llava().image_features(b.pixels, 1, fb);
+  llava().image_features(both, 2, f);
+  ASSERT_EQ(f.rows(), 32);
+  // The GEMMs block [32, ·] differently from [16, ·]: float rounding, relative to the largest feature.
+  const float tol = 1e-5f * std::max(fa.cwiseAbs().maxCoeff(), fb.cwiseAbs().maxCoeff());
+  EXPECT_LE((f.topRows(16) - fa).cwiseAbs().maxCoeff(), tol);
+  EXPECT_LE((f.bottomRows(16) - fb).cwiseAbs().maxCoeff(), tol);
+  // A prompt with both images' tokens runs; the count must match two images.
+  std::vector<std::int32_t> ids = a.ids;
+  ids.insert(std::find(ids.begin(), ids.end(), 2048), 16, 2048);
+  MatrixF logits;  // [T + 16, V]
+  llava().forward(ids, both, 2, logits);
+  EXPECT_EQ(logits.rows(), static_cast<std::int64_t>(ids.size()));
+  EXPECT_THROW(llava().forward(a.ids, both, 2, logits), ConfigError);
+}
+
+// The vision tower reports each encoder layer's module inputs by site, as a decoder layer does (the seam
+// a compressor's calibration uses).
+TEST(Llava, VisionLayersReportTheirSites) {
+  struct Sites : model::ForwardObserver {
+    std::vector<std::pair<int, model::Site>> seen;
+    std::vector<std::int64_t> widths;
+    void on_input(int layer, model::Site site, const MatrixF& x) override {
+      seen.emplace_back(layer, site);
+      widths.push_back(x.cols());
+    }
+  } obs;
+  const Example x = example(reference().at("examples").at(0));
+  const auto& v = llava().vision_tower();
+  MatrixF h, plain;  // [17, 64]
+  v.embed(x.pixels, 1, h);
+  plain = h;
+  v.layer_forward(0, h, &obs);
+  v.layer_forward(0, plain);
+  EXPECT_EQ(h, plain);
+  using model::Site;
+  EXPECT_EQ(obs.seen, (std::vector<std::pair<int, Site>>{{0, Site::AttnIn}, {0, Site::AttnOut}, {0, Site::MlpIn},
+                                                         {0, Site::MlpMid}}));
+  EXPECT_EQ(obs.widths, (std::vector<std::int64_t>{64, 64, 64, 256}));
+  EXPECT_EQ(v.layer(0).linear(model::Role::Down).site, Site::MlpMid);
 }
 
 // A lazy language model (what ppl may load) maps the key layout the same way.
