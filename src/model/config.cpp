@@ -62,14 +62,13 @@ const Architecture& find_architecture(const io::JsonKeys& k, ModelConfig& c) {
 json with_class_defaults(const json& doc) {
   if (!doc.is_object()) return doc;
   std::string arch, type;
-  if (const auto a = doc.find("architectures"); a != doc.end() && a->is_array() && !a->empty() && a->front().is_string())
-    arch = a->front().get<std::string>();
+  const auto a = doc.find("architectures");
+  if (a != doc.end() && a->is_array() && !a->empty() && a->front().is_string()) arch = a->front().get<std::string>();
   if (const auto t = doc.find("model_type"); t != doc.end() && t->is_string()) type = t->get<std::string>();
-  for (const Architecture* a : registry()) {
-    if (arch.empty() ? type != a->model_type : arch != a->architecture) continue;
-    json out = json::parse(a->class_defaults);
-    for (const auto& [k, v] : doc.items())
-      if (!v.is_null()) out[k] = v;
+  for (const Architecture* r : registry()) {
+    if (arch.empty() ? type != r->model_type : arch != r->architecture) continue;
+    json out = json::parse(r->class_defaults);
+    for (const auto& [k, v] : doc.items()) out[k] = v;
     return out;
   }
   return doc;

@@ -396,7 +396,8 @@ TEST(ErrorsDoc, MultimodalCheckpoints) {
   check_section(
       "Multimodal checkpoints (`model::LlavaModel`)",
       {
-          {"llava-arch", {lib([] { (void)model::parse_llava_config(json{{"architectures", {"LlamaForCausalLM"}}}, "dir/config.json"); })}},
+          {"llava-arch",
+           {lib([] { (void)model::parse_llava_config(json{{"architectures", {"LlamaForCausalLM"}}}, "dir/config.json"); })}},
           {"llava-text-config", {config_with({{"text_config", nullptr}}), config_with({{"text_config", 3}})}},
           {"llava-vision-type", {config_with({{"vision_config", {{"model_type", "siglip_vision_model"}}}})}},
           {"llava-feature-layer",
