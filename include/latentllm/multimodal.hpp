@@ -115,7 +115,8 @@ class LlavaModel {
   // in order -> logits: [T, V]. ConfigError "<dir>: image tokens (expected X, got Y)" when they do not
   // match the images.
   void forward(std::span<const std::int32_t> ids, std::span<const float> pixels, int n_img, MatrixF& logits) const;
-  // Greedy decoding: up to max_new tokens after the prompt, stopping after eos (if >= 0).
+  // Greedy decoding with a dense KV cache: up to max_new tokens after the prompt, stopping after eos
+  // (if >= 0). ConfigError (model::KvCache) when T + max_new passes max_position_embeddings.
   std::vector<std::int32_t> generate_greedy(std::span<const std::int32_t> ids, std::span<const float> pixels,
                                             int n_img, int max_new, std::int32_t eos) const;
   // Stored parameters per component: "vision", "projector", "language" (every tensor of the

@@ -284,28 +284,33 @@ void LlavaModel::forward(std::span<const std::int32_t> ids, std::span<const floa
   lm_->head(h, logits);  // [T, V]
 }
 
-// Each step reruns the whole sequence (no KV cache): exact, and cheap at the prompt lengths tests use.
+// The prompt's embeddings (image features in place) fill a KV cache as Model::forward_cached's prefill
+// does from ids; each new token then goes through forward_cached.
 std::vector<std::int32_t> LlavaModel::generate_greedy(std::span<const std::int32_t> ids, std::span<const float> pixels,
                                                       int n_img, int max_new, std::int32_t eos) const {
-  MatrixF e;  // [T + steps, d] the embeddings so far
-  embed_prompt(ids, pixels, n_img, e);
   std::vector<std::int32_t> out;
-  for (int step = 0; step < max_new; ++step) {
-    MatrixF h = e;  // [n, d]
-    const int n = static_cast<int>(h.rows());
-    for (int i = 0; i < lm_->num_layers(); ++i) lm_->layer_forward(i, h, n);
-    MatrixF last = h.bottomRows(1), logits;  // [1, d], [1, V]
-    lm_->head(last, logits);
+  if (max_new <= 0) return out;
+  MatrixF h;  // [T, d]
+  embed_prompt(ids, pixels, n_img, h);
+  const int T = static_cast<int>(h.rows());
+  KvCache cache(*lm_, T + max_new);
+  for (int i = 0; i < lm_->num_layers(); ++i) {
+    LayerState s;
+    s.resid.swap(h);
+    s.kv = &cache.layer(i);
+    lm_->layer_resume(i, s, T);
+    h.swap(s.resid);
+  }
+  cache.advance(T);
+  MatrixF logits, last = h.bottomRows(1);  // [1, V], [1, d]
+  lm_->head(last, logits);
+  for (;;) {
     Eigen::Index best = 0;
     logits.row(0).maxCoeff(&best);
     out.push_back(static_cast<std::int32_t>(best));
-    if (out.back() == eos) break;
-    MatrixF next;  // [1, d]
-    lm_->embed_from(std::span<const std::int32_t>(&out.back(), 1), n, next);
-    e.conservativeResize(n + 1, Eigen::NoChange);
-    e.row(n) = next.row(0);
+    if (out.back() == eos || static_cast<int>(out.size()) == max_new) return out;
+    lm_->forward_cached(std::span<const std::int32_t>(&out.back(), 1), cache, logits, true);
   }
-  return out;
 }
 
 }  // namespace latentllm::model
