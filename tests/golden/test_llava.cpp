@@ -344,6 +344,17 @@ TEST(Llava, LazyLanguageModelLoads) {
   expect_near(logits.row(T - 1).data(), reference().at("examples").at(1).at("last_logits_first16"), "lazy");
 }
 
+// latentllm inspect: the language model, and the stored parameters per component.
+TEST(Llava, InspectPrintsTheComponents) {
+  std::string out;
+  ASSERT_EQ(run_command(cli_path().string() + " inspect --json " + fixture().string() + " 2>/dev/null", out), 0) << out;
+  const json j = json::parse(out);
+  EXPECT_EQ(j.at("architecture"), "LlamaForCausalLM");
+  EXPECT_EQ(j.at("parameters_total"), 656128);
+  EXPECT_EQ(j.at("multimodal").at("architecture"), "LlavaForConditionalGeneration");
+  EXPECT_EQ(j.at("multimodal").at("components"), json({{"vision", 250496}, {"projector", 24832}, {"language", 656128}}));
+}
+
 // HF splits the text on the added token "<image>" first and normalizes each remaining piece alone.
 TEST(Llava, TokenizerSplitsOnTheImageToken) {
   const auto tok = io::load_tokenizer(fixture());
