@@ -26,7 +26,7 @@ struct LlavaLayout {
   std::string lm_model, lm_head;  // the prefixes "model." and "lm_head." of the language model map to
   std::string vision, projector;  // vision tower (its vision_model) and projector prefixes
 };
-// The hub's (llava-hf/*, transformers < 4.52) and newer transformers' save_pretrained layout.
+// The hub's (llava-hf/*, written by older transformers) and newer transformers' save_pretrained layout.
 const LlavaLayout kHubLayout = {"language_model.model.", "language_model.lm_head.", "vision_tower.vision_model.",
                                 "multi_modal_projector."};
 const LlavaLayout kNewLayout = {"model.language_model.", "lm_head.", "model.vision_tower.vision_model.",
