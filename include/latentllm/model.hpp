@@ -24,8 +24,8 @@
 namespace latentllm::model {
 
 // The MLP activation σ. HF names: relu; gelu (exact, x·Φ(x)); gelu_new, gelu_pytorch_tanh, gelu_fast
-// (the tanh approximation); silu, swish.
-enum class Activation { Relu, Gelu, GeluTanh, Silu };
+// (the tanh approximation); silu, swish; quick_gelu (x·sigmoid(1.702·x), CLIP's vision MLP).
+enum class Activation { Relu, Gelu, GeluTanh, Silu, QuickGelu };
 // Parses an HF activation name; throws ConfigError "<origin>: activation (expected one of ..., got X)".
 Activation parse_activation(const std::string& name, const std::string& origin);
 
@@ -97,7 +97,11 @@ struct ModelConfig {
   std::optional<std::int64_t> bos_token_id, eos_token_id, pad_token_id;  // the first id of a list
   std::vector<std::int64_t> eos_token_ids;  // every eos_token_id of config.json (Llama-3.1: a list)
   std::string torch_dtype;                  // "torch_dtype" (or newer "dtype"); "" when absent
-  nlohmann::json raw;
+  // The language model of a multimodal checkpoint (its text_config, latentllm/multimodal.hpp): the
+  // checkpoint's architectures[0], e.g. "LlavaForConditionalGeneration"; empty for a causal LM. Model::load
+  // then maps the language model's HF tensor names onto the checkpoint's (docs/LMM.md).
+  std::string multimodal_architecture;
+  nlohmann::json raw;                       // the whole config.json (multimodal: with its other parts)
 
   // FFN width for either family.
   std::int64_t ffn_width() const { return ffn_dim > 0 ? ffn_dim : intermediate_size; }

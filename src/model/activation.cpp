@@ -9,8 +9,9 @@ Activation parse_activation(const std::string& name, const std::string& origin) 
   if (name == "gelu") return Activation::Gelu;
   if (name == "gelu_new" || name == "gelu_pytorch_tanh" || name == "gelu_fast") return Activation::GeluTanh;
   if (name == "silu" || name == "swish") return Activation::Silu;
+  if (name == "quick_gelu") return Activation::QuickGelu;
   throw ConfigError(fmt::format("{}: activation (expected one of relu, gelu, gelu_new, gelu_pytorch_tanh, gelu_fast, "
-                                "silu, swish, got {})", origin, name.empty() ? "<none>" : name));
+                                "silu, swish, quick_gelu, got {})", origin, name.empty() ? "<none>" : name));
 }
 
 }  // namespace latentllm::model

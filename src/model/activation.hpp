@@ -10,7 +10,7 @@
 namespace latentllm::model {
 
 // σ(x): relu; gelu = x·Φ(x) (torch's exact form); gelu_tanh = the tanh approximation (gelu_new,
-// gelu_pytorch_tanh, gelu_fast); silu = x·sigmoid(x).
+// gelu_pytorch_tanh, gelu_fast); silu = x·sigmoid(x); quick_gelu = x·sigmoid(1.702·x) (CLIP).
 template <typename T>
 T activate(Activation a, T x) {
   switch (a) {
@@ -19,6 +19,7 @@ T activate(Activation a, T x) {
     case Activation::GeluTanh:
       return T(0.5) * x * (T(1) + std::tanh(T(0.79788456080286536) * (x + T(0.044715) * x * x * x)));
     case Activation::Silu: return x / (T(1) + std::exp(-x));
+    case Activation::QuickGelu: return x / (T(1) + std::exp(T(-1.702) * x));  // HF QuickGELUActivation
   }
   return x;
 }
@@ -40,6 +41,10 @@ T activate_slope(Activation a, T x) {
     case Activation::Silu: {
       const T s = T(1) / (T(1) + std::exp(-x));
       return s * (T(1) + x * (T(1) - s));
+    }
+    case Activation::QuickGelu: {
+      const T s = T(1) / (T(1) + std::exp(T(-1.702) * x));
+      return s * (T(1) + T(1.702) * x * (T(1) - s));
     }
   }
   return T(1);

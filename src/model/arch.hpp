@@ -28,9 +28,20 @@ struct Architecture {
   void (*parse)(const io::JsonKeys& keys, ModelConfig& c);
   // The model with its weights outside the decoder layers (Model::load then loads or checks the layers).
   std::unique_ptr<Model> (*make)(const ModelConfig& c, const std::filesystem::path& dir, WeightLoader& w);
+  // The transformers config class's defaults of the keys `parse` requires, as a JSON object: a nested
+  // config (LLaVA's text_config) is saved without the values equal to its class's defaults.
+  std::string_view class_defaults;
 };
 std::span<const Architecture> opt_architectures();    // opt.cpp
 std::span<const Architecture> llama_architectures();  // llama.cpp
+
+// doc with the class_defaults of the architecture it names (architectures[0], or model_type) under its
+// own keys (config.cpp); doc itself when it names no supported architecture.
+nlohmann::json with_class_defaults(const nlohmann::json& doc);
+
+// llava.cpp: the key-prefix rules that map the language model's HF names onto those of the LLaVA
+// checkpoint w reads (hub or newer transformers layout); FormatError when it has neither.
+std::vector<WeightLoader::PrefixRule> multimodal_language_rules(const WeightLoader& w);
 
 // ---- module tables ----------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@
 
 #include "latentllm/error.hpp"
 #include "latentllm/model.hpp"
+#include "latentllm/multimodal.hpp"
 #include "model/arch.hpp"
 
 namespace latentllm::model {
@@ -58,7 +59,24 @@ const Architecture& find_architecture(const io::JsonKeys& k, ModelConfig& c) {
 
 }  // namespace
 
+json with_class_defaults(const json& doc) {
+  if (!doc.is_object()) return doc;
+  std::string arch, type;
+  const auto a = doc.find("architectures");
+  if (a != doc.end() && a->is_array() && !a->empty() && a->front().is_string()) arch = a->front().get<std::string>();
+  if (const auto t = doc.find("model_type"); t != doc.end() && t->is_string()) type = t->get<std::string>();
+  for (const Architecture* r : registry()) {
+    if (arch.empty() ? type != r->model_type : arch != r->architecture) continue;
+    json out = json::parse(r->class_defaults);
+    for (const auto& [k, v] : doc.items()) out[k] = v;
+    return out;
+  }
+  return doc;
+}
+
 ModelConfig parse_config(const json& doc, const std::string& origin) {
+  // A multimodal checkpoint: its language model (text_config), the part text-only commands run.
+  if (is_llava_config(doc)) return parse_llava_config(doc, origin).text;
   const io::JsonKeys k(doc, origin);
   ModelConfig c;
   const Architecture& a = find_architecture(k, c);
@@ -91,10 +109,16 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, const LoadO
   auto source = std::make_shared<WeightSource>(dir, config.raw, (dir / "config.json").string());
   source->loader.set_lazy(opt.lazy);
   source->loader.set_scan(opt.lazy && opt.scan_finite);
+  std::vector<std::string> language;  // a multimodal checkpoint's language-model prefixes: what is checked here
+  if (!config.multimodal_architecture.empty()) {
+    const auto rules = multimodal_language_rules(source->loader);
+    source->loader.set_prefix_rules(rules);
+    for (const auto& r : rules) language.push_back(r.to);
+  }
   auto m = arch->make(config, dir, source->loader);
   m->init_layers(source, opt.lazy);
   source->loader.check_latent_used();
-  if (!opt.allow_unused_tensors) source->loader.check_tensors_used();
+  if (!opt.allow_unused_tensors) source->loader.check_tensors_used(language);
   return m;
 }
 

@@ -284,10 +284,18 @@ std::unique_ptr<Model> make_llama(const ModelConfig& config, const std::filesyst
 }
 
 constexpr std::array<Architecture, 4> kArchitectures = {{
-    {"LlamaForCausalLM", "llama", false, parse_llama, make_llama},
-    {"Qwen2ForCausalLM", "qwen2", false, parse_qwen2, make_llama},
-    {"Qwen3ForCausalLM", "qwen3", false, parse_qwen3, make_llama},
-    {"MistralForCausalLM", "mistral", false, parse_mistral, make_llama},
+    {"LlamaForCausalLM", "llama", false, parse_llama, make_llama,
+     R"({"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+         "num_attention_heads": 32, "max_position_embeddings": 2048})"},
+    {"Qwen2ForCausalLM", "qwen2", false, parse_qwen2, make_llama,
+     R"({"vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
+         "num_attention_heads": 32, "num_key_value_heads": 32, "max_position_embeddings": 32768})"},
+    {"Qwen3ForCausalLM", "qwen3", false, parse_qwen3, make_llama,
+     R"({"vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
+         "num_attention_heads": 32, "num_key_value_heads": 32, "max_position_embeddings": 32768})"},
+    {"MistralForCausalLM", "mistral", false, parse_mistral, make_llama,
+     R"({"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+         "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 131072})"},
 }};
 
 }  // namespace

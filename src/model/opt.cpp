@@ -251,7 +251,9 @@ std::unique_ptr<Model> make_opt(const ModelConfig& config, const std::filesystem
 }
 
 constexpr std::array<Architecture, 1> kArchitectures = {{
-    {"OPTForCausalLM", "opt", true, parse_opt, make_opt},
+    {"OPTForCausalLM", "opt", true, parse_opt, make_opt,
+     R"({"vocab_size": 50272, "hidden_size": 768, "num_hidden_layers": 12, "ffn_dim": 3072,
+         "num_attention_heads": 12, "max_position_embeddings": 2048})"},
 }};
 
 }  // namespace

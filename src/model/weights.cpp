@@ -13,20 +13,29 @@ namespace latentllm::model {
 WeightLoader::WeightLoader(const io::TensorStore& store, std::map<std::string, io::LatentModule> latent)
     : store_(store), latent_(std::move(latent)) {}
 
-bool WeightLoader::has(const std::string& name) const {
+std::string WeightLoader::stored_name(const std::string& name) const {
+  for (const PrefixRule& r : rules_)
+    if (name.starts_with(r.from)) return r.to + name.substr(r.from.size());
+  return name;
+}
+
+bool WeightLoader::has(const std::string& requested) const {
+  const std::string name = stored_name(requested);
   if (store_.has(name)) return true;
   const auto& meta = store_.metadata();
   const auto it = meta.find(name);
   return it != meta.end() && store_.has(it->second);
 }
 
-bool WeightLoader::has_prefix(const std::string& prefix) const {
+bool WeightLoader::has_prefix(const std::string& requested) const {
+  const std::string prefix = stored_name(requested);
   for (const auto& n : store_.names())
     if (n.starts_with(prefix)) return true;
   return false;
 }
 
-std::string WeightLoader::resolve(const std::string& name) const {
+std::string WeightLoader::resolve(const std::string& requested) const {
+  const std::string name = stored_name(requested);
   if (store_.has(name)) {
     used_.insert(name);
     return name;
@@ -51,7 +60,12 @@ const TensorView& WeightLoader::view(const std::string& name, std::initializer_l
 }
 
 MatrixF WeightLoader::matrix(const std::string& name, std::int64_t rows, std::int64_t cols) const {
-  const auto& t = view(name, {rows, cols});
+  return matrix_of(name, {rows, cols}, rows, cols);
+}
+
+MatrixF WeightLoader::matrix_of(const std::string& name, std::initializer_list<std::int64_t> shape, std::int64_t rows,
+                                std::int64_t cols) const {
+  const auto& t = view(name, shape);
   counted_bytes_ += 4 * rows * cols;
   largest_stored_ = std::max(largest_stored_, static_cast<std::int64_t>(t.nbytes));
   if (checking_ && !scan_) return {};
@@ -137,10 +151,16 @@ bool ignorable_tensor(const std::string& name) {
 
 }  // namespace
 
-void WeightLoader::check_tensors_used() const {
+void WeightLoader::check_tensors_used(const std::vector<std::string>& within) const {
+  auto checked = [&](const std::string& n) {
+    if (within.empty()) return true;
+    for (const auto& p : within)
+      if (n.starts_with(p)) return true;
+    return false;
+  };
   std::vector<std::string> unused;
   for (const auto& n : store_.names())
-    if (!used_.count(n) && !ignorable_tensor(n)) unused.push_back(n);
+    if (checked(n) && !used_.count(n) && !ignorable_tensor(n)) unused.push_back(n);
   if (unused.empty()) return;
   const std::size_t shown = std::min<std::size_t>(unused.size(), 3);
   throw FormatError(fmt::format(

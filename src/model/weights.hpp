@@ -13,6 +13,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "latentllm/io.hpp"
 #include "latentllm/model.hpp"
@@ -34,6 +35,10 @@ class WeightLoader {
 
   // [rows, cols] float copy. FormatError when missing or of another shape, NumericError when not finite.
   MatrixF matrix(const std::string& name, std::int64_t rows, std::int64_t cols) const;
+  // A tensor stored with `shape` as a [rows, cols] float copy (rows·cols its values, row-major), e.g. a
+  // convolution weight [out, C, kh, kw] as [out, C·kh·kw]; the checks of matrix().
+  MatrixF matrix_of(const std::string& name, std::initializer_list<std::int64_t> shape, std::int64_t rows,
+                    std::int64_t cols) const;
   // [n] float copy; same checks.
   VectorF vector(const std::string& name, std::int64_t n) const;
   // [rows, cols] embedding or LM head: a float copy (as matrix()), or with `lazy` (set_lazy) the
@@ -45,10 +50,23 @@ class WeightLoader {
   // Throws FormatError naming a latent module no architecture file asked for.
   void check_latent_used() const;
   // Throws FormatError naming the first stored tensors nothing asked for (LoadOptions::allow_unused_tensors),
-  // apart from the known-ignorable buffers.
-  void check_tensors_used() const;
+  // apart from the known-ignorable buffers; with `within`, only the stored names under those prefixes
+  // (the language model of a multimodal checkpoint, whose other parts another loader reads).
+  void check_tensors_used(const std::vector<std::string>& within = {}) const;
 
   const std::filesystem::path& dir() const { return store_.dir(); }
+
+  // Key-prefix mapping, set once at load (a checkpoint's layout quirk normalised like CTranslate2's
+  // loaders do): a name starting with a rule's `from` is looked up as `to` + the rest, so the language
+  // model of a LLaVA checkpoint asks for its usual HF names ("model.norm.weight") and gets
+  // "language_model.model.norm.weight". The first matching rule applies; names no rule matches are
+  // looked up as they are.
+  struct PrefixRule {
+    std::string from, to;
+  };
+  void set_prefix_rules(std::vector<PrefixRule> rules) { rules_ = std::move(rules); }
+  // The checkpoint name a requested name maps to (itself without rules).
+  std::string stored_name(const std::string& name) const;
 
   // Checking mode (see the top): matrix(), vector() and linear() check names and shapes and return
   // empty weights.
@@ -72,6 +90,7 @@ class WeightLoader {
   const TensorView& view(const std::string& name, std::initializer_list<std::int64_t> shape) const;
 
   const io::TensorStore& store_;
+  std::vector<PrefixRule> rules_;
   std::map<std::string, io::LatentModule> latent_;
   std::set<std::string> latent_used_;
   mutable std::set<std::string> used_;  // stored names resolved so far

@@ -11,6 +11,7 @@
 #include "latentllm/eval.hpp"
 #include "latentllm/io.hpp"
 #include "latentllm/model.hpp"
+#include "latentllm/multimodal.hpp"
 #include "latentllm/tokenizer.hpp"
 
 namespace latentllm::cli {
@@ -53,6 +54,12 @@ nlohmann::ordered_json describe(const model::Model& m, const std::string& dir) {
   j["parameters"] = params;
   j["parameters_total"] = eval::num_params(m);
   j["tie_word_embeddings"] = c.tie_word_embeddings;
+  if (!c.multimodal_architecture.empty()) {
+    // The language model above is one component of a multimodal checkpoint.
+    nlohmann::ordered_json parts = nlohmann::ordered_json::object();
+    for (const auto& [k, v] : model::llava_component_params(dir)) parts[k] = v;
+    j["multimodal"] = {{"architecture", c.multimodal_architecture}, {"components", parts}};
+  }
 
   std::map<std::string, int> dtypes;  // stored tensors per dtype
   const auto store = io::TensorStore::open(dir);
@@ -95,6 +102,12 @@ void print_text(const nlohmann::ordered_json& j) {
     std::printf("  %-10s %14s\n", k.c_str(), grouped(v.get<std::int64_t>()).c_str());
   std::printf("  %-10s %14s%s\n", "total", grouped(j["parameters_total"].get<std::int64_t>()).c_str(),
               j["tie_word_embeddings"].get<bool>() ? "  (LM head tied to the embedding)" : "");
+  if (j.contains("multimodal")) {
+    std::printf("multimodal    %s; the dimensions and parameters above are its language model's\n",
+                j["multimodal"]["architecture"].get<std::string>().c_str());
+    for (const auto& [k, v] : j["multimodal"]["components"].items())
+      std::printf("  %-10s %14s\n", k.c_str(), grouped(v.get<std::int64_t>()).c_str());
+  }
   std::string stored;
   for (const auto& [k, v] : j["stored_dtypes"].items())
     stored += (stored.empty() ? "" : ", ") + k + " x" + std::to_string(v.get<int>());

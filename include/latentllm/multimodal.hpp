@@ -1,0 +1,139 @@
+// Multimodal (image + text) models on CPU: LLaVA-1.5 (HF LlavaForConditionalGeneration) = a CLIP
+// vision tower, a two-layer MLP projector and a causal language model of a supported family (Llama,
+// Mistral, Qwen2, ... as model::Model runs them). Images arrive preprocessed: pixel values
+// [n_img, C, H, W] float32, channels first, row-major (CLIPImageProcessor's output); decoding and
+// resizing images is not done here. docs/LMM.md describes the architecture and the checkpoint layouts.
+//
+// Glossary: n_img = images, C = channels, S = image_size (H = W = S), p = patch_size, P = positions per
+// image (1 + (S / p)² with the CLS embedding), d_v = vision hidden size, L_v = vision encoder layers,
+// n_feat = image features per image (P − 1 with the "default" strategy, P with "full"), d = text hidden
+// size, T = prompt tokens, V = vocab size.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "latentllm/model.hpp"
+#include "latentllm/tensor.hpp"
+
+namespace latentllm::model {
+
+// vision_config of a multimodal config.json (CLIPVisionConfig keys and defaults).
+struct VisionConfig {
+  std::string model_type = "clip_vision_model";
+  std::int64_t hidden_size = 768;         // d_v
+  std::int64_t intermediate_size = 3072;  // MLP width (fc1 output)
+  std::int64_t num_hidden_layers = 12;    // L_v
+  std::int64_t num_attention_heads = 12;
+  std::int64_t num_channels = 3;          // C
+  std::int64_t image_size = 224;          // S
+  std::int64_t patch_size = 32;           // p
+  double layer_norm_eps = 1e-5;
+  std::string hidden_act = "quick_gelu";
+
+  std::int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  std::int64_t num_patches() const { return (image_size / patch_size) * (image_size / patch_size); }
+  std::int64_t num_positions() const { return num_patches() + 1; }  // P: CLS + patches
+};
+
+// config.json of a LLaVA checkpoint (LlavaConfig keys and defaults).
+struct LlavaConfig {
+  std::string architecture;     // "LlavaForConditionalGeneration"
+  ModelConfig text;             // text_config, parsed by its family's parser (multimodal_architecture set)
+  VisionConfig vision;          // vision_config
+  std::int64_t image_token_index = 32000;
+  // vision_feature_layer: indices into the vision tower's hidden states [0..L_v] (0 = the embeddings
+  // after pre_layrnorm, k = the output of encoder layer k − 1), negative counting from the end, as
+  // given; one entry for an integer, several for a list (their features concatenated along the hidden
+  // dimension, in the list's order).
+  std::vector<std::int64_t> vision_feature_layers = {-2};
+  std::string vision_feature_select_strategy = "default";  // "default" drops the CLS position, "full" keeps it
+  std::string projector_hidden_act = "gelu";
+  bool multimodal_projector_bias = true;
+  std::int64_t image_seq_length = 576;  // image tokens per image the processor expands "<image>" to
+  nlohmann::json raw;
+
+  // vision_feature_layers as indices 0..L_v into the hidden states.
+  std::vector<int> feature_layers() const;
+  // n_feat: image features per image.
+  std::int64_t features_per_image() const;
+};
+
+// True when doc is the config.json of a LLaVA checkpoint (architectures[0]
+// LlavaForConditionalGeneration, or model_type llava).
+bool is_llava_config(const nlohmann::json& doc);
+// Parses and validates it: ConfigError "<origin>: <key> (expected X, got Y)" for a bad
+// vision_feature_layer, vision_feature_select_strategy, vision model_type, ..., and the text_config's
+// own errors prefixed "<origin>: text_config". tie_word_embeddings of the language model: text_config's,
+// else the top-level key, else its family's default.
+LlavaConfig parse_llava_config(const nlohmann::json& doc, const std::string& origin);
+
+// Stored parameters per component of the LLaVA checkpoint in dir, without loading it: "vision" (the
+// whole tower, unused layers included), "projector", "language" (the rest). FormatError as load.
+std::vector<std::pair<std::string, std::int64_t>> llava_component_params(const std::filesystem::path& dir);
+
+class VisionModel;  // src/model/vision.hpp (CLIP: src/model/clip.cpp)
+class Projector;    // src/model/llava.cpp
+
+class LlavaModel {
+ public:
+  ~LlavaModel();
+  LlavaModel(LlavaModel&&) noexcept;
+  LlavaModel& operator=(LlavaModel&&) noexcept;
+
+  // Loads a LLaVA checkpoint directory (eager, float32) in either key layout: the hub's
+  // (language_model.model.*, language_model.lm_head.weight, vision_tower.vision_model.*,
+  // multi_modal_projector.*) or newer transformers' (model.language_model.*, lm_head.weight,
+  // model.vision_tower.vision_model.*, model.multi_modal_projector.*). Vision encoder layers after the
+  // deepest feature layer are not loaded (their tensors may be present). Throws ConfigError /
+  // FormatError naming the file or tensor (docs/ERRORS.md, "Multimodal checkpoints").
+  static LlavaModel load(const std::filesystem::path& dir);
+
+  const LlavaConfig& config() const { return config_; }
+  const std::filesystem::path& dir() const { return dir_; }
+  // The language model (the same object model::Model::load gives for this directory).
+  const Model& language_model() const { return *lm_; }
+  Model& language_model() { return *lm_; }
+  // The vision tower (its encoder layers' modules by role, like a decoder layer's).
+  const VisionModel& vision_tower() const { return *vision_; }
+  VisionModel& vision_tower() { return *vision_; }
+
+  // pixels: [n_img, C, S, S] -> h: [n_img·P, d_v] the vision tower's hidden_states[index] (HF
+  // output_hidden_states semantics, negative from the end; index within the loaded layers).
+  // ConfigError "<dir>: pixel_values (expected <n>·3·S·S values, ...)" for a wrong size.
+  void vision_hidden_state(std::span<const float> pixels, int n_img, int index, MatrixF& h) const;
+  // pixels -> f: [n_img·n_feat, d] the projected image features (LlavaModel.get_image_features).
+  void image_features(std::span<const float> pixels, int n_img, MatrixF& f) const;
+  // ids: [T] one prompt whose image_token_index tokens (n_img·n_feat of them) take the image features
+  // in order -> logits: [T, V]. ConfigError "<dir>: image tokens (expected X, got Y)" when they do not
+  // match the images.
+  void forward(std::span<const std::int32_t> ids, std::span<const float> pixels, int n_img, MatrixF& logits) const;
+  // Greedy decoding with a dense KV cache: up to max_new tokens after the prompt, stopping after eos
+  // (if >= 0). ConfigError (model::KvCache) when T + max_new passes max_position_embeddings.
+  std::vector<std::int32_t> generate_greedy(std::span<const std::int32_t> ids, std::span<const float> pixels,
+                                            int n_img, int max_new, std::int32_t eos) const;
+  // Stored parameters per component: "vision", "projector", "language" (every tensor of the
+  // checkpoint, loaded or not).
+  const std::vector<std::pair<std::string, std::int64_t>>& component_params() const { return params_; }
+
+ private:
+  LlavaModel();
+  // h: [T, d] = the token embeddings of ids with image positions replaced by the features of pixels.
+  void embed_prompt(std::span<const std::int32_t> ids, std::span<const float> pixels, int n_img, MatrixF& h) const;
+
+  LlavaConfig config_;
+  std::filesystem::path dir_;
+  std::unique_ptr<Model> lm_;
+  std::unique_ptr<VisionModel> vision_;
+  std::unique_ptr<Projector> projector_;
+  std::vector<std::pair<std::string, std::int64_t>> params_;
+};
+
+}  // namespace latentllm::model
