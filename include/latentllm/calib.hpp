@@ -189,6 +189,14 @@ struct PipelineOptions {
   // Relative cost of each layer (one per layer of the model), for the ETA of the progress lines: the
   // remaining layers' share of the work instead of their count. Empty: equal.
   std::vector<double> layer_weights;
+  // Calibration sequences of their own lengths (multimodal prompts: each ScienceQA problem, with its
+  // image features, is one sequence): `ids` holds them one after another ([Σ lengths]) and `seqlen` only
+  // sizes memory; each forward call runs one sequence, so there is no padding and no attention across
+  // sequences. Empty: ids.size() / seqlen windows of seqlen, batch_windows per call.
+  std::vector<int> lengths;
+  // The layer-0 input in place of the token embeddings of `ids` ([rows of ids, d]): a multimodal prompt's
+  // embeddings with the projected image features in place of its image tokens. Null: embed(ids).
+  const MatrixF* input_embeddings = nullptr;
   // Called after layer i is compressed and the hidden states propagated through it (progress saving);
   // dense: the dense stream's hidden states after layer i, or null when no stage needs_dense_cross.
   std::function<void(int layer, const MatrixF& hidden, const MatrixF* dense)> layer_done;

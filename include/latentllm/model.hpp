@@ -334,6 +334,11 @@ class Model {
   const AttentionInfo& attention() const { return attention_; }
   const MlpInfo& mlp() const { return mlp_; }
   const std::filesystem::path& dir() const { return dir_; }
+  // Where the checkpoint stores the HF names this model asks for: a multimodal checkpoint keeps its
+  // language model under a prefix ("model.layers.0..." is "language_model.model.layers.0..."); a plain
+  // causal LM stores them as they are. stored_name / module_name map one way and back.
+  std::string stored_name(const std::string& name) const;
+  std::string module_name(const std::string& stored) const;
   int num_layers() const { return static_cast<int>(layers_.size()); }
   // Decoder layer i. Throws Error "<dir>: layer i is not loaded (...)" when a lazy model has not
   // loaded it (the forward asks for it the same way, so running an unloaded layer throws this too).
@@ -392,6 +397,7 @@ class Model {
   AttentionInfo attention_;
   MlpInfo mlp_;
   std::filesystem::path dir_;
+  std::vector<std::pair<std::string, std::string>> stored_prefixes_;  // (asked, stored) prefix pairs
   // The LM head's input: final norm (+ OPT project_out).  h: [n, d] -> x: [n, p].
   virtual void final_hidden(const MatrixF& h, MatrixF& x) const = 0;
   // The LM head weight [V, p]: lm_head.weight, or the token embedding when tied.

@@ -164,11 +164,42 @@ std::int64_t site_width(const model::DecoderLayer& layer, model::Site site) {
 // resuming copies nothing).
 using BatchStates = std::vector<model::LayerState>;
 
-// States at the layer's input: hidden's rows in batches of rows_per_batch.
-BatchStates input_states(const MatrixF& hidden, std::int64_t rows_per_batch) {
+// How the calibration rows split into forward calls: batch_windows windows of seqlen at a time, or with
+// PipelineOptions::lengths one sequence per call.
+struct Batches {
+  std::vector<std::int64_t> start, rows;  // each batch's first row and row count
+  std::vector<int> T;                     // tokens per sequence of each batch
+  int mean_T = 0;                         // for the attention FLOPs
+};
+
+Batches make_batches(std::int64_t n_rows, int seqlen, const PipelineOptions& opt) {
+  Batches b;
+  if (!opt.lengths.empty()) {
+    std::int64_t r0 = 0;
+    for (const int len : opt.lengths) {
+      b.start.push_back(r0);
+      b.rows.push_back(len);
+      b.T.push_back(len);
+      r0 += len;
+    }
+    b.mean_T = static_cast<int>(n_rows / static_cast<std::int64_t>(opt.lengths.size()));
+    return b;
+  }
+  const std::int64_t per = static_cast<std::int64_t>(opt.batch_windows) * seqlen;
+  for (std::int64_t r0 = 0; r0 < n_rows; r0 += per) {
+    b.start.push_back(r0);
+    b.rows.push_back(std::min(per, n_rows - r0));
+    b.T.push_back(seqlen);
+  }
+  b.mean_T = seqlen;
+  return b;
+}
+
+// States at the layer's input: hidden's rows in batches.
+BatchStates input_states(const MatrixF& hidden, const Batches& batches) {
   BatchStates st;
-  for (std::int64_t r0 = 0; r0 < hidden.rows(); r0 += rows_per_batch) {
-    st.emplace_back().resid = hidden.middleRows(r0, std::min(rows_per_batch, hidden.rows() - r0));
+  for (std::size_t k = 0; k < batches.start.size(); ++k) {
+    st.emplace_back().resid = hidden.middleRows(batches.start[k], batches.rows[k]);
   }
   return st;
 }
@@ -177,17 +208,17 @@ BatchStates input_states(const MatrixF& hidden, std::int64_t rows_per_batch) {
 // place, the states end where the forward stopped; otherwise each batch runs on a copy and the
 // states are left as they were (obs keeps what it needs). before_batch(b), if set, runs first for
 // each batch b (the dense stream's batch b).
-void advance(const model::Model& m, int i, BatchStates& st, int seqlen, model::ForwardObserver* obs, bool in_place,
-             const std::function<void(std::size_t)>& before_batch = {}) {
+void advance(const model::Model& m, int i, BatchStates& st, const Batches& batches, model::ForwardObserver* obs,
+             bool in_place, const std::function<void(std::size_t)>& before_batch = {}) {
   model::LayerState copy;
   for (std::size_t k = 0; k < st.size(); ++k) {
     model::LayerState& b = st[k];
     if (before_batch) before_batch(k);
     if (in_place) {
-      m.layer_resume(i, b, seqlen, obs);
+      m.layer_resume(i, b, batches.T[k], obs);
     } else {
       copy = b;
-      m.layer_resume(i, copy, seqlen, obs);
+      m.layer_resume(i, copy, batches.T[k], obs);
     }
   }
 }
@@ -204,10 +235,9 @@ class LayerPasses {
   // keep_state: a pass may leave the batch states at its last site for the next pass to resume from
   // (worth it when the layer is re-run after each stage, or when no stage rewrites a module and the
   // final pass only has to finish the layer, as in the rank allocation's pre-pass).
-  LayerPasses(const model::Model& m, int layer, const MatrixF& hidden, int seqlen, const PipelineOptions& opt,
-              PipelineTimes& times, bool keep_state)
-      : m_(m), layer_(layer), hidden_(hidden), seqlen_(seqlen), opt_(opt), times_(times),
-        rows_per_batch_(static_cast<std::int64_t>(opt.batch_windows) * seqlen), keep_state_(keep_state) {}
+  LayerPasses(const model::Model& m, int layer, const MatrixF& hidden, const Batches& batches,
+              const PipelineOptions& opt, PipelineTimes& times, bool keep_state)
+      : m_(m), layer_(layer), hidden_(hidden), batches_(batches), opt_(opt), times_(times), keep_state_(keep_state) {}
 
   // Runs the layer to the last of `sites`, tapping them; returns the tap (statistics, activations,
   // cross moments with the dense stream's inputs, which it advances batch by batch beside).
@@ -217,7 +247,7 @@ class LayerPasses {
     const model::Site until = *std::max_element(sites.begin(), sites.end());
     const bool in_place = opt_.resume_passes && keep_state_ &&
                           4 * n_tok * (m_.config().hidden_size + site_width(m_.layer(layer_), until)) <= limit;
-    if (!valid_) state_ = input_states(hidden_, rows_per_batch_);
+    if (!valid_) state_ = input_states(hidden_, batches_);
     auto tap = std::make_unique<SiteTap>(m_.layer(layer_), layer_, sites, std::move(wants), n_tok,
                                          opt_.covariance_f32, dense);
     const auto from = state_.front().at;
@@ -226,7 +256,7 @@ class LayerPasses {
     if (!cross_sites.empty()) dense_batch = [&](std::size_t b) { dense->advance_batch(b, cross_sites); };
     const double dense0 = dense ? dense->seconds() : 0.0;
     const auto t0 = Clock::now();
-    advance(m_, layer_, state_, seqlen_, tap.get(), in_place, dense_batch);
+    advance(m_, layer_, state_, batches_, tap.get(), in_place, dense_batch);
     const double dense_s = dense ? dense->seconds() - dense0 : 0.0;
     times_.forward += seconds_since(t0) - tap->seconds - tap->cross_seconds - tap->consume_seconds - dense_s;
     times_.consume += tap->consume_seconds;
@@ -253,12 +283,12 @@ class LayerPasses {
   // Runs the (compressed) layer to its end and writes its output for the N·L rows to `out`, which
   // may be the layer's input matrix itself (the batch states hold copies of it).
   void finish(MatrixF& out) {
-    if (!valid_) state_ = input_states(hidden_, rows_per_batch_);
+    if (!valid_) state_ = input_states(hidden_, batches_);
     const auto from = state_.front().at;
     const auto t0 = Clock::now();
-    advance(m_, layer_, state_, seqlen_, nullptr, /*in_place=*/true);
+    advance(m_, layer_, state_, batches_, nullptr, /*in_place=*/true);
     for (std::size_t b = 0; b < state_.size(); ++b) {
-      out.middleRows(static_cast<std::int64_t>(b) * rows_per_batch_, state_[b].resid.rows()) = state_[b].resid;
+      out.middleRows(batches_.start[b], state_[b].resid.rows()) = state_[b].resid;
     }
     times_.forward += seconds_since(t0);
     add_flops(from, std::nullopt);
@@ -266,7 +296,7 @@ class LayerPasses {
 
  private:
   void add_flops(std::optional<model::Site> from, std::optional<model::Site> until) {
-    const PassFlops pf = pass_flops(m_, layer_, from, until, seqlen_, hidden_.rows());
+    const PassFlops pf = pass_flops(m_, layer_, from, until, batches_.mean_T, hidden_.rows());
     times_.forward_flops += pf.linear;
     times_.attention_flops += pf.attention;
   }
@@ -274,10 +304,9 @@ class LayerPasses {
   const model::Model& m_;
   int layer_;
   const MatrixF& hidden_;  // [N·L, d] the layer's input
-  int seqlen_;
+  const Batches& batches_;
   const PipelineOptions& opt_;
   PipelineTimes& times_;
-  std::int64_t rows_per_batch_;
   bool keep_state_;
   BatchStates state_;
   bool valid_ = false;
@@ -380,6 +409,10 @@ std::unique_ptr<DenseStream> make_dense_stream(model::Model& m, const std::vecto
                                                const MatrixF& hidden, int seqlen, const PipelineOptions& opt,
                                                std::int64_t limit) {
   if (std::none_of(groups.begin(), groups.end(), [](const SiteGroup& g) { return g.needs_cross; })) return nullptr;
+  if (!opt.lengths.empty()) {
+    throw ConfigError("calibration: error-compensating fits (--fit compensate) on sequences of unequal lengths are "
+                      "not supported (expected windows of one length, got multimodal sequences)");
+  }
   MatrixF start = hidden;  // [N·L, d] at layer 0 the embeddings are the dense model's too
   if (opt.start_layer > 0) {
     if (!opt.start_dense || opt.start_dense->rows() != hidden.rows() || opt.start_dense->cols() != hidden.cols()) {
@@ -438,16 +471,41 @@ double eta_seconds(const PipelineOptions& opt, int n_layers, int i, double elaps
 
 PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, int seqlen,
                             std::span<Stage* const> stages, const PipelineOptions& opt) {
-  if (seqlen <= 0 || ids.empty() || ids.size() % static_cast<std::size_t>(seqlen) != 0) {
+  if (!opt.lengths.empty()) {
+    std::int64_t total = 0;
+    for (const int len : opt.lengths) total += len > 0 ? len : -(std::int64_t{1} << 40);
+    if (total != static_cast<std::int64_t>(ids.size())) {
+      throw ConfigError(fmt::format("calibration: sequence lengths sum to {} (expected positive lengths summing to "
+                                    "the {} tokens)", total, ids.size()));
+    }
+  } else if (seqlen <= 0 || ids.empty() || ids.size() % static_cast<std::size_t>(seqlen) != 0) {
     throw ConfigError(fmt::format("calibration: token count {} is not a positive multiple of seqlen {}",
                                   ids.size(), seqlen));
   }
+  const auto n_rows = static_cast<std::int64_t>(ids.size());
+  if (opt.input_embeddings &&
+      (opt.input_embeddings->rows() != n_rows || opt.input_embeddings->cols() != m.config().hidden_size)) {
+    throw ConfigError(fmt::format("calibration: input embeddings [{}, {}] (expected [{}, {}])",
+                                  opt.input_embeddings->rows(), opt.input_embeddings->cols(), n_rows,
+                                  m.config().hidden_size));
+  }
+  const Batches batches = make_batches(n_rows, seqlen, opt);
   PipelineTimes times;
   const auto t_start = Clock::now();
   MatrixF hidden;  // [N·L, d]
   auto t0 = Clock::now();
   const int n_layers = m.num_layers();
-  if (opt.start_layer == 0) {
+  if (opt.start_layer == 0 && opt.input_embeddings) {
+    hidden = *opt.input_embeddings;
+  } else if (opt.start_layer == 0 && !opt.lengths.empty()) {
+    hidden.resize(n_rows, m.config().hidden_size);
+    MatrixF h;  // [T_k, d] one sequence's embeddings (positions restart in each)
+    for (std::size_t k = 0; k < batches.start.size(); ++k) {
+      m.embed(ids.subspan(static_cast<std::size_t>(batches.start[k]), static_cast<std::size_t>(batches.rows[k])),
+              batches.T[k], h);
+      hidden.middleRows(batches.start[k], batches.rows[k]) = h;
+    }
+  } else if (opt.start_layer == 0) {
     m.embed(ids, seqlen, hidden);
   } else {
     if (opt.start_layer < 0 || opt.start_layer > n_layers || !opt.start_hidden ||
@@ -471,7 +529,7 @@ PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, 
     const auto t_layer = Clock::now();
     if (m.lazy()) m.load_layer(i);  // widened for its passes and stages; released once it is done
     if (dense) dense->begin_layer(i);  // its dense modules, before any stage replaces them
-    LayerPasses passes(m, i, hidden, seqlen, opt, times, opt.sequential_within_layer || !rewrites);
+    LayerPasses passes(m, i, hidden, batches, opt, times, opt.sequential_within_layer || !rewrites);
     LayerStats kept;  // the statistics of the sites tapped so far that a later stage still reads
     for (std::size_t g = 0; g < groups.size(); ++g) {
       // The group's inputs: run the (partly compressed) layer to its site, tapping it. Without

@@ -108,7 +108,10 @@ std::vector<Entry> plan_tensors(const model::Model& m, const io::TensorStore& sr
   std::set<std::string> done;
   for (const auto& name : src.names()) {
     const auto dot = name.rfind('.');
-    const std::string module = dot == std::string::npos ? name : name.substr(0, dot);
+    // The module's HF name as the model asks for it; the output keeps the source's stored names (a
+    // multimodal checkpoint's language model under its prefix), the latent section the model's names.
+    const std::string module = m.module_name(dot == std::string::npos ? name : name.substr(0, dot));
+    const std::string stored = m.stored_name(module);
     const auto it = where.find(module);
     if (it == where.end()) {
       from_source(name);  // not a linear of a decoder layer (embeddings, norms, positions, head): unchanged
@@ -122,19 +125,19 @@ std::vector<Entry> plan_tensors(const model::Model& m, const io::TensorStore& sr
       out.push_back({{std::move(n), dtype, std::move(shape)}, [current, part] { return to_vector(part(current())); }});
     };
     if (lin.factored()) {
-      add(module + ".A.weight", {lin.A.rows(), lin.A.cols()}, [](const model::Linear& l) -> const MatrixF& { return l.A; });
-      add(module + ".B.weight", {lin.B.rows(), lin.B.cols()}, [](const model::Linear& l) -> const MatrixF& { return l.B; });
+      add(stored + ".A.weight", {lin.A.rows(), lin.A.cols()}, [](const model::Linear& l) -> const MatrixF& { return l.A; });
+      add(stored + ".B.weight", {lin.B.rows(), lin.B.cols()}, [](const model::Linear& l) -> const MatrixF& { return l.B; });
       modules[module] = module_entry(lin);
     } else if (lin.weight.size() > 0) {
-      add(module + ".weight", {lin.weight.rows(), lin.weight.cols()},
+      add(stored + ".weight", {lin.weight.rows(), lin.weight.cols()},
           [](const model::Linear& l) -> const MatrixF& { return l.weight; });
     } else {
-      from_source(module + ".weight");  // a layer not loaded whose module was not compressed
+      from_source(stored + ".weight");  // a layer not loaded whose module was not compressed
     }
     if (lin.bias.size() > 0) {
-      add(module + ".bias", {lin.bias.size()}, [](const model::Linear& l) -> const VectorF& { return l.bias; });
-    } else if (!m.layer_loaded(i) && !lin.factored() && src.has(module + ".bias")) {
-      from_source(module + ".bias");
+      add(stored + ".bias", {lin.bias.size()}, [](const model::Linear& l) -> const VectorF& { return l.bias; });
+    } else if (!m.layer_loaded(i) && !lin.factored() && src.has(stored + ".bias")) {
+      from_source(stored + ".bias");
     }
   }
   // Modules whose weight the source stored under another name would be lost silently: refuse.

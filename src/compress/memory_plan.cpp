@@ -52,7 +52,9 @@ core::MemoryPlan plan_compress_memory(const model::Model& m, std::int64_t n_tok,
   p.add("hidden states", 4 * n_tok * d, fmt::format("{} tokens x {} x 4 B (the layer's input)", n_tok, d));
   const std::int64_t limit = opt.pipeline.resume_limit_bytes >= 0 ? opt.pipeline.resume_limit_bytes
                                                                   : core::physical_memory_bytes() / 4;
-  const std::int64_t batch_tokens = static_cast<std::int64_t>(opt.pipeline.batch_windows) * seqlen;
+  const auto& lengths = opt.pipeline.lengths;  // multimodal sequences: one per forward call
+  const std::int64_t batch_tokens = lengths.empty() ? static_cast<std::int64_t>(opt.pipeline.batch_windows) * seqlen
+                                                    : *std::max_element(lengths.begin(), lengths.end());
   if (4 * n_tok * (d + w) <= limit) {
     p.add("pass states", 4 * n_tok * (d + w), fmt::format("{} tokens x ({} + {}) x 4 B (residual + site input)", n_tok, d, w));
   } else {

@@ -56,6 +56,9 @@ std::string run_fingerprint(const model::Model& m, std::span<const std::int32_t>
   Fnv f;
   f.add(ids.data(), ids.size_bytes());
   f.add(&seqlen, sizeof seqlen);
+  // Multimodal calibration: the sequences' lengths and their layer-0 inputs (image features included).
+  f.add(opt.pipeline.lengths.data(), opt.pipeline.lengths.size() * sizeof(int));
+  if (const MatrixF* e = opt.pipeline.input_embeddings) f.add(e->data(), static_cast<std::size_t>(e->size()) * sizeof(float));
   f.add(fs::weakly_canonical(m.dir()).string());
   f.add(core::read_file(m.dir() / "config.json"));
   // The options record (CompressOptions::to_json): the one serialization of everything that decides the

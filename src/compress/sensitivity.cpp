@@ -115,9 +115,19 @@ bool site_output_side(const model::Model& m, model::Site site) {
 std::vector<ModuleSpectrum> measure_spectra(model::Model& m, std::span<const std::int32_t> ids, int seqlen,
                                             const CompressOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
+  std::vector<int> lengths = opt.pipeline.lengths;  // sequences of their own lengths (multimodal), or none
+  MatrixF first_embeddings;                         // [rows kept, d] of opt.pipeline.input_embeddings
   if (opt.alloc_max_tokens > 0 && static_cast<std::int64_t>(ids.size()) > opt.alloc_max_tokens) {
-    const std::int64_t windows = std::max<std::int64_t>(1, opt.alloc_max_tokens / seqlen);
-    ids = ids.first(static_cast<std::size_t>(windows * seqlen));  // the first windows: a random sample already
+    std::int64_t keep = 0;
+    if (lengths.empty()) {
+      keep = std::max<std::int64_t>(1, opt.alloc_max_tokens / seqlen) * seqlen;
+    } else {  // whole sequences, at least one
+      std::size_t k = 0;
+      while (k < lengths.size() && (k == 0 || keep + lengths[k] <= opt.alloc_max_tokens)) keep += lengths[k++];
+      lengths.resize(k);
+    }
+    ids = ids.first(static_cast<std::size_t>(keep));  // the first windows: a random sample already
+    if (opt.pipeline.input_embeddings) first_embeddings = opt.pipeline.input_embeddings->topRows(keep);
   }
   log_info("rank allocation: dense pre-pass over {} layers ({} calibration tokens) for the spectra of W·P",
            m.num_layers(), ids.size());
@@ -137,6 +147,8 @@ std::vector<ModuleSpectrum> measure_spectra(model::Model& m, std::span<const std
   // bench/results/covariance.md): the spectra only rank singular values against each other.
   po.covariance_f32 = true;
   po.resume_limit_bytes = opt.pipeline.resume_limit_bytes;
+  po.lengths = lengths;
+  po.input_embeddings = first_embeddings.size() > 0 ? &first_embeddings : opt.pipeline.input_embeddings;
   with_context("rank allocation pre-pass", [&] { calib::run_layerwise(m, ids, seqlen, ptrs, po); });
   std::vector<ModuleSpectrum> out;
   for (int i = 0; i < m.num_layers(); ++i) {

@@ -116,6 +116,7 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, const LoadO
     for (const auto& r : rules) language.push_back(r.to);
   }
   auto m = arch->make(config, dir, source->loader);
+  for (const auto& r : source->loader.prefix_rules()) m->stored_prefixes_.emplace_back(r.from, r.to);
   m->init_layers(source, opt.lazy);
   source->loader.check_latent_used();
   if (!opt.allow_unused_tensors) source->loader.check_tensors_used(language);

@@ -38,6 +38,18 @@ void Model::layer_forward(int i, MatrixF& h, int T, ForwardObserver* obs) const 
 
 Model::~Model() = default;
 
+std::string Model::stored_name(const std::string& name) const {
+  for (const auto& [asked, stored] : stored_prefixes_)
+    if (name.starts_with(asked)) return stored + name.substr(asked.size());
+  return name;
+}
+
+std::string Model::module_name(const std::string& stored) const {
+  for (const auto& [asked, prefix] : stored_prefixes_)
+    if (stored.starts_with(prefix)) return asked + stored.substr(prefix.size());
+  return stored;
+}
+
 DecoderLayer& Model::layer(int i) { return const_cast<DecoderLayer&>(std::as_const(*this).layer(i)); }
 
 const DecoderLayer& Model::layer(int i) const {

@@ -65,6 +65,7 @@ class WeightLoader {
     std::string from, to;
   };
   void set_prefix_rules(std::vector<PrefixRule> rules) { rules_ = std::move(rules); }
+  const std::vector<PrefixRule>& prefix_rules() const { return rules_; }
   // The checkpoint name a requested name maps to (itself without rules).
   std::string stored_name(const std::string& name) const;
 

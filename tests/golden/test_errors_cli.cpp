@@ -37,8 +37,6 @@ TEST(ErrorsDoc, CompressOptions) {
                     {"opt-ratio-rank", {compress("--ratio 0.999 --dry-run")}},
                     {"opt-method", {compress("--method svd-magic --dry-run")}},
                     {"opt-preset", {compress("--preset sparsegpt --dry-run")}},
-                    {"opt-multimodal",
-                     {cli("compress --model " + q(shared_path("models/llava-shapes-tiny")) + " --dry-run")}},
                     {"opt-junction", {compress("--junction diagonal --dry-run")}},
                     {"opt-joint", {compress("--joint qk,xx --dry-run")}},
                     {"opt-lambda", {compress("--lambda=-1 --dry-run"), compress("--lambda inf --dry-run")}},

@@ -498,3 +498,85 @@ TEST(SiteStats, NonFiniteInALaterChunkNamesItsToken) {
 
 }  // namespace
 }  // namespace latentllm
+
+namespace latentllm {
+namespace {
+
+// Multimodal calibration (PipelineOptions::lengths, input_embeddings): sequences of unequal lengths run
+// one per forward call, so each sequence's site inputs are those of the sequence alone (no padding, no
+// attention across sequences), and the layer-0 input may replace the token embeddings.
+TEST(Pipeline, SequencesOfUnequalLengthsEachRunOnTheirOwn) {
+  class Capture : public calib::Stage {
+   public:
+    std::string_view name() const override { return "capture"; }
+    Site site() const override { return Site::MlpIn; }
+    std::vector<Site> reads() const override { return {}; }
+    bool needs_activations() const override { return true; }
+    std::vector<Site> rewrites() const override { return {}; }
+    void run(const calib::StageInput& in, Model&) override { x.push_back(*in.activations); }
+    std::vector<MatrixF> x;  // [Σ len, d] per layer
+  };
+  LlamaDims s;
+  s.layers = 2;
+  auto m = Model::load(make_llama(s, 74).write("pipeline-lengths"));
+  const std::vector<int> lengths = {7, 12, 3};
+  const auto ids = random_ids(22, s.V, 11);
+  Capture all;
+  calib::Stage* stages[] = {&all};
+  calib::PipelineOptions po;
+  po.lengths = lengths;
+  (void)calib::run_layerwise(*m, ids, 0, stages, po);
+  ASSERT_EQ(all.x.size(), 2u);
+  // Each sequence alone, as one window of its own length: the same rows, bit for bit.
+  std::int64_t r0 = 0;
+  for (const int len : lengths) {
+    Capture one;
+    calib::Stage* st[] = {&one};
+    const std::vector<std::int32_t> part(ids.begin() + r0, ids.begin() + r0 + len);
+    (void)calib::run_layerwise(*m, part, len, st, calib::PipelineOptions{});
+    for (int layer = 0; layer < 2; ++layer) EXPECT_EQ(MatrixF(all.x[layer].middleRows(r0, len)), one.x[layer]);
+    r0 += len;
+  }
+  // The embeddings given as the layer-0 input: the same as embedding the ids.
+  MatrixF emb(22, s.d);
+  r0 = 0;
+  for (const int len : lengths) {
+    MatrixF h;
+    m->embed(std::span<const std::int32_t>(ids).subspan(static_cast<std::size_t>(r0), static_cast<std::size_t>(len)),
+             len, h);
+    emb.middleRows(r0, len) = h;
+    r0 += len;
+  }
+  Capture given;
+  calib::Stage* st2[] = {&given};
+  po.input_embeddings = &emb;
+  (void)calib::run_layerwise(*m, ids, 0, st2, po);
+  EXPECT_EQ(given.x[1], all.x[1]);
+  // Lengths that do not add up to the tokens are refused.
+  po.lengths = {7, 12};
+  EXPECT_THROW(calib::run_layerwise(*m, ids, 0, st2, po), ConfigError);
+}
+
+// compress_model on sequences of unequal lengths: equal lengths give the windows' checkpoint bit for bit.
+TEST(Pipeline, EqualLengthSequencesCompressAsWindows) {
+  LlamaDims s;
+  s.layers = 2;
+  const auto dir = make_llama(s, 75).write("pipeline-lengths-compress");
+  const auto ids = random_ids(kT * kWindows, s.V, 12);
+  std::unique_ptr<Model> m[2];
+  for (int k = 0; k < 2; ++k) {
+    m[k] = Model::load(dir);
+    compress::CompressOptions o = compress::preset_options(compress::Preset::Default, compress::Method::LatentLlm, 0.3);
+    o.pipeline.batch_windows = 1;
+    if (k == 1) o.pipeline.lengths = std::vector<int>(kWindows, kT);
+    (void)compress::compress_model(*m[k], ids, kT, o);
+  }
+  for (int i = 0; i < s.layers; ++i)
+    for (std::size_t j = 0; j < m[0]->layer(i).linears.size(); ++j) {
+      EXPECT_EQ(m[0]->layer(i).linears[j].B, m[1]->layer(i).linears[j].B);
+      EXPECT_EQ(m[0]->layer(i).linears[j].A, m[1]->layer(i).linears[j].A);
+    }
+}
+
+}  // namespace
+}  // namespace latentllm

@@ -135,12 +135,6 @@ int run_compress(const CompressArgs& a) {
   // Lazy: one decoder layer is widened at a time; the compressed ones go to the progress directory.
   auto model = model::Model::load(a.model, a.run.load(/*lazy=*/true, /*scan_finite=*/true));
   require_dense(*model, "compress");
-  if (const auto& mm = model->config().multimodal_architecture; !mm.empty()) {
-    // The checkpoint writer knows only the language model's names: it would drop the vision tower and
-    // the projector and write tensors the multimodal loader does not read back (docs/LMM.md).
-    throw ConfigError(fmt::format("{}: compressing a {} checkpoint (expected a causal LM; multimodal "
-                                  "checkpoints are not supported by compress yet)", a.model, mm));
-  }
   const bool global = opt.rank_alloc == compress::RankAlloc::Global;
   // Without calibration data a dry run can only show the uniform plan of the same total.
   std::optional<calib::CalibOptions> co;

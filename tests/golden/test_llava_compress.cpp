@@ -1,0 +1,99 @@
+// Compressing a LLaVA checkpoint's language model (docs/LMM.md, "Compression"): the latent checkpoint
+// keeps the LLaVA layout (the vision tower and the projector byte for byte, the language model's
+// factors under its stored prefix) and loads back as a LLaVA model whose forward runs on the factors.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "latentllm/io.hpp"
+#include "latentllm/model.hpp"
+#include "latentllm/multimodal.hpp"
+#include "test_support.hpp"
+
+namespace latentllm::test {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
+fs::path fixture() { return shared_path("models/llava-shapes-tiny"); }
+
+// The llava-shapes-tiny language model compressed with text calibration (TinyStories), once.
+const fs::path& latent_llava() {
+  static const fs::path out = [] {
+    const fs::path dir = make_temp_dir("llava-latent") / "out";
+    std::string log;
+    const std::string cmd = cli_path().string() + " compress --model " + q(fixture()) + " --method latentllm --ratio 0.3 " +
+                            "--calib text --calib-data " +
+                            q(shared_path("data/tinystories/TinyStories-valid.stories0001-0232.clean.txt")) +
+                            " --nsamples 16 --seqlen 128 --dtype f32 -q --out " + q(dir) + " 2>&1";
+    EXPECT_EQ(run_command(cmd, log), 0) << log;
+    return dir;
+  }();
+  return out;
+}
+
+TEST(LlavaCompress, KeepsTheLayoutAndTheVisionTowerAndLoadsBack) {
+  const fs::path out = latent_llava();
+  const auto cfg = json::parse(std::ifstream(out / "config.json"));
+  EXPECT_EQ(cfg.at("architectures")[0], "LlavaForConditionalGeneration");
+  ASSERT_TRUE(cfg.contains("latent"));
+  // The latent section names the language model's modules as the model asks for them ...
+  EXPECT_TRUE(cfg.at("latent").at("modules").contains("model.layers.0.self_attn.q_proj"));
+  // ... and the tensors keep the checkpoint's stored names: factors under the language model's prefix,
+  // the vision tower and the projector unchanged (float32 in, float32 out: the same bytes).
+  const io::SafetensorsFile src(fixture() / "model.safetensors");
+  const io::SafetensorsFile dst(out / "model.safetensors");
+  EXPECT_NE(dst.find("language_model.model.layers.0.self_attn.q_proj.B.weight"), nullptr);
+  EXPECT_EQ(dst.find("language_model.model.layers.0.self_attn.q_proj.weight"), nullptr);
+  int copied = 0;
+  for (const auto& t : src.tensors()) {
+    if (!t.name.starts_with("vision_tower.") && !t.name.starts_with("multi_modal_projector.")) continue;
+    const TensorView* o = dst.find(t.name);
+    ASSERT_NE(o, nullptr) << t.name;
+    EXPECT_EQ(o->to_f32(), t.to_f32()) << t.name;
+    ++copied;
+  }
+  EXPECT_GT(copied, 0);
+
+  // It loads back as LLaVA with a factored language model, and runs.
+  const model::LlavaModel m = model::LlavaModel::load(out);
+  EXPECT_TRUE(m.language_model().layer(0).linear(model::Role::Q).factored());
+  const model::LlavaModel dense = model::LlavaModel::load(fixture());
+  const std::int64_t n_feat = dense.config().features_per_image();
+  std::vector<std::int32_t> ids = {1, 30, 40};
+  ids.insert(ids.end(), static_cast<std::size_t>(n_feat), static_cast<std::int32_t>(dense.config().image_token_index));
+  ids.push_back(50);
+  const std::vector<float> pixels(static_cast<std::size_t>(3 * 64 * 64), 0.25f);
+  MatrixF a, b;  // [T, V]
+  m.forward(ids, pixels, 1, a);
+  dense.forward(ids, pixels, 1, b);
+  ASSERT_EQ(a.rows(), b.rows());
+  EXPECT_TRUE(a.allFinite());
+  // Compressed, not identical; but the same image features (the vision tower was not touched).
+  EXPECT_GT((a - b).cwiseAbs().maxCoeff(), 0.0f);
+  MatrixF fa, fb;
+  m.image_features(pixels, 1, fa);
+  dense.image_features(pixels, 1, fb);
+  EXPECT_EQ(fa, fb);
+}
+
+TEST(LlavaCompress, InspectCountsTheLatentLanguageModel) {
+  std::string out;
+  ASSERT_EQ(run_command(cli_path().string() + " inspect --json --model " + q(latent_llava()) + " 2>/dev/null", out), 0)
+      << out;
+  const auto j = json::parse(out);
+  const auto dense_params = json::parse([&] {
+    std::string o;
+    run_command(cli_path().string() + " inspect --json --model " + q(fixture()) + " 2>/dev/null", o);
+    return o;
+  }());
+  EXPECT_LT(j.at("parameters_total").get<std::int64_t>(), dense_params.at("parameters_total").get<std::int64_t>());
+}
+
+}  // namespace
+}  // namespace latentllm::test
