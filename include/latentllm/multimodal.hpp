@@ -115,6 +115,14 @@ class LlavaModel {
   // in order -> logits: [T, V]. ConfigError "<dir>: image tokens (expected X, got Y)" when they do not
   // match the images.
   void forward(std::span<const std::int32_t> ids, std::span<const float> pixels, int n_img, MatrixF& logits) const;
+  // The same forward, but only the last position's logits: [1, V] (the LM head of one row).
+  void forward_last(std::span<const std::int32_t> ids, std::span<const float> pixels, int n_img,
+                    MatrixF& logits) const;
+  // The prompt (image features in place of its image tokens) through the language model, filling
+  // `cache` (of language_model(), empty, room for ids.size() positions at least) -> logits: [1, V] of
+  // its last position; later tokens go through language_model().forward_cached(.., cache, ..).
+  void prefill(std::span<const std::int32_t> ids, std::span<const float> pixels, int n_img, KvCache& cache,
+               MatrixF& logits) const;
   // Greedy decoding with a dense KV cache: up to max_new tokens after the prompt, stopping after eos
   // (if >= 0). ConfigError (model::KvCache) when T + max_new passes max_position_embeddings.
   std::vector<std::int32_t> generate_greedy(std::span<const std::int32_t> ids, std::span<const float> pixels,

@@ -295,16 +295,23 @@ void LlavaModel::forward(std::span<const std::int32_t> ids, std::span<const floa
   lm_->head(h, logits);  // [T, V]
 }
 
-// The prompt's embeddings (image features in place) fill a KV cache as Model::forward_cached's prefill
-// does from ids; each new token then goes through forward_cached.
-std::vector<std::int32_t> LlavaModel::generate_greedy(std::span<const std::int32_t> ids, std::span<const float> pixels,
-                                                      int n_img, int max_new, std::int32_t eos) const {
-  std::vector<std::int32_t> out;
-  if (max_new <= 0) return out;
+void LlavaModel::forward_last(std::span<const std::int32_t> ids, std::span<const float> pixels, int n_img,
+                              MatrixF& logits) const {
+  MatrixF h;  // [T, d]
+  embed_prompt(ids, pixels, n_img, h);
+  const int T = static_cast<int>(ids.size());
+  for (int i = 0; i < lm_->num_layers(); ++i) lm_->layer_forward(i, h, T);
+  const MatrixF last = h.bottomRows(1);  // [1, d]: the LM head of one row, not of T
+  lm_->head(last, logits);               // [1, V]
+}
+
+// The prompt's embeddings (image features in place) fill the KV cache as Model::forward_cached's
+// prefill does from ids.
+void LlavaModel::prefill(std::span<const std::int32_t> ids, std::span<const float> pixels, int n_img, KvCache& cache,
+                         MatrixF& logits) const {
   MatrixF h;  // [T, d]
   embed_prompt(ids, pixels, n_img, h);
   const int T = static_cast<int>(h.rows());
-  KvCache cache(*lm_, T + max_new);
   for (int i = 0; i < lm_->num_layers(); ++i) {
     LayerState s;
     s.resid.swap(h);
@@ -313,8 +320,18 @@ std::vector<std::int32_t> LlavaModel::generate_greedy(std::span<const std::int32
     h.swap(s.resid);
   }
   cache.advance(T);
-  MatrixF logits, last = h.bottomRows(1);  // [1, V], [1, d]
-  lm_->head(last, logits);
+  const MatrixF last = h.bottomRows(1);  // [1, d]
+  lm_->head(last, logits);               // [1, V]
+}
+
+// Each new token after the prefill goes through forward_cached.
+std::vector<std::int32_t> LlavaModel::generate_greedy(std::span<const std::int32_t> ids, std::span<const float> pixels,
+                                                      int n_img, int max_new, std::int32_t eos) const {
+  std::vector<std::int32_t> out;
+  if (max_new <= 0) return out;
+  KvCache cache(*lm_, static_cast<int>(ids.size()) + max_new);
+  MatrixF logits;  // [1, V]
+  prefill(ids, pixels, n_img, cache, logits);
   for (;;) {
     Eigen::Index best = 0;
     logits.row(0).maxCoeff(&best);
