@@ -15,6 +15,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -143,5 +144,18 @@ class LlavaModel {
   std::unique_ptr<Projector> projector_;
   std::vector<std::pair<std::string, std::int64_t>> params_;
 };
+
+// ---- prompts (LLaVA-1.5's conversation, llava/conversation.py conv_vicuna_v1) ----------------------
+
+// The placeholder of one image in a prompt, before the processor expands it.
+inline constexpr std::string_view kImageToken = "<image>";
+// vicuna_v1's single-turn conversation around a user message, up to "ASSISTANT:" (no trailing space:
+// the reply starts with its own space): "A chat between a curious user and an artificial intelligence
+// assistant. The assistant gives helpful, detailed, and polite answers to the user's questions. USER:
+// <message> ASSISTANT:".
+std::string vicuna_v1_prompt(std::string_view user_message);
+// Every "<image>" of text replaced by n copies (LlavaProcessor's expansion to image_seq_length before
+// tokenizing; n = LlavaConfig::features_per_image()).
+std::string expand_image_tokens(std::string_view text, std::int64_t n);
 
 }  // namespace latentllm::model

@@ -48,16 +48,11 @@ std::vector<std::string> categories(const Problem& p);
 // The categories in the order of LLaVA's Table 4, then "avg" (all problems).
 const std::vector<std::string>& category_names();
 
-// vicuna_v1's single-turn conversation around a user message, up to "ASSISTANT:" (no trailing space):
-// "A chat between a curious user ... questions. USER: <message> ASSISTANT:".
-std::string vicuna_v1_prompt(std::string_view user_message);
-// The user message of model_vqa_science.py's --single-pred-prompt: "<image>\n" first when the problem has
+// The user message of model_vqa_science.py's --single-pred-prompt (the prompt is
+// model::vicuna_v1_prompt of it): "<image>\n" first when the problem has
 // an image, "Context: <hint stripped, or N/A>\nQuestion: <question>\nOptions: (A) c0 (B) c1 ...\nAnswer
 // with the option's letter from the given choices directly."
 std::string user_message(const Problem& p);
-// Every "<image>" of text replaced by n copies (LlavaProcessor's expansion before tokenizing).
-std::string expand_image_tokens(std::string_view text, std::int64_t n);
-
 // eval_science_qa.py's parse of a reply (newlines read as ". "): the stripped reply is a letter A..E;
 // it starts with "X. "; or it holds "The answer is X". The index of the letter when it is among the
 // problem's n_choices options, else -1 (unparsable or out of range: counted wrong).

@@ -20,7 +20,6 @@ using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 constexpr std::string_view kLetters = "ABCDE";  // eval_science_qa.py's options
-constexpr std::string_view kImage = "<image>";
 
 std::string strip(std::string_view s) {
   const auto b = s.find_first_not_of(" \t\n\r\f\v");
@@ -134,7 +133,7 @@ struct Input {
 Input make_input(const model::LlavaModel& m, const io::Tokenizer& tok, const image::ProcessorConfig& processor,
                  const Problem& p) {
   Input in;
-  const std::string text = expand_image_tokens(vicuna_v1_prompt(user_message(p)), m.config().features_per_image());
+  const std::string text = model::expand_image_tokens(model::vicuna_v1_prompt(user_message(p)), m.config().features_per_image());
   in.ids = tok.encode(text);
   if (p.image) {
     in.pixels = image::preprocess(image::load_image(*p.image), processor).data;
@@ -194,12 +193,6 @@ const std::vector<std::string>& category_names() {
   return kNames;
 }
 
-std::string vicuna_v1_prompt(std::string_view user_message) {
-  return fmt::format("A chat between a curious user and an artificial intelligence assistant. The assistant gives "
-                     "helpful, detailed, and polite answers to the user's questions. USER: {} ASSISTANT:",
-                     user_message);
-}
-
 std::string user_message(const Problem& p) {
   const std::string context = strip(p.hint);
   std::string options;
@@ -208,19 +201,6 @@ std::string user_message(const Problem& p) {
   return fmt::format("{}Context: {}\nQuestion: {}\nOptions: {}\nAnswer with the option's letter from the given "
                      "choices directly.",
                      p.image ? "<image>\n" : "", context.empty() ? "N/A" : context, p.question, options);
-}
-
-std::string expand_image_tokens(std::string_view text, std::int64_t n) {
-  std::string repeated;
-  for (std::int64_t i = 0; i < n; ++i) repeated += kImage;
-  std::string out;
-  for (std::size_t pos = 0;;) {
-    const std::size_t at = text.find(kImage, pos);
-    out += text.substr(pos, at == std::string_view::npos ? std::string_view::npos : at - pos);
-    if (at == std::string_view::npos) return out;
-    out += repeated;
-    pos = at + kImage.size();
-  }
 }
 
 int parse_answer(std::string_view reply, int n_choices) {

@@ -341,4 +341,25 @@ std::vector<std::int32_t> LlavaModel::generate_greedy(std::span<const std::int32
   }
 }
 
+// ---- prompts ---------------------------------------------------------------------------------------
+
+std::string vicuna_v1_prompt(std::string_view user_message) {
+  return fmt::format("A chat between a curious user and an artificial intelligence assistant. The assistant gives "
+                     "helpful, detailed, and polite answers to the user's questions. USER: {} ASSISTANT:",
+                     user_message);
+}
+
+std::string expand_image_tokens(std::string_view text, std::int64_t n) {
+  std::string repeated;
+  for (std::int64_t i = 0; i < n; ++i) repeated += kImageToken;
+  std::string out;
+  for (std::size_t pos = 0;;) {
+    const std::size_t at = text.find(kImageToken, pos);
+    out += text.substr(pos, at == std::string_view::npos ? std::string_view::npos : at - pos);
+    if (at == std::string_view::npos) return out;
+    out += repeated;
+    pos = at + kImageToken.size();
+  }
+}
+
 }  // namespace latentllm::model
