@@ -34,11 +34,18 @@ struct GenerateArgs {
   bool json = false;
 };
 
+// "LlamaForCausalLM", or "LlavaForConditionalGeneration (LlamaForCausalLM)" for a multimodal checkpoint.
+std::string architecture_of(const model::Model& m) {
+  const auto& c = m.config();
+  return c.multimodal_architecture.empty() ? c.architecture
+                                           : fmt::format("{}, language model {}", c.multimodal_architecture, c.architecture);
+}
+
 int run_text(const GenerateArgs& a, const eval::GenerateOptions& opt, const model::Model& m0, const io::Tokenizer& tok,
              const std::vector<std::int32_t>& prompt, const eval::PrefillFn& prefill) {
   const model::Model* const m = &m0;
   if (!quiet()) std::fprintf(stderr, "generate: %s (%s), prompt %zu tokens, up to %d new, %s\n", a.model.c_str(),
-               m->config().architecture.c_str(), prompt.size(), a.opt.max_new_tokens,
+               architecture_of(*m).c_str(), prompt.size(), a.opt.max_new_tokens,
                a.opt.sampling.temperature == 0 ? "greedy"
                                                : fmt::format("temperature {}, top-k {}, top-p {}, seed {}",
                                                              a.opt.sampling.temperature, a.opt.sampling.top_k,
