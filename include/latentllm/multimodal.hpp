@@ -94,8 +94,10 @@ class LlavaModel {
   // multi_modal_projector.*) or newer transformers' (model.language_model.*, lm_head.weight,
   // model.vision_tower.vision_model.*, model.multi_modal_projector.*). Vision encoder layers after the
   // deepest feature layer are not loaded (their tensors may be present). Throws ConfigError /
-  // FormatError naming the file or tensor (docs/ERRORS.md, "Multimodal checkpoints").
-  static LlavaModel load(const std::filesystem::path& dir);
+  // FormatError naming the file or tensor (docs/ERRORS.md, "Multimodal checkpoints"). opt goes to the
+  // language model's Model::load (allow_unused_tensors); a lazy load is refused (Error): the forward
+  // needs every layer.
+  static LlavaModel load(const std::filesystem::path& dir, const LoadOptions& opt = {});
 
   const LlavaConfig& config() const { return config_; }
   const std::filesystem::path& dir() const { return dir_; }

@@ -191,11 +191,14 @@ LlavaModel::~LlavaModel() = default;
 LlavaModel::LlavaModel(LlavaModel&&) noexcept = default;
 LlavaModel& LlavaModel::operator=(LlavaModel&&) noexcept = default;
 
-LlavaModel LlavaModel::load(const std::filesystem::path& dir) {
+LlavaModel LlavaModel::load(const std::filesystem::path& dir, const LoadOptions& opt) {
+  if (opt.lazy) {
+    throw Error(fmt::format("{}: a LLaVA model loads eagerly (expected LoadOptions::lazy false)", dir.string()));
+  }
   LlavaModel m;
   m.dir_ = dir;
   m.config_ = parse_llava_config(io::load_json_file(dir / "config.json"), (dir / "config.json").string());
-  m.lm_ = Model::load(dir);
+  m.lm_ = Model::load(dir, opt);
   const io::TensorStore store = io::TensorStore::open(dir);
   WeightLoader w(store, {});
   const LlavaLayout& layout = detect_layout(w);

@@ -13,6 +13,7 @@
 
 #include "errors_doc.hpp"
 #include "latentllm/error.hpp"
+#include "latentllm/io.hpp"
 #include "latentllm/multimodal.hpp"
 #include "latentllm/scienceqa.hpp"
 #include "latentllm/tokenizer.hpp"
@@ -169,6 +170,32 @@ TEST(ScienceQaCli, PrintsTheTable) {
   const std::string out = run_cli("eval --task scienceqa --model " + q(fixture()) + " --data " + q(data()) +
                                   " --protocol loglik --max-problems 20 --quiet");
   expect_contains(out, {"NAT", "SOC", "LAN", "TXT", "IMG", "NO", "G1-6", "G7-12", "Avg", "20 problems"});
+}
+
+// The fixture with one more language-model tensor than its config uses: refused, and evaluated unchanged
+// with --allow-unused-tensors (the option reaches the LLaVA loader).
+TEST(ScienceQaCli, AllowUnusedTensorsReachesTheLoader) {
+  const fs::path dir = make_temp_dir("sqa-unused");
+  for (const auto& f : fs::directory_iterator(fixture()))
+    if (f.path().filename() != "model.safetensors") fs::copy_file(f.path(), dir / f.path().filename());
+  const io::SafetensorsFile src(fixture() / "model.safetensors");
+  std::vector<std::vector<float>> values;
+  std::vector<io::TensorToWrite> out;
+  values.reserve(src.tensors().size() + 1);
+  for (const TensorView& t : src.tensors()) {
+    values.push_back(t.to_f32());
+    out.push_back({t.name, t.dtype, t.shape, values.back()});
+  }
+  values.push_back(std::vector<float>(4, 0.5f));
+  out.push_back({"language_model.model.layers.2.mlp.up_proj.weight", DType::F32, {4}, values.back()});
+  io::write_safetensors(dir / "model.safetensors", out);
+  const std::string args = "eval --task scienceqa --data " + q(data()) + " --max-problems 40 --protocol loglik --json";
+  std::string refused;
+  EXPECT_EQ(run_command(cli_path().string() + " " + args + " --model " + q(dir), refused), 1);
+  expect_contains(refused, {"stored tensors not used", "--allow-unused-tensors"});
+  const json a = json::parse(run_cli(args + " --quiet --allow-unused-tensors --model " + q(dir)));
+  const json b = json::parse(run_cli(args + " --quiet --model " + q(fixture())));
+  EXPECT_EQ(a.at("accuracy"), b.at("accuracy"));
 }
 
 // `generate --image` with a val problem's image and user message gives the reference's greedy tokens;

@@ -99,7 +99,7 @@ int run_eval(const EvalArgs& a) {
   apply_run_options(a.run);
   sqa::require_llava(a.model);
   const std::vector<sqa::Problem> problems = sqa::load_problems(a.data, a.split, a.max_problems);
-  const model::LlavaModel m = model::LlavaModel::load(a.model);
+  const model::LlavaModel m = model::LlavaModel::load(a.model, a.run.load());
   const auto tok = io::load_tokenizer(a.model);
   const image::ProcessorConfig processor =
       image::load_processor_config(std::filesystem::path(a.model) / "preprocessor_config.json");

@@ -116,7 +116,7 @@ int run_llava(const GenerateArgs& a, const eval::GenerateOptions& opt) {
     const auto processor = image::load_processor_config(std::filesystem::path(a.model) / "preprocessor_config.json");
     pixels = image::preprocess(image::load_image(a.image), processor).data;
   }
-  const model::LlavaModel lm = model::LlavaModel::load(a.model);
+  const model::LlavaModel lm = model::LlavaModel::load(a.model, a.run.load());
   const auto tok = io::load_tokenizer(a.model);
   const std::vector<std::int32_t> prompt = eval::prompt_ids(
       lm.language_model(), *tok, model::expand_image_tokens(text, lm.config().features_per_image()));
