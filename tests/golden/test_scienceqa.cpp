@@ -96,6 +96,23 @@ TEST(ScienceQa, LetterTokenIds) {
   EXPECT_EQ(ids, (std::vector<std::int32_t>{ref.at("A"), ref.at("B"), ref.at("C"), ref.at("D")}));
 }
 
+// Where the vocabulary has a space-prefixed letter (Llama's SentencePiece "▁A", GPT-2's "ĠA"), that is the
+// letter the model answers with after "ASSISTANT:".
+TEST(ScienceQa, LetterTokenIdsWithSpacePrefixedPieces) {
+  io::TokenizerFiles llama;
+  llama.sentencepiece_model = shared_path("data/tokenizers/llama2/tokenizer.model");
+  io::TokenizerFiles gpt2;
+  gpt2.vocab_json = shared_path("data/tokenizers/gpt2/encoder.json");
+  gpt2.merges_txt = shared_path("data/tokenizers/gpt2/vocab.bpe");
+  const std::vector<std::pair<io::TokenizerFiles, std::string>> cases = {{llama, "\u2581"}, {gpt2, "\u0120"}};
+  for (const auto& [files, prefix] : cases) {
+    const auto tok = io::load_tokenizer_files(files);
+    const auto ids = sqa::letter_token_ids(*tok);
+    ASSERT_EQ(ids.size(), 5u);
+    for (int i = 0; i < 5; ++i) EXPECT_EQ(tok->id_to_token(ids[i]), prefix + std::string(1, char('A' + i)));
+  }
+}
+
 // eval_science_qa.py's rules: exact letter, "X. ...", "The answer is X"; a letter past the choices or
 // anything else is -1.
 TEST(ScienceQa, ParsesRepliesAsLlava) {
