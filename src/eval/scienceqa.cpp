@@ -41,7 +41,8 @@ std::string text_field(const json& p, const std::string& key, const std::string&
 int grade_of(const json& p, const std::string& origin) {
   const std::string g = text_field(p, "grade", origin);
   std::smatch m;
-  if (!std::regex_match(g, m, std::regex("grade([0-9]{1,2})")) || std::stoi(m[1]) < 1 || std::stoi(m[1]) > 12) {
+  static const std::regex kGrade("grade([0-9]{1,2})");
+  if (!std::regex_match(g, m, kGrade) || std::stoi(m[1]) < 1 || std::stoi(m[1]) > 12) {
     throw FormatError(fmt::format("{}: grade (expected grade1..grade12, got \"{}\")", origin, g));
   }
   return std::stoi(m[1]);
@@ -213,7 +214,7 @@ int parse_answer(std::string_view reply, int n_choices) {
     letter = s[0];
   } else if (text.size() >= 3 && kLetters.find(text[0]) != std::string_view::npos && text.compare(1, 2, ". ") == 0) {
     letter = text[0];
-  } else if (std::regex_search(text, m, std::regex("The answer is ([A-E])"))) {
+  } else if (static const std::regex kAnswerIs("The answer is ([A-E])"); std::regex_search(text, m, kAnswerIs)) {
     letter = m[1].str()[0];
   }
   const auto i = letter ? static_cast<int>(kLetters.find(letter)) : -1;

@@ -312,6 +312,10 @@ void LlavaModel::forward_last(std::span<const std::int32_t> ids, std::span<const
 // prefill does from ids.
 void LlavaModel::prefill(std::span<const std::int32_t> ids, std::span<const float> pixels, int n_img, KvCache& cache,
                          MatrixF& logits) const {
+  if (cache.length() != 0 || static_cast<std::int64_t>(ids.size()) > cache.capacity()) {
+    throw Error(fmt::format("{}: prefill of {} positions (expected an empty KV cache with room for them, got {} of {} "
+                            "positions used)", dir_.string(), ids.size(), cache.length(), cache.capacity()));
+  }
   MatrixF h;  // [T, d]
   embed_prompt(ids, pixels, n_img, h);
   const int T = static_cast<int>(h.rows());
