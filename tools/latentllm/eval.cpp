@@ -33,6 +33,7 @@ struct EvalArgs {
   int max_new_tokens = 3;
   RunArgs run;
   bool json = false;
+  const CLI::App* app = nullptr;  // the subcommand, to tell which options were given
 };
 
 // i/N, elapsed and ETA on stderr: one rewritten line on a terminal, a line every 10 s otherwise.
@@ -95,6 +96,9 @@ int run_eval(const EvalArgs& a) {
   if (a.max_new_tokens < 1) {
     throw ConfigError(fmt::format("--max-new-tokens (expected >= 1, got {})", a.max_new_tokens));
   }
+  if (opt.protocol == sqa::Protocol::Loglik && a.app && a.app->count("--max-new-tokens") > 0) {
+    throw ConfigError("--max-new-tokens: not read by --protocol loglik (expected it only with --protocol generate)");
+  }
   opt.max_new_tokens = a.max_new_tokens;
   apply_run_options(a.run);
   sqa::require_llava(a.model);
@@ -152,6 +156,7 @@ Command add_eval(CLI::App& app) {
                 "Print one JSON object (accuracy and counts per category, every prediction, problems_per_s) "
                 "instead of the table")
       ->group("Output");
+  args->app = sub;
   return {sub, [args] { return run_eval(*args); }};
 }
 
