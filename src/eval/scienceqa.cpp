@@ -134,7 +134,8 @@ struct Input {
 Input make_input(const model::LlavaModel& m, const io::Tokenizer& tok, const image::ProcessorConfig& processor,
                  const Problem& p) {
   Input in;
-  const std::string text = model::expand_image_tokens(model::vicuna_v1_prompt(user_message(p)), m.config().features_per_image());
+  const std::string prompt = model::vicuna_v1_prompt(user_message(p));
+  const std::string text = model::expand_image_tokens(prompt, m.config().features_per_image());
   in.ids = tok.encode(text);
   if (p.image) {
     in.pixels = image::preprocess(image::load_image(*p.image), processor).data;

@@ -34,18 +34,19 @@ struct GenerateArgs {
   bool json = false;
 };
 
-// "LlamaForCausalLM", or "LlavaForConditionalGeneration (LlamaForCausalLM)" for a multimodal checkpoint.
+// "LlamaForCausalLM", or "LlavaForConditionalGeneration, language model LlamaForCausalLM".
 std::string architecture_of(const model::Model& m) {
   const auto& c = m.config();
-  return c.multimodal_architecture.empty() ? c.architecture
-                                           : fmt::format("{}, language model {}", c.multimodal_architecture, c.architecture);
+  if (c.multimodal_architecture.empty()) return c.architecture;
+  return fmt::format("{}, language model {}", c.multimodal_architecture, c.architecture);
 }
 
-int run_text(const GenerateArgs& a, const eval::GenerateOptions& opt, const model::Model& m0, const io::Tokenizer& tok,
+// Generates from the prompt's ids (through `prefill` when set: eval::generate) and prints the text and the
+// speeds, or the --json document.
+int run_text(const GenerateArgs& a, const eval::GenerateOptions& opt, const model::Model& m, const io::Tokenizer& tok,
              const std::vector<std::int32_t>& prompt, const eval::PrefillFn& prefill) {
-  const model::Model* const m = &m0;
   if (!quiet()) std::fprintf(stderr, "generate: %s (%s), prompt %zu tokens, up to %d new, %s\n", a.model.c_str(),
-               architecture_of(*m).c_str(), prompt.size(), a.opt.max_new_tokens,
+               architecture_of(m).c_str(), prompt.size(), a.opt.max_new_tokens,
                a.opt.sampling.temperature == 0 ? "greedy"
                                                : fmt::format("temperature {}, top-k {}, top-p {}, seed {}",
                                                              a.opt.sampling.temperature, a.opt.sampling.top_k,
@@ -55,7 +56,7 @@ int run_text(const GenerateArgs& a, const eval::GenerateOptions& opt, const mode
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
   };
-  const eval::GenerateResult r = eval::generate(*m, tok, prompt, opt, a.json ? eval::TextFn{} : stream, prefill);
+  const eval::GenerateResult r = eval::generate(m, tok, prompt, opt, a.json ? eval::TextFn{} : stream, prefill);
   if (!a.json) {  // the streamed text ends its line, so that a shell prompt or the next output starts on its own
     std::fputc('\n', stdout);
     std::fflush(stdout);
@@ -136,7 +137,8 @@ int run_generate(const GenerateArgs& a) {
   opt.sampling.seed = parse_seed(a.seed);
   opt.kv_cache = model::parse_kv_cache_mode(a.kv_cache);
   apply_run_options(a.run);
-  const bool llava = !model::load_config(std::filesystem::path(a.model) / "config.json").multimodal_architecture.empty();
+  const std::filesystem::path config = std::filesystem::path(a.model) / "config.json";
+  const bool llava = !model::load_config(config).multimodal_architecture.empty();
   if (!a.image.empty() && !llava) {
     throw ConfigError(fmt::format("--image: {} is not a LLaVA checkpoint (expected config.json architectures "
                                   "LlavaForConditionalGeneration, got a text-only model)", a.model));
@@ -157,7 +159,8 @@ Command add_generate(CLI::App& app) {
   sub->add_option("--model", args->model, "Model directory (Hugging Face or latent checkpoint)")
       ->required()
       ->group("Input");
-  sub->add_option("--prompt", args->prompt, "Text to continue; empty = start from BOS alone (LLaVA: the user's message, see --raw-prompt)")
+  sub->add_option("--prompt", args->prompt,
+                  "Text to continue; empty = start from BOS alone (LLaVA: the user's message, see --raw-prompt)")
       ->capture_default_str()
       ->group("Input");
   sub->add_option("--image", args->image,
