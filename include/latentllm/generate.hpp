@@ -99,7 +99,12 @@ std::vector<std::int64_t> stop_token_ids(const model::Model& m);
 // prompt of <n> tokens (expected at most max_position_embeddings = <m>)" and "<dir>: prompt of <n>
 // tokens + --max-new-tokens <k> (expected at most max_position_embeddings = <m> positions, got <n + k>)".
 // The model must be loaded eagerly (or have every layer loaded).
+//
+// prefill, when set, replaces the prompt's forward: it fills the (empty) cache with the prompt's
+// positions and sets the last position's logits [1, V] (a LLaVA model puts image features in place of
+// the image tokens: LlavaModel::prefill); everything else is the same.
+using PrefillFn = std::function<void(model::KvCache& cache, MatrixF& logits)>;
 GenerateResult generate(const model::Model& m, const io::Tokenizer& tok, std::span<const std::int32_t> prompt,
-                        const GenerateOptions& opt, const TextFn& on_text = {});
+                        const GenerateOptions& opt, const TextFn& on_text = {}, const PrefillFn& prefill = {});
 
 }  // namespace latentllm::eval

@@ -15,6 +15,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -93,8 +94,10 @@ class LlavaModel {
   // multi_modal_projector.*) or newer transformers' (model.language_model.*, lm_head.weight,
   // model.vision_tower.vision_model.*, model.multi_modal_projector.*). Vision encoder layers after the
   // deepest feature layer are not loaded (their tensors may be present). Throws ConfigError /
-  // FormatError naming the file or tensor (docs/ERRORS.md, "Multimodal checkpoints").
-  static LlavaModel load(const std::filesystem::path& dir);
+  // FormatError naming the file or tensor (docs/ERRORS.md, "Multimodal checkpoints"). opt goes to the
+  // language model's Model::load (allow_unused_tensors); a lazy load is refused (Error): the forward
+  // needs every layer.
+  static LlavaModel load(const std::filesystem::path& dir, const LoadOptions& opt = {});
 
   const LlavaConfig& config() const { return config_; }
   const std::filesystem::path& dir() const { return dir_; }
@@ -115,6 +118,14 @@ class LlavaModel {
   // in order -> logits: [T, V]. ConfigError "<dir>: image tokens (expected X, got Y)" when they do not
   // match the images.
   void forward(std::span<const std::int32_t> ids, std::span<const float> pixels, int n_img, MatrixF& logits) const;
+  // The same forward, but only the last position's logits: [1, V] (the LM head of one row).
+  void forward_last(std::span<const std::int32_t> ids, std::span<const float> pixels, int n_img,
+                    MatrixF& logits) const;
+  // The prompt (image features in place of its image tokens) through the language model, filling
+  // `cache` (of language_model(), empty, room for ids.size() positions at least) -> logits: [1, V] of
+  // its last position; later tokens go through language_model().forward_cached(.., cache, ..).
+  void prefill(std::span<const std::int32_t> ids, std::span<const float> pixels, int n_img, KvCache& cache,
+               MatrixF& logits) const;
   // Greedy decoding with a dense KV cache: up to max_new tokens after the prompt, stopping after eos
   // (if >= 0). ConfigError (model::KvCache) when T + max_new passes max_position_embeddings.
   std::vector<std::int32_t> generate_greedy(std::span<const std::int32_t> ids, std::span<const float> pixels,
@@ -135,5 +146,18 @@ class LlavaModel {
   std::unique_ptr<Projector> projector_;
   std::vector<std::pair<std::string, std::int64_t>> params_;
 };
+
+// ---- prompts (LLaVA-1.5's conversation, llava/conversation.py conv_vicuna_v1) ----------------------
+
+// The placeholder of one image in a prompt, before the processor expands it.
+inline constexpr std::string_view kImageToken = "<image>";
+// vicuna_v1's single-turn conversation around a user message, up to "ASSISTANT:" (no trailing space:
+// the reply starts with its own space): "A chat between a curious user and an artificial intelligence
+// assistant. The assistant gives helpful, detailed, and polite answers to the user's questions. USER:
+// <message> ASSISTANT:".
+std::string vicuna_v1_prompt(std::string_view user_message);
+// Every "<image>" of text replaced by n copies (LlavaProcessor's expansion to image_seq_length before
+// tokenizing; n = LlavaConfig::features_per_image()).
+std::string expand_image_tokens(std::string_view text, std::int64_t n);
 
 }  // namespace latentllm::model

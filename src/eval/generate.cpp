@@ -136,7 +136,7 @@ std::vector<std::int64_t> stop_token_ids(const model::Model& m) {
 }
 
 GenerateResult generate(const model::Model& m, const io::Tokenizer& tok, std::span<const std::int32_t> prompt,
-                        const GenerateOptions& opt, const TextFn& on_text) {
+                        const GenerateOptions& opt, const TextFn& on_text, const PrefillFn& prefill) {
   check_generate(m, prompt, opt);
   GenerateResult r;
   r.prompt_ids.assign(prompt.begin(), prompt.end());
@@ -155,7 +155,11 @@ GenerateResult generate(const model::Model& m, const io::Tokenizer& tok, std::sp
     const std::vector<std::int64_t> eos = stop_token_ids(m);
     MatrixF logits;  // [1, V]
     auto t0 = Clock::now();
-    m.forward_cached(prompt, cache, logits, true);
+    if (prefill) {
+      prefill(cache, logits);
+    } else {
+      m.forward_cached(prompt, cache, logits, true);
+    }
     r.prefill_seconds = seconds_since(t0);
     for (;;) {
       const std::int32_t id = sampler.sample(std::span<const float>(logits.data(), static_cast<std::size_t>(n_cand)));

@@ -191,11 +191,14 @@ LlavaModel::~LlavaModel() = default;
 LlavaModel::LlavaModel(LlavaModel&&) noexcept = default;
 LlavaModel& LlavaModel::operator=(LlavaModel&&) noexcept = default;
 
-LlavaModel LlavaModel::load(const std::filesystem::path& dir) {
+LlavaModel LlavaModel::load(const std::filesystem::path& dir, const LoadOptions& opt) {
+  if (opt.lazy) {
+    throw Error(fmt::format("{}: a LLaVA model loads eagerly (expected LoadOptions::lazy false)", dir.string()));
+  }
   LlavaModel m;
   m.dir_ = dir;
   m.config_ = parse_llava_config(io::load_json_file(dir / "config.json"), (dir / "config.json").string());
-  m.lm_ = Model::load(dir);
+  m.lm_ = Model::load(dir, opt);
   const io::TensorStore store = io::TensorStore::open(dir);
   WeightLoader w(store, {});
   const LlavaLayout& layout = detect_layout(w);
@@ -295,16 +298,27 @@ void LlavaModel::forward(std::span<const std::int32_t> ids, std::span<const floa
   lm_->head(h, logits);  // [T, V]
 }
 
-// The prompt's embeddings (image features in place) fill a KV cache as Model::forward_cached's prefill
-// does from ids; each new token then goes through forward_cached.
-std::vector<std::int32_t> LlavaModel::generate_greedy(std::span<const std::int32_t> ids, std::span<const float> pixels,
-                                                      int n_img, int max_new, std::int32_t eos) const {
-  std::vector<std::int32_t> out;
-  if (max_new <= 0) return out;
+void LlavaModel::forward_last(std::span<const std::int32_t> ids, std::span<const float> pixels, int n_img,
+                              MatrixF& logits) const {
+  MatrixF h;  // [T, d]
+  embed_prompt(ids, pixels, n_img, h);
+  const int T = static_cast<int>(ids.size());
+  for (int i = 0; i < lm_->num_layers(); ++i) lm_->layer_forward(i, h, T);
+  const MatrixF last = h.bottomRows(1);  // [1, d]: the LM head of one row, not of T
+  lm_->head(last, logits);               // [1, V]
+}
+
+// The prompt's embeddings (image features in place) fill the KV cache as Model::forward_cached's
+// prefill does from ids.
+void LlavaModel::prefill(std::span<const std::int32_t> ids, std::span<const float> pixels, int n_img, KvCache& cache,
+                         MatrixF& logits) const {
+  if (cache.length() != 0 || static_cast<std::int64_t>(ids.size()) > cache.capacity()) {
+    throw Error(fmt::format("{}: prefill of {} positions (expected an empty KV cache with room for them, got {} of {} "
+                            "positions used)", dir_.string(), ids.size(), cache.length(), cache.capacity()));
+  }
   MatrixF h;  // [T, d]
   embed_prompt(ids, pixels, n_img, h);
   const int T = static_cast<int>(h.rows());
-  KvCache cache(*lm_, T + max_new);
   for (int i = 0; i < lm_->num_layers(); ++i) {
     LayerState s;
     s.resid.swap(h);
@@ -313,14 +327,45 @@ std::vector<std::int32_t> LlavaModel::generate_greedy(std::span<const std::int32
     h.swap(s.resid);
   }
   cache.advance(T);
-  MatrixF logits, last = h.bottomRows(1);  // [1, V], [1, d]
-  lm_->head(last, logits);
+  const MatrixF last = h.bottomRows(1);  // [1, d]
+  lm_->head(last, logits);               // [1, V]
+}
+
+// Each new token after the prefill goes through forward_cached.
+std::vector<std::int32_t> LlavaModel::generate_greedy(std::span<const std::int32_t> ids, std::span<const float> pixels,
+                                                      int n_img, int max_new, std::int32_t eos) const {
+  std::vector<std::int32_t> out;
+  if (max_new <= 0) return out;
+  KvCache cache(*lm_, static_cast<int>(ids.size()) + max_new);
+  MatrixF logits;  // [1, V]
+  prefill(ids, pixels, n_img, cache, logits);
   for (;;) {
     Eigen::Index best = 0;
     logits.row(0).maxCoeff(&best);
     out.push_back(static_cast<std::int32_t>(best));
     if (out.back() == eos || static_cast<int>(out.size()) == max_new) return out;
     lm_->forward_cached(std::span<const std::int32_t>(&out.back(), 1), cache, logits, true);
+  }
+}
+
+// ---- prompts ---------------------------------------------------------------------------------------
+
+std::string vicuna_v1_prompt(std::string_view user_message) {
+  return fmt::format("A chat between a curious user and an artificial intelligence assistant. The assistant gives "
+                     "helpful, detailed, and polite answers to the user's questions. USER: {} ASSISTANT:",
+                     user_message);
+}
+
+std::string expand_image_tokens(std::string_view text, std::int64_t n) {
+  std::string repeated;
+  for (std::int64_t i = 0; i < n; ++i) repeated += kImageToken;
+  std::string out;
+  for (std::size_t pos = 0;;) {
+    const std::size_t at = text.find(kImageToken, pos);
+    out += text.substr(pos, at == std::string_view::npos ? std::string_view::npos : at - pos);
+    if (at == std::string_view::npos) return out;
+    out += repeated;
+    pos = at + kImageToken.size();
   }
 }
 

@@ -51,6 +51,7 @@ void register_commands(CLI::App& app) {
   registry().push_back(add_compress(app));
   registry().push_back(add_sweep(app));
   registry().push_back(add_generate(app));
+  registry().push_back(add_eval(app));
 }
 
 int run_selected(CLI::App& app) {

@@ -28,5 +28,6 @@ Command add_ppl(CLI::App& app);
 Command add_compress(CLI::App& app);
 Command add_sweep(CLI::App& app);
 Command add_generate(CLI::App& app);
+Command add_eval(CLI::App& app);
 
 }  // namespace latentllm::cli

@@ -1,6 +1,9 @@
 // `latentllm generate`: text from a (dense or latent) checkpoint, streamed to stdout as it is
-// produced; prefill and decode speeds and the KV-cache size on stderr (or in the --json document).
+// produced; prefill and decode speeds and the KV-cache size on stderr (or in the --json document). On a
+// LLaVA checkpoint the prompt is a user message in LLaVA-1.5's conversation (vicuna_v1), after the image
+// of --image if given; --raw-prompt passes the text as is (its "<image>" placeholders expanded).
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -10,7 +13,9 @@
 #include "options.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/generate.hpp"
+#include "latentllm/image.hpp"
 #include "latentllm/model.hpp"
+#include "latentllm/multimodal.hpp"
 #include "latentllm/threads.hpp"
 #include "latentllm/tokenizer.hpp"
 
@@ -20,6 +25,8 @@ namespace {
 struct GenerateArgs {
   std::string model;
   std::string prompt;
+  std::string image;        // --image: a PNG or JPEG for a LLaVA checkpoint
+  bool raw_prompt = false;  // --raw-prompt: no conversation template around the prompt
   std::string kv_cache = "auto";
   eval::GenerateOptions opt;
   RunArgs run;
@@ -27,21 +34,19 @@ struct GenerateArgs {
   bool json = false;
 };
 
-int run_generate(const GenerateArgs& a) {
-  // Every option is checked before the model is read.
-  eval::check_sampling_options(a.opt.sampling);
-  if (a.opt.max_new_tokens < 0) {
-    throw ConfigError(fmt::format("--max-new-tokens (expected >= 0, got {})", a.opt.max_new_tokens));
-  }
-  eval::GenerateOptions opt = a.opt;
-  opt.sampling.seed = parse_seed(a.seed);
-  opt.kv_cache = model::parse_kv_cache_mode(a.kv_cache);
-  apply_run_options(a.run);
-  const std::unique_ptr<model::Model> m = model::Model::load(a.model, a.run.load());
-  const auto tok = io::load_tokenizer(a.model);
-  const std::vector<std::int32_t> prompt = eval::prompt_ids(*m, *tok, a.prompt);
+// "LlamaForCausalLM", or "LlavaForConditionalGeneration, language model LlamaForCausalLM".
+std::string architecture_of(const model::Model& m) {
+  const auto& c = m.config();
+  if (c.multimodal_architecture.empty()) return c.architecture;
+  return fmt::format("{}, language model {}", c.multimodal_architecture, c.architecture);
+}
+
+// Generates from the prompt's ids (through `prefill` when set: eval::generate) and prints the text and the
+// speeds, or the --json document.
+int run_text(const GenerateArgs& a, const eval::GenerateOptions& opt, const model::Model& m, const io::Tokenizer& tok,
+             const std::vector<std::int32_t>& prompt, const eval::PrefillFn& prefill) {
   if (!quiet()) std::fprintf(stderr, "generate: %s (%s), prompt %zu tokens, up to %d new, %s\n", a.model.c_str(),
-               m->config().architecture.c_str(), prompt.size(), a.opt.max_new_tokens,
+               architecture_of(m).c_str(), prompt.size(), a.opt.max_new_tokens,
                a.opt.sampling.temperature == 0 ? "greedy"
                                                : fmt::format("temperature {}, top-k {}, top-p {}, seed {}",
                                                              a.opt.sampling.temperature, a.opt.sampling.top_k,
@@ -51,7 +56,7 @@ int run_generate(const GenerateArgs& a) {
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
   };
-  const eval::GenerateResult r = eval::generate(*m, *tok, prompt, opt, a.json ? eval::TextFn{} : stream);
+  const eval::GenerateResult r = eval::generate(m, tok, prompt, opt, a.json ? eval::TextFn{} : stream, prefill);
   if (!a.json) {  // the streamed text ends its line, so that a shell prompt or the next output starts on its own
     std::fputc('\n', stdout);
     std::fflush(stdout);
@@ -69,6 +74,7 @@ int run_generate(const GenerateArgs& a) {
   if (a.json) {
     const nlohmann::json j = {{"model", a.model},
                               {"prompt", a.prompt},
+                              {"image", a.image},
                               {"prompt_tokens", r.prompt_ids},
                               {"text", r.text},
                               {"tokens", r.tokens},
@@ -88,6 +94,62 @@ int run_generate(const GenerateArgs& a) {
   return 0;
 }
 
+// On a LLaVA checkpoint: the prompt in the conversation template (the image placeholder first with
+// --image), its image tokens expanded, the image preprocessed by the checkpoint's processor, and a
+// prefill that puts the image features in place of the image tokens.
+int run_llava(const GenerateArgs& a, const eval::GenerateOptions& opt) {
+  const int n_img = a.image.empty() ? 0 : 1;
+  const std::string text = a.raw_prompt ? a.prompt
+                                        : model::vicuna_v1_prompt((n_img ? "<image>\n" : "") + a.prompt);
+  std::int64_t placeholders = 0;
+  for (auto i = text.find(model::kImageToken); i != std::string::npos; i = text.find(model::kImageToken, i + 1))
+    ++placeholders;
+  if (a.raw_prompt && placeholders != n_img) {
+    throw ConfigError(fmt::format("--prompt: <image> placeholders (expected {}, one per --image, got {})", n_img,
+                                  placeholders));
+  }
+  if (!a.raw_prompt && placeholders != n_img) {
+    throw ConfigError(fmt::format("--prompt: <image> placeholders (expected none: the template puts the image of "
+                                  "--image first; --raw-prompt places it, got {})", placeholders - n_img));
+  }
+  std::vector<float> pixels;  // [n_img, 3, S, S]
+  if (n_img) {
+    const auto processor = image::load_processor_config(std::filesystem::path(a.model) / "preprocessor_config.json");
+    pixels = image::preprocess(image::load_image(a.image), processor).data;
+  }
+  const model::LlavaModel lm = model::LlavaModel::load(a.model, a.run.load());
+  const auto tok = io::load_tokenizer(a.model);
+  const std::vector<std::int32_t> prompt = eval::prompt_ids(
+      lm.language_model(), *tok, model::expand_image_tokens(text, lm.config().features_per_image()));
+  const eval::PrefillFn prefill = [&](model::KvCache& cache, MatrixF& logits) {
+    lm.prefill(prompt, pixels, n_img, cache, logits);
+  };
+  return run_text(a, opt, lm.language_model(), *tok, prompt, prefill);
+}
+
+int run_generate(const GenerateArgs& a) {
+  // Every option is checked before the model is read.
+  eval::check_sampling_options(a.opt.sampling);
+  if (a.opt.max_new_tokens < 0) {
+    throw ConfigError(fmt::format("--max-new-tokens (expected >= 0, got {})", a.opt.max_new_tokens));
+  }
+  eval::GenerateOptions opt = a.opt;
+  opt.sampling.seed = parse_seed(a.seed);
+  opt.kv_cache = model::parse_kv_cache_mode(a.kv_cache);
+  apply_run_options(a.run);
+  const std::filesystem::path config = std::filesystem::path(a.model) / "config.json";
+  const bool llava = !model::load_config(config).multimodal_architecture.empty();
+  if (!a.image.empty() && !llava) {
+    throw ConfigError(fmt::format("--image: {} is not a LLaVA checkpoint (expected config.json architectures "
+                                  "LlavaForConditionalGeneration, got a text-only model)", a.model));
+  }
+  if (llava) return run_llava(a, opt);
+  const std::unique_ptr<model::Model> m = model::Model::load(a.model, a.run.load());
+  const auto tok = io::load_tokenizer(a.model);
+  const std::vector<std::int32_t> prompt = eval::prompt_ids(*m, *tok, a.prompt);
+  return run_text(a, opt, *m, *tok, prompt, {});
+}
+
 }  // namespace
 
 Command add_generate(CLI::App& app) {
@@ -97,8 +159,17 @@ Command add_generate(CLI::App& app) {
   sub->add_option("--model", args->model, "Model directory (Hugging Face or latent checkpoint)")
       ->required()
       ->group("Input");
-  sub->add_option("--prompt", args->prompt, "Text to continue; empty = start from BOS alone")
+  sub->add_option("--prompt", args->prompt,
+                  "Text to continue; empty = start from BOS alone (LLaVA: the user's message, see --raw-prompt)")
       ->capture_default_str()
+      ->group("Input");
+  sub->add_option("--image", args->image,
+                  "Image (PNG or JPEG) for a LLaVA checkpoint: preprocessed by its preprocessor_config.json, its "
+                  "features in place of the prompt's <image>")
+      ->group("Input");
+  sub->add_flag("--raw-prompt", args->raw_prompt,
+                "LLaVA: pass --prompt as is, with a literal <image> where the image goes (default: the prompt "
+                "is the user's message in LLaVA-1.5's vicuna_v1 conversation, after <image>\\n with --image)")
       ->group("Input");
   sub->add_option("--max-new-tokens", args->opt.max_new_tokens,
                   "Stop after N new tokens (or at EOS); prompt + N must fit max_position_embeddings")

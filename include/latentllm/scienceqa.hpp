@@ -1,0 +1,105 @@
+// ScienceQA multiple-choice evaluation of a LLaVA model, as LLaVA-1.5 runs it
+// (llava/eval/model_vqa_science.py with --single-pred-prompt and conv-mode vicuna_v1, scored by
+// llava/eval/eval_science_qa.py): the data in the official layout (problems.json, pid_splits.json,
+// images/<split>/<pid>/<image>), the prompt, the answer parser, two protocols and the accuracy by
+// category of the ScienceQA paper (Table 4 of LLaVA). docs/LMM.md describes the protocol.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "latentllm/image.hpp"
+#include "latentllm/multimodal.hpp"
+#include "latentllm/tokenizer.hpp"
+
+namespace latentllm::eval::scienceqa {
+
+// One problem of problems.json (the fields the evaluation reads).
+struct Problem {
+  std::string pid;
+  std::string question;
+  std::vector<std::string> choices;  // 2..5 (letters A..E)
+  int answer = 0;                    // index into choices
+  std::string hint;                  // "" when there is none
+  std::string subject;               // "natural science", "social science", "language science"
+  int grade = 0;                     // N of "gradeN"
+  std::optional<std::filesystem::path> image;  // the image file, when the problem has one
+};
+
+// The problems of `split` (a key of pid_splits.json), in its order, the first max_problems when > 0.
+// A problem's image is data/images/<its split field, else split>/<pid>/<image>. Throws IoError for a
+// missing problems.json, pid_splits.json or image file, FormatError for a malformed problem, ConfigError
+// for a split that is not in pid_splits.json or is empty (docs/ERRORS.md, "ScienceQA evaluation").
+std::vector<Problem> load_problems(const std::filesystem::path& data, const std::string& split, int max_problems = 0);
+
+// ConfigError "<dir>/config.json: not a LLaVA checkpoint (expected architectures
+// LlavaForConditionalGeneration for --task scienceqa, got X)" unless dir holds one (model::is_llava_config).
+void require_llava(const std::filesystem::path& dir);
+
+// The categories a problem counts in: its subject (NAT, SOC, LAN), its context (TXT: hint non-empty,
+// IMG: has an image, NO: neither; TXT and IMG may both hold) and its grade (G1-6, G7-12).
+std::vector<std::string> categories(const Problem& p);
+// The categories in the order of LLaVA's Table 4, then "avg" (all problems).
+const std::vector<std::string>& category_names();
+
+// The user message of model_vqa_science.py's --single-pred-prompt (the prompt is
+// model::vicuna_v1_prompt of it): "<image>\n" first when the problem has
+// an image, "Context: <hint stripped, or N/A>\nQuestion: <question>\nOptions: (A) c0 (B) c1 ...\nAnswer
+// with the option's letter from the given choices directly."
+std::string user_message(const Problem& p);
+// eval_science_qa.py's parse of a reply (newlines read as ". "): the stripped reply is a letter A..E;
+// it starts with "X. "; or it holds "The answer is X". The index of the letter when it is among the
+// problem's n_choices options, else -1 (unparsable or out of range: counted wrong).
+int parse_answer(std::string_view reply, int n_choices);
+
+enum class Protocol {
+  Generate,  // greedy decoding of a few tokens, stopped at EOS, parsed as LLaVA does
+  Loglik,    // argmax of the last prompt position's logits over the option letters' token ids
+};
+Protocol parse_protocol(const std::string& name);  // "generate" | "loglik"; ConfigError otherwise
+std::string_view protocol_name(Protocol p);
+
+// The token id a model answers letter L with after "ASSISTANT:": the last token of tokenizing
+// "ASSISTANT: L" (a "▁L" / "ĠL" piece where the vocabulary has one, else the bare letter), checked to
+// decode to the letter alone. ConfigError when no single token does.
+std::vector<std::int32_t> letter_token_ids(const io::Tokenizer& tok, int n_letters = 5);
+
+struct Prediction {
+  std::string pid;
+  int pred = -1;     // index into choices; -1 = unparsable
+  int answer = 0;
+  bool correct = false;
+  std::string reply;  // the decoded reply (generate), or the letter chosen (loglik)
+};
+
+struct Options {
+  Protocol protocol = Protocol::Generate;
+  int max_new_tokens = 3;  // generate: the reply's length limit (a letter and EOS fit)
+};
+
+struct Result {
+  std::vector<Prediction> predictions;
+  std::map<std::string, int> correct;  // per category name (category_names), "avg" = all
+  std::map<std::string, int> count;
+  int unparsable = 0;
+  double seconds = 0;
+  // Accuracy in percent of a category; NaN when it has no problem.
+  double accuracy(const std::string& category) const;
+};
+
+// Called after each problem: i problems done of n, seconds since the start.
+using ProgressFn = std::function<void(int i, int n, double seconds)>;
+
+// Runs the evaluation. The image preprocessing is the checkpoint's preprocessor_config.json (`processor`);
+// the prompt is BOS + vicuna_v1_prompt(user_message) with "<image>" expanded to the model's
+// features per image. Works on any LLaVA checkpoint LlavaModel loads (dense or latent language model).
+Result evaluate(const model::LlavaModel& m, const io::Tokenizer& tok, const image::ProcessorConfig& processor,
+                const std::vector<Problem>& problems, const Options& opt, const ProgressFn& progress = {});
+
+}  // namespace latentllm::eval::scienceqa

@@ -1,0 +1,300 @@
+#include "latentllm/scienceqa.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <regex>
+
+#include <fmt/format.h>
+
+#include "io/json_keys.hpp"
+#include "latentllm/error.hpp"
+#include "latentllm/generate.hpp"
+
+namespace latentllm::eval::scienceqa {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+constexpr std::string_view kLetters = "ABCDE";  // eval_science_qa.py's options
+
+std::string strip(std::string_view s) {
+  const auto b = s.find_first_not_of(" \t\n\r\f\v");
+  if (b == std::string_view::npos) return "";
+  return std::string(s.substr(b, s.find_last_not_of(" \t\n\r\f\v") - b + 1));
+}
+
+// A string field of problem pid; FormatError naming it otherwise.
+std::string text_field(const json& p, const std::string& key, const std::string& origin) {
+  const auto it = p.find(key);
+  if (it == p.end() || !it->is_string()) {
+    throw FormatError(fmt::format("{}: {} (expected a string, got {})", origin, key,
+                                  it == p.end() ? std::string("nothing") : io::brief(*it)));
+  }
+  return it->get<std::string>();
+}
+
+// "gradeN" -> N.
+int grade_of(const json& p, const std::string& origin) {
+  const std::string g = text_field(p, "grade", origin);
+  std::smatch m;
+  static const std::regex kGrade("grade([0-9]{1,2})");
+  if (!std::regex_match(g, m, kGrade) || std::stoi(m[1]) < 1 || std::stoi(m[1]) > 12) {
+    throw FormatError(fmt::format("{}: grade (expected grade1..grade12, got \"{}\")", origin, g));
+  }
+  return std::stoi(m[1]);
+}
+
+Problem parse_problem(const json& p, const std::string& pid, const fs::path& data, const std::string& split,
+                      const std::string& file) {
+  const std::string origin = fmt::format("{}: problem {}", file, pid);
+  if (!p.is_object()) throw FormatError(fmt::format("{} (expected an object, got {})", origin, io::brief(p)));
+  Problem q;
+  q.pid = pid;
+  q.question = text_field(p, "question", origin);
+  q.hint = text_field(p, "hint", origin);
+  q.subject = text_field(p, "subject", origin);
+  q.grade = grade_of(p, origin);
+  const auto c = p.find("choices");
+  if (c == p.end() || !c->is_array() || c->size() < 2 || c->size() > kLetters.size() ||
+      !std::all_of(c->begin(), c->end(), [](const json& x) { return x.is_string(); })) {
+    throw FormatError(fmt::format("{}: choices (expected 2..5 strings, got {})", origin,
+                                  c == p.end() ? std::string("nothing") : io::brief(*c)));
+  }
+  q.choices = c->get<std::vector<std::string>>();
+  const auto a = p.find("answer");
+  if (a == p.end() || !a->is_number_integer() || a->get<std::int64_t>() < 0 ||
+      a->get<std::int64_t>() >= static_cast<std::int64_t>(q.choices.size())) {
+    throw FormatError(fmt::format("{}: answer (expected an index 0..{} into choices, got {})", origin,
+                                  q.choices.size() - 1, a == p.end() ? std::string("nothing") : io::brief(*a)));
+  }
+  q.answer = a->get<int>();
+  const auto im = p.find("image");
+  if (im != p.end() && !im->is_null()) {
+    if (!im->is_string()) throw FormatError(fmt::format("{}: image (expected a file name or null, got {})", origin,
+                                                        io::brief(*im)));
+    // The image lies under the problem's own split (trainval and minival mix splits).
+    const auto ps = p.find("split");
+    const std::string folder = ps != p.end() && ps->is_string() ? ps->get<std::string>() : split;
+    q.image = data / "images" / folder / pid / im->get<std::string>();
+    if (!fs::is_regular_file(*q.image)) {
+      throw IoError(fmt::format("{}: image of problem {} missing (expected the file at images/<split>/<pid>/{})",
+                                q.image->string(), pid, im->get<std::string>()));
+    }
+  }
+  return q;
+}
+
+// The pids of `split` in pid_splits.json.
+std::vector<std::string> split_pids(const fs::path& data, const std::string& split) {
+  const fs::path file = data / "pid_splits.json";
+  const json doc = io::load_json_file(file);
+  if (!doc.is_object() || !doc.contains(split)) {
+    std::string names;
+    if (doc.is_object())
+      for (const auto& [k, v] : doc.items()) names += (names.empty() ? "" : ", ") + k;
+    throw ConfigError(fmt::format("{}: split {} (expected one of {}, got {})", file.string(), split,
+                                  names.empty() ? "its keys" : names, split));
+  }
+  const json& ids = doc.at(split);
+  if (!ids.is_array() || !std::all_of(ids.begin(), ids.end(), [](const json& x) { return x.is_string(); })) {
+    throw FormatError(fmt::format("{}: {} (expected a list of problem ids, got {})", file.string(), split,
+                                  io::brief(ids)));
+  }
+  if (ids.empty()) {
+    throw ConfigError(fmt::format("{}: split {} (expected a split with problems, got an empty list)", file.string(),
+                                  split));
+  }
+  return ids.get<std::vector<std::string>>();
+}
+
+// The argmax of logits [1, V] over the ids of the first n letters; -1 on an empty set.
+int best_letter(const MatrixF& logits, const std::vector<std::int32_t>& letters, int n) {
+  int best = -1;
+  float best_logit = -std::numeric_limits<float>::infinity();
+  for (int i = 0; i < n; ++i) {
+    const float l = logits(0, letters[static_cast<std::size_t>(i)]);
+    if (best < 0 || l > best_logit) {  // first maximum on ties, like torch.argmax
+      best = i;
+      best_logit = l;
+    }
+  }
+  return best;
+}
+
+struct Input {
+  std::vector<std::int32_t> ids;  // [T] BOS + prompt, image tokens expanded
+  std::vector<float> pixels;      // [n_img, 3, S, S]
+  int n_img = 0;
+};
+
+Input make_input(const model::LlavaModel& m, const io::Tokenizer& tok, const image::ProcessorConfig& processor,
+                 const Problem& p) {
+  Input in;
+  const std::string prompt = model::vicuna_v1_prompt(user_message(p));
+  const std::string text = model::expand_image_tokens(prompt, m.config().features_per_image());
+  in.ids = tok.encode(text);
+  if (p.image) {
+    in.pixels = image::preprocess(image::load_image(*p.image), processor).data;
+    in.n_img = 1;
+  }
+  return in;
+}
+
+}  // namespace
+
+std::vector<Problem> load_problems(const fs::path& data, const std::string& split, int max_problems) {
+  const std::vector<std::string> pids = split_pids(data, split);
+  const fs::path file = data / "problems.json";
+  const json doc = io::load_json_file(file);
+  if (!doc.is_object()) {
+    throw FormatError(fmt::format("{}: problems (expected an object of problems by id, got {})", file.string(),
+                                  io::brief(doc)));
+  }
+  const std::size_t n = max_problems > 0 ? std::min(pids.size(), static_cast<std::size_t>(max_problems)) : pids.size();
+  std::vector<Problem> out;
+  out.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto it = doc.find(pids[i]);
+    if (it == doc.end()) {
+      throw FormatError(fmt::format("{}: problem {} of split {} (expected it in problems.json, got nothing)",
+                                    file.string(), pids[i], split));
+    }
+    out.push_back(parse_problem(*it, pids[i], data, split, file.string()));
+  }
+  return out;
+}
+
+void require_llava(const fs::path& dir) {
+  const fs::path file = dir / "config.json";
+  const json doc = io::load_json_file(file);
+  if (model::is_llava_config(doc)) return;
+  const auto a = doc.is_object() ? doc.find("architectures") : doc.end();
+  const std::string got = a != doc.end() && a->is_array() && !a->empty() ? io::brief(a->front()) : "no architectures";
+  throw ConfigError(fmt::format("{}: not a LLaVA checkpoint (expected architectures LlavaForConditionalGeneration "
+                                "for --task scienceqa, got {})", file.string(), got));
+}
+
+std::vector<std::string> categories(const Problem& p) {
+  std::vector<std::string> c;
+  if (p.subject == "natural science") c.push_back("NAT");
+  if (p.subject == "social science") c.push_back("SOC");
+  if (p.subject == "language science") c.push_back("LAN");
+  if (!p.hint.empty()) c.push_back("TXT");
+  if (p.image) c.push_back("IMG");
+  if (p.hint.empty() && !p.image) c.push_back("NO");
+  c.push_back(p.grade <= 6 ? "G1-6" : "G7-12");
+  return c;
+}
+
+const std::vector<std::string>& category_names() {
+  static const std::vector<std::string> kNames = {"NAT", "SOC", "LAN", "TXT", "IMG", "NO", "G1-6", "G7-12", "avg"};
+  return kNames;
+}
+
+std::string user_message(const Problem& p) {
+  const std::string context = strip(p.hint);
+  std::string options;
+  for (std::size_t i = 0; i < p.choices.size(); ++i)
+    options += fmt::format("{}({}) {}", i ? " " : "", kLetters[i], p.choices[i]);
+  return fmt::format("{}Context: {}\nQuestion: {}\nOptions: {}\nAnswer with the option's letter from the given "
+                     "choices directly.",
+                     p.image ? "<image>\n" : "", context.empty() ? "N/A" : context, p.question, options);
+}
+
+int parse_answer(std::string_view reply, int n_choices) {
+  std::string text;  // newlines read as ". ", as eval_science_qa.py does
+  for (char ch : reply) text += ch == '\n' ? std::string(". ") : std::string(1, ch);
+  const std::string s = strip(text);
+  char letter = 0;
+  std::smatch m;
+  if (s.size() == 1 && kLetters.find(s[0]) != std::string_view::npos) {
+    letter = s[0];
+  } else if (text.size() >= 3 && kLetters.find(text[0]) != std::string_view::npos && text.compare(1, 2, ". ") == 0) {
+    letter = text[0];
+  } else if (static const std::regex kAnswerIs("The answer is ([A-E])"); std::regex_search(text, m, kAnswerIs)) {
+    letter = m[1].str()[0];
+  }
+  const auto i = letter ? static_cast<int>(kLetters.find(letter)) : -1;
+  return i >= 0 && i < n_choices ? i : -1;
+}
+
+Protocol parse_protocol(const std::string& name) {
+  if (name == "generate") return Protocol::Generate;
+  if (name == "loglik") return Protocol::Loglik;
+  throw ConfigError(fmt::format("--protocol (expected generate or loglik, got {})", name));
+}
+
+std::string_view protocol_name(Protocol p) { return p == Protocol::Generate ? "generate" : "loglik"; }
+
+std::vector<std::int32_t> letter_token_ids(const io::Tokenizer& tok, int n_letters) {
+  std::vector<std::int32_t> ids;
+  for (int i = 0; i < n_letters; ++i) {
+    const std::string letter(1, kLetters[static_cast<std::size_t>(i)]);
+    // The reply follows "ASSISTANT:" after a space in vicuna_v1's conversation ("ASSISTANT: A</s>"), so
+    // its first token is what the tokenizer makes of " A" there.
+    const std::vector<std::int32_t> t = tok.encode("ASSISTANT: " + letter, false);
+    if (t.empty() || strip(tok.decode(std::span<const std::int32_t>(&t.back(), 1))) != letter) {
+      throw ConfigError(fmt::format("tokenizer: option letter {} (expected \"ASSISTANT: {}\" to end in a token of "
+                                    "the letter alone, got {})", letter, letter,
+                                    t.empty() ? std::string("no tokens") : fmt::format("id {}", t.back())));
+    }
+    ids.push_back(t.back());
+  }
+  return ids;
+}
+
+double Result::accuracy(const std::string& category) const {
+  const auto n = count.find(category);
+  if (n == count.end() || n->second == 0) return std::numeric_limits<double>::quiet_NaN();
+  return 100.0 * correct.at(category) / n->second;
+}
+
+Result evaluate(const model::LlavaModel& m, const io::Tokenizer& tok, const image::ProcessorConfig& processor,
+                const std::vector<Problem>& problems, const Options& opt, const ProgressFn& progress) {
+  const std::vector<std::int32_t> letters = letter_token_ids(tok);
+  const std::vector<std::int64_t> stops = stop_token_ids(m.language_model());
+  const auto eos = static_cast<std::int32_t>(stops.empty() ? -1 : stops.front());
+  Result r;
+  for (const std::string& c : category_names()) r.correct[c] = r.count[c] = 0;
+  const auto t0 = Clock::now();
+  for (const Problem& p : problems) {
+    const Input in = make_input(m, tok, processor, p);
+    const int n = static_cast<int>(p.choices.size());
+    Prediction pr;
+    pr.pid = p.pid;
+    pr.answer = p.answer;
+    if (opt.protocol == Protocol::Loglik) {
+      MatrixF logits;  // [1, V]
+      m.forward_last(in.ids, in.pixels, in.n_img, logits);
+      pr.pred = best_letter(logits, letters, n);
+      pr.reply = std::string(1, kLetters[static_cast<std::size_t>(pr.pred)]);
+    } else {
+      std::vector<std::int32_t> out = m.generate_greedy(in.ids, in.pixels, in.n_img, opt.max_new_tokens, eos);
+      // Any stop id ends the reply (generation_config.json may list several).
+      const auto stop = std::find_if(out.begin(), out.end(), [&](std::int32_t id) {
+        return std::find(stops.begin(), stops.end(), id) != stops.end();
+      });
+      out.erase(stop, out.end());
+      pr.reply = strip(tok.decode(out));
+      pr.pred = parse_answer(pr.reply, n);
+    }
+    pr.correct = pr.pred == p.answer;
+    r.unparsable += pr.pred < 0;
+    std::vector<std::string> cats = categories(p);
+    cats.push_back("avg");
+    for (const std::string& c : cats) {
+      ++r.count[c];
+      r.correct[c] += pr.correct;
+    }
+    r.predictions.push_back(std::move(pr));
+    r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (progress) progress(static_cast<int>(r.predictions.size()), static_cast<int>(problems.size()), r.seconds);
+  }
+  return r;
+}
+
+}  // namespace latentllm::eval::scienceqa

@@ -1,0 +1,163 @@
+// `latentllm eval --task scienceqa`: multiple-choice accuracy of a LLaVA checkpoint (dense or latent) on a
+// ScienceQA-format data folder, by category (LLaVA's Table 4 layout) on stdout or as one JSON document.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "options.hpp"
+#include "latentllm/error.hpp"
+#include "latentllm/image.hpp"
+#include "latentllm/multimodal.hpp"
+#include "latentllm/scienceqa.hpp"
+#include "latentllm/tokenizer.hpp"
+
+namespace latentllm::cli {
+namespace {
+
+namespace sqa = eval::scienceqa;
+
+struct EvalArgs {
+  std::string task = "scienceqa";
+  std::string model;
+  std::string data;
+  std::string split = "val";
+  std::string protocol = "generate";
+  int max_problems = 0;
+  int max_new_tokens = 3;
+  RunArgs run;
+  bool json = false;
+  const CLI::App* app = nullptr;  // the subcommand, to tell which options were given
+};
+
+// i/N, elapsed and ETA on stderr: one rewritten line on a terminal, a line every 10 s otherwise.
+class Progress {
+ public:
+  Progress() : tty_(::isatty(2) != 0) {}
+  void operator()(int i, int n, double seconds) {
+    const bool last = i == n;
+    if (quiet() || (!tty_ && !last && seconds - last_print_ < 10.0)) return;
+    last_print_ = seconds;
+    const double eta = seconds / i * (n - i);
+    std::fprintf(stderr, "%seval: %d/%d problems, %.1f problems/s, elapsed %.1f s, ETA %.1f s%s", tty_ ? "\r" : "", i,
+                 n, i / std::max(seconds, 1e-9), seconds, eta, tty_ && !last ? "" : "\n");
+    std::fflush(stderr);
+  }
+
+ private:
+  bool tty_;
+  double last_print_ = -1e9;
+};
+
+// An accuracy with two decimals, "-" for an empty category.
+std::string percent(double a) { return std::isnan(a) ? "-" : fmt::format("{:.2f}", a); }
+
+// LLaVA's Table 4: subject, context modality, grade, average.
+void print_table(const EvalArgs& a, const sqa::Result& r) {
+  std::printf("ScienceQA %s, %zu problems, protocol %s: %s\n", a.split.c_str(), r.predictions.size(),
+              a.protocol.c_str(), a.model.c_str());
+  std::printf("%-24s", "");
+  for (const std::string& c : sqa::category_names()) std::printf(" %7s", c == "avg" ? "Avg" : c.c_str());
+  std::printf("\n%-24s", "accuracy (%)");
+  for (const std::string& c : sqa::category_names()) std::printf(" %7s", percent(r.accuracy(c)).c_str());
+  std::printf("\n%-24s", "problems");
+  for (const std::string& c : sqa::category_names()) std::printf(" %7d", r.count.at(c));
+  std::printf("\nunparsable replies: %d (counted wrong)\n", r.unparsable);
+}
+
+nlohmann::json result_json(const EvalArgs& a, const sqa::Result& r) {
+  nlohmann::json acc = nlohmann::json::object(), counts = nlohmann::json::object(), preds = nlohmann::json::array();
+  for (const std::string& c : sqa::category_names()) {
+    const double v = r.accuracy(c);
+    acc[c] = std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v);
+    counts[c] = r.count.at(c);
+  }
+  for (const sqa::Prediction& p : r.predictions) {
+    preds.push_back({{"pid", p.pid}, {"pred", p.pred}, {"answer", p.answer}, {"correct", p.correct},
+                     {"reply", p.reply}});
+  }
+  const auto n = static_cast<double>(r.predictions.size());
+  return {{"task", a.task}, {"model", a.model}, {"data", a.data}, {"split", a.split}, {"protocol", a.protocol},
+          {"n", r.predictions.size()}, {"accuracy", acc}, {"counts", counts}, {"unparsable", r.unparsable},
+          {"predictions", preds}, {"seconds", r.seconds}, {"problems_per_s", r.seconds > 0 ? n / r.seconds : 0.0}};
+}
+
+int run_eval(const EvalArgs& a) {
+  // Every option and input is checked before the model is read.
+  sqa::Options opt;
+  opt.protocol = sqa::parse_protocol(a.protocol);
+  if (a.max_problems < 0) throw ConfigError(fmt::format("--max-problems (expected >= 0, got {})", a.max_problems));
+  if (a.max_new_tokens < 1) {
+    throw ConfigError(fmt::format("--max-new-tokens (expected >= 1, got {})", a.max_new_tokens));
+  }
+  if (opt.protocol == sqa::Protocol::Loglik && a.app && a.app->count("--max-new-tokens") > 0) {
+    throw ConfigError("--max-new-tokens: not read by --protocol loglik (expected it only with --protocol generate)");
+  }
+  opt.max_new_tokens = a.max_new_tokens;
+  apply_run_options(a.run);
+  sqa::require_llava(a.model);
+  const std::vector<sqa::Problem> problems = sqa::load_problems(a.data, a.split, a.max_problems);
+  const model::LlavaModel m = model::LlavaModel::load(a.model, a.run.load());
+  const auto tok = io::load_tokenizer(a.model);
+  const image::ProcessorConfig processor =
+      image::load_processor_config(std::filesystem::path(a.model) / "preprocessor_config.json");
+  if (!quiet()) {
+    std::fprintf(stderr, "eval: scienceqa %s (%zu problems) from %s, protocol %s, model %s\n", a.split.c_str(),
+                 problems.size(), a.data.c_str(), a.protocol.c_str(), a.model.c_str());
+  }
+  Progress progress;
+  const sqa::Result r = sqa::evaluate(m, *tok, processor, problems, opt, std::ref(progress));
+  if (a.json) {
+    std::printf("%s\n", result_json(a, r).dump().c_str());
+  } else {
+    print_table(a, r);
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_eval(CLI::App& app) {
+  auto args = std::make_shared<EvalArgs>();
+  auto* sub = app.add_subcommand("eval", "Accuracy of a multimodal (LLaVA) checkpoint on a benchmark: ScienceQA by "
+                                         "LLaVA's protocol, by subject, context and grade");
+  sub->add_option("--task", args->task, "Benchmark")
+      ->check(CLI::IsMember({"scienceqa"}))
+      ->capture_default_str()
+      ->group("Input");
+  sub->add_option("--model", args->model, "LLaVA checkpoint directory (dense or latent)")->required()->group("Input");
+  sub->add_option("--data", args->data,
+                  "ScienceQA data folder: problems.json, pid_splits.json, images/<split>/<pid>/image.png")
+      ->required()
+      ->group("Input");
+  sub->add_option("--split", args->split, "Split of pid_splits.json (val, test, train, minival, ...)")
+      ->capture_default_str()
+      ->group("Input");
+  sub->add_option("--max-problems", args->max_problems, "Evaluate only the split's first N problems; 0 = all")
+      ->capture_default_str()
+      ->group("Input");
+  sub->add_option("--protocol", args->protocol,
+                  "generate: greedy reply parsed as LLaVA's eval_science_qa.py (unparsable = wrong); loglik: the "
+                  "option letter with the largest logit after \"ASSISTANT:\"")
+      ->check(CLI::IsMember({"generate", "loglik"}))
+      ->capture_default_str()
+      ->group("Protocol");
+  sub->add_option("--max-new-tokens", args->max_new_tokens, "generate: longest reply in tokens (EOS stops earlier)")
+      ->capture_default_str()
+      ->group("Protocol");
+  add_run_options(sub, args->run);
+  sub->add_flag("--json", args->json,
+                "Print one JSON object (accuracy and counts per category, every prediction, problems_per_s) "
+                "instead of the table")
+      ->group("Output");
+  args->app = sub;
+  return {sub, [args] { return run_eval(*args); }};
+}
+
+}  // namespace latentllm::cli
