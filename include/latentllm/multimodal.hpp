@@ -95,8 +95,9 @@ class LlavaModel {
   // model.vision_tower.vision_model.*, model.multi_modal_projector.*). Vision encoder layers after the
   // deepest feature layer are not loaded (their tensors may be present). Throws ConfigError /
   // FormatError naming the file or tensor (docs/ERRORS.md, "Multimodal checkpoints"). opt goes to the
-  // language model's Model::load (allow_unused_tensors); a lazy load is refused (Error): the forward
-  // needs every layer.
+  // language model's Model::load (allow_unused_tensors; lazy maps it: the embeddings and image features
+  // of a multimodal calibration then need no float copy of it, while its forward needs each layer
+  // loaded first, Model::load_layer). The vision tower and the projector are always widened.
   static LlavaModel load(const std::filesystem::path& dir, const LoadOptions& opt = {});
 
   const LlavaConfig& config() const { return config_; }
@@ -134,10 +135,12 @@ class LlavaModel {
   // checkpoint, loaded or not).
   const std::vector<std::pair<std::string, std::int64_t>>& component_params() const { return params_; }
 
+  // h: [T, d] = the token embeddings of ids with image positions replaced by the features of pixels:
+  // the language model's layer-0 input (multimodal calibration feeds it to the pipeline).
+  void embed_prompt(std::span<const std::int32_t> ids, std::span<const float> pixels, int n_img, MatrixF& h) const;
+
  private:
   LlavaModel();
-  // h: [T, d] = the token embeddings of ids with image positions replaced by the features of pixels.
-  void embed_prompt(std::span<const std::int32_t> ids, std::span<const float> pixels, int n_img, MatrixF& h) const;
 
   LlavaConfig config_;
   std::filesystem::path dir_;

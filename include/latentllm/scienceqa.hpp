@@ -102,4 +102,21 @@ using ProgressFn = std::function<void(int i, int n, double seconds)>;
 Result evaluate(const model::LlavaModel& m, const io::Tokenizer& tok, const image::ProcessorConfig& processor,
                 const std::vector<Problem>& problems, const Options& opt, const ProgressFn& progress = {});
 
+// A multimodal calibration set (compress --calib scienceqa; the paper calibrates LLaVA on 64 ScienceQA
+// train samples): problems of a split, each prompt (as evaluate builds it) with its image one sequence
+// of its own length, for calib::PipelineOptions::lengths and input_embeddings.
+struct CalibrationSet {
+  std::vector<std::int32_t> ids;  // [Σ lengths] the prompts one after another, image tokens expanded
+  std::vector<int> lengths;       // tokens of each
+  MatrixF embeddings;             // [Σ lengths, d] the language model's layer-0 input, image features in place
+  std::vector<std::string> pids;  // the problems, in the order drawn
+  int images = 0;                 // of which with an image
+};
+// n problems of `split` drawn without replacement by a seeded Fisher-Yates (the same on every platform),
+// embedded through m's vision tower and projector (m may hold its language model lazily). ConfigError
+// when the split has fewer than n problems; the errors of load_problems.
+CalibrationSet calibration_set(const model::LlavaModel& m, const io::Tokenizer& tok,
+                               const image::ProcessorConfig& processor, const std::filesystem::path& data,
+                               const std::string& split, int n, std::uint64_t seed);
+
 }  // namespace latentllm::eval::scienceqa

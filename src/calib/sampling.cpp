@@ -1,6 +1,7 @@
 // Calibration windows (issue 3, item 1): GPTQ/SparseGPT random sampling or contiguous windows.
 #include <random>
 
+#include "calib/random.hpp"
 #include "latentllm/calib.hpp"
 #include "latentllm/dataset.hpp"
 #include "latentllm/error.hpp"
@@ -8,17 +9,6 @@
 
 namespace latentllm::calib {
 namespace {
-
-// Uniform integer in [0, n) from a 64-bit engine, by rejection: the same sequence on every platform
-// (std::uniform_int_distribution's algorithm is implementation-defined).
-std::uint64_t uniform_below(std::mt19937_64& rng, std::uint64_t n) {
-  const std::uint64_t limit = std::numeric_limits<std::uint64_t>::max() - std::numeric_limits<std::uint64_t>::max() % n;
-  std::uint64_t x;
-  do {
-    x = rng();
-  } while (x >= limit);
-  return x % n;
-}
 
 std::vector<std::string> read_documents(const CalibOptions& opt) {
   if (opt.holdout_docs < 0 || (opt.holdout_docs > 0 && opt.source != "c4")) {

@@ -24,9 +24,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Copied beside the weights: the tokenizer, generation defaults and, for a multimodal checkpoint, its
+// image processor and chat template (eval and generate --image read them).
 const char* const kTokenizerFiles[] = {"tokenizer.json",   "tokenizer_config.json", "special_tokens_map.json",
                                        "vocab.json",       "merges.txt",            "tokenizer.model",
-                                       "generation_config.json"};
+                                       "generation_config.json", "preprocessor_config.json",
+                                       "processor_config.json",  "chat_template.json"};
 
 // A finite float that the storage type cannot hold would be written as ±Inf: a silently broken
 // model. Refuse it, naming the tensor and the element.

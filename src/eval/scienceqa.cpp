@@ -4,13 +4,16 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <random>
 #include <regex>
 
 #include <fmt/format.h>
 
+#include "calib/random.hpp"
 #include "io/json_keys.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/generate.hpp"
+#include "latentllm/log.hpp"
 
 namespace latentllm::eval::scienceqa {
 namespace {
@@ -295,6 +298,43 @@ Result evaluate(const model::LlavaModel& m, const io::Tokenizer& tok, const imag
     if (progress) progress(static_cast<int>(r.predictions.size()), static_cast<int>(problems.size()), r.seconds);
   }
   return r;
+}
+
+CalibrationSet calibration_set(const model::LlavaModel& m, const io::Tokenizer& tok,
+                               const image::ProcessorConfig& processor, const fs::path& data, const std::string& split,
+                               int n, std::uint64_t seed) {
+  std::vector<Problem> pool = load_problems(data, split);
+  if (n <= 0 || static_cast<std::size_t>(n) > pool.size()) {
+    throw ConfigError(fmt::format("--nsamples {} (expected 1..{}, the {} problems of {})", n, pool.size(), split,
+                                  data.string()));
+  }
+  // The first n of a seeded Fisher-Yates shuffle: n distinct problems, the same on every platform.
+  std::mt19937_64 rng(seed);
+  for (std::size_t i = 0; i < static_cast<std::size_t>(n); ++i) {
+    std::swap(pool[i], pool[i + static_cast<std::size_t>(calib::uniform_below(rng, pool.size() - i))]);
+  }
+  CalibrationSet out;
+  std::vector<MatrixF> parts;  // [T_k, d] each
+  for (std::size_t i = 0; i < static_cast<std::size_t>(n); ++i) {
+    const Input in = make_input(m, tok, processor, pool[i]);
+    MatrixF h;  // [T_k, d] the prompt's embeddings, the image features in place of its image tokens
+    m.embed_prompt(in.ids, in.pixels, in.n_img, h);
+    out.ids.insert(out.ids.end(), in.ids.begin(), in.ids.end());
+    out.lengths.push_back(static_cast<int>(in.ids.size()));
+    out.pids.push_back(pool[i].pid);
+    out.images += in.n_img;
+    parts.push_back(std::move(h));
+  }
+  out.embeddings.resize(static_cast<Eigen::Index>(out.ids.size()), m.config().text.hidden_size);
+  Eigen::Index r0 = 0;
+  for (const MatrixF& h : parts) {
+    out.embeddings.middleRows(r0, h.rows()) = h;
+    r0 += h.rows();
+  }
+  log_info("calibration: {} ScienceQA {} problems of {} ({} with an image), {} tokens, {}..{} a sequence", n, split,
+           data.string(), out.images, out.ids.size(), *std::min_element(out.lengths.begin(), out.lengths.end()),
+           *std::max_element(out.lengths.begin(), out.lengths.end()));
+  return out;
 }
 
 }  // namespace latentllm::eval::scienceqa

@@ -192,9 +192,6 @@ LlavaModel::LlavaModel(LlavaModel&&) noexcept = default;
 LlavaModel& LlavaModel::operator=(LlavaModel&&) noexcept = default;
 
 LlavaModel LlavaModel::load(const std::filesystem::path& dir, const LoadOptions& opt) {
-  if (opt.lazy) {
-    throw Error(fmt::format("{}: a LLaVA model loads eagerly (expected LoadOptions::lazy false)", dir.string()));
-  }
   LlavaModel m;
   m.dir_ = dir;
   m.config_ = parse_llava_config(io::load_json_file(dir / "config.json"), (dir / "config.json").string());

@@ -59,6 +59,9 @@ TEST(ErrorsDoc, CompressOptions) {
                     {"opt-dtype", {compress("--dtype f8 --dry-run")}},
                     {"opt-out", {compress(calib())}},
                     {"opt-calib-data", {compress(out)}},
+                    {"opt-calib-scienceqa",
+                     {compress("--calib scienceqa --calib-data " + q(shared_path("data/scienceqa-shapes")) + " --out " +
+                               q(make_temp_dir("err-sqa") / "o"))}},
                     {"opt-unread", {compress("--method plain-svd --alpha 2 --dry-run"),
                                     compress("--joint qk --vo-iters 3 --dry-run"),
                                     compress("--method asvd-l2 --rank-alloc uniform --alloc-tokens 5 --dry-run")}},

@@ -10,6 +10,9 @@
 #include "latentllm/compress.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/log.hpp"
+#include "latentllm/multimodal.hpp"
+#include "latentllm/scienceqa.hpp"
+#include "latentllm/tokenizer.hpp"
 
 namespace latentllm::cli {
 namespace {
@@ -143,6 +146,22 @@ int run_compress(const CompressArgs& a) {
   if (a.dry_run && calibrate) {
     log_info("--dry-run with --rank-alloc global: the ranks need the dense pre-pass over the calibration windows");
   }
+  // Multimodal calibration: sampled first (its sequence lengths size the memory plan), embedded through
+  // the vision tower and projector, handed to the pipeline as its layer-0 input.
+  std::optional<eval::scienceqa::CalibrationSet> mm;
+  if (co && co->source == "scienceqa") {
+    if (model->config().multimodal_architecture.empty()) {
+      throw ConfigError(fmt::format("--calib scienceqa: {} is not a multimodal checkpoint (expected a LLaVA "
+                                    "checkpoint, got {})", a.model, model->config().architecture));
+    }
+    const auto llava = model::LlavaModel::load(a.model, a.run.load(/*lazy=*/true));
+    mm = eval::scienceqa::calibration_set(llava, *io::load_tokenizer(a.model),
+                                          image::load_processor_config(a.model / std::filesystem::path("preprocessor_config.json")),
+                                          co->data, "train", co->nsamples, co->seed);
+    co->seqlen = *std::max_element(mm->lengths.begin(), mm->lengths.end());
+    opt.pipeline.lengths = mm->lengths;
+    opt.pipeline.input_embeddings = &mm->embeddings;
+  }
   std::optional<core::MemoryPlan> memory;
   if (!a.dry_run) {
     checkpoint::check_output_writable(out);  // fail now, not after the compression
@@ -165,9 +184,10 @@ int run_compress(const CompressArgs& a) {
 
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::int32_t> ids;
-  if (calibrate) ids = calib::sample_calibration(*io::load_tokenizer(a.model), *co);
+  if (mm) ids = mm->ids;
+  else if (calibrate) ids = calib::sample_calibration(*io::load_tokenizer(a.model), *co);
   const double sample_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (calibrate) {
+  if (calibrate && !mm) {
     log_info("calibration: {} windows of {} tokens ({}, seed {}, {:.1f}s)", co->nsamples, co->seqlen, co->source,
              co->seed, sample_s);
   }

@@ -93,9 +93,12 @@ void add_method_options(CLI::App* sub, MethodArgs& a) {
 }
 
 void add_calib_options(CLI::App* sub, CalibArgs& a) {
-  sub->add_option("--calib", a.source, "Calibration source: c4 (JSON lines) or text")
-      ->check(CLI::IsMember({"c4", "text"}))->capture_default_str()->group("Calibration");
-  sub->add_option("--calib-data", a.data, "Calibration file")->group("Calibration");
+  sub->add_option("--calib", a.source,
+                  "Calibration source: c4 (JSON lines), text, or scienceqa (a LLaVA checkpoint only: --nsamples "
+                  "problems of the train split of a ScienceQA-layout folder, each prompt with its image one sequence "
+                  "of its own length; the paper's LMM protocol)")
+      ->check(CLI::IsMember({"c4", "text", "scienceqa"}))->capture_default_str()->group("Calibration");
+  sub->add_option("--calib-data", a.data, "Calibration file (the folder for scienceqa)")->group("Calibration");
   sub->add_option("--nsamples", a.nsamples, "Calibration windows")->capture_default_str()->group("Calibration");
   sub->add_option("--seqlen", a.seqlen, "Tokens per calibration window (0 = min(2048, max positions))")
       ->capture_default_str()->group("Calibration");
@@ -200,6 +203,7 @@ calib::CalibOptions to_calib_options(const CalibArgs& a, const model::ModelConfi
   co.seqlen = a.seqlen > 0 ? a.seqlen : static_cast<int>(std::min<std::int64_t>(2048, config.max_position_embeddings));
   check_seqlen(co.seqlen, config, "--seqlen");
   co.seed = parse_seed(a.seed);
+  if (a.source == "scienceqa") return co;  // sequences of their own lengths: --seqlen and --calib-sampling unused
   co.holdout_docs = a.holdout;
   if (a.sampling == "random") co.sampling = calib::Sampling::Random;
   else if (a.sampling == "contiguous") co.sampling = calib::Sampling::Contiguous;
