@@ -17,9 +17,15 @@ using json = nlohmann::json;
 
 std::vector<std::pair<int, int>> parse_llava_next_pinpoints(const io::JsonKeys& k, std::int64_t image_size) {
   const json* v = k.find("image_grid_pinpoints");
-  if (v == nullptr) return image::default_grid_pinpoints();  // LlavaNextConfig's default
   const std::string expected = fmt::format(
       "a non-empty list of [height, width] pairs, multiples of vision_config.image_size {}", image_size);
+  if (v == nullptr) {
+    // LlavaNextConfig's default, whose sides are multiples of 336 (CLIP ViT-L/14-336's image_size).
+    const auto& d = image::default_grid_pinpoints();
+    for (const auto& [h, w] : d)
+      if (h % image_size != 0 || w % image_size != 0) k.fail("image_grid_pinpoints", expected, nullptr);
+    return d;
+  }
   const auto ok = [&](const json& x) {
     return x.is_number_integer() && x.get<std::int64_t>() > 0 && x.get<std::int64_t>() <= image::kMaxImageSide &&
            x.get<std::int64_t>() % image_size == 0;

@@ -15,7 +15,7 @@ namespace latentllm::model {
 
 // image_grid_pinpoints of a NeXT config.json: LlavaNextConfig's default when absent; ConfigError
 // "<origin>: image_grid_pinpoints (expected ..., got ...)" unless a non-empty list of [height, width]
-// pairs, each a multiple of vision_config.image_size.
+// pairs, each a multiple of vision_config.image_size ("missing key" when the default is not).
 std::vector<std::pair<int, int>> parse_llava_next_pinpoints(const io::JsonKeys& k, std::int64_t image_size);
 
 // The tile grid (g_h, g_w) of an image of height × width: select_best_resolution over the pinpoints,
