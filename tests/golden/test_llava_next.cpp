@@ -208,6 +208,38 @@ TEST(LlavaNext, ValImageRunsEndToEnd) {
   EXPECT_EQ((logits - b).cwiseAbs().maxCoeff(), 0.0f);
 }
 
+// tests/data/llava-next-tiny (scripts/gen_llava_next_fixture.py): random weights, a 12×50 image of
+// 3 tiles whose pixels are a formula, and the packed features and logits of a float64 transcription of
+// the HF forward. Features and logits agree within 1e-4.
+TEST(LlavaNext, TinyRandomFixtureMatchesTheFloat64Transcription) {
+  const fs::path dir = test_data_path("llava-next-tiny");
+  std::ifstream in(dir / "REFERENCE.json");
+  const json ref = json::parse(in);
+  const model::LlavaModel m = model::LlavaModel::load(dir);
+  const int n_tiles = ref.at("n_tiles").get<int>();
+  const int S = static_cast<int>(m.config().vision.image_size);
+  std::vector<float> pixels(static_cast<std::size_t>(n_tiles) * 3 * S * S);  // [n_tiles, 3, S, S]
+  for (std::size_t i = 0; i < pixels.size(); ++i)
+    pixels[i] = static_cast<float>(static_cast<double>((i * 7919) % 2000) / 1000 - 1);
+  const model::ImageInput image{pixels, n_tiles, ref.at("image_size")[0].get<int>(), ref.at("image_size")[1].get<int>()};
+  EXPECT_EQ(m.image_tokens(image), ref.at("n_image_tokens").get<std::int64_t>());
+  MatrixF f;  // [n_tok, d]
+  m.image_features(image, f);
+  ASSERT_EQ(f.rows(), ref.at("n_image_tokens").get<std::int64_t>());
+  for (const auto& [row, values] : ref.at("features_rows").items()) {
+    for (std::size_t i = 0; i < values.size(); ++i)
+      EXPECT_NEAR(f(std::stoi(row), static_cast<Eigen::Index>(i)), values[i].get<double>(), 1e-4) << "feature " << row;
+  }
+  const auto ids = ref.at("input_ids").get<std::vector<std::int32_t>>();
+  const model::ImageInput images[] = {image};
+  MatrixF logits;  // [T, V]
+  m.forward(ids, images, logits);
+  for (const auto& [row, values] : ref.at("logits_rows").items()) {
+    for (std::size_t i = 0; i < values.size(); ++i)
+      EXPECT_NEAR(logits(std::stoi(row), static_cast<Eigen::Index>(i)), values[i].get<double>(), 1e-4) << "logit " << row;
+  }
+}
+
 // ---- docs/ERRORS.md, "LLaVA-NeXT inputs" ----
 
 TEST(ErrorsDoc, LlavaNextInputs) {
