@@ -131,6 +131,22 @@ std::vector<std::pair<std::string, std::int64_t>> component_params_of(const io::
   return {{"vision", vision}, {"projector", projector}, {"language", language}};
 }
 
+// The stored tensors that belong to no part of the checkpoint are errors (the language model's unused
+// ones are found by Model::load; the vision encoder's layers past the feature layer and post_layernorm
+// are stored but never read).
+void check_parts(const io::TensorStore& store, const LlavaLayout& layout, bool anyres,
+                 const std::filesystem::path& dir) {
+  std::vector<std::string> parts = {layout.lm_model, layout.lm_head, layout.vision, layout.projector};
+  if (anyres) parts.push_back(layout.image_newline);
+  for (const auto& n : store.names()) {
+    if (std::any_of(parts.begin(), parts.end(), [&](const std::string& p) { return n.starts_with(p); })) continue;
+    std::string list = parts.front();
+    for (std::size_t i = 1; i < parts.size(); ++i) list += (i + 1 == parts.size() ? " or " : ", ") + parts[i];
+    throw FormatError(fmt::format("{}: stored tensor {} belongs to no part of the LLaVA checkpoint (expected names "
+                                  "under {})", dir.string(), n, list));
+  }
+}
+
 }  // namespace
 
 // ---- config ---------------------------------------------------------------------------------------
@@ -217,21 +233,6 @@ LlavaModel::LlavaModel() = default;
 LlavaModel::~LlavaModel() = default;
 LlavaModel::LlavaModel(LlavaModel&&) noexcept = default;
 LlavaModel& LlavaModel::operator=(LlavaModel&&) noexcept = default;
-
-// The stored tensors that belong to no part of the checkpoint are errors (the language model's unused
-// ones are found by Model::load; the vision encoder's layers past the feature layer and post_layernorm
-// are stored but never read).
-void check_parts(const io::TensorStore& store, const LlavaLayout& layout, bool anyres, const std::filesystem::path& dir) {
-  std::vector<std::string> parts = {layout.lm_model, layout.lm_head, layout.vision, layout.projector};
-  if (anyres) parts.push_back(layout.image_newline);
-  for (const auto& n : store.names()) {
-    if (std::any_of(parts.begin(), parts.end(), [&](const std::string& p) { return n.starts_with(p); })) continue;
-    std::string list = parts.front();
-    for (std::size_t i = 1; i < parts.size(); ++i) list += (i + 1 == parts.size() ? " or " : ", ") + parts[i];
-    throw FormatError(fmt::format("{}: stored tensor {} belongs to no part of the LLaVA checkpoint (expected names "
-                                  "under {})", dir.string(), n, list));
-  }
-}
 
 LlavaModel LlavaModel::load(const std::filesystem::path& dir) {
   LlavaModel m;

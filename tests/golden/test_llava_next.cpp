@@ -248,9 +248,8 @@ TEST(ErrorsDoc, LlavaNextInputs) {
   const auto config = [](const json& patch) {
     return lib([patch] { (void)model::LlavaModel::load(repack(kFourPinpoints, false, patch)); });
   };
-  const auto forward = [&](model::ImageInput in, std::int64_t n) {
-    return lib([&a, in, n] {
-      (void)a;
+  const auto forward = [](model::ImageInput in, std::int64_t n) {  // in.pixels views `a`, alive for the check
+    return lib([in, n] {
       MatrixF logits;
       const model::ImageInput images[] = {in};
       next_four().forward(prompt_with(n), images, logits);
