@@ -1,16 +1,21 @@
 // LLaVA-NeXT's anyres geometry against hand computations with transformers' formulas
 // (image_processing_utils.select_best_resolution / get_patch_output_size, modeling_llava_next.unpad_image,
-// pack_image_features, processing_llava_next._get_number_of_features), and preprocess_anyres's
-// padding and tile order on synthetic images.
+// pack_image_features, processing_llava_next._get_number_of_features), preprocess_anyres's padding and
+// tile order on synthetic images, and its pixels against LlavaNextImageProcessor's (PIL path) for the
+// golden images (tests/data/golden/anyres, scripts/gen_anyres_golden.py).
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "latentllm/error.hpp"
+#include "latentllm/files.hpp"
 #include "latentllm/image.hpp"
 #include "latentllm/multimodal.hpp"
 #include "model/llava_next.hpp"
+#include "test_support.hpp"
 
 namespace latentllm::test {
 namespace {
@@ -192,6 +197,27 @@ TEST(LlavaNextGeometry, AnyresNeedsPinpointsInCropMultiples) {
   EXPECT_THROW(image::preprocess_anyres(pattern(10, 10), p), ConfigError);
   p.image_grid_pinpoints.clear();
   EXPECT_THROW(image::preprocess_anyres(pattern(10, 10), p), ConfigError);
+}
+
+// Bit for bit as the Python processor: the sha256 of the float32 bytes [n_tiles, 3, h, w].
+TEST(LlavaNextGeometry, AnyresPixelsMatchThePythonProcessor) {
+  const auto dir = test_data_path("golden/anyres");
+  const nlohmann::json index = nlohmann::json::parse(core::read_file(dir / "index.json"));
+  ASSERT_GE(index.at("cases").size(), 30u);
+  for (const nlohmann::json& c : index.at("cases")) {
+    const std::string name = c.at("image"), variant = c.at("variant");
+    SCOPED_TRACE(name + " " + variant);
+    const image::ProcessorConfig p = image::parse_processor_config(index.at("variants").at(variant), variant);
+    const std::string rgb = core::read_file(test_data_path("golden/images") / (name + ".rgb"));
+    RgbImage img{c.at("height").get<int>(), c.at("width").get<int>(), {rgb.begin(), rgb.end()}};
+    const image::AnyresPixels a = image::preprocess_anyres(img, p);
+    EXPECT_EQ(a.best_height, c.at("best")[0].get<int>());
+    EXPECT_EQ(a.best_width, c.at("best")[1].get<int>());
+    ASSERT_EQ(a.num_tiles(), c.at("n_tiles").get<int>());
+    EXPECT_EQ(a.tile_height, c.at("tile")[0].get<int>());
+    for (std::size_t i = 0; i < 8; ++i) EXPECT_EQ(a.data[i], c.at("first")[i].get<float>());
+    EXPECT_EQ(sha256_hex(a.data.data(), a.data.size() * sizeof(float)), c.at("sha256").get<std::string>());
+  }
 }
 
 }  // namespace
