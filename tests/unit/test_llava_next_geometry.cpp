@@ -94,6 +94,11 @@ TEST(LlavaNextGeometry, UnpadWindows) {
   const model::UnpadWindow d = model::llava_next_unpad(30, 100, 4, 8);
   EXPECT_EQ(d.row0, 1);
   EXPECT_EQ(d.row1, 3);
+  // The rounding to 7 decimals matters: 88×55 on 24×24, 55·(24/88) is 14.999999999999998 in double;
+  // int(round(x, 7)) = 15, padding (24 − 15) // 2 = 4: columns 4..20 (a plain int() would give 14 and 5..19).
+  const model::UnpadWindow r = model::llava_next_unpad(88, 55, 24, 24);
+  EXPECT_EQ(r.col0, 4);
+  EXPECT_EQ(r.col1, 20);
   // Aspects equal (100×50 on 8×4): the else branch, new_width = int(round(50·8/100, 7)) = 4, nothing cut.
   const model::UnpadWindow e = model::llava_next_unpad(100, 50, 8, 4);
   EXPECT_EQ(e.rows(), 8);
