@@ -208,6 +208,17 @@ TEST(LlavaNext, ValImageRunsEndToEnd) {
   EXPECT_EQ((logits - b).cwiseAbs().maxCoeff(), 0.0f);
 }
 
+// latentllm inspect names the NeXT architecture and counts image_newline with the projector.
+TEST(LlavaNext, InspectPrintsTheComponents) {
+  std::string out;
+  const fs::path dir = repack(kFourPinpoints, true);
+  ASSERT_EQ(run_command(cli_path().string() + " inspect --json " + dir.string() + " 2>/dev/null", out), 0) << out;
+  const json j = json::parse(out);
+  EXPECT_EQ(j.at("multimodal").at("architecture"), "LlavaNextForConditionalGeneration");
+  EXPECT_EQ(j.at("multimodal").at("components"),
+            json({{"vision", 250496}, {"projector", 24832 + 128}, {"language", 656128}}));
+}
+
 // tests/data/llava-next-tiny (scripts/gen_llava_next_fixture.py): random weights, a 12×50 image of
 // 3 tiles whose pixels are a formula, and the packed features and logits of a float64 transcription of
 // the HF forward. Features and logits agree within 1e-4.
@@ -221,7 +232,8 @@ TEST(LlavaNext, TinyRandomFixtureMatchesTheFloat64Transcription) {
   std::vector<float> pixels(static_cast<std::size_t>(n_tiles) * 3 * S * S);  // [n_tiles, 3, S, S]
   for (std::size_t i = 0; i < pixels.size(); ++i)
     pixels[i] = static_cast<float>(static_cast<double>((i * 7919) % 2000) / 1000 - 1);
-  const model::ImageInput image{pixels, n_tiles, ref.at("image_size")[0].get<int>(), ref.at("image_size")[1].get<int>()};
+  const int height = ref.at("image_size")[0].get<int>(), width = ref.at("image_size")[1].get<int>();
+  const model::ImageInput image{pixels, n_tiles, height, width};
   EXPECT_EQ(m.image_tokens(image), ref.at("n_image_tokens").get<std::int64_t>());
   MatrixF f;  // [n_tok, d]
   m.image_features(image, f);
@@ -236,7 +248,8 @@ TEST(LlavaNext, TinyRandomFixtureMatchesTheFloat64Transcription) {
   m.forward(ids, images, logits);
   for (const auto& [row, values] : ref.at("logits_rows").items()) {
     for (std::size_t i = 0; i < values.size(); ++i)
-      EXPECT_NEAR(logits(std::stoi(row), static_cast<Eigen::Index>(i)), values[i].get<double>(), 1e-4) << "logit " << row;
+      EXPECT_NEAR(logits(std::stoi(row), static_cast<Eigen::Index>(i)), values[i].get<double>(), 1e-4)
+          << "logit " << row;
   }
 }
 
@@ -268,7 +281,8 @@ TEST(ErrorsDoc, LlavaNextInputs) {
           {"next-pinpoints",
            {config({{"image_grid_pinpoints", json::array()}}), config({{"image_grid_pinpoints", {{64, 100}}}}),
             config({{"image_grid_pinpoints", {64, 64}}})}},
-          {"next-newline", {lib([] { (void)model::LlavaModel::load(repack(kFourPinpoints, false, json::object(), false)); })}},
+          {"next-newline",
+           {lib([] { (void)model::LlavaModel::load(repack(kFourPinpoints, false, json::object(), false)); })}},
           {"next-sizes", {lib([&] {
              MatrixF logits;
              next_four().forward(prompt_with(44), std::span<const float>(a.data).first(3 * 64 * 64), 1, logits);
