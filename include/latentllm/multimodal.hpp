@@ -92,7 +92,7 @@ std::int64_t llava_next_num_image_tokens(int height, int width, const LlavaConfi
 
 // One image for LlavaModel: its tiles' pixel values and, for NeXT, its original size.
 struct ImageInput {
-  std::span<const float> pixels;  // [n_tiles, C, S, S]; LLaVA-1.5: one tile
+  std::span<const float> pixels;  // [n_tiles, C, S, S]; LLaVA-1.5: one tile (more are taken as more images)
   int n_tiles = 1;
   int height = 0;  // NeXT image_sizes: the original image's height and width (preprocess_anyres)
   int width = 0;
@@ -139,7 +139,7 @@ class LlavaModel {
   // tiles' features packed (base, unpadded grid rows each ending in image_newline). ConfigError for
   // pixels of the wrong size, or NeXT tiles not 1 + g_h·g_w for the image's size.
   void image_features(const ImageInput& image, MatrixF& f) const;
-  // The image tokens it takes: n_feat, or llava_next_num_image_tokens(height, width).
+  // The image tokens it takes: n_tiles·n_feat, or NeXT's llava_next_num_image_tokens(height, width).
   std::int64_t image_tokens(const ImageInput& image) const;
   // ids: [T] one prompt whose image_token_index tokens take the images' features in order -> logits:
   // [T, V]. ConfigError "<dir>: image tokens (expected X, got Y)" when their count is not the images'.

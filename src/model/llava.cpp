@@ -308,7 +308,7 @@ void LlavaModel::image_features(std::span<const float> pixels, int n_img, Matrix
 }
 
 std::int64_t LlavaModel::image_tokens(const ImageInput& image) const {
-  if (!config_.anyres()) return config_.features_per_image();
+  if (!config_.anyres()) return image.n_tiles * config_.features_per_image();  // each tile an image
   if (image.height < 1 || image.width < 1) {
     throw ConfigError(fmt::format("{}: image size {}x{} (expected the original width and height, at least 1)",
                                   dir_.string(), image.width, image.height));
@@ -318,7 +318,7 @@ std::int64_t LlavaModel::image_tokens(const ImageInput& image) const {
 
 void LlavaModel::image_features(const ImageInput& image, MatrixF& f) const {
   if (!config_.anyres()) {
-    image_features(image.pixels, image.n_tiles, f);  // [n_feat, d]
+    image_features(image.pixels, image.n_tiles, f);  // [n_tiles·n_feat, d]
     return;
   }
   (void)image_tokens(image);  // checks the size

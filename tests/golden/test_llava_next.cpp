@@ -208,6 +208,54 @@ TEST(LlavaNext, ValImageRunsEndToEnd) {
   EXPECT_EQ((logits - b).cwiseAbs().maxCoeff(), 0.0f);
 }
 
+// LLaVA-1.5 through ImageInput: the same logits as the pixels shorthand.
+TEST(LlavaNext, LlavaImageInputEqualsTheShorthand) {
+  const image::AnyresPixels a = image::preprocess_anyres(
+      image::load_image(shared_path("data/scienceqa-shapes/images/val/500007/image.png")), next_processor({{64, 64}}));
+  const auto base = std::span<const float>(a.data).first(3 * 64 * 64);  // [1, 3, 64, 64]
+  const model::ImageInput in[] = {{base, 1, 0, 0}};
+  MatrixF x, y;  // [T, V]
+  llava().forward(prompt_with(16), in, x);
+  llava().forward(prompt_with(16), base, 1, y);
+  EXPECT_EQ((x - y).cwiseAbs().maxCoeff(), 0.0f);
+  EXPECT_EQ(llava().image_tokens(in[0]), 16);
+}
+
+// Two images of different sizes in one prompt: val/500007 (70×52, 44 tokens) and val/500003 (100×80:
+// best [128, 128], scale 1.28 keeps all 8000 pixels while [64, 128] keeps 80·64; grid 2×2, an 8×8 map,
+// aspect 1.25 > 1, new_height = int(round(80·8/100 = 6.4, 7)) = 6, padding 1: rows 1..7, 16 + 6·9 = 70
+// tokens). Each image's tokens take its own features, in order: the positions up to the text after the
+// first image see only that image (causal attention), so their logits are a one-image prompt's; the
+// swapped order has the same total count and runs, with other logits.
+TEST(LlavaNext, TwoImagesOfDifferentSizes) {
+  const auto p = next_processor(kFourPinpoints);
+  const image::AnyresPixels a =
+      image::preprocess_anyres(image::load_image(shared_path("data/scienceqa-shapes/images/val/500007/image.png")), p);
+  const image::AnyresPixels b =
+      image::preprocess_anyres(image::load_image(shared_path("data/scienceqa-shapes/images/val/500003/image.png")), p);
+  ASSERT_EQ(std::pair(b.image_height, b.image_width), std::pair(80, 100));
+  EXPECT_EQ(b.num_tiles(), 5);
+  const model::ImageInput both[] = {input_of(a), input_of(b)};
+  EXPECT_EQ(next_four().image_tokens(both[1]), 70);
+  // The prompt: the first image's 44 tokens, two text tokens, the second image's 70.
+  std::vector<std::int32_t> ids = prompt_with(44);
+  const auto first = std::find(ids.begin(), ids.end(), kImageToken) - ids.begin();
+  const std::vector<std::int32_t> between = {80, 3};
+  ids.insert(ids.begin() + first + 44, between.begin(), between.end());
+  ids.insert(ids.begin() + first + 46, 70, kImageToken);
+  MatrixF two, one;  // [T, V]
+  next_four().forward(ids, both, two);
+  EXPECT_TRUE(two.allFinite());
+  // Up to the text after the first image the second image is not seen: the one-image prompt's logits.
+  const model::ImageInput only_a[] = {input_of(a)};
+  const std::vector<std::int32_t> head(ids.begin(), ids.begin() + first + 46);
+  next_four().forward(head, only_a, one);
+  EXPECT_LE((two.topRows(one.rows()) - one).cwiseAbs().maxCoeff(), 1e-4f);
+  const model::ImageInput swapped[] = {input_of(b), input_of(a)};
+  EXPECT_NO_THROW(next_four().forward(ids, swapped, one));  // same total count, other placement
+  EXPECT_GT((two - one).cwiseAbs().maxCoeff(), 1e-3f);
+}
+
 // latentllm inspect names the NeXT architecture and counts image_newline with the projector.
 TEST(LlavaNext, InspectPrintsTheComponents) {
   std::string out;
