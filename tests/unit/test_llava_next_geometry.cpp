@@ -28,6 +28,29 @@ const Pins kV16 = {{336, 672}, {672, 336}, {672, 672}, {1008, 336}, {336, 1008}}
 // The tiny fixtures: S = 64, p = 16 (p_n = 4).
 const Pins kTiny = {{64, 64}, {64, 128}, {128, 64}, {128, 128}};
 
+// A config.json in the shape of llava-hf/llava-v1.6-vicuna-7b-hf's: nested configs without their classes'
+// default values, the pinpoints given.
+TEST(LlavaNextGeometry, ParsesAV16ShapedConfig) {
+  const nlohmann::json doc = nlohmann::json::parse(R"({
+    "architectures": ["LlavaNextForConditionalGeneration"], "model_type": "llava_next", "ignore_index": -100,
+    "image_grid_pinpoints": [[336, 672], [672, 336], [672, 672], [1008, 336], [336, 1008]],
+    "image_token_index": 32000, "projector_hidden_act": "gelu", "tie_word_embeddings": false,
+    "use_image_newline_parameter": true, "vision_feature_layer": -2, "vision_feature_select_strategy": "default",
+    "text_config": {"architectures": ["LlamaForCausalLM"], "max_position_embeddings": 4096, "model_type": "llama",
+                    "pad_token_id": 0, "rms_norm_eps": 1e-05, "vocab_size": 32064},
+    "vision_config": {"hidden_size": 1024, "image_size": 336, "intermediate_size": 4096,
+                      "model_type": "clip_vision_model", "num_attention_heads": 16, "num_hidden_layers": 24,
+                      "patch_size": 14, "projection_dim": 768}})");
+  const model::LlavaConfig c = model::parse_llava_config(doc, "config.json");
+  EXPECT_TRUE(c.anyres());
+  EXPECT_EQ(c.image_grid_pinpoints, kV16);
+  EXPECT_EQ(c.text.hidden_size, 4096);
+  EXPECT_EQ(c.text.num_hidden_layers, 32);
+  EXPECT_EQ(c.vision.num_patches(), 576);
+  EXPECT_EQ(c.feature_layers(), std::vector<int>({23}));
+  EXPECT_EQ(model::llava_next_num_image_tokens(336, 336, c), 1176);
+}
+
 model::LlavaConfig next_config(int S, int p, const Pins& pins) {
   model::LlavaConfig c;
   c.architecture = "LlavaNextForConditionalGeneration";
