@@ -68,8 +68,8 @@ RgbImage center_crop(const RgbImage& in, int height, int width);
 // `fill`, s = max(H, W); a square image is returned unchanged. ConfigError when s² > kMaxImagePixels.
 RgbImage expand_to_square(const RgbImage& in, std::array<std::uint8_t, 3> fill);
 
-// preprocessor_config.json of a CLIPImageProcessor (the keys of LlavaNextImageProcessor are read too;
-// its anyres tiling is not implemented). Field names are the JSON keys; defaults are transformers'.
+// preprocessor_config.json of a CLIPImageProcessor or a LlavaNextImageProcessor (preprocess_anyres).
+// Field names are the JSON keys; defaults are transformers'.
 struct ProcessorConfig {
   std::string image_processor_type = "CLIPImageProcessor";
   bool do_convert_rgb = true;  // decode_image always gives RGB
@@ -86,7 +86,9 @@ struct ProcessorConfig {
   bool do_normalize = true;
   std::array<double, 3> image_mean = {0.48145466, 0.4578275, 0.40821073};  // OPENAI_CLIP_MEAN
   std::array<double, 3> image_std = {0.26862954, 0.26130258, 0.27577711};   // OPENAI_CLIP_STD
-  std::vector<std::pair<int, int>> image_grid_pinpoints;  // LlavaNext: (height, width) pairs; parsed only
+  // LlavaNext: (height, width) pairs; LlavaNextImageProcessor's default when its file has none, empty for
+  // a CLIPImageProcessor without the key.
+  std::vector<std::pair<int, int>> image_grid_pinpoints;
   // Not a key of the file: LLaVA's `image_aspect_ratio: pad` (its eval pads to a square of the mean
   // colour, int(mean · 255) per channel, before the processor).
   bool pad_to_square = false;
@@ -112,5 +114,45 @@ struct PixelValues {
 // CLIPImageProcessor.preprocess (PIL path) of one RGB image: [pad to square] → resize → center crop →
 // x.astype(float64) · rescale_factor cast to float32 → (x − mean) / std in float32 → channels first.
 PixelValues preprocess(const RgbImage& image, const ProcessorConfig& config);
+
+// ---- LLaVA-NeXT "anyres" (LlavaNextImageProcessor, image_processing_llava_next.py) ------------------
+
+// LlavaNextImageProcessor's image_grid_pinpoints when the file gives none.
+const std::vector<std::pair<int, int>>& default_grid_pinpoints();
+
+// image_processing_utils.select_best_resolution: the (height, width) of `pinpoints` that keeps the most
+// of an image of height × width pixels scaled to fit it (effective = min(int(W·s)·int(H·s), W·H) with
+// s = min(w / W, h / H) in double), ties broken by the least wasted area w·h − effective, the first
+// pinpoint winning exact ties. ConfigError when pinpoints is empty.
+std::pair<int, int> select_best_resolution(int height, int width, std::span<const std::pair<int, int>> pinpoints);
+
+// image_processing_utils.get_patch_output_size: the aspect-preserving size (height, width) that fits
+// (target_height, target_width): the side with the smaller scale takes the target, the other
+// min(ceil(side · scale), target) with the scale a double.
+std::pair<int, int> patch_output_size(int height, int width, std::pair<int, int> target);
+
+// LlavaNextImageProcessor.preprocess of one RGB image (PIL path, do_pad on one image is a no-op).
+struct AnyresPixels {
+  int image_height = 0;  // image_sizes: the original image's (height, width)
+  int image_width = 0;
+  int best_height = 0;   // select_best_resolution(image_height, image_width, pinpoints)
+  int best_width = 0;
+  int grid_height = 0;   // tiles per column and per row: best_height / crop_height, best_width / crop_width
+  int grid_width = 0;
+  int tile_height = 0;   // each tile's pixel size after the CLIP steps (crop size)
+  int tile_width = 0;
+  std::vector<float> data;  // [1 + grid_height·grid_width, 3, tile_height, tile_width]
+
+  int num_tiles() const { return 1 + grid_height * grid_width; }
+};
+
+// get_image_patches then _preprocess: the base image resized (squashed) to shortest_edge × shortest_edge,
+// then the image resized with patch_output_size to fit the best resolution (resample), zero-padded to
+// it, centred (_pad_for_patching: divmod(target − new, 2), the odd pixel after) and cut into crop-size
+// tiles row by row (divide_to_patches); the base image first, then every tile through preprocess()
+// (resize to shortest_edge, center crop, rescale, normalize). pad_to_square is not applied.
+// ConfigError "<what> (expected X, got Y)" for empty pinpoints, a pinpoint not a multiple of the crop
+// size, or a size given as height/width (docs/ERRORS.md, "Images").
+AnyresPixels preprocess_anyres(const RgbImage& image, const ProcessorConfig& config);
 
 }  // namespace latentllm::image

@@ -70,11 +70,11 @@ Resample parse_resample(const io::JsonKeys& keys) {
   keys.fail("resample", "2 (BILINEAR) or 3 (BICUBIC)", v);
 }
 
-// LlavaNext's [[h, w], ...]; read so that such a file loads, not used by preprocess.
-std::vector<std::pair<int, int>> parse_pinpoints(const io::JsonKeys& keys) {
+// LlavaNext's [[h, w], ...] (preprocess_anyres); LlavaNextImageProcessor's default when absent.
+std::vector<std::pair<int, int>> parse_pinpoints(const io::JsonKeys& keys, bool llava_next) {
   const json* v = keys.find("image_grid_pinpoints");
   std::vector<std::pair<int, int>> out;
-  if (v == nullptr) return out;
+  if (v == nullptr) return llava_next ? default_grid_pinpoints() : out;
   if (v->is_array()) {
     for (const json& p : *v) {
       if (!p.is_array() || p.size() != 2 || !positive_int(p[0]) || !positive_int(p[1])) break;
@@ -105,7 +105,7 @@ ProcessorConfig parse_processor_config(const json& doc, const std::string& origi
   c.do_normalize = keys.boolean_or("do_normalize", c.do_normalize);
   c.image_mean = parse_triple(keys, "image_mean", c.image_mean, false);
   c.image_std = parse_triple(keys, "image_std", c.image_std, true);
-  c.image_grid_pinpoints = parse_pinpoints(keys);
+  c.image_grid_pinpoints = parse_pinpoints(keys, c.image_processor_type == "LlavaNextImageProcessor");
   return c;
 }
 

@@ -1,8 +1,9 @@
 // LLaVA (HF modeling_llava.py, LlavaForConditionalGeneration): a vision tower (vision.hpp) whose
 // selected hidden states go through a two-layer MLP projector (linear_1 → projector_hidden_act →
 // linear_2) and replace, in order, the embeddings of the prompt's image tokens; the language model is
-// a model::Model of its family. The checkpoint's key layout (hub or newer transformers) is mapped once,
-// at load, so every part reads its own HF names.
+// a model::Model of its family. LLaVA-NeXT (modeling_llava_next.py) is a row of the same table: its
+// images are tiles whose features are packed by llava_next.cpp. The checkpoint's key layout (hub or
+// newer transformers) is mapped once, at load, so every part reads its own HF names.
 #include <algorithm>
 #include <fmt/format.h>
 
@@ -10,6 +11,7 @@
 #include "latentllm/error.hpp"
 #include "latentllm/multimodal.hpp"
 #include "model/arch.hpp"
+#include "model/llava_next.hpp"
 #include "model/ops.hpp"
 #include "model/vision.hpp"
 
@@ -19,18 +21,26 @@ using json = nlohmann::json;
 
 namespace {
 
-constexpr std::string_view kLlava = "LlavaForConditionalGeneration";
+// The LLaVA architectures: architectures[0], the model_type that stands for it, anyres (NeXT).
+struct LlavaVariant {
+  std::string_view architecture, model_type;
+};
+constexpr LlavaVariant kVariants[] = {
+    {"LlavaForConditionalGeneration", "llava"},
+    {"LlavaNextForConditionalGeneration", "llava_next"},
+};
 
 // Where each part's tensors are in one of the two layouts found in the wild.
 struct LlavaLayout {
   std::string lm_model, lm_head;  // the prefixes "model." and "lm_head." of the language model map to
   std::string vision, projector;  // vision tower (its vision_model) and projector prefixes
+  std::string image_newline;      // NeXT's [d] tensor
 };
 // The hub's (llava-hf/*, written by older transformers) and newer transformers' save_pretrained layout.
 const LlavaLayout kHubLayout = {"language_model.model.", "language_model.lm_head.", "vision_tower.vision_model.",
-                                "multi_modal_projector."};
+                                "multi_modal_projector.", "image_newline"};
 const LlavaLayout kNewLayout = {"model.language_model.", "lm_head.", "model.vision_tower.vision_model.",
-                                "model.multi_modal_projector."};
+                                "model.multi_modal_projector.", "model.image_newline"};
 
 const LlavaLayout& detect_layout(const WeightLoader& w) {
   if (w.has_prefix(kHubLayout.lm_model)) return kHubLayout;
@@ -96,20 +106,45 @@ std::string architecture_of(const json& doc) {
   const auto a = doc.find("architectures");
   if (a != doc.end() && a->is_array() && !a->empty() && a->front().is_string()) return a->front().get<std::string>();
   const auto t = doc.find("model_type");
-  return t != doc.end() && t->is_string() && *t == "llava" ? std::string(kLlava) : "";
+  for (const LlavaVariant& v : kVariants)
+    if (t != doc.end() && t->is_string() && *t == v.model_type) return std::string(v.architecture);
+  return "";
 }
 
-// Stored parameters of the vision tower, the projector and the rest (the language model).
+bool known_architecture(const std::string& a) {
+  for (const LlavaVariant& v : kVariants)
+    if (a == v.architecture) return true;
+  return false;
+}
+
+// Stored parameters of the vision tower, the projector (with NeXT's image_newline) and the rest (the
+// language model).
 std::vector<std::pair<std::string, std::int64_t>> component_params_of(const io::TensorStore& store,
                                                                       const LlavaLayout& layout) {
   std::int64_t vision = 0, projector = 0, language = 0;
   for (const auto& name : store.names()) {
     const std::int64_t n = store.get(name).numel();
     if (name.starts_with(layout.vision)) vision += n;
-    else if (name.starts_with(layout.projector)) projector += n;
+    else if (name.starts_with(layout.projector) || name == layout.image_newline) projector += n;
     else language += n;
   }
   return {{"vision", vision}, {"projector", projector}, {"language", language}};
+}
+
+// The stored tensors that belong to no part of the checkpoint are errors (the language model's unused
+// ones are found by Model::load; the vision encoder's layers past the feature layer and post_layernorm
+// are stored but never read).
+void check_parts(const io::TensorStore& store, const LlavaLayout& layout, bool anyres,
+                 const std::filesystem::path& dir) {
+  std::vector<std::string> parts = {layout.lm_model, layout.lm_head, layout.vision, layout.projector};
+  if (anyres) parts.push_back(layout.image_newline);
+  for (const auto& n : store.names()) {
+    if (std::any_of(parts.begin(), parts.end(), [&](const std::string& p) { return n.starts_with(p); })) continue;
+    std::string list = parts.front();
+    for (std::size_t i = 1; i < parts.size(); ++i) list += (i + 1 == parts.size() ? " or " : ", ") + parts[i];
+    throw FormatError(fmt::format("{}: stored tensor {} belongs to no part of the LLaVA checkpoint (expected names "
+                                  "under {})", dir.string(), n, list));
+  }
 }
 
 }  // namespace
@@ -126,15 +161,15 @@ std::int64_t LlavaConfig::features_per_image() const {
   return vision.num_positions() - (vision_feature_select_strategy == "default" ? 1 : 0);
 }
 
-bool is_llava_config(const json& doc) { return architecture_of(doc) == kLlava; }
+bool is_llava_config(const json& doc) { return known_architecture(architecture_of(doc)); }
 
 LlavaConfig parse_llava_config(const json& doc, const std::string& origin) {
   const io::JsonKeys k(doc, origin);
   LlavaConfig c;
   c.architecture = architecture_of(doc);
-  if (c.architecture != kLlava) {
-    throw ConfigError(fmt::format("{}: architectures (expected {}, got {})", origin, kLlava,
-                                  c.architecture.empty() ? "none" : c.architecture));
+  if (!known_architecture(c.architecture)) {
+    throw ConfigError(fmt::format("{}: architectures (expected {} or {}, got {})", origin, kVariants[0].architecture,
+                                  kVariants[1].architecture, c.architecture.empty() ? "none" : c.architecture));
   }
   c.text = parse_text(k);
   c.text.multimodal_architecture = c.architecture;
@@ -150,6 +185,14 @@ LlavaConfig parse_llava_config(const json& doc, const std::string& origin) {
   (void)parse_activation(c.projector_hidden_act, origin + ": projector_hidden_act");
   c.multimodal_projector_bias = k.boolean_or("multimodal_projector_bias", true);
   c.image_seq_length = k.positive_or("image_seq_length", 576);
+  if (c.anyres()) {
+    // pack_image_features views each tile's features as p_n × p_n: the CLS row must be gone.
+    if (c.vision_feature_select_strategy != "default") {
+      k.fail("vision_feature_select_strategy", "default for LlavaNextForConditionalGeneration",
+             k.find("vision_feature_select_strategy"));
+    }
+    c.image_grid_pinpoints = parse_llava_next_pinpoints(k, c.vision.image_size);
+  }
   c.raw = doc;
   return c;
 }
@@ -199,22 +242,16 @@ LlavaModel LlavaModel::load(const std::filesystem::path& dir, const LoadOptions&
   const io::TensorStore store = io::TensorStore::open(dir);
   WeightLoader w(store, {});
   const LlavaLayout& layout = detect_layout(w);
-  // Every stored tensor belongs to one of the parts (the language model's are checked by Model::load; the
-  // vision encoder's layers past the feature layer and post_layernorm are stored but never read).
-  for (const auto& n : store.names()) {
-    if (n.starts_with(layout.lm_model) || n.starts_with(layout.lm_head) || n.starts_with(layout.vision) ||
-        n.starts_with(layout.projector)) {
-      continue;
-    }
-    throw FormatError(fmt::format("{}: stored tensor {} belongs to no part of the LLaVA checkpoint (expected names "
-                                  "under {}, {}, {} or {})", dir.string(), n, layout.lm_model, layout.lm_head,
-                                  layout.vision, layout.projector));
-  }
+  check_parts(store, layout, m.config_.anyres(), dir);
   const auto layers = m.config_.feature_layers();
   const int deepest = *std::max_element(layers.begin(), layers.end());
   for (const VisionArchitecture& a : clip_architectures())
     if (a.model_type == m.config_.vision.model_type) m.vision_ = a.make(m.config_.vision, w, layout.vision, deepest);
   m.projector_ = std::make_unique<Projector>(m.config_, w, layout.projector);
+  if (m.config_.anyres()) {
+    const VectorF nl = w.vector(layout.image_newline, m.config_.text.hidden_size);  // [d]
+    m.image_newline_.assign(nl.data(), nl.data() + nl.size());
+  }
   m.params_ = component_params_of(store, layout);
   return m;
 }
@@ -225,13 +262,18 @@ std::vector<std::pair<std::string, std::int64_t>> llava_component_params(const s
   return component_params_of(store, detect_layout(w));
 }
 
-void LlavaModel::vision_hidden_state(std::span<const float> pixels, int n_img, int index, MatrixF& h) const {
+void LlavaModel::check_pixels(std::span<const float> pixels, int n) const {
   const VisionConfig& v = config_.vision;
-  const std::int64_t expected = n_img * v.num_channels * v.image_size * v.image_size;
-  if (n_img < 0 || static_cast<std::int64_t>(pixels.size()) != expected) {
-    throw ConfigError(fmt::format("{}: pixel_values (expected {}·{}·{}·{} = {} values, got {})", dir_.string(), n_img,
+  const std::int64_t expected = n * v.num_channels * v.image_size * v.image_size;
+  if (n < 0 || static_cast<std::int64_t>(pixels.size()) != expected) {
+    throw ConfigError(fmt::format("{}: pixel_values (expected {}·{}·{}·{} = {} values, got {})", dir_.string(), n,
                                   v.num_channels, v.image_size, v.image_size, expected, pixels.size()));
   }
+}
+
+void LlavaModel::vision_hidden_state(std::span<const float> pixels, int n_img, int index, MatrixF& h) const {
+  const VisionConfig& v = config_.vision;
+  check_pixels(pixels, n_img);
   const int k = index < 0 ? static_cast<int>(v.num_hidden_layers) + 1 + index : index;
   if (k < 0 || k > vision_->num_layers()) {
     throw Error(fmt::format("{}: vision hidden state {} (expected one of the loaded {}..{})", dir_.string(), index,
@@ -265,56 +307,122 @@ void LlavaModel::image_features(std::span<const float> pixels, int n_img, Matrix
   projector_->forward(sel, f);  // [n_img·n_feat, d]
 }
 
-void LlavaModel::embed_prompt(std::span<const std::int32_t> ids, std::span<const float> pixels, int n_img,
+std::int64_t LlavaModel::image_tokens(const ImageInput& image) const {
+  if (!config_.anyres()) return image.n_tiles * config_.features_per_image();  // each tile an image
+  if (image.height < 1 || image.width < 1) {
+    throw ConfigError(fmt::format("{}: image size {}x{} (expected the original width and height, at least 1)",
+                                  dir_.string(), image.width, image.height));
+  }
+  return llava_next_num_image_tokens(image.height, image.width, config_);
+}
+
+void LlavaModel::image_features(const ImageInput& image, MatrixF& f) const {
+  if (!config_.anyres()) {
+    image_features(image.pixels, image.n_tiles, f);  // [n_tiles·n_feat, d]
+    return;
+  }
+  (void)image_tokens(image);  // checks the size
+  const auto [g_h, g_w] = llava_next_grid(image.height, image.width, config_);
+  if (image.n_tiles != 1 + g_h * g_w) {
+    throw ConfigError(fmt::format("{}: pixel tiles of an image of {}x{} (expected 1 + {}·{} = {}, got {})",
+                                  dir_.string(), image.width, image.height, g_h, g_w, 1 + g_h * g_w, image.n_tiles));
+  }
+  MatrixF tiles;  // [n_tiles·p_n², d]
+  image_features(image.pixels, image.n_tiles, tiles);
+  llava_next_pack(tiles, image.height, image.width, config_, image_newline_, f);
+}
+
+std::vector<ImageInput> LlavaModel::single_tiles(std::span<const float> pixels, int n_img) const {
+  if (config_.anyres()) {
+    throw ConfigError(fmt::format("{}: pixel_values without image sizes (expected ImageInput with each image's "
+                                  "height and width for {})", dir_.string(), config_.architecture));
+  }
+  check_pixels(pixels, n_img);
+  const std::size_t per = pixels.size() / static_cast<std::size_t>(std::max(n_img, 1));
+  std::vector<ImageInput> images;
+  for (int i = 0; i < n_img; ++i) images.push_back({pixels.subspan(per * static_cast<std::size_t>(i), per), 1, 0, 0});
+  return images;
+}
+
+void LlavaModel::embed_prompt(std::span<const std::int32_t> ids, std::span<const ImageInput> images,
                               MatrixF& h) const {
   const auto image = static_cast<std::int32_t>(config_.image_token_index);
   const std::int64_t n_tokens = std::count(ids.begin(), ids.end(), image);
-  const std::int64_t n_feat = config_.features_per_image();
-  if (n_tokens != n_img * n_feat) {
-    throw ConfigError(fmt::format("{}: image tokens {} in the prompt (expected {}·{} = {} for {} image(s), got {})",
-                                  dir_.string(), image, n_img, n_feat, n_img * n_feat, n_img, n_tokens));
+  std::int64_t expected = 0;
+  for (const ImageInput& x : images) expected += image_tokens(x);
+  if (n_tokens != expected) {
+    const std::string what = config_.anyres() ? fmt::format("{}", expected)
+                                              : fmt::format("{}·{} = {}", images.size(), config_.features_per_image(),
+                                                            expected);
+    throw ConfigError(fmt::format("{}: image tokens {} in the prompt (expected {} for {} image(s), got {})",
+                                  dir_.string(), image, what, images.size(), n_tokens));
   }
   // The image token may lie outside the vocabulary (HF embeds id 0 there, then overwrites the row).
   std::vector<std::int32_t> text(ids.begin(), ids.end());
   for (auto& id : text) id = id == image ? 0 : id;
   lm_->embed(text, static_cast<int>(text.size()), h);  // [T, d]
-  if (n_img == 0) return;
-  MatrixF f;  // [n_img·n_feat, d]
-  image_features(pixels, n_img, f);
-  std::int64_t j = 0;
-  for (std::size_t t = 0; t < ids.size(); ++t)
-    if (ids[t] == image) h.row(static_cast<std::int64_t>(t)) = f.row(j++);
+  std::size_t t = 0;
+  for (const ImageInput& x : images) {
+    MatrixF f;  // [n_tok, d]
+    image_features(x, f);
+    for (std::int64_t j = 0; j < f.rows(); ++j) {
+      while (ids[t] != image) ++t;
+      h.row(static_cast<std::int64_t>(t++)) = f.row(j);
+    }
+  }
 }
 
-void LlavaModel::forward(std::span<const std::int32_t> ids, std::span<const float> pixels, int n_img,
+void LlavaModel::forward(std::span<const std::int32_t> ids, std::span<const ImageInput> images,
                          MatrixF& logits) const {
   MatrixF h;  // [T, d]
-  embed_prompt(ids, pixels, n_img, h);
+  embed_prompt(ids, images, h);
   const int T = static_cast<int>(ids.size());
   for (int i = 0; i < lm_->num_layers(); ++i) lm_->layer_forward(i, h, T);
   lm_->head(h, logits);  // [T, V]
 }
 
-void LlavaModel::forward_last(std::span<const std::int32_t> ids, std::span<const float> pixels, int n_img,
+void LlavaModel::forward_last(std::span<const std::int32_t> ids, std::span<const ImageInput> images,
                               MatrixF& logits) const {
   MatrixF h;  // [T, d]
-  embed_prompt(ids, pixels, n_img, h);
+  embed_prompt(ids, images, h);
   const int T = static_cast<int>(ids.size());
   for (int i = 0; i < lm_->num_layers(); ++i) lm_->layer_forward(i, h, T);
   const MatrixF last = h.bottomRows(1);  // [1, d]: the LM head of one row, not of T
   lm_->head(last, logits);               // [1, V]
 }
 
+// The LLaVA-1.5 shorthands: each image one tile of the model's size (ConfigError for NeXT).
+void LlavaModel::embed_prompt(std::span<const std::int32_t> ids, std::span<const float> pixels, int n_img,
+                              MatrixF& h) const {
+  embed_prompt(ids, single_tiles(pixels, n_img), h);
+}
+void LlavaModel::forward(std::span<const std::int32_t> ids, std::span<const float> pixels, int n_img,
+                         MatrixF& logits) const {
+  forward(ids, single_tiles(pixels, n_img), logits);
+}
+void LlavaModel::forward_last(std::span<const std::int32_t> ids, std::span<const float> pixels, int n_img,
+                              MatrixF& logits) const {
+  forward_last(ids, single_tiles(pixels, n_img), logits);
+}
+void LlavaModel::prefill(std::span<const std::int32_t> ids, std::span<const float> pixels, int n_img, KvCache& cache,
+                         MatrixF& logits) const {
+  prefill(ids, single_tiles(pixels, n_img), cache, logits);
+}
+std::vector<std::int32_t> LlavaModel::generate_greedy(std::span<const std::int32_t> ids, std::span<const float> pixels,
+                                                      int n_img, int max_new, std::int32_t eos) const {
+  return generate_greedy(ids, single_tiles(pixels, n_img), max_new, eos);
+}
+
 // The prompt's embeddings (image features in place) fill the KV cache as Model::forward_cached's
 // prefill does from ids.
-void LlavaModel::prefill(std::span<const std::int32_t> ids, std::span<const float> pixels, int n_img, KvCache& cache,
+void LlavaModel::prefill(std::span<const std::int32_t> ids, std::span<const ImageInput> images, KvCache& cache,
                          MatrixF& logits) const {
   if (cache.length() != 0 || static_cast<std::int64_t>(ids.size()) > cache.capacity()) {
     throw Error(fmt::format("{}: prefill of {} positions (expected an empty KV cache with room for them, got {} of {} "
                             "positions used)", dir_.string(), ids.size(), cache.length(), cache.capacity()));
   }
   MatrixF h;  // [T, d]
-  embed_prompt(ids, pixels, n_img, h);
+  embed_prompt(ids, images, h);
   const int T = static_cast<int>(h.rows());
   for (int i = 0; i < lm_->num_layers(); ++i) {
     LayerState s;
@@ -329,13 +437,14 @@ void LlavaModel::prefill(std::span<const std::int32_t> ids, std::span<const floa
 }
 
 // Each new token after the prefill goes through forward_cached.
-std::vector<std::int32_t> LlavaModel::generate_greedy(std::span<const std::int32_t> ids, std::span<const float> pixels,
-                                                      int n_img, int max_new, std::int32_t eos) const {
+std::vector<std::int32_t> LlavaModel::generate_greedy(std::span<const std::int32_t> ids,
+                                                      std::span<const ImageInput> images, int max_new,
+                                                      std::int32_t eos) const {
   std::vector<std::int32_t> out;
   if (max_new <= 0) return out;
   KvCache cache(*lm_, static_cast<int>(ids.size()) + max_new);
   MatrixF logits;  // [1, V]
-  prefill(ids, pixels, n_img, cache, logits);
+  prefill(ids, images, cache, logits);
   for (;;) {
     Eigen::Index best = 0;
     logits.row(0).maxCoeff(&best);

@@ -58,6 +58,7 @@ inline const std::map<std::string, std::string>& doc_owners() {
       {"Images (`image::load_image`, `image::load_processor_config`)", "test_image"},
       {"Multimodal checkpoints (`model::LlavaModel`)", "test_llava"},
       {"Multimodal evaluation (`latentllm eval`, `eval::scienceqa`, `latentllm generate --image`)", "test_scienceqa"},
+      {"LLaVA-NeXT inputs (`model::LlavaModel`, `image::preprocess_anyres`)", "test_llava_next"},
       {"Numerics (`compress`, `ppl`)", "test_errors_numerics"},
       {"Numerical fallbacks (not errors)", "test_errors_numerics"},
   };
