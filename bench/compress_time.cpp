@@ -254,7 +254,7 @@ int main(int argc, char** argv) try {
     const std::string base = spec.ends_with("/input-side") ? spec.substr(0, spec.size() - 11) : "";
     if (base.empty() || !by_spec.count(base)) continue;
     const nlohmann::json& b = by_spec.at(base);
-    auto sec = [](const nlohmann::json& j, const char* k) { return j.at("seconds").value(k, 0.0); };
+    auto sec = [](const nlohmann::json& j, const char* k) { return j.at("stage_seconds").value(k, 0.0); };
     const double out_layer = sec(b, "covariance") + sec(b, "output_statistics") + sec(b, "decompositions");
     const double in_layer = sec(r, "covariance") + sec(r, "output_statistics") + sec(r, "decompositions");
     md += fmt::format("\n{}: covariance + output statistics + decompositions {:.1f} s with the wide modules fitted from "

@@ -58,7 +58,7 @@ lines = [f"# Complete run: {out['preset']} (random weights: time and memory only
          f"| wall time, compress (load, calibration, pre-pass, layers, write) | {wall:.0f} s ({wall / 60:.1f} min) |",
          f"| peak RSS | {(rep.get('peak_rss_bytes') or 0) / gib:.2f} GiB (plan {(rep.get('planned_peak_bytes') or 0) / gib:.2f} GiB) |"]
 lines.append(f"| rank allocation pre-pass | {rep.get('prepass_seconds') or 0:.1f} s |")
-sec = rep.get("seconds", {})
+sec = rep.get("stage_seconds", rep.get("seconds", {}))
 for k in sorted(sec):
     if isinstance(sec[k], (int, float)):
         lines.append(f"| seconds: {k} | {sec[k]:.1f} |")

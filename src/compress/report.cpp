@@ -73,18 +73,18 @@ nlohmann::json CompressReport::to_json() const {
           {"dense_params", dense_params},
           {"params", params},
           {"layers", {{"done", layers_done}, {"total", layers_total}, {"resumed", layers_resumed}}},
-          {"seconds", {{"total", total_s},
+          {"stage_seconds", {{"total", total_s},
                        {"calibration_sampling", calib_sample_s},
                        {"forward", times.forward},
                        {"covariance", times.covariance},
                        {"output_statistics", times.consume},
                        {"decompositions", times.compress},
                        {"decompositions_by_part", part_seconds}}},
-          {"flops", {{"forward", times.forward_flops}, {"covariance", times.covariance_flops},
+          {"stage_flops", {{"forward", times.forward_flops}, {"covariance", times.covariance_flops},
                      {"output_statistics", times.consume_flops}}}};
   if (times.dense_forward > 0 || times.cross > 0) {  // error-compensating fits only
-    j["seconds"]["dense_forward"] = times.dense_forward;
-    j["seconds"]["cross"] = times.cross;
+    j["stage_seconds"]["dense_forward"] = times.dense_forward;
+    j["stage_seconds"]["cross"] = times.cross;
   }
   return j;
 }

@@ -129,21 +129,33 @@ int best_letter(const MatrixF& logits, const std::vector<std::int32_t>& letters,
 }
 
 struct Input {
-  std::vector<std::int32_t> ids;  // [T] BOS + prompt, image tokens expanded
-  std::vector<float> pixels;      // [n_img, 3, S, S]
+  std::vector<std::int32_t> ids;         // [T] BOS + prompt, image tokens expanded
+  std::vector<float> pixels;             // [n_tiles, 3, S, S]
+  std::vector<model::ImageInput> images;  // none, or the problem's image (NeXT: its tiles and size)
   int n_img = 0;
 };
 
+// The prompt and its image: CLIPImageProcessor's one tile for LLaVA-1.5, LlavaNextImageProcessor's tiles
+// and the original size for NeXT (whose image token count depends on the size).
 Input make_input(const model::LlavaModel& m, const io::Tokenizer& tok, const image::ProcessorConfig& processor,
                  const Problem& p) {
   Input in;
-  const std::string prompt = model::vicuna_v1_prompt(user_message(p));
-  const std::string text = model::expand_image_tokens(prompt, m.config().features_per_image());
-  in.ids = tok.encode(text);
+  std::int64_t n_tokens = m.config().features_per_image();
   if (p.image) {
-    in.pixels = image::preprocess(image::load_image(*p.image), processor).data;
+    const image::RgbImage img = image::load_image(*p.image);
+    if (m.config().anyres()) {
+      image::AnyresPixels a = image::preprocess_anyres(img, processor);
+      in.pixels = std::move(a.data);
+      in.images.push_back({in.pixels, a.num_tiles(), a.image_height, a.image_width});
+    } else {
+      in.pixels = image::preprocess(img, processor).data;
+      in.images.push_back({in.pixels, 1, 0, 0});
+    }
     in.n_img = 1;
+    n_tokens = m.image_tokens(in.images.front());
   }
+  const std::string prompt = model::vicuna_v1_prompt(user_message(p));
+  in.ids = tok.encode(model::expand_image_tokens(prompt, n_tokens));
   return in;
 }
 
@@ -272,11 +284,11 @@ Result evaluate(const model::LlavaModel& m, const io::Tokenizer& tok, const imag
     pr.answer = p.answer;
     if (opt.protocol == Protocol::Loglik) {
       MatrixF logits;  // [1, V]
-      m.forward_last(in.ids, in.pixels, in.n_img, logits);
+      m.forward_last(in.ids, in.images, logits);
       pr.pred = best_letter(logits, letters, n);
       pr.reply = std::string(1, kLetters[static_cast<std::size_t>(pr.pred)]);
     } else {
-      std::vector<std::int32_t> out = m.generate_greedy(in.ids, in.pixels, in.n_img, opt.max_new_tokens, eos);
+      std::vector<std::int32_t> out = m.generate_greedy(in.ids, in.images, opt.max_new_tokens, eos);
       // Any stop id ends the reply (generation_config.json may list several).
       const auto stop = std::find_if(out.begin(), out.end(), [&](std::int32_t id) {
         return std::find(stops.begin(), stops.end(), id) != stops.end();
@@ -318,7 +330,7 @@ CalibrationSet calibration_set(const model::LlavaModel& m, const io::Tokenizer& 
   for (std::size_t i = 0; i < static_cast<std::size_t>(n); ++i) {
     const Input in = make_input(m, tok, processor, pool[i]);
     MatrixF h;  // [T_k, d] the prompt's embeddings, the image features in place of its image tokens
-    m.embed_prompt(in.ids, in.pixels, in.n_img, h);
+    m.embed_prompt(in.ids, in.images, h);
     out.ids.insert(out.ids.end(), in.ids.begin(), in.ids.end());
     out.lengths.push_back(static_cast<int>(in.ids.size()));
     out.pids.push_back(pool[i].pid);

@@ -350,7 +350,7 @@ TEST(Llava, InspectPrintsTheComponents) {
   ASSERT_EQ(run_command(cli_path().string() + " inspect --json " + fixture().string() + " 2>/dev/null", out), 0) << out;
   const json j = json::parse(out);
   EXPECT_EQ(j.at("architecture"), "LlamaForCausalLM");
-  EXPECT_EQ(j.at("parameters_total"), 656128);
+  EXPECT_EQ(j.at("model_params"), 656128);
   EXPECT_EQ(j.at("multimodal").at("architecture"), "LlavaForConditionalGeneration");
   EXPECT_EQ(j.at("multimodal").at("components"), json({{"vision", 250496}, {"projector", 24832}, {"language", 656128}}));
 }

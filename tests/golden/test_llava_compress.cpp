@@ -96,7 +96,7 @@ TEST(LlavaCompress, InspectCountsTheLatentLanguageModel) {
     run_command(cli_path().string() + " inspect --json --model " + q(fixture()), o);
     return o.substr(o.find('{'));
   }());
-  EXPECT_LT(j.at("parameters_total").get<std::int64_t>(), dense_params.at("parameters_total").get<std::int64_t>());
+  EXPECT_LT(j.at("model_params").get<std::int64_t>(), dense_params.at("model_params").get<std::int64_t>());
 }
 
 // The paper's LMM protocol: calibration on ScienceQA train problems, each prompt with its image one

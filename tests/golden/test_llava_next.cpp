@@ -303,6 +303,37 @@ TEST(LlavaNext, TinyRandomFixtureMatchesTheFloat64Transcription) {
 
 // ---- docs/ERRORS.md, "LLaVA-NeXT inputs" ----
 
+// The commands on a NeXT checkpoint: eval and generate --image preprocess by anyres (LlavaNextImageProcessor)
+// with the size-dependent image token count; compress --calib scienceqa calibrates on those sequences and
+// writes a latent NeXT checkpoint (image_newline kept) that eval loads back.
+TEST(LlavaNext, CommandsRunOnANextCheckpoint) {
+  const fs::path dir = repack(kFourPinpoints);
+  json pc = json::parse(std::ifstream(fixture() / "preprocessor_config.json"));
+  pc["image_processor_type"] = "LlavaNextImageProcessor";
+  pc["image_grid_pinpoints"] = kFourPinpoints;
+  std::ofstream(dir / "preprocessor_config.json") << pc.dump(1);
+  const std::string q = "'", cli = cli_path().string(), data = q + shared_path("data/scienceqa-shapes").string() + q;
+  std::string out;
+  ASSERT_EQ(run_command(cli + " eval --task scienceqa --protocol loglik --max-problems 40 --json -q --model " + q +
+                            dir.string() + q + " --data " + data, out), 0) << out;
+  const auto dense = json::parse(out.substr(out.find('{')));
+  EXPECT_EQ(dense.at("problem_count"), 40);
+  ASSERT_EQ(run_command(cli + " generate --temperature 0 --max-new-tokens 2 -q --model " + q + dir.string() + q +
+                            " --image " + q + shared_path("data/scienceqa-shapes/images/val/500007/image.png").string() +
+                            q + " --prompt 'Question: How many shapes are in the picture?'", out), 0) << out;
+  const fs::path latent = make_temp_dir("llava-next-latent") / "out";
+  ASSERT_EQ(run_command(cli + " compress --ratio 0.2 --calib scienceqa --nsamples 16 --calib-data " + data +
+                            " --dtype f32 -q --model " + q + dir.string() + q + " --out " + q + latent.string() + q, out),
+            0) << out;
+  const model::LlavaModel m = model::LlavaModel::load(latent);
+  EXPECT_TRUE(m.config().anyres());
+  EXPECT_EQ(m.image_newline().size(), 128u);
+  ASSERT_EQ(run_command(cli + " eval --task scienceqa --protocol loglik --max-problems 40 --json -q --model " + q +
+                            latent.string() + q + " --data " + data, out), 0) << out;
+  const auto compressed = json::parse(out.substr(out.find('{')));
+  EXPECT_GT(compressed.at("accuracy").at("avg").get<double>(), 0.0);
+}
+
 TEST(ErrorsDoc, LlavaNextInputs) {
   const image::RgbImage img = image::load_image(shared_path("data/scienceqa-shapes/images/val/500007/image.png"));
   const image::AnyresPixels a = image::preprocess_anyres(img, next_processor(kFourPinpoints));

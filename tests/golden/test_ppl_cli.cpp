@@ -93,7 +93,7 @@ TEST(InspectCli, JsonCountsParameters) {
   ASSERT_EQ(test::run_command(test::cli_path().string() + " inspect --json " + q(test::shared_path("models/opt-tiny")), out), 0)
       << out;
   const auto j = nlohmann::json::parse(out);
-  EXPECT_EQ(j.at("parameters_total").get<std::int64_t>(), 17740288);  // opt-tiny README: 17.7 M
+  EXPECT_EQ(j.at("model_params").get<std::int64_t>(), 17740288);  // opt-tiny README: 17.7 M
   EXPECT_EQ(j.at("family"), "opt");
   EXPECT_EQ(j.at("tokenizer").at("bos_id"), 2);
 }
@@ -105,8 +105,8 @@ TEST(PplCli, JsonResultMatchesTheLibrary) {
                                       test::cli_path().string(), q(tiny_model()), q(stories()));
   ASSERT_EQ(test::run_command(cmd, out), 0) << out;
   const auto j = nlohmann::json::parse(out);
-  EXPECT_EQ(j.at("windows"), 3);
-  EXPECT_EQ(j.at("predicted_tokens"), 3 * 127);
+  EXPECT_EQ(j.at("window_count"), 3);
+  EXPECT_EQ(j.at("predicted_token_count"), 3 * 127);
   EXPECT_GT(j.at("tokens_per_s").get<double>(), 0.0);
   EXPECT_TRUE(std::isfinite(j.at("tokens_per_s").get<double>()));
   const auto m = model::Model::load(tiny_model());

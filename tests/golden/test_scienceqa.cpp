@@ -146,7 +146,7 @@ TEST(ScienceQa, PromptOfATextProblemHasNoImage) {
 // answers.
 void expect_reference_accuracy(const json& r, const json& ref_acc, const std::string& what) {
   const json& ref = reference().at("val");
-  EXPECT_EQ(r.at("n"), 500);
+  EXPECT_EQ(r.at("problem_count"), 500);
   EXPECT_EQ(r.at("unparsable"), 0);
   for (const auto& [c, v] : ref_acc.items()) {
     const std::string key = c == "all" ? "avg" : c;

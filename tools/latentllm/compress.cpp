@@ -232,7 +232,7 @@ int run_compress(const CompressArgs& a) {
   const double write_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - tw).count();
 
   auto j = report.to_json();
-  j["seconds"]["write"] = write_s;
+  j["stage_seconds"]["write"] = write_s;
   j["peak_rss_bytes"] = core::peak_rss_bytes();
   j["planned_peak_bytes"] = memory->total();
   j["options"] = so.info;

@@ -84,8 +84,8 @@ nlohmann::json result_json(const EvalArgs& a, const sqa::Result& r) {
   }
   const auto n = static_cast<double>(r.predictions.size());
   return {{"task", a.task}, {"model", a.model}, {"data", a.data}, {"split", a.split}, {"protocol", a.protocol},
-          {"n", r.predictions.size()}, {"accuracy", acc}, {"counts", counts}, {"unparsable", r.unparsable},
-          {"predictions", preds}, {"seconds", r.seconds}, {"problems_per_s", r.seconds > 0 ? n / r.seconds : 0.0}};
+          {"problem_count", r.predictions.size()}, {"accuracy", acc}, {"counts", counts}, {"unparsable", r.unparsable},
+          {"predictions", preds}, {"eval_seconds", r.seconds}, {"problems_per_s", r.seconds > 0 ? n / r.seconds : 0.0}};
 }
 
 int run_eval(const EvalArgs& a) {

@@ -112,17 +112,31 @@ int run_llava(const GenerateArgs& a, const eval::GenerateOptions& opt) {
     throw ConfigError(fmt::format("--prompt: <image> placeholders (expected none: the template puts the image of "
                                   "--image first; --raw-prompt places it, got {})", placeholders - n_img));
   }
-  std::vector<float> pixels;  // [n_img, 3, S, S]
+  // LLaVA-1.5: one tile by CLIPImageProcessor; NeXT: LlavaNextImageProcessor's tiles and the image's size,
+  // which set its image token count.
+  std::vector<float> pixels;  // [n_tiles, 3, S, S]
+  std::vector<model::ImageInput> images;
+  image::RgbImage img;
+  if (n_img) img = image::load_image(a.image);
+  const model::LlavaModel lm = model::LlavaModel::load(a.model, a.run.load());
+  std::int64_t n_tokens = lm.config().features_per_image();
   if (n_img) {
     const auto processor = image::load_processor_config(std::filesystem::path(a.model) / "preprocessor_config.json");
-    pixels = image::preprocess(image::load_image(a.image), processor).data;
+    if (lm.config().anyres()) {
+      image::AnyresPixels any = image::preprocess_anyres(img, processor);
+      pixels = std::move(any.data);
+      images.push_back({pixels, any.num_tiles(), any.image_height, any.image_width});
+    } else {
+      pixels = image::preprocess(img, processor).data;
+      images.push_back({pixels, 1, 0, 0});
+    }
+    n_tokens = lm.image_tokens(images.front());
   }
-  const model::LlavaModel lm = model::LlavaModel::load(a.model, a.run.load());
   const auto tok = io::load_tokenizer(a.model);
-  const std::vector<std::int32_t> prompt = eval::prompt_ids(
-      lm.language_model(), *tok, model::expand_image_tokens(text, lm.config().features_per_image()));
+  const std::vector<std::int32_t> prompt =
+      eval::prompt_ids(lm.language_model(), *tok, model::expand_image_tokens(text, n_tokens));
   const eval::PrefillFn prefill = [&](model::KvCache& cache, MatrixF& logits) {
-    lm.prefill(prompt, pixels, n_img, cache, logits);
+    lm.prefill(prompt, images, cache, logits);
   };
   return run_text(a, opt, lm.language_model(), *tok, prompt, prefill);
 }

@@ -51,8 +51,8 @@ nlohmann::ordered_json describe(const model::Model& m, const std::string& dir) {
   if (c.word_embed_proj_dim != c.hidden_size) j["dims"]["word_embed_proj_dim"] = c.word_embed_proj_dim;
   nlohmann::ordered_json params = nlohmann::ordered_json::object();
   for (const auto& [k, v] : eval::param_breakdown(m)) params[k] = v;
-  j["parameters"] = params;
-  j["parameters_total"] = eval::num_params(m);
+  j["model_params_by_kind"] = params;
+  j["model_params"] = eval::num_params(m);
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   if (!c.multimodal_architecture.empty()) {
     // The language model above is one component of a multimodal checkpoint.
@@ -98,9 +98,9 @@ void print_text(const nlohmann::ordered_json& j) {
               d["max_position_embeddings"].get<long long>());
   if (d.contains("word_embed_proj_dim")) std::printf(", word_embed_proj_dim %lld", d["word_embed_proj_dim"].get<long long>());
   std::printf("\nparameters\n");
-  for (const auto& [k, v] : j["parameters"].items())
+  for (const auto& [k, v] : j["model_params_by_kind"].items())
     std::printf("  %-10s %14s\n", k.c_str(), grouped(v.get<std::int64_t>()).c_str());
-  std::printf("  %-10s %14s%s\n", "total", grouped(j["parameters_total"].get<std::int64_t>()).c_str(),
+  std::printf("  %-10s %14s%s\n", "total", grouped(j["model_params"].get<std::int64_t>()).c_str(),
               j["tie_word_embeddings"].get<bool>() ? "  (LM head tied to the embedding)" : "");
   if (j.contains("multimodal")) {
     std::printf("multimodal    %s; the dimensions and parameters above are its language model's\n",

@@ -129,11 +129,11 @@ int run_ppl(const PplArgs& a) {
   if (a.json) {
     const nlohmann::json j = {{"model", a.model},         {"dataset", io::dataset_name(dataset)},
                               {"data", a.data},           {"seqlen", r.seqlen},
-                              {"tokens", r.tokens},       {"windows", r.windows},
-                              {"predicted_tokens", r.predicted}, {"ppl", r.ppl},
-                              {"mean_nll", r.mean_nll},   {"seconds", r.seconds},
+                              {"token_count", r.tokens},  {"window_count", r.windows},
+                              {"predicted_token_count", r.predicted}, {"ppl", r.ppl},
+                              {"mean_nll", r.mean_nll},   {"forward_seconds", r.seconds},
                               {"tokens_per_s", r.tokens_per_s}, {"tokenize_seconds", r.tokenize_seconds},
-                              {"peak_rss_bytes", core::peak_rss_bytes()}, {"peak_rss_mib", peak_mib},
+                              {"peak_rss_bytes", core::peak_rss_bytes()},
                               {"order", order},           {"memory_budget_bytes", budget}};
     nlohmann::json out = j;
     if (dataset == io::Dataset::C4Heldout) out["held_out"] = is_held_out;
