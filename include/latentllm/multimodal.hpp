@@ -128,6 +128,10 @@ class LlavaModel {
   // The language model (the same object model::Model::load gives for this directory).
   const Model& language_model() const { return *lm_; }
   Model& language_model() { return *lm_; }
+  // Puts `lm` (this checkpoint's language model, e.g. compressed in memory) in place of the current one
+  // and returns the current one: a sweep evaluates each compressed language model with one vision
+  // tower. ConfigError when its hidden size or vocabulary differs.
+  std::unique_ptr<Model> swap_language_model(std::unique_ptr<Model> lm);
   // The vision tower (its encoder layers' modules by role, like a decoder layer's).
   const VisionModel& vision_tower() const { return *vision_; }
   VisionModel& vision_tower() { return *vision_; }

@@ -256,6 +256,18 @@ LlavaModel LlavaModel::load(const std::filesystem::path& dir, const LoadOptions&
   return m;
 }
 
+std::unique_ptr<Model> LlavaModel::swap_language_model(std::unique_ptr<Model> lm) {
+  const ModelConfig& a = lm_->config();
+  const ModelConfig& b = lm->config();
+  if (b.hidden_size != a.hidden_size || b.vocab_size != a.vocab_size) {
+    throw ConfigError(fmt::format("{}: language model of hidden size {} and vocabulary {} (expected {} and {}, this "
+                                  "checkpoint's)", dir_.string(), b.hidden_size, b.vocab_size, a.hidden_size,
+                                  a.vocab_size));
+  }
+  std::swap(lm_, lm);
+  return lm;
+}
+
 std::vector<std::pair<std::string, std::int64_t>> llava_component_params(const std::filesystem::path& dir) {
   const io::TensorStore store = io::TensorStore::open(dir);
   const WeightLoader w(store, {});

@@ -127,5 +127,27 @@ TEST(LlavaCompress, ScienceQaCalibrationKeepsThePapersShareOfAccuracy) {
   EXPECT_EQ(read_bytes(dir / "model.safetensors"), read_bytes(again / "model.safetensors"));
 }
 
+// sweep on an LMM: every method at every ratio scored on ScienceQA val, the paper's Table 4 layout and
+// its radar figure per ratio, with the per-problem predictions in results.json.
+TEST(LlavaCompress, SweepWritesTable4AndRadarFigures) {
+  const fs::path dir = make_temp_dir("llava-sweep") / "grid";
+  const std::string data = q(shared_path("data/scienceqa-shapes"));
+  std::string out;
+  ASSERT_EQ(run_command(cli_path().string() + " sweep --model " + q(fixture()) + " --methods plain-svd,latentllm " +
+                            "--ratios 0.3 --calib scienceqa --nsamples 16 --calib-data " + data + " --scienceqa " + data +
+                            " --protocol loglik --max-problems 60 -q --out " + q(dir), out), 0) << out;
+  const auto j = json::parse(std::ifstream(dir / "results.json"));
+  ASSERT_EQ(j.at("runs").size(), 3u);  // dense + 2 methods
+  for (const auto& run : j.at("runs")) {
+    EXPECT_EQ(run.at("predictions").size(), 60u) << run.at("method");
+    EXPECT_TRUE(run.at("accuracy").contains("G7-12")) << run.at("method");
+  }
+  std::ifstream t4(dir / "table4.md");
+  const std::string table((std::istreambuf_iterator<char>(t4)), std::istreambuf_iterator<char>());
+  EXPECT_NE(table.find("| 30% | latentllm |"), std::string::npos) << table;
+  EXPECT_NE(table.find("| NAT | SOC | LAN | TXT | IMG | NO | G1-6 | G7-12 | Avg |"), std::string::npos) << table;
+  EXPECT_TRUE(fs::exists(dir / "radar_30.gp"));
+}
+
 }  // namespace
 }  // namespace latentllm::test

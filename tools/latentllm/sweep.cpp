@@ -19,6 +19,9 @@
 #include "latentllm/log.hpp"
 #include "latentllm/resources.hpp"
 #include "options.hpp"
+#include "latentllm/image.hpp"
+#include "latentllm/multimodal.hpp"
+#include "latentllm/scienceqa.hpp"
 #include "sweep_report.hpp"
 
 namespace latentllm::cli {
@@ -30,6 +33,8 @@ using Clock = std::chrono::steady_clock;
 struct SweepArgs {
   std::string model, out, methods, ratios = "0.1,0.2,0.3,0.4", datasets = "wikitext2", data_dir;
   int max_windows = 0, eval_seqlen = 0;
+  std::string scienceqa, protocol = "generate";  // an LMM sweep: ScienceQA val of this folder, by this protocol
+  int max_problems = 0;
   RunArgs run;
   MethodArgs m;
   CalibArgs c;
@@ -86,7 +91,6 @@ std::vector<DatasetSpec> parse_datasets(const std::string& spec, const fs::path&
     if (!fs::exists(d.file)) throw IoError(fmt::format("{}: dataset file not found ({})", d.file.string(), d.name));
     out.push_back(std::move(d));
   }
-  if (out.empty()) throw ConfigError("--datasets: expected at least one dataset");
   return out;
 }
 
@@ -124,7 +128,11 @@ class Sweep {
       for (const std::string& flag : unread_options(a_.m, o))
         log_warn("sweep: {} is not read by {} (its runs go without it)", flag, method);
     }
-    datasets_ = parse_datasets(a_.datasets, a_.data_dir);
+    // An LMM sweep scores ScienceQA; perplexity datasets only where asked for.
+    const bool datasets_given = a_.m.app && a_.m.app->count("--datasets") > 0;
+    datasets_ = parse_datasets(a_.scienceqa.empty() || datasets_given ? a_.datasets : "", a_.data_dir);
+    if (datasets_.empty() && a_.scienceqa.empty()) throw ConfigError("--datasets: expected at least one dataset");
+    if (!a_.scienceqa.empty()) prepare_scienceqa();
     auto dense = model::Model::load(a_.model, a_.run.load());
     require_dense(*dense, "sweep");
     if (a_.eval_seqlen < 0) throw ConfigError(fmt::format("--eval-seqlen (expected >= 0, got {})", a_.eval_seqlen));
@@ -133,7 +141,15 @@ class Sweep {
     prepare_output();
     tok_ = io::load_tokenizer(a_.model);
     co_ = to_calib_options(a_.c, dense->config());
-    ids_ = calib::sample_calibration(*tok_, co_);
+    if (co_.source == "scienceqa") {
+      if (!llava_) throw ConfigError("--calib scienceqa: a sweep of a LLaVA checkpoint with --scienceqa DIR");
+      calib_set_ = eval::scienceqa::calibration_set(*llava_, *tok_, processor_, co_.data, "train", co_.nsamples,
+                                                    co_.seed);
+      ids_ = calib_set_.ids;
+      co_.seqlen = *std::max_element(calib_set_.lengths.begin(), calib_set_.lengths.end());
+    } else {
+      ids_ = calib::sample_calibration(*tok_, co_);
+    }
     log_info("sweep: {} windows of {} calibration tokens, {} methods x {} ratios x {} datasets", co_.nsamples,
              co_.seqlen, methods.size(), ratios.size(), datasets_.size());
     res_.model = a_.model;
@@ -155,7 +171,7 @@ class Sweep {
     ref.method = "dense";
     ref.model_params = eval::num_params(*dense);
     ref.params = ref.dense_params = dense_linear_params(*dense);
-    evaluate(*dense, ref);
+    evaluate(dense, ref);
     res_.runs.push_back(ref);
     write_results(out_, res_);
     dense.reset();
@@ -184,8 +200,28 @@ class Sweep {
     return s;
   }
 
-  void evaluate(model::Model& m, SweepRun& r) {
+  // Perplexities, and for an LMM sweep the ScienceQA accuracy with `m` as the language model (it is
+  // handed to the LLaVA model for that and given back).
+  void evaluate(std::unique_ptr<model::Model>& m, SweepRun& r) {
     const auto t0 = Clock::now();
+    evaluate_ppl(*m, r);
+    if (llava_) {
+      m = llava_->swap_language_model(std::move(m));
+      eval::scienceqa::Options o;
+      o.protocol = eval::scienceqa::parse_protocol(a_.protocol);
+      const auto res = eval::scienceqa::evaluate(*llava_, *tok_, processor_, problems_, o);
+      m = llava_->swap_language_model(std::move(m));
+      for (const auto& c : eval::scienceqa::category_names()) r.accuracy[c] = res.accuracy(c);
+      r.predictions = nlohmann::json::array();
+      for (const auto& p : res.predictions)
+        r.predictions.push_back({{"pid", p.pid}, {"pred", p.pred}, {"answer", p.answer}, {"correct", p.correct}});
+      log_info("sweep: {} ratio {:.2f} ScienceQA {} accuracy {:.2f} %", r.method, r.ratio, a_.protocol,
+               r.accuracy.at("avg"));
+    }
+    r.eval_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+
+  void evaluate_ppl(model::Model& m, SweepRun& r) {
     for (const auto& d : datasets_) {
       eval::PplOptions po;
       po.dataset = d.kind;
@@ -195,7 +231,16 @@ class Sweep {
       r.ppl[d.name] = eval::perplexity(m, *tok_, po).ppl;
       log_info("sweep: {} ratio {:.2f} {} ppl {:.4f}", r.method, r.ratio, d.name, r.ppl[d.name]);
     }
-    r.eval_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+
+  // The dense LLaVA model (its vision tower and projector serve every run) and the ScienceQA val problems.
+  void prepare_scienceqa() {
+    eval::scienceqa::require_llava(a_.model);
+    (void)eval::scienceqa::parse_protocol(a_.protocol);
+    problems_ = eval::scienceqa::load_problems(a_.scienceqa, "val", a_.max_problems);
+    processor_ = image::load_processor_config(fs::path(a_.model) / "preprocessor_config.json");
+    llava_ = std::make_unique<model::LlavaModel>(model::LlavaModel::load(a_.model, a_.run.load()));
+    res_.multimodal = true;
   }
 
   SweepRun compress_and_evaluate(const std::string& method, double ratio) {
@@ -203,13 +248,17 @@ class Sweep {
     r.method = method;
     r.ratio = ratio;
     auto m = model::Model::load(a_.model, a_.run.load());
-    const compress::CompressOptions opt = to_compress_options(a_.m, method, ratio);
+    compress::CompressOptions opt = to_compress_options(a_.m, method, ratio);
+    if (!calib_set_.lengths.empty()) {  // multimodal calibration: sequences of their own lengths
+      opt.pipeline.lengths = calib_set_.lengths;
+      opt.pipeline.input_embeddings = &calib_set_.embeddings;
+    }
     // The spectra depend on the dense model and the calibration only: one pre-pass serves every run.
     const compress::PlannedRanks planned = compress::plan_run(*m, ids_, co_.seqlen, opt, &spectra_);
     summarize(compress::compress_model(*m, ids_, co_.seqlen, opt, &planned.plan), r);
     r.options = method_json(compress::effective_options(m->config(), std::ssize(ids_), opt), a_.m.preset);
     r.model_params = eval::num_params(*m);
-    evaluate(*m, r);
+    evaluate(m, r);
     return r;
   }
 
@@ -263,6 +312,10 @@ class Sweep {
   calib::CalibOptions co_;
   std::vector<std::int32_t> ids_;
   int eval_seqlen_ = 0;  // resolved: --eval-seqlen or the model's default
+  std::unique_ptr<model::LlavaModel> llava_;           // an LMM sweep's dense model (vision tower, projector)
+  std::vector<eval::scienceqa::Problem> problems_;     // its ScienceQA val problems
+  image::ProcessorConfig processor_;
+  eval::scienceqa::CalibrationSet calib_set_;          // --calib scienceqa
   std::vector<compress::ModuleSpectrum> spectra_;  // of the dense model (--rank-alloc global), measured once
   SweepResults res_;
 };
@@ -286,6 +339,14 @@ Command add_sweep(CLI::App& app) {
                   "tinystories/...; e.g. ../shared/data), needed for a dataset given by name alone")
       ->group("Evaluation");
   sub->add_flag("--force", a->force, "Replace an earlier sweep's results in --out")->group("Model");
+  sub->add_option("--scienceqa", a->scienceqa,
+                  "A LLaVA checkpoint: score every run on the val split of this ScienceQA-layout folder (accuracy by "
+                  "subject, context and grade; table4.md and radar_<ratio>.png, the paper's Table 4 and radar figure); "
+                  "perplexity datasets then only where --datasets is given")->group("Evaluation");
+  sub->add_option("--protocol", a->protocol, "ScienceQA protocol: generate (LLaVA's) or loglik")
+      ->check(CLI::IsMember({"generate", "loglik"}))->capture_default_str()->group("Evaluation");
+  sub->add_option("--max-problems", a->max_problems, "Score only the first N val problems (0 = all)")
+      ->capture_default_str()->group("Evaluation");
   sub->add_option("--eval-seqlen", a->eval_seqlen, "Evaluation window (0 = min(2048, max positions))")
       ->capture_default_str()->group("Evaluation");
   sub->add_option("--max-windows", a->max_windows, "Evaluate only the first K windows (0 = all)")

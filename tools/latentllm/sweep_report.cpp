@@ -73,6 +73,10 @@ nlohmann::json SweepResults::to_json() const {
                     {"eval_seconds", r.eval_s}, {"qk_joint_over_local", nan_null(r.qk_loss_ratio)},
                     {"ud_joint_over_local", nan_null(r.ud_loss_ratio)},
                     {"mean_relative_output_error", r.output_error}, {"options", r.options}});
+    if (!r.accuracy.empty()) {
+      rows.back()["accuracy"] = r.accuracy;
+      rows.back()["predictions"] = r.predictions;
+    }
   }
   nlohmann::json j = info;
   j["model"] = model;
@@ -101,6 +105,25 @@ std::string SweepResults::table2() const {
   return s;
 }
 
+std::string SweepResults::table4() const {
+  static const std::vector<std::string> kCols = {"NAT", "SOC", "LAN", "TXT", "IMG", "NO", "G1-6", "G7-12", "avg"};
+  std::string s = fmt::format("# ScienceQA accuracy (%) of {} (calibration: {})\n\n| ratio | method |", label,
+                              calibration_title);
+  for (const auto& c : kCols) s += " " + (c == "avg" ? std::string("Avg") : c) + " |";
+  s += "\n|---:|---|";
+  for (std::size_t i = 0; i < kCols.size(); ++i) s += "---:|";
+  s += "\n";
+  for (const auto& r : runs) {
+    s += fmt::format("| {} | {} |", r.method == "dense" ? "0%" : fmt::format("{:.0f}%", 100 * r.ratio), r.method);
+    for (const auto& c : kCols) {
+      const auto it = r.accuracy.find(c);
+      s += it == r.accuracy.end() ? " |" : fmt::format(" {:.2f} |", it->second);
+    }
+    s += "\n";
+  }
+  return s;
+}
+
 void write_results(const fs::path& out, const SweepResults& r) {
   std::string csv = "method,ratio,dataset,ppl,model_params,params,dense_params,compress_s,eval_s\n";
   for (const auto& run : r.runs)
@@ -110,6 +133,7 @@ void write_results(const fs::path& out, const SweepResults& r) {
   core::write_text_atomic(out / "results.csv", csv);
   core::write_text_atomic(out / "results.json", r.to_json().dump(2) + "\n");
   core::write_text_atomic(out / "table2.md", r.table2());
+  if (r.multimodal) core::write_text_atomic(out / "table4.md", r.table4());
 }
 
 void write_table3(const fs::path& out, const std::string& label, const model::Model& m,
@@ -146,7 +170,44 @@ void write_table3(const fs::path& out, const std::string& label, const model::Mo
   core::write_text_atomic(out / "table3.json", rows.dump(2) + "\n");
 }
 
+// The paper's radar figure (Table 4): per ratio, one polygon per method over the eight categories, the
+// dense model's dashed (gnuplot's spiderplot).
+void plot_radar(const fs::path& out, const SweepResults& r) {
+  static const std::vector<std::string> kAxes = {"NAT", "SOC", "LAN", "TXT", "IMG", "NO", "G1-6", "G7-12"};
+  const SweepRun* dense = nullptr;
+  std::map<double, std::vector<const SweepRun*>> by_ratio;
+  for (const auto& run : r.runs) {
+    if (run.accuracy.empty()) continue;
+    if (run.method == "dense") dense = &run;
+    else by_ratio[run.ratio].push_back(&run);
+  }
+  for (const auto& [ratio, runs] : by_ratio) {
+    std::vector<const SweepRun*> all = runs;
+    if (dense) all.insert(all.begin(), dense);
+    const std::string name = fmt::format("radar_{:.0f}", 100 * ratio);
+    std::string gp = fmt::format(
+        "set terminal pngcairo size 720,640 noenhanced\nset output '{}'\nset spiderplot\n"
+        "set style spiderplot fillstyle transparent solid 0.08 border linewidth 2\nset grid spiderplot\n"
+        "set for [p=1:8] paxis p range [0:100]\nset for [p=2:8] paxis p tics format \"\"\nset paxis 1 tics\n"
+        "array Axes[8] = [\"NAT\",\"SOC\",\"LAN\",\"TXT\",\"IMG\",\"NO\",\"G1-6\",\"G7-12\"]\n"
+        "set for [p=1:8] paxis p label Axes[p]\nset key outside right top\n"
+        "set tmargin 5\nset title '{}: ScienceQA accuracy (%) at {:.0f} %' offset 0,2\n$DATA << EOD\n",
+        (out / (name + ".png")).string(), r.label, 100 * ratio);
+    for (const SweepRun* run : all) {
+      gp += run->method;
+      for (const auto& axis : kAxes) gp += fmt::format(" {:.2f}", run->accuracy.at(axis));
+      gp += "\n";
+    }
+    gp += "EOD\nplot for [i=2:9] $DATA using i:key(1)";
+    const std::string data;
+    const fs::path script = out / (name + ".gp");
+    core::write_text_atomic(script, gp + "\n" + data);
+    run_gnuplot(script);
+  }
+}
+
 void plot(const fs::path& out, const SweepResults& r) {
+  if (r.multimodal) plot_radar(out, r);
   for (const auto& d : r.datasets) {
     std::map<std::string, std::vector<std::pair<double, double>>> series;
     double dense = 0;

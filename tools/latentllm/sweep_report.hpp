@@ -29,6 +29,10 @@ struct SweepRun {
   // compressed one at a time (joint up-down modules excluded): what the pre-conditioners minimize.
   double output_error = 0;
   nlohmann::json options;  // the run's options record (method_json); null for the dense row
+  // ScienceQA accuracy in percent by category (eval::scienceqa::category_names; an LMM sweep), and the
+  // per-problem predictions ({pid, pred, answer, correct}).
+  std::map<std::string, double> accuracy;
+  nlohmann::json predictions;
 };
 
 // Σ d'·d over the linear modules of attention and MLP: the dense row's weights in compressed modules.
@@ -44,6 +48,8 @@ struct SweepResults {
 
   nlohmann::json to_json() const;
   std::string table2() const;  // Paper Table 2 layout: a row per (ratio, method), a column per dataset
+  std::string table4() const;  // Paper Table 4 layout: a row per (ratio, method), a column per ScienceQA category
+  bool multimodal = false;     // the runs carry ScienceQA accuracies (table4.md, radar_<ratio>.png)
 };
 
 // The run's summary numbers from its compression report (qk/ud ratios, mean output error).
@@ -59,7 +65,8 @@ void write_table3(const std::filesystem::path& out, const std::string& label, co
                   const std::vector<double>& ratios, const compress::CompressOptions& base);
 
 // Figure 4 analogue: perplexity vs ratio per method, log y, one PNG per dataset (gnuplot; a warning
-// and no PNG when gnuplot fails).
+// and no PNG when gnuplot fails). An LMM sweep also gets the paper's radar figure: one chart per ratio,
+// axes NAT ... G7-12, one polygon per method and the dense model's (radar_<ratio>.png).
 void plot(const std::filesystem::path& out, const SweepResults& r);
 
 }  // namespace latentllm::cli
