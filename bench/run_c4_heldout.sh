@@ -15,7 +15,7 @@ RES=bench/results/paper
 mkdir -p "$RES"
 for preset in paper default; do
   out=$RES/opt-tiny-c4heldout-$preset
-  "$BUILD/latentllm" sweep --model "$SHARED/models/opt-tiny" --out "$out" --methods latentllm \
+  "$BUILD/latentllm" sweep --force --model "$SHARED/models/opt-tiny" --out "$out" --methods latentllm \
     --ratios 0.1,0.2,0.3,0.4 --preset "$preset" --calib c4 --calib-data "$C4" --calib-holdout 100 --nsamples 64 \
     --seed 0 --datasets c4-heldout,wikitext2,ptb --data-dir "$SHARED/data" 2> "$out.log" >/dev/null
 done

@@ -13,7 +13,7 @@ for m in stories260K TinyStories-656K; do
     stories260K) dir=$SHARED/models/stories260K/hf ;;
     TinyStories-656K) dir=$SHARED/models/TinyStories-656K ;;
   esac
-  "$BUILD/latentllm" sweep --model "$dir" --out "bench/results/quality/$m-indomain" \
+  "$BUILD/latentllm" sweep --force --model "$dir" --out "bench/results/quality/$m-indomain" \
     --ratios 0.1,0.2,0.3,0.4 \
     --calib c4 --calib-data "$SHARED/data/c4/c4-train.00000-of-01024.first1000.jsonl" --nsamples 64 \
     --datasets "text=$STORIES" --data-dir "$SHARED/data" 2> "bench/results/quality/$m-indomain.log" >/dev/null

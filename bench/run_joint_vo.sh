@@ -15,7 +15,7 @@ for m in stories260K opt-tiny; do
     stories260K) dir=$SHARED/models/stories260K/hf; ratios=0.2,0.4
       datasets=wikitext2,text=$SHARED/data/tinystories/TinyStories-valid.stories0001-0232.clean.txt ;;
   esac
-  "$BUILD/latentllm" sweep --model "$dir" --out "$OUT/$m" --methods latentllm --joint qk,vo,ud --ratios "$ratios" \
+  "$BUILD/latentllm" sweep --force --model "$dir" --out "$OUT/$m" --methods latentllm --joint qk,vo,ud --ratios "$ratios" \
     --calib c4 --calib-data "$SHARED/data/c4/c4-train.00000-of-01024.first1000.jsonl" --nsamples 64 \
     --datasets "$datasets" --data-dir "$SHARED/data" 2> "$OUT/$m.log" >/dev/null
 done

@@ -11,9 +11,9 @@ SHARED=${LATENTLLM_SHARED:-../shared}
 OUT=bench/results/quality
 calib=(--calib c4 --calib-data "$SHARED/data/c4/c4-train.00000-of-01024.first1000.jsonl" --nsamples 64 --seed 0
        --datasets wikitext2,ptb --data-dir "$SHARED/data")
-"$BUILD/latentllm" sweep --model "$SHARED/models/opt-tiny" --out "$OUT/opt-tiny-high" \
+"$BUILD/latentllm" sweep --force --model "$SHARED/models/opt-tiny" --out "$OUT/opt-tiny-high" \
   --methods plain-svd,asvd-cov,asvd-rootcov,latentllm --ratios 0.6,0.8 "${calib[@]}" 2> "$OUT/opt-tiny-high.log" >/dev/null
 for j in qk ud none; do
-  "$BUILD/latentllm" sweep --model "$SHARED/models/opt-tiny" --out "$OUT/opt-tiny-joint-$j" --methods latentllm \
+  "$BUILD/latentllm" sweep --force --model "$SHARED/models/opt-tiny" --out "$OUT/opt-tiny-joint-$j" --methods latentllm \
     --joint "$j" --ratios 0.6 "${calib[@]}" 2> "$OUT/opt-tiny-joint-$j.log" >/dev/null
 done

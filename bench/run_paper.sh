@@ -38,7 +38,7 @@ sweep() {  # model out-dir sweep-args... (--preset paper unless PRESET says othe
   local m=$1 out=$2
   shift 2
   mkdir -p "$(dirname "$out")"
-  "$BUILD/latentllm" sweep --model "$(model_dir "$m")" --out "$out" --ratios 0.1,0.2,0.3,0.4 --preset "${PRESET:-paper}" \
+  "$BUILD/latentllm" sweep --force --model "$(model_dir "$m")" --out "$out" --ratios 0.1,0.2,0.3,0.4 --preset "${PRESET:-paper}" \
     --calib c4 --calib-data "$C4" --nsamples 64 --seed 0 --datasets "$(datasets_of "$m")" --data-dir "$SHARED/data" \
     "$@" 2> "$out.log" >/dev/null
 }

@@ -22,7 +22,7 @@ for m in "${models[@]}"; do
     *) echo "unknown model $m" >&2; exit 2 ;;
   esac
   echo "== $m (load average $(cut -d' ' -f1-3 /proc/loadavg))"
-  "$BUILD/latentllm" sweep --model "$dir" --out "$OUT/$m" --ratios 0.1,0.2,0.3,0.4 \
+  "$BUILD/latentllm" sweep --force --model "$dir" --out "$OUT/$m" --ratios 0.1,0.2,0.3,0.4 \
     --calib c4 --calib-data "$SHARED/data/c4/c4-train.00000-of-01024.first1000.jsonl" --nsamples 64 --seed 0 \
     --datasets "$datasets" --data-dir "$SHARED/data" 2> "$OUT/$m.log"
 done

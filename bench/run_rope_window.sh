@@ -17,7 +17,7 @@ for m in stories260K TinyStories-656K; do
     TinyStories-656K) dir=$SHARED/models/TinyStories-656K ;;
   esac
   for w in 0 8; do
-    "$BUILD/latentllm" sweep --model "$dir" --out "$OUT/$m-w$w" --methods latentllm --ratios 0.2,0.4 \
+    "$BUILD/latentllm" sweep --force --model "$dir" --out "$OUT/$m-w$w" --methods latentllm --ratios 0.2,0.4 \
       --rope-window "$w" --calib c4 --calib-data "$SHARED/data/c4/c4-train.00000-of-01024.first1000.jsonl" \
       --nsamples 64 --datasets "wikitext2,text=$STORIES" --data-dir "$SHARED/data" 2> "$OUT/$m-w$w.log" >/dev/null
     summary+=$(awk -F, -v m="$m" -v w="$w" 'NR > 1 && $1 == "latentllm" { p[$2 "," $3] = $4 }

@@ -192,6 +192,9 @@ TEST(SweepCli, WritesTablesResultsAndPlots) {
   EXPECT_NE(t2.find("| 20% | asvd-rootcov |"), std::string::npos) << t2;
   const std::string t3 = read(dir / "table3.md");
   EXPECT_NE(t3.find("| 40% | block-identity |"), std::string::npos) << t3;
+  // ... and each run's plan as it ran, its parameters those of the run's row.
+  EXPECT_NE(t3.find(fmt::format("| 20% | asvd-rootcov | {} |", j.at("runs")[2].at("model_params").get<std::int64_t>())),
+            std::string::npos) << t3;
   EXPECT_TRUE(std::filesystem::exists(dir / "ppl_text.gp"));
   // Again with --force and one dataset less: the earlier grid's plot of the other dataset is gone, a
   // file of the user's in the folder is kept.

@@ -48,7 +48,7 @@ TEST(ErrorsDoc, CompressOptions) {
                     {"opt-alloc-tokens", {compress("--alloc-tokens=-1 --dry-run")}},
                     {"opt-joint-tol", {compress("--joint-tol=-1 --dry-run"), compress("--joint-tol 1 --dry-run"),
                                        compress("--joint-tol nan --dry-run")}},
-                    {"opt-batch", {compress("--batch 0 --dry-run")}},
+                    {"opt-batch", {compress("--batch=-1 --dry-run")}},
                     {"opt-threads", {compress("--threads=-2 --dry-run")}},
                     {"opt-stop-after", {compress("--stop-after-layers=-1 --dry-run")}},
                     {"opt-max-memory", {compress(calib() + out + " --max-memory 20X"), compress(calib() + out + " --max-memory 0")}},
@@ -154,6 +154,17 @@ TEST(ErrorsDoc, EvaluationOptions) {
                     {"sweep-data-dir", {cli(sweep + "--datasets wikitext2 --out " + q(tmp / "s1"))}},
                     {"sweep-data-missing", {cli(sweep + "--datasets text=" + q(tmp / "missing.txt") + " --out " +
                                                 q(tmp / "s2"))}},
+                    {"sweep-datasets-file", {cli(sweep + "--datasets text --out " + q(tmp / "s3"))}},
+                    {"sweep-datasets-empty", {cli(sweep + "--datasets '' --out " + q(tmp / "s4"))}},
+                    {"sweep-ratios", {cli(sweep + "--ratios 0.2,abc --datasets text=" + q(tiny) + " --out " + q(tmp / "s5")),
+                                      cli(sweep + "--ratios , --datasets text=" + q(tiny) + " --out " + q(tmp / "s5"))}},
+                    {"sweep-eval-seqlen", {cli(sweep + "--eval-seqlen=-4 --datasets text=" + q(tiny) + " --out " +
+                                               q(tmp / "s6"))}},
+                    {"sweep-calib-scienceqa",
+                     {cli("sweep --model " + q(shared_path("models/llava-shapes-tiny")) + " --calib scienceqa --calib-data " +
+                          q(shared_path("data/scienceqa-shapes")) + " --datasets text=" + q(tiny) + " --out " +
+                          q(tmp / "s7"))}},
+                    {"sweep-out-not-dir", {cli(sweep + "--datasets text=" + q(tiny) + " --out " + q(tiny))}},
                     {"sweep-out-exists", {cli(sweep + "--datasets text=" + q(tiny) + " --out " + q(tmp / "prev"))}},
                     {"sweep-out-foreign", {cli(sweep + "--datasets text=" + q(tiny) + " --force --out " + q(tmp / "full")),
                                            cli(sweep + "--datasets text=" + q(tiny) + " --out " + q(tmp / "full"))}},

@@ -162,6 +162,7 @@ int run_compress(const CompressArgs& a) {
     opt.pipeline.lengths = mm->lengths;
     opt.pipeline.input_embeddings = &mm->embeddings;
   }
+  if (co) resolve_batch(a.m, opt, co->seqlen);
   std::optional<core::MemoryPlan> memory;
   if (!a.dry_run) {
     checkpoint::check_output_writable(out);  // fail now, not after the compression

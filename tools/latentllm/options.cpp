@@ -89,7 +89,8 @@ void add_method_options(CLI::App* sub, MethodArgs& a) {
                   "about 100 s a layer less at the Llama-3-8B shape; taken with --covariance f32 and --lambda > 0, "
                   "not with --fit compensate (on), or never (off)")
       ->check(CLI::IsMember({"on", "off"}))->capture_default_str()->group("Calibration");
-  sub->add_option("--batch", a.batch, "Windows per forward call")->capture_default_str()->group("Run");
+  sub->add_option("--batch", a.batch, "Windows per forward call; 0 = about 4096 tokens (as ppl --batch)")
+      ->capture_default_str()->group("Run");
 }
 
 void add_calib_options(CLI::App* sub, CalibArgs& a) {
@@ -153,7 +154,8 @@ compress::CompressOptions to_compress_options(const MethodArgs& a, const std::st
   o.ud_iters = a.ud_iters;
   o.rope_window = a.rope_window;
   if (a.no_intra_layer) o.pipeline.sequential_within_layer = false;
-  o.pipeline.batch_windows = a.batch;
+  if (a.batch < 0) throw ConfigError(fmt::format("--batch (expected >= 0, got {})", a.batch));
+  o.pipeline.batch_windows = a.batch > 0 ? a.batch : 1;  // 0: resolved by resolve_batch once seqlen is known
   if (a.covariance != "auto") o.pipeline.covariance_f32 = a.covariance == "f32";
   // Undamped statistics (--lambda 0) need exact null spaces (pinv-drop, rank-reduced): float rounding
   // would leave them at noise-level eigenvalues (~1e-7 of the largest) instead of zero.
@@ -165,6 +167,10 @@ compress::CompressOptions to_compress_options(const MethodArgs& a, const std::st
   o.output_side = a.output_side == "on";
   o.validate();
   return o;
+}
+
+void resolve_batch(const MethodArgs& a, compress::CompressOptions& o, int seqlen) {
+  if (a.batch == 0 && seqlen > 0) o.pipeline.batch_windows = std::max(1, 4096 / seqlen);
 }
 
 std::vector<std::string> unread_options(const MethodArgs& a, const compress::CompressOptions& o) {
@@ -205,9 +211,8 @@ calib::CalibOptions to_calib_options(const CalibArgs& a, const model::ModelConfi
   co.seed = parse_seed(a.seed);
   if (a.source == "scienceqa") return co;  // sequences of their own lengths: --seqlen and --calib-sampling unused
   co.holdout_docs = a.holdout;
-  if (a.sampling == "random") co.sampling = calib::Sampling::Random;
-  else if (a.sampling == "contiguous") co.sampling = calib::Sampling::Contiguous;
-  else throw ConfigError(fmt::format("--calib-sampling (expected random or contiguous, got {})", a.sampling));
+  // The parser admits only these two (docs/ERRORS.md, cli-value-choice).
+  co.sampling = a.sampling == "contiguous" ? calib::Sampling::Contiguous : calib::Sampling::Random;
   return co;
 }
 

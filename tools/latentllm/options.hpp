@@ -70,6 +70,8 @@ void add_calib_options(CLI::App* sub, CalibArgs& a);
 // CompressOptions for `method` at `ratio`: the preset's, overridden by the options given. Throws
 // ConfigError on an unknown preset, junction or --joint part, or a value out of range (validate).
 compress::CompressOptions to_compress_options(const MethodArgs& a, const std::string& method, double ratio);
+// --batch 0: about 4096 tokens a forward call, as ppl's --batch 0 (at least one window of seqlen).
+void resolve_batch(const MethodArgs& a, compress::CompressOptions& o, int seqlen);
 // The method options given on the command line that a run with `o` does not read (compress::reads_option).
 std::vector<std::string> unread_options(const MethodArgs& a, const compress::CompressOptions& o);
 // ConfigError naming the first of them and the method: an option is never recorded as if used.

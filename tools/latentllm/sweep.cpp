@@ -142,7 +142,10 @@ class Sweep {
     tok_ = io::load_tokenizer(a_.model);
     co_ = to_calib_options(a_.c, dense->config());
     if (co_.source == "scienceqa") {
-      if (!llava_) throw ConfigError("--calib scienceqa: a sweep of a LLaVA checkpoint with --scienceqa DIR");
+      if (!llava_) {
+        throw ConfigError("--calib scienceqa: needs --scienceqa (expected a sweep of a LLaVA checkpoint scored on "
+                          "ScienceQA, got none)");
+      }
       calib_set_ = eval::scienceqa::calibration_set(*llava_, *tok_, processor_, co_.data, "train", co_.nsamples,
                                                     co_.seed);
       ids_ = calib_set_.ids;
@@ -165,7 +168,7 @@ class Sweep {
     }
     res_.info = {{"calibration", calibration}, {"settings", settings()}, {"datasets", ds},
                  {"eval_seqlen", eval_seqlen_}, {"max_windows", a_.max_windows}};
-    write_table3(out_, res_.label, *dense, ratios, to_compress_options(a_.m, "asvd-rootcov", ratios.front()));
+    write_table3(res_, *dense, ratios, to_compress_options(a_.m, "asvd-rootcov", ratios.front()));
 
     SweepRun ref;
     ref.method = "dense";
@@ -249,6 +252,7 @@ class Sweep {
     r.ratio = ratio;
     auto m = model::Model::load(a_.model, a_.run.load());
     compress::CompressOptions opt = to_compress_options(a_.m, method, ratio);
+    resolve_batch(a_.m, opt, co_.seqlen);
     if (!calib_set_.lengths.empty()) {  // multimodal calibration: sequences of their own lengths
       opt.pipeline.lengths = calib_set_.lengths;
       opt.pipeline.input_embeddings = &calib_set_.embeddings;
@@ -256,6 +260,7 @@ class Sweep {
     // The spectra depend on the dense model and the calibration only: one pre-pass serves every run.
     const compress::PlannedRanks planned = compress::plan_run(*m, ids_, co_.seqlen, opt, &spectra_);
     summarize(compress::compress_model(*m, ids_, co_.seqlen, opt, &planned.plan), r);
+    r.macs = planned.plan.macs() + res_.other_macs;
     r.options = method_json(compress::effective_options(m->config(), std::ssize(ids_), opt), a_.m.preset);
     r.model_params = eval::num_params(*m);
     evaluate(m, r);

@@ -23,6 +23,7 @@ struct SweepRun {
   std::map<std::string, double> ppl;  // dataset -> perplexity
   std::int64_t model_params = 0;      // whole model, stored weights and biases
   std::int64_t params = 0, dense_params = 0;  // compressed modules' weights
+  std::int64_t macs = 0;  // the whole forward's MACs at 128 tokens under the plan the run used (Table 3)
   double compress_s = 0, eval_s = 0;
   double qk_loss_ratio = 0, ud_loss_ratio = 0;  // mean joint/local over layers (NaN: not measured)
   // Mean relative output error ‖(W − Ŵ)X‖²/‖WX‖² over the calibration tokens of the modules
@@ -50,6 +51,9 @@ struct SweepResults {
   std::string table2() const;  // Paper Table 2 layout: a row per (ratio, method), a column per dataset
   std::string table4() const;  // Paper Table 4 layout: a row per (ratio, method), a column per ScienceQA category
   bool multimodal = false;     // the runs carry ScienceQA accuracies (table4.md, radar_<ratio>.png)
+  std::string table3;          // Table 3 of the planned ratios (write_table3); write_results adds the runs
+  nlohmann::json table3_rows;
+  std::int64_t other_macs = 0;  // MACs at 128 tokens outside the compressed modules (LM head, attention)
 };
 
 // The run's summary numbers from its compression report (qk/ud ratios, mean output error).
@@ -60,9 +64,10 @@ void summarize(const compress::CompressReport& rep, SweepRun& r);
 void write_results(const std::filesystem::path& out, const SweepResults& r);
 
 // Paper Table 3 for the dense model m: parameters, FLOPs and MACs at 128 tokens per ratio, with and
-// without the block-identity junction, planned with `base` (its ratio and junction replaced).
-void write_table3(const std::filesystem::path& out, const std::string& label, const model::Model& m,
-                  const std::vector<double>& ratios, const compress::CompressOptions& base);
+// without the block-identity junction, planned with `base` (its ratio and junction replaced): into
+// r.table3 / r.table3_rows; write_results writes table3.{md,json} with each run's plan as it ran.
+void write_table3(SweepResults& r, const model::Model& m, const std::vector<double>& ratios,
+                  const compress::CompressOptions& base);
 
 // Figure 4 analogue: perplexity vs ratio per method, log y, one PNG per dataset (gnuplot; a warning
 // and no PNG when gnuplot fails). An LMM sweep also gets the paper's radar figure: one chart per ratio,
