@@ -122,7 +122,14 @@ ExportSummary write_hf(const ExportSource& src, const fs::path& dir, DType dtype
   for (const auto& e : entries) specs.push_back(e.spec);
   // The metadata marks the output as ours, so that --force may replace it (checkpoint::is_latent_output).
   io::SafetensorsWriter w(dir / "model.safetensors", std::move(specs), {{"format", "pt"}, {kExportMetadataKey, "hf"}});
-  for (const auto& e : entries) w.append(e.values());
+  for (const auto& e : entries) {
+    try {
+      w.append(e.values());
+    } catch (const NumericError& ex) {
+      // The writer names the tensor and the value; the user also needs the way out.
+      throw NumericError(fmt::format("{}; export with --dtype f32 (or bf16)", ex.what()));
+    }
+  }
   w.finish();
   core::write_text_atomic(dir / "config.json", hf_config(src.config, dtype).dump(2) + "\n");
   const fs::path from = src.model.dir();
