@@ -56,7 +56,9 @@ ExportSummary export_checkpoint(const fs::path& model_dir, const fs::path& out_d
   if (!config.is_object() || !config.contains("latent")) {
     throw not_latent(model_dir);
   }
-  // Lazy: names and shapes are checked, no layer is widened; the writer reads the tensors it needs.
+  // Lazy: names and shapes are checked, no layer is widened; the writer reads the tensors it needs. Strict
+  // about unused tensors: the compressor updates only the biases the architecture has (its bias switches
+  // stay the source's), so a stored bias the config does not switch on is refused here, naming it.
   const auto m = model::Model::load(model_dir, {.lazy = true});
   const auto store = io::TensorStore::open(model_dir);
   const auto modules = io::parse_latent_modules(config, (model_dir / "config.json").string());

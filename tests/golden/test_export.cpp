@@ -222,6 +222,27 @@ fs::path latent_with_a_huge_factor() {
   return dir;
 }
 
+// A copy of the f32 latent with a q_proj bias, which Llama without attention_bias does not have.
+fs::path latent_with_an_unswitched_bias() {
+  const fs::path dir = make_temp_dir("export-bias") / "latent";
+  const fs::path lat = latent("TinyStories-656K", "latentllm");
+  fs::copy(lat, dir, fs::copy_options::recursive);
+  const io::SafetensorsFile src(lat / "model.safetensors");
+  std::vector<std::vector<float>> values;
+  values.reserve(src.tensors().size() + 1);
+  std::vector<io::TensorToWrite> tensors;
+  for (const auto& t : src.tensors()) {
+    values.push_back(t.to_f32());
+    tensors.push_back({t.name, DType::F32, t.shape, values.back()});
+  }
+  const std::int64_t out = src.find("model.layers.0.self_attn.q_proj.B.weight")->shape[0];
+  values.emplace_back(static_cast<std::size_t>(out), 0.5f);
+  tensors.push_back({"model.layers.0.self_attn.q_proj.bias", DType::F32, {out}, values.back()});
+  fs::remove(dir / "model.safetensors");
+  io::write_safetensors(dir / "model.safetensors", tensors);
+  return dir;
+}
+
 TEST(ErrorsDoc, Export) {
   const fs::path lat = latent("TinyStories-656K", "latentllm");
   const fs::path tmp = make_temp_dir("export-err");
@@ -238,6 +259,7 @@ TEST(ErrorsDoc, Export) {
                     {"export-out-model", {cli("export" + m + " --out " + q(lat)), cli("export" + m + " --force --out " + q(lat))}},
                     {"export-out-exists", {cli("export" + m + " --out " + q(exported(lat)))}},
                     {"export-out-foreign", {cli("export" + m + " --force --out " + q(tmp / "foreign"))}},
+                    {"export-unused-bias", {cli("export --model " + q(latent_with_an_unswitched_bias()) + " --out " + q(tmp / "e"))}},
                     {"export-overflow",
                      {cli("export --model " + q(latent_with_a_huge_factor()) + " --dtype f16 --out " + q(tmp / "d"))}},
                 });

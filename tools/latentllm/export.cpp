@@ -47,6 +47,9 @@ Command add_export(CLI::App& app) {
       ->group("Model");
   sub->add_flag("--force", a->force, "Replace an earlier output (a latent checkpoint or an export)")->group("Model");
   add_run_options(sub, a->run);
+  // An export holds exactly the tensors its architecture reads: a stored tensor config.json does not use
+  // (e.g. a bias the architecture has no switch on for) is an error, never copied along.
+  sub->remove_option(sub->get_option("--allow-unused-tensors"));
   return {sub, [a] { return run_export(*a); }};
 }
 
