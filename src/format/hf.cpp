@@ -74,8 +74,9 @@ std::vector<Entry> plan_tensors(const ExportSource& src, DType dtype, std::size_
     const std::string stored = factor_module(name);
     const auto it = stored.empty() ? src.modules.end() : src.modules.find(src.model.module_name(stored));
     if (it == src.modules.end()) {
-      // The bias of a factored module went out with its weight; everything else is copied as stored.
-      if (!(name.ends_with(".bias") && done.count(name.substr(0, name.size() - 5)))) copy(name);
+      // The bias of a factored module goes out with its weight; everything else is copied as stored.
+      if (!(name.ends_with(".bias") && src.modules.count(src.model.module_name(name.substr(0, name.size() - 5)))))
+        copy(name);
       continue;
     }
     if (!done.insert(stored).second) continue;
