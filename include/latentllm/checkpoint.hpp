@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -48,8 +49,12 @@ void check_output_writable(const std::filesystem::path& out_dir);
 // when out_dir exists and is not a directory, exists without `force`, or exists and is neither empty
 // nor a latentllm output (is_latent_output) — `force` replaces only those.
 void check_output_target(const std::filesystem::path& model_dir, const std::filesystem::path& out_dir, bool force);
-// True when `dir` holds a checkpoint latentllm wrote: a config.json with a `latent` object.
+// True when `dir` holds a checkpoint latentllm wrote: a config.json with a `latent` object, or an export
+// of one (format::export_checkpoint: model.safetensors with the metadata key `latentllm_export`).
 bool is_latent_output(const std::filesystem::path& dir);
+// The files copied unchanged beside the weights of a checkpoint or an export (those the source has):
+// tokenizer, generation defaults, image processor, chat template.
+std::span<const char* const> companion_files();
 
 // ---- Per-layer factor files ----------------------------------------------------------------------
 // One decoder layer's compressed modules in a safetensors file, float32 so they reload exactly:

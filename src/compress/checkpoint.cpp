@@ -24,9 +24,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Copied beside the weights: the tokenizer, generation defaults and, for a multimodal checkpoint, its
-// image processor and chat template (eval and generate --image read them).
-const char* const kTokenizerFiles[] = {"tokenizer.json",   "tokenizer_config.json", "special_tokens_map.json",
+// Copied beside the weights (by save and by every export): the tokenizer, generation defaults and, for a
+// multimodal checkpoint, its image processor and chat template (eval and generate --image read them).
+constexpr const char* kTokenizerFiles[] = {"tokenizer.json",   "tokenizer_config.json", "special_tokens_map.json",
                                        "vocab.json",       "merges.txt",            "tokenizer.model",
                                        "generation_config.json", "preprocessor_config.json",
                                        "processor_config.json",  "chat_template.json"};
@@ -165,6 +165,8 @@ void write_entries(const fs::path& path, const std::vector<Entry>& entries) {
 
 }  // namespace
 
+std::span<const char* const> companion_files() { return kTokenizerFiles; }
+
 void check_output_writable(const fs::path& out_dir) {
   // A staged directory checks the parent and leaves nothing behind when it is not committed.
   const core::StagedDirectory probe(out_dir, /*overwrite=*/true);
@@ -174,7 +176,14 @@ bool is_latent_output(const fs::path& dir) {
   std::error_code ec;
   if (!fs::is_regular_file(dir / "config.json", ec)) return false;
   const auto j = nlohmann::json::parse(core::read_file(dir / "config.json"), nullptr, false);
-  return j.is_object() && j.contains("latent") && j["latent"].is_object();
+  if (j.is_object() && j.contains("latent") && j["latent"].is_object()) return true;
+  // An export (format::export_checkpoint) drops the latent section and marks its weights instead.
+  if (!fs::is_regular_file(dir / "model.safetensors", ec)) return false;
+  try {
+    return io::SafetensorsFile(dir / "model.safetensors").metadata().count("latentllm_export") > 0;
+  } catch (const Error&) {
+    return false;  // unreadable weights: not something we wrote
+  }
 }
 
 namespace {
@@ -218,8 +227,8 @@ void check_output_target(const fs::path& model_dir, const fs::path& out_dir, boo
   if (!force) throw IoError(fmt::format("{}: output directory exists (use --force to replace it)", o));
   if (fs::is_empty(out_dir, ec) || is_latent_output(out_dir)) return;
   throw IoError(fmt::format("{}: exists and is not a latentllm output (expected an empty directory or one that "
-                            "latentllm compress wrote, with a latent section in its config.json; --force replaces "
-                            "only those)", o));
+                            "latentllm wrote: a latent checkpoint or an export of one; --force replaces only "
+                            "those)", o));
 }
 
 fs::path layer_factors_file(const fs::path& dir, int layer) { return dir / fmt::format("layer-{}.safetensors", layer); }

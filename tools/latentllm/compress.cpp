@@ -105,19 +105,6 @@ int report_stopped(const CompressArgs& a, const compress::CompressReport& report
   return 0;
 }
 
-// The output directory as given, "dir/" naming "dir" (its progress is "dir.resume", not "dir/.resume").
-std::string output_dir(const std::string& given) {
-  std::filesystem::path p = std::filesystem::path(given).lexically_normal();
-  if (!p.has_filename() && p.has_parent_path()) p = p.parent_path();
-  return p.string();
-}
-
-DType parse_dtype(const std::string& s) {
-  if (s == "f32") return DType::F32;
-  if (s == "f16") return DType::F16;
-  if (s == "bf16") return DType::BF16;
-  throw ConfigError(fmt::format("--dtype (expected f16, bf16 or f32, got {})", s));
-}
 
 // parse -> check -> plan -> print -> run -> write: every option is checked before any work, the ranks are
 // chosen once (compress::plan_run), and nothing of the user's can be overwritten or discarded.
@@ -127,7 +114,7 @@ int run_compress(const CompressArgs& a) {
   opt.stop_after_layers = a.stop_after_layers;
   opt.validate();
   check_options_read(a.m, opt);
-  const DType dtype = parse_dtype(a.dtype);
+  const DType dtype = parse_storage_dtype(a.dtype);
   if (!a.dry_run && a.out.empty()) throw ConfigError("--out is required (or use --dry-run)");
   const std::string out = a.out.empty() ? "" : output_dir(a.out);
   if (!out.empty()) {

@@ -306,4 +306,18 @@ std::string gib_option(std::int64_t bytes) {
   return fmt::format("{}G", (bytes + gib - 1) / gib);
 }
 
+// The output directory as given, "dir/" naming "dir" (its progress is "dir.resume", not "dir/.resume").
+std::string output_dir(const std::string& given) {
+  std::filesystem::path p = std::filesystem::path(given).lexically_normal();
+  if (!p.has_filename() && p.has_parent_path()) p = p.parent_path();
+  return p.string();
+}
+
+DType parse_storage_dtype(const std::string& s) {
+  if (s == "f32") return DType::F32;
+  if (s == "f16") return DType::F16;
+  if (s == "bf16") return DType::BF16;
+  throw ConfigError(fmt::format("--dtype (expected f16, bf16 or f32, got {})", s));
+}
+
 }  // namespace latentllm::cli

@@ -97,4 +97,9 @@ nlohmann::json plan_json(const compress::RankPlan& p);
 // io::kC4HeldoutDocs documents out. Warns (log_warn) when false.
 bool held_out(io::Dataset dataset, const std::string& eval_file, const nlohmann::json* calibration);
 
+// The output directory as given, "dir/" naming "dir" (compress's progress is "dir.resume", not "dir/.resume").
+std::string output_dir(const std::string& given);
+// --dtype of an output: f16, bf16 or f32; ConfigError "--dtype (expected f16, bf16 or f32, got <s>)".
+DType parse_storage_dtype(const std::string& s);
+
 }  // namespace latentllm::cli

@@ -1,0 +1,56 @@
+// `latentllm export`: a latent checkpoint as a plain checkpoint of another format (format::export_checkpoint),
+// e.g. --format hf: the dense Hugging Face model that transformers, lm-eval-harness or vLLM load.
+#include <cstdio>
+#include <memory>
+
+#include "commands.hpp"
+#include "latentllm/export.hpp"
+#include "options.hpp"
+
+namespace latentllm::cli {
+namespace {
+
+struct ExportArgs {
+  std::string model, out, format = "hf", dtype;  // dtype "": the latent checkpoint's storage type
+  bool force = false;
+  RunArgs run;
+};
+
+int run_export(const ExportArgs& a) {
+  apply_run_options(a.run);
+  format::ExportOptions opt;
+  opt.format = a.format;
+  if (!a.dtype.empty()) opt.dtype = parse_storage_dtype(a.dtype);
+  opt.force = a.force;
+  const std::string out = output_dir(a.out);
+  const format::ExportSummary s = format::export_checkpoint(a.model, out, opt);
+  if (!quiet()) {
+    std::printf("exported %s as %s: %zu tensors, %zu factored modules multiplied back, %s\nwrote %s\n",
+                a.model.c_str(), a.format.c_str(), s.tensors, s.multiplied, std::string(dtype_name(s.dtype)).c_str(),
+                out.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_export(CLI::App& app) {
+  auto* sub = app.add_subcommand("export", "Export a latent checkpoint to a plain checkpoint (hf: dense Hugging Face "
+                                           "model, every factored module multiplied back)");
+  auto a = std::make_shared<ExportArgs>();
+  sub->add_option("--model", a->model, "Latent checkpoint directory (written by latentllm compress)")
+      ->required()->group("Model");
+  sub->add_option("--out", a->out, "Output directory")->required()->group("Model");
+  sub->add_option("--format", a->format, "Output format: hf (Hugging Face: config.json, model.safetensors, tokenizer)")
+      ->capture_default_str()->group("Model");
+  sub->add_option("--dtype", a->dtype, "Storage type of the output: f16, bf16, f32 (default: the latent checkpoint's)")
+      ->group("Model");
+  sub->add_flag("--force", a->force, "Replace an earlier output (a latent checkpoint or an export)")->group("Model");
+  add_run_options(sub, a->run);
+  // An export holds exactly the tensors its architecture reads: a stored tensor config.json does not use
+  // (e.g. a bias the architecture has no switch on for) is an error, never copied along.
+  sub->remove_option(sub->get_option("--allow-unused-tensors"));
+  return {sub, [a] { return run_export(*a); }};
+}
+
+}  // namespace latentllm::cli
