@@ -62,6 +62,11 @@ TEST(ErrorsDoc, CompressOptions) {
                     {"opt-calib-scienceqa",
                      {compress("--calib scienceqa --calib-data " + q(shared_path("data/scienceqa-shapes")) + " --out " +
                                q(make_temp_dir("err-sqa") / "o"))}},
+                    {"opt-calib-scienceqa-window",
+                     {cli("compress --model " + q(shared_path("models/llava-shapes-tiny")) + " --calib scienceqa --calib-data " +
+                          q(shared_path("data/scienceqa-shapes")) + " --seqlen 128 --out " + q(make_temp_dir("err-sqw") / "o")),
+                      cli("compress --model " + q(shared_path("models/llava-shapes-tiny")) + " --calib scienceqa --calib-data " +
+                          q(shared_path("data/scienceqa-shapes")) + " --calib-sampling contiguous --dry-run")}},
                     {"opt-unread", {compress("--method plain-svd --alpha 2 --dry-run"),
                                     compress("--joint qk --vo-iters 3 --dry-run"),
                                     compress("--method asvd-l2 --rank-alloc uniform --alloc-tokens 5 --dry-run")}},

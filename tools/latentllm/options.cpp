@@ -209,7 +209,16 @@ calib::CalibOptions to_calib_options(const CalibArgs& a, const model::ModelConfi
   co.seqlen = a.seqlen > 0 ? a.seqlen : static_cast<int>(std::min<std::int64_t>(2048, config.max_position_embeddings));
   check_seqlen(co.seqlen, config, "--seqlen");
   co.seed = parse_seed(a.seed);
-  if (a.source == "scienceqa") return co;  // sequences of their own lengths: --seqlen and --calib-sampling unused
+  if (a.source == "scienceqa") {
+    // Each problem is one sequence of its own length: the window options do not apply (never recorded as used).
+    const char* unread = a.seqlen != 0 ? "--seqlen" : a.sampling != "random" ? "--calib-sampling"
+                         : a.holdout != 0 ? "--calib-holdout" : nullptr;
+    if (unread) {
+      throw ConfigError(fmt::format("{}: not read by --calib scienceqa (expected no window option: each problem is "
+                                    "one calibration sequence of its own length)", unread));
+    }
+    return co;
+  }
   co.holdout_docs = a.holdout;
   // The parser admits only these two (docs/ERRORS.md, cli-value-choice).
   co.sampling = a.sampling == "contiguous" ? calib::Sampling::Contiguous : calib::Sampling::Random;
