@@ -27,10 +27,6 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
-std::string read_bytes(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 json read_json(const fs::path& p) { return json::parse(std::ifstream(p)); }
 std::string stories() { return shared_path("data/tinystories/TinyStories-valid.stories0001-0232.clean.txt").string(); }
 

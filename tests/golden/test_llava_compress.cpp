@@ -21,10 +21,6 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
-std::string read_bytes(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 fs::path fixture() { return shared_path("models/llava-shapes-tiny"); }
 
 // The llava-shapes-tiny language model compressed with text calibration (TinyStories), once.

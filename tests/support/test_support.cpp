@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <mutex>
 #include <stdexcept>
 #include <sys/wait.h>
@@ -59,6 +61,11 @@ int run_command(const std::string& cmd, std::string& output) {
 }
 
 // Compact SHA-256 (FIPS 180-4), only for comparing id-sequence hashes with REFERENCE.json.
+std::string read_bytes(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
 std::string sha256_hex(const void* data, std::size_t n) {
   static const std::uint32_t k[64] = {
       0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,

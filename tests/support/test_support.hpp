@@ -48,5 +48,7 @@ std::filesystem::path make_temp_dir(const std::string& tag);
 int run_command(const std::string& cmd, std::string& output);
 // sha256 hex digest of a byte string.
 std::string sha256_hex(const void* data, std::size_t n);
+// A file's bytes ("" when it cannot be read).
+std::string read_bytes(const std::filesystem::path& p);
 
 }  // namespace latentllm::test
