@@ -25,6 +25,10 @@ struct SaveOptions {
   // compression: the per-layer files below, compress keeps them in its progress directory). Layers
   // that are loaded are written from the model.
   std::filesystem::path layer_factors_dir;
+  // Modules outside the model's decoder layers, under their stored names (a LLaVA checkpoint's vision
+  // tower and projector compressed by compress --components): written from these in place of the
+  // source's tensors, listed in the latent section under those names. Must outlive save().
+  std::vector<const model::Linear*> tower_modules;
 };
 
 // Writes `m` (dense and factored modules, current biases) as a checkpoint in `out_dir`: the

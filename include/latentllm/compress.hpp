@@ -22,6 +22,7 @@
 
 #include "latentllm/calib.hpp"
 #include "latentllm/model.hpp"
+#include "latentllm/multimodal.hpp"
 #include "latentllm/resources.hpp"
 
 namespace latentllm::compress {
@@ -225,8 +226,23 @@ Preset parse_preset(std::string_view name);
 // block identity for latentllm (one of its own contributions: it saves r² weights per module).
 Junction default_junction(Method m);
 
+// What of a LLaVA checkpoint compress --components compresses: its language model (the paper's
+// setting), its vision tower's encoder layers (those up to the feature layer: the rest never run),
+// its projector (linear_1, linear_2).
+struct Components {
+  bool language = true, vision = false, projector = false;
+  bool towers() const { return vision || projector; }
+  bool operator==(const Components&) const = default;
+};
+// "lm,vision,projector": a comma-separated subset holding lm, each part once -> Components. ConfigError
+// "--components: ... (expected a comma-separated subset of lm, vision, projector with lm, got X)".
+Components parse_components(std::string_view list);
+std::string components_name(const Components& c);  // "lm", "lm,vision", "lm,vision,projector", ...
+
 struct CompressOptions {
   Method method = Method::LatentLlm;
+  // A LLaVA checkpoint's parts to compress (compress_towers beside compress_model of its language model).
+  Components components;
   double ratio = 0.2;          // R: fraction of each compressed module's weights removed
   LocalOptions local;          // junction, damping, α; the pre-conditioner follows `method`
   JointParts joint;            // used when method is LatentLlm
@@ -283,6 +299,10 @@ struct CompressOptions {
   // its compressed modules then live only here (checkpoint::SaveOptions::layer_factors_dir).
   std::filesystem::path state_dir;
   bool resume = false;
+  // Identifies the calibration inputs in the resume fingerprint in place of pipeline.input_embeddings
+  // (compress --components: the language model calibrates on the compressed towers' features, which
+  // follow from the dense ones this digest covers, embeddings_digest). Empty: the embeddings themselves.
+  std::string inputs_digest;
   // Compress layers up to this many (counted from layer 0, resumed ones included; 0 = all) and stop:
   // CompressReport::layers_done < layers_total then, and the model is only partly compressed.
   int stop_after_layers = 0;
@@ -358,6 +378,9 @@ struct CompressReport {
   std::int64_t dense_params = 0;    // Σ over compressed modules
   std::int64_t params = 0;
   nlohmann::json to_json() const;
+  // Appends another run's modules (their parameter sums), notes, losses, stage seconds and pipeline
+  // times (a LLaVA's towers beside its language model).
+  void merge(CompressReport other);
 };
 
 // NumericNote <-> {"module", "kind", "detail"} (config.json latent.notes, the resume state).
@@ -419,5 +442,40 @@ void check_progress_kept(const std::filesystem::path& state_dir, bool resume);
 // plan_run's). A plan must name every module of `m`. Checks opt (validate) before any work.
 CompressReport compress_model(model::Model& m, std::span<const std::int32_t> ids, int seqlen,
                               const CompressOptions& opt, const RankPlan* plan = nullptr);
+
+// ---- A multimodal checkpoint's other parts (compress --components) ------------------------------
+// The vision tower's encoder layers run through the same stages as decoder layers (model::vision_layers:
+// joint Q-K without a causal mask — the statistics sum over all query-key pairs — V-O, joint up-down
+// with quick_gelu), calibrated on the calibration images' tiles, each tile a window of its P positions.
+// The projector's linear_1 and linear_2 are each compressed by the method's local ASVD (its
+// pre-conditioner and junction) on the statistics of their inputs: the features of the (compressed)
+// vision tower for linear_1, its own compressed output through the activation for linear_2.
+
+// The calibration images: every tile of every image, one after another ([n_tiles, C, S, S]).
+struct TowerCalibration {
+  std::span<const float> pixels;
+  int n_tiles = 0;
+};
+
+// A digest of multimodal calibration embeddings ([rows, d]) for CompressOptions::inputs_digest.
+std::string embeddings_digest(const MatrixF& e);
+
+// The modules of the parts `c` adds beyond the language model (the vision tower's loaded encoder
+// layers', then the projector's), as they stand in m (for the checkpoint writer), and as shapes.
+std::vector<const model::Linear*> tower_modules(model::LlavaModel& m, const Components& c);
+std::vector<ModuleShape> tower_shapes(model::LlavaModel& m, const Components& c);
+
+// The ranks of every module of opt.components: the language model's (plan_run's rules, resumed plans
+// included) and the towers'. Uniform: each module at the ratio. Global: one allocation over the
+// spectra of all of them (the language model's dense pre-pass on `ids`, the vision tower's on the tiles,
+// the projector's from its dense inputs) under the uniform plans' total.
+PlannedRanks plan_components(model::LlavaModel& m, std::span<const std::int32_t> ids, int seqlen,
+                             const CompressOptions& opt, const TowerCalibration& cal);
+
+// Compresses the towers of opt.components in m in place (the vision tower first, then the projector on
+// its features) with the ranks of `plan`, which must name each of their modules. Throws ConfigError
+// without calibration tiles.
+CompressReport compress_towers(model::LlavaModel& m, const TowerCalibration& cal, const CompressOptions& opt,
+                               const RankPlan& plan);
 
 }  // namespace latentllm::compress

@@ -404,6 +404,11 @@ class Model {
   virtual const WeightTable& lm_head() const = 0;
   // Builds decoder layer i from w (the architecture's tensor names and module table).
   virtual DecoderLayer build_layer(WeightLoader& w, int i) const = 0;
+  // For a model whose layers are built elsewhere (a vision tower's encoder layers seen as a layer stack
+  // by the compressor, model::VisionLayers): takes them as an eager model's loaded layers, and gives
+  // them back.
+  void adopt_layers(std::vector<DecoderLayer> layers);
+  std::vector<DecoderLayer> take_layers();
 
  private:
   // After the architecture's constructor: loads every layer (eager) or checks them and keeps the

@@ -13,6 +13,7 @@
 // n_tiles = 1 + g_h·g_w (the base image first).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -143,6 +144,13 @@ class LlavaModel {
   // pixels: [n_img, C, S, S] (NeXT: the tiles of an image) -> f: [n_img·n_feat, d] the projected
   // features of each tile (LlavaModel.get_image_features; NeXT's before pack_image_features).
   void image_features(std::span<const float> pixels, int n_img, MatrixF& f) const;
+  // pixels: [n_img, C, S, S] -> x: [n_img·n_feat, d_v·m] the projector's input: the selected hidden
+  // states of each tile (CLS dropped by "default"), concatenated in vision_feature_layer's order.
+  void projector_input(std::span<const float> pixels, int n_img, MatrixF& x) const;
+  // The projector's modules, linear_1: [d, d_v·m] and linear_2: [d, d], and its activation (for the
+  // compressor: compress --components projector).
+  std::array<Linear*, 2> projector_modules();
+  Activation projector_activation() const;
   // The features one image puts in the prompt -> f: [n_tok, d]: LLaVA-1.5 image_features; NeXT its
   // tiles' features packed (base, unpadded grid rows each ending in image_newline). ConfigError for
   // pixels of the wrong size, or NeXT tiles not 1 + g_h·g_w for the image's size.

@@ -111,6 +111,15 @@ struct CalibrationSet {
   MatrixF embeddings;             // [Σ lengths, d] the language model's layer-0 input, image features in place
   std::vector<std::string> pids;  // the problems, in the order drawn
   int images = 0;                 // of which with an image
+  // Every image's preprocessed tiles, one after another ([tiles, C, S, S]: the vision tower's and the
+  // projector's calibration inputs, compress --components), and each sequence's image in them.
+  std::vector<float> pixels;
+  int tiles = 0;
+  struct Image {
+    int first_tile = 0, n_tiles = 0;  // none when n_tiles = 0
+    int height = 0, width = 0;        // NeXT: the original size
+  };
+  std::vector<Image> image_of;  // [sequences]
 };
 // n problems of `split` drawn without replacement by a seeded Fisher-Yates (the same on every platform),
 // embedded through m's vision tower and projector (m may hold its language model lazily). ConfigError
@@ -118,5 +127,8 @@ struct CalibrationSet {
 CalibrationSet calibration_set(const model::LlavaModel& m, const io::Tokenizer& tok,
                                const image::ProcessorConfig& processor, const std::filesystem::path& data,
                                const std::string& split, int n, std::uint64_t seed);
+// Recomputes set.embeddings with m's vision tower and projector as they are now (after compress
+// --components compressed them: the language model then calibrates on the features it will be given).
+void embed_calibration(const model::LlavaModel& m, CalibrationSet& set);
 
 }  // namespace latentllm::eval::scienceqa

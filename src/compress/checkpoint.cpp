@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 #include <functional>
+#include <map>
 #include <set>
 
 #include "core/mapped_file.hpp"
@@ -98,7 +99,9 @@ nlohmann::json module_entry(const model::Linear& lin) {
 // non-linear tensors and the modules of layers neither loaded nor compressed from the source,
 // the others from `layers`. Fills `modules` (the latent section's entries).
 std::vector<Entry> plan_tensors(const model::Model& m, const io::TensorStore& src, LayerReader& layers, DType dtype,
-                                nlohmann::json& modules) {
+                                const std::vector<const model::Linear*>& towers, nlohmann::json& modules) {
+  std::map<std::string, const model::Linear*> tower;  // stored module name -> module
+  for (const model::Linear* lin : towers) tower.emplace(lin->name, lin);
   std::map<std::string, std::pair<int, std::size_t>> where;  // module -> (layer, index in its linears)
   for (int i = 0; i < m.num_layers(); ++i) {
     const auto& lins = m.layer_spec(i).linears;
@@ -109,8 +112,39 @@ std::vector<Entry> plan_tensors(const model::Model& m, const io::TensorStore& sr
     out.push_back({{name, dtype, src.get(name).shape}, [&src, name] { return src.get(name).to_f32(); }});
   };
   std::set<std::string> done;
+  // A module's tensors from `current()` (the module as it stands when the entry is written): its
+  // factors or dense weight (false when it holds neither: a layer not loaded), and its bias.
+  auto add = [&](std::string n, std::vector<std::int64_t> shape, auto current, auto part) {
+    out.push_back({{std::move(n), dtype, std::move(shape)}, [current, part] { return to_vector(part(current())); }});
+  };
+  auto add_weight = [&](const std::string& stored, const model::Linear& lin, auto current) {
+    if (lin.factored()) {
+      add(stored + ".A.weight", {lin.A.rows(), lin.A.cols()}, current, [](const model::Linear& l) -> const MatrixF& { return l.A; });
+      add(stored + ".B.weight", {lin.B.rows(), lin.B.cols()}, current, [](const model::Linear& l) -> const MatrixF& { return l.B; });
+    } else if (lin.weight.size() > 0) {
+      add(stored + ".weight", {lin.weight.rows(), lin.weight.cols()}, current,
+          [](const model::Linear& l) -> const MatrixF& { return l.weight; });
+    } else {
+      return false;
+    }
+    return true;
+  };
+  auto add_bias = [&](const std::string& stored, const model::Linear& lin, auto current) {
+    add(stored + ".bias", {lin.bias.size()}, current, [](const model::Linear& l) -> const VectorF& { return l.bias; });
+  };
   for (const auto& name : src.names()) {
     const auto dot = name.rfind('.');
+    if (const auto t = tower.find(dot == std::string::npos ? name : name.substr(0, dot)); t != tower.end()) {
+      if (!done.insert(t->first).second) continue;
+      const model::Linear* lin = t->second;
+      const auto current = [lin]() -> const model::Linear& { return *lin; };
+      if (!add_weight(t->first, *lin, current)) {
+        throw Error(fmt::format("{}: module {} holds no weight (expected a loaded module)", m.dir().string(), t->first));
+      }
+      if (lin->bias.size() > 0) add_bias(t->first, *lin, current);
+      if (lin->factored()) modules[t->first] = module_entry(*lin);
+      continue;
+    }
     // The module's HF name as the model asks for it; the output keeps the source's stored names (a
     // multimodal checkpoint's language model under its prefix), the latent section the model's names.
     const std::string module = m.module_name(dot == std::string::npos ? name : name.substr(0, dot));
@@ -124,24 +158,16 @@ std::vector<Entry> plan_tensors(const model::Model& m, const io::TensorStore& sr
     const auto [i, k] = it->second;
     const model::Linear& lin = layers.get(i).linears[k];
     auto current = [&layers, i = i, k = k]() -> const model::Linear& { return layers.get(i).linears[k]; };
-    auto add = [&](std::string n, std::vector<std::int64_t> shape, auto part) {
-      out.push_back({{std::move(n), dtype, std::move(shape)}, [current, part] { return to_vector(part(current())); }});
-    };
-    if (lin.factored()) {
-      add(stored + ".A.weight", {lin.A.rows(), lin.A.cols()}, [](const model::Linear& l) -> const MatrixF& { return l.A; });
-      add(stored + ".B.weight", {lin.B.rows(), lin.B.cols()}, [](const model::Linear& l) -> const MatrixF& { return l.B; });
-      modules[module] = module_entry(lin);
-    } else if (lin.weight.size() > 0) {
-      add(stored + ".weight", {lin.weight.rows(), lin.weight.cols()},
-          [](const model::Linear& l) -> const MatrixF& { return l.weight; });
-    } else {
-      from_source(stored + ".weight");  // a layer not loaded whose module was not compressed
-    }
+    if (!add_weight(stored, lin, current)) from_source(stored + ".weight");  // a layer not loaded, its module not compressed
     if (lin.bias.size() > 0) {
-      add(stored + ".bias", {lin.bias.size()}, [](const model::Linear& l) -> const VectorF& { return l.bias; });
+      add_bias(stored, lin, current);
     } else if (!m.layer_loaded(i) && !lin.factored() && src.has(stored + ".bias")) {
       from_source(stored + ".bias");
     }
+    if (lin.factored()) modules[module] = module_entry(lin);
+  }
+  for (const auto& [name, lin] : tower) {
+    if (!done.count(name)) throw FormatError(fmt::format("{}: module {} not found in the source checkpoint", m.dir().string(), name));
   }
   // Modules whose weight the source stored under another name would be lost silently: refuse.
   for (const auto& [name, loc] : where) {
@@ -286,7 +312,7 @@ void save(const model::Model& m, const fs::path& out_dir, const SaveOptions& opt
   const auto src = io::TensorStore::open(m.dir());
   LayerReader layers(m, opt.layer_factors_dir);
   nlohmann::json modules = nlohmann::json::object();
-  const std::vector<Entry> entries = plan_tensors(m, src, layers, opt.dtype, modules);
+  const std::vector<Entry> entries = plan_tensors(m, src, layers, opt.dtype, opt.tower_modules, modules);
 
   nlohmann::json config = m.config().raw;
   nlohmann::json latent = opt.info.is_object() ? opt.info : nlohmann::json::object();

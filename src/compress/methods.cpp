@@ -111,6 +111,7 @@ Method parse_method(std::string_view name) {
 
 bool reads_option(const CompressOptions& o, std::string_view key) {
   const bool global = o.rank_alloc == RankAlloc::Global;
+  if (key == "components") return o.components.towers();  // recorded when more than the language model
   if (std::find(kCommonKeys.begin(), kCommonKeys.end(), key) != kCommonKeys.end()) return true;
   // The global allocation's pre-pass measures root-covariance spectra for every method (sensitivity.cpp).
   if (global && (key == "alloc_score" || key == "alloc_tokens" || key == "lambda_rel" || key == "output_side")) {

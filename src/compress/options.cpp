@@ -36,12 +36,41 @@ JointParts parse_joint_parts(std::string_view spec) {
 
 std::string joint_parts_name(const JointParts& j) { return joint_spec(j); }
 
+Components parse_components(std::string_view list) {
+  Components c{false, false, false};
+  auto fail = [&](std::string_view what) {
+    throw ConfigError(fmt::format("--components: {} (expected a comma-separated subset of lm, vision, projector with "
+                                  "lm, got {})", what, list));
+  };
+  for (std::size_t pos = 0;;) {
+    const auto comma = list.find(',', pos);
+    const std::string_view part = list.substr(pos, comma == std::string_view::npos ? comma : comma - pos);
+    bool* slot = part == "lm" ? &c.language : part == "vision" ? &c.vision : part == "projector" ? &c.projector : nullptr;
+    if (slot == nullptr) fail(fmt::format("unknown part '{}'", part));
+    if (*slot) fail(fmt::format("'{}' given twice", part));
+    *slot = true;
+    if (comma == std::string_view::npos) break;
+    pos = comma + 1;
+  }
+  // The language model's compression drives the run (its progress, resume and checkpoint writer).
+  if (!c.language) fail("the language model is not among them");
+  return c;
+}
+
+std::string components_name(const Components& c) {
+  std::string s = c.language ? "lm" : "";
+  if (c.vision) s += std::string(s.empty() ? "" : ",") + "vision";
+  if (c.projector) s += std::string(s.empty() ? "" : ",") + "projector";
+  return s;
+}
+
 nlohmann::ordered_json CompressOptions::to_json() const {
   nlohmann::ordered_json j;
   auto put = [&](std::string_view key, auto value) {
     if (reads_option(*this, key)) j[std::string(key)] = value;
   };
   put("method", method_name(method));
+  put("components", components_name(components));
   put("ratio", ratio);
   put("junction", junction_name(local.junction));
   put("rank_alloc", rank_alloc_name(rank_alloc));
@@ -73,6 +102,7 @@ CompressOptions CompressOptions::from_json(const nlohmann::json& j) {
   CompressOptions o;
   try {
     o.method = parse_method(j.at("method").get<std::string>());
+    if (j.contains("components")) o.components = parse_components(j.at("components").get<std::string>());
     o.joint = j.contains("joint") ? parse_joint_parts(j.at("joint").get<std::string>()) : JointParts{false, false, false};
     o.ratio = j.at("ratio").get<double>();
     o.local.junction = parse_junction(j.at("junction").get<std::string>());

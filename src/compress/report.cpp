@@ -52,6 +52,24 @@ ModuleReport ModuleReport::from_json(const nlohmann::json& j) {
   return r;
 }
 
+void CompressReport::merge(CompressReport from) {
+  CompressReport& into = *this;
+  for (auto& r : from.modules) {
+    into.dense_params += r.dense_params;
+    into.params += r.params;
+    into.modules.push_back(std::move(r));
+  }
+  for (const auto& n : from.notes) into.add_note(n);
+  for (const auto& [part, s] : from.part_seconds) into.part_seconds[part] += s;
+  into.qk_losses.insert(into.qk_losses.end(), from.qk_losses.begin(), from.qk_losses.end());
+  into.vo_losses.insert(into.vo_losses.end(), from.vo_losses.begin(), from.vo_losses.end());
+  into.ud_losses.insert(into.ud_losses.end(), from.ud_losses.begin(), from.ud_losses.end());
+  into.times.forward += from.times.forward;
+  into.times.covariance += from.times.covariance;
+  into.times.compress += from.times.compress;
+  into.times.consume += from.times.consume;
+}
+
 nlohmann::json CompressReport::to_json() const {
   nlohmann::json mods = nlohmann::json::array();
   for (const auto& r : modules) mods.push_back(r.to_json());

@@ -1,5 +1,6 @@
 #include "compress/resume.hpp"
 
+#include <array>
 #include <fstream>
 #include <optional>
 #include <vector>
@@ -51,6 +52,14 @@ void restore_report(const nlohmann::json& j, CompressReport& r) {
 
 }  // namespace
 
+std::string embeddings_digest(const MatrixF& e) {
+  Fnv f;
+  const std::array<Eigen::Index, 2> shape = {e.rows(), e.cols()};
+  f.add(shape.data(), sizeof shape);
+  f.add(e.data(), static_cast<std::size_t>(e.size()) * sizeof(float));
+  return fmt::format("{:016x}", f.h);
+}
+
 std::string run_fingerprint(const model::Model& m, std::span<const std::int32_t> ids, int seqlen,
                             const CompressOptions& opt) {
   Fnv f;
@@ -58,7 +67,11 @@ std::string run_fingerprint(const model::Model& m, std::span<const std::int32_t>
   f.add(&seqlen, sizeof seqlen);
   // Multimodal calibration: the sequences' lengths and their layer-0 inputs (image features included).
   f.add(opt.pipeline.lengths.data(), opt.pipeline.lengths.size() * sizeof(int));
-  if (const MatrixF* e = opt.pipeline.input_embeddings) f.add(e->data(), static_cast<std::size_t>(e->size()) * sizeof(float));
+  if (!opt.inputs_digest.empty()) {
+    f.add(opt.inputs_digest);
+  } else if (const MatrixF* e = opt.pipeline.input_embeddings) {
+    f.add(e->data(), static_cast<std::size_t>(e->size()) * sizeof(float));
+  }
   f.add(fs::weakly_canonical(m.dir()).string());
   f.add(core::read_file(m.dir() / "config.json"));
   // The options record (CompressOptions::to_json): the one serialization of everything that decides the

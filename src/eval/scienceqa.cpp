@@ -312,6 +312,27 @@ Result evaluate(const model::LlavaModel& m, const io::Tokenizer& tok, const imag
   return r;
 }
 
+void embed_calibration(const model::LlavaModel& m, CalibrationSet& set) {
+  const model::VisionConfig& v = m.config().vision;
+  const std::size_t tile = static_cast<std::size_t>(v.num_channels * v.image_size * v.image_size);
+  set.embeddings.resize(static_cast<Eigen::Index>(set.ids.size()), m.config().text.hidden_size);
+  std::int64_t r0 = 0;
+  for (std::size_t k = 0; k < set.lengths.size(); ++k) {
+    const CalibrationSet::Image& img = set.image_of.at(k);
+    std::vector<model::ImageInput> images;
+    if (img.n_tiles > 0) {
+      images.push_back({std::span<const float>(set.pixels).subspan(img.first_tile * tile, img.n_tiles * tile),
+                        img.n_tiles, img.height, img.width});
+    }
+    const auto ids = std::span<const std::int32_t>(set.ids).subspan(static_cast<std::size_t>(r0),
+                                                                   static_cast<std::size_t>(set.lengths[k]));
+    MatrixF h;  // [T_k, d] the prompt's embeddings, the image features in place of its image tokens
+    m.embed_prompt(ids, images, h);
+    set.embeddings.middleRows(r0, h.rows()) = h;
+    r0 += h.rows();
+  }
+}
+
 CalibrationSet calibration_set(const model::LlavaModel& m, const io::Tokenizer& tok,
                                const image::ProcessorConfig& processor, const fs::path& data, const std::string& split,
                                int n, std::uint64_t seed) {
@@ -326,23 +347,27 @@ CalibrationSet calibration_set(const model::LlavaModel& m, const io::Tokenizer& 
     std::swap(pool[i], pool[i + static_cast<std::size_t>(calib::uniform_below(rng, pool.size() - i))]);
   }
   CalibrationSet out;
-  std::vector<MatrixF> parts;  // [T_k, d] each
+  const model::VisionConfig& v = m.config().vision;
+  const std::size_t tile = static_cast<std::size_t>(v.num_channels * v.image_size * v.image_size);
   for (std::size_t i = 0; i < static_cast<std::size_t>(n); ++i) {
     const Input in = make_input(m, tok, processor, pool[i]);
-    MatrixF h;  // [T_k, d] the prompt's embeddings, the image features in place of its image tokens
-    m.embed_prompt(in.ids, in.images, h);
+    CalibrationSet::Image img{out.tiles, 0, 0, 0};
+    if (!in.images.empty()) {
+      img = {out.tiles, in.images.front().n_tiles, in.images.front().height, in.images.front().width};
+      out.pixels.insert(out.pixels.end(), in.pixels.begin(), in.pixels.end());
+      out.tiles += img.n_tiles;
+    }
     out.ids.insert(out.ids.end(), in.ids.begin(), in.ids.end());
     out.lengths.push_back(static_cast<int>(in.ids.size()));
     out.pids.push_back(pool[i].pid);
     out.images += in.n_img;
-    parts.push_back(std::move(h));
+    out.image_of.push_back(img);
   }
-  out.embeddings.resize(static_cast<Eigen::Index>(out.ids.size()), m.config().text.hidden_size);
-  Eigen::Index r0 = 0;
-  for (const MatrixF& h : parts) {
-    out.embeddings.middleRows(r0, h.rows()) = h;
-    r0 += h.rows();
+  if (out.pixels.size() != static_cast<std::size_t>(out.tiles) * tile) {
+    throw Error(fmt::format("calibration: {} pixel values for {} tiles (expected {} each)", out.pixels.size(), out.tiles,
+                            tile));
   }
+  embed_calibration(m, out);
   log_info("calibration: {} ScienceQA {} problems of {} ({} with an image), {} tokens, {}..{} a sequence", n, split,
            data.string(), out.images, out.ids.size(), *std::min_element(out.lengths.begin(), out.lengths.end()),
            *std::max_element(out.lengths.begin(), out.lengths.end()));

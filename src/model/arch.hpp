@@ -42,6 +42,9 @@ nlohmann::json with_class_defaults(const nlohmann::json& doc);
 // llava.cpp: the key-prefix rules that map the language model's HF names onto those of the LLaVA
 // checkpoint w reads (hub or newer transformers layout); FormatError when it has neither.
 std::vector<WeightLoader::PrefixRule> multimodal_language_rules(const WeightLoader& w);
+// The stored prefixes of a LLaVA checkpoint's vision tower and projector: their latent modules are
+// LlavaModel::load's, not the language model's.
+std::vector<std::string> multimodal_tower_prefixes(const WeightLoader& w);
 
 // ---- module tables ----------------------------------------------------------------------------
 

@@ -114,25 +114,45 @@ class ClipVisionModel final : public VisionModel {
     layer_norm(x, pre_w_, pre_b_, eps_, h);
   }
 
-  // CLIPEncoderLayer: h += out_proj(attn(layer_norm1(h))); h += fc2(act(fc1(layer_norm2(h)))).
-  void layer_forward(int i, MatrixF& h, ForwardObserver* obs) const override {
-    const DecoderLayer& L = layer(i);
+  Activation activation() const override { return act_; }
+
+  // CLIPEncoderLayer: h += out_proj(attn(layer_norm1(h))); h += fc2(act(fc1(layer_norm2(h)))), each block
+  // from the site the state stands at to the next (Model::layer_resume's contract).
+  void layer_resume(const DecoderLayer& L, int i, LayerState& s, ForwardObserver* obs) const override {
     const int P = static_cast<int>(config_.num_positions()), H = static_cast<int>(config_.num_attention_heads);
-    MatrixF x, y;  // [n, width of the site]
-    norm(h, L, kNorms[0], x);
-    if (report_input(obs, i, Site::AttnIn, x)) return;
-    MatrixF q, k, v;  // [n, d]
-    L.linears[kQ].forward(x, q);
-    L.linears[kK].forward(x, k);
-    L.linears[kV].forward(x, v);
-    full_attention(q, k, v, P, H, static_cast<int>(config_.head_dim()), y);
-    if (report_input(obs, i, Site::AttnOut, y)) return;
-    linear_forward(L.linears[kOut], y, h, accumulated());
-    norm(h, L, kNorms[1], x);
-    if (report_input(obs, i, Site::MlpIn, x)) return;
-    linear_forward(L.linears[kFc1], x, y, activated(act_));  // [n, ffn]
-    if (report_input(obs, i, Site::MlpMid, y)) return;
-    linear_forward(L.linears[kFc2], y, h, accumulated());
+    MatrixF& h = s.resid;  // [n_img·P, d_v]
+    MatrixF& x = s.x;      // [n_img·P, width of s.at]
+    if (h.cols() != config_.hidden_size || h.rows() % P != 0) {
+      throw Error(fmt::format("vision tower: hidden states [{}, {}] (expected [n_img·{}, {}])", h.rows(), h.cols(), P,
+                              config_.hidden_size));
+    }
+    MatrixF y;  // [n_img·P, width] a module's output
+    if (!s.at) {
+      norm(h, L, kNorms[0], x);
+      if (reach(s, Site::AttnIn, obs, i)) return;
+    }
+    if (s.at == Site::AttnIn) {
+      MatrixF q, k, v;  // [n_img·P, d_v]
+      L.linears[kQ].forward(x, q);
+      L.linears[kK].forward(x, k);
+      L.linears[kV].forward(x, v);
+      full_attention(q, k, v, P, H, static_cast<int>(config_.head_dim()), y);
+      x.swap(y);
+      if (reach(s, Site::AttnOut, obs, i)) return;
+    }
+    if (s.at == Site::AttnOut) {
+      linear_forward(L.linears[kOut], x, h, accumulated());
+      norm(h, L, kNorms[1], x);
+      if (reach(s, Site::MlpIn, obs, i)) return;
+    }
+    if (s.at == Site::MlpIn) {
+      linear_forward(L.linears[kFc1], x, y, activated(act_));  // [n_img·P, ffn]
+      x.swap(y);
+      if (reach(s, Site::MlpMid, obs, i)) return;
+    }
+    linear_forward(L.linears[kFc2], x, h, accumulated());
+    s.at.reset();
+    x.resize(0, 0);
   }
 
  private:

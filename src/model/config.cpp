@@ -110,15 +110,17 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, const LoadO
   source->loader.set_lazy(opt.lazy);
   source->loader.set_scan(opt.lazy && opt.scan_finite);
   std::vector<std::string> language;  // a multimodal checkpoint's language-model prefixes: what is checked here
+  std::vector<std::string> towers;    // and its other parts' (their latent modules are LlavaModel's)
   if (!config.multimodal_architecture.empty()) {
     const auto rules = multimodal_language_rules(source->loader);
+    towers = multimodal_tower_prefixes(source->loader);  // before the rules: it asks for stored names
     source->loader.set_prefix_rules(rules);
     for (const auto& r : rules) language.push_back(r.to);
   }
   auto m = arch->make(config, dir, source->loader);
   for (const auto& r : source->loader.prefix_rules()) m->stored_prefixes_.emplace_back(r.from, r.to);
   m->init_layers(source, opt.lazy);
-  source->loader.check_latent_used();
+  source->loader.check_latent_used(towers);
   if (!opt.allow_unused_tensors) source->loader.check_tensors_used(language);
   return m;
 }

@@ -5,6 +5,7 @@
 // images are tiles whose features are packed by llava_next.cpp. The checkpoint's key layout (hub or
 // newer transformers) is mapped once, at load, so every part reads its own HF names.
 #include <algorithm>
+#include <map>
 #include <fmt/format.h>
 
 #include "io/json_keys.hpp"
@@ -202,6 +203,11 @@ std::vector<WeightLoader::PrefixRule> multimodal_language_rules(const WeightLoad
   return {{"model.", l.lm_model}, {"lm_head.", l.lm_head}};
 }
 
+std::vector<std::string> multimodal_tower_prefixes(const WeightLoader& w) {
+  const LlavaLayout& l = detect_layout(w);
+  return {l.vision, l.projector};
+}
+
 // ---- the projector --------------------------------------------------------------------------------
 
 // LlavaMultiModalProjector: y = linear_2(act(linear_1(x))).
@@ -221,6 +227,8 @@ class Projector {
     activate_span(u.data(), u.size(), act_);
     l2_.forward(u, y);
   }
+  std::array<Linear*, 2> modules() { return {&l1_, &l2_}; }
+  Activation activation() const { return act_; }
 
  private:
   Activation act_ = Activation::Gelu;
@@ -240,14 +248,20 @@ LlavaModel LlavaModel::load(const std::filesystem::path& dir, const LoadOptions&
   m.config_ = parse_llava_config(io::load_json_file(dir / "config.json"), (dir / "config.json").string());
   m.lm_ = Model::load(dir, opt);
   const io::TensorStore store = io::TensorStore::open(dir);
-  WeightLoader w(store, {});
-  const LlavaLayout& layout = detect_layout(w);
+  const LlavaLayout& layout = detect_layout(WeightLoader(store, {}));
+  // A latent checkpoint's factored vision and projector modules (compress --components): the entries
+  // under their stored prefixes; the language model's are Model::load's.
+  std::map<std::string, io::LatentModule> latent;
+  for (auto& [name, lm] : io::parse_latent_modules(m.config_.raw, (dir / "config.json").string()))
+    if (name.starts_with(layout.vision) || name.starts_with(layout.projector)) latent.emplace(name, std::move(lm));
+  WeightLoader w(store, std::move(latent));
   check_parts(store, layout, m.config_.anyres(), dir);
   const auto layers = m.config_.feature_layers();
   const int deepest = *std::max_element(layers.begin(), layers.end());
   for (const VisionArchitecture& a : clip_architectures())
     if (a.model_type == m.config_.vision.model_type) m.vision_ = a.make(m.config_.vision, w, layout.vision, deepest);
   m.projector_ = std::make_unique<Projector>(m.config_, w, layout.projector);
+  w.check_latent_used();
   if (m.config_.anyres()) {
     const VectorF nl = w.vector(layout.image_newline, m.config_.text.hidden_size);  // [d]
     m.image_newline_.assign(nl.data(), nl.data() + nl.size());
@@ -297,11 +311,11 @@ void LlavaModel::vision_hidden_state(std::span<const float> pixels, int n_img, i
 
 // LlavaModel.get_image_features: the selected hidden states (CLS dropped by "default"), concatenated
 // along the hidden dimension in the list's order, then the projector.
-void LlavaModel::image_features(std::span<const float> pixels, int n_img, MatrixF& f) const {
+void LlavaModel::projector_input(std::span<const float> pixels, int n_img, MatrixF& sel) const {
   const auto layers = config_.feature_layers();
   const std::int64_t P = config_.vision.num_positions(), d_v = config_.vision.hidden_size;
   const std::int64_t n_feat = config_.features_per_image(), skip = P - n_feat;
-  MatrixF sel(n_img * n_feat, d_v * static_cast<std::int64_t>(layers.size()));  // [n_img·n_feat, d_v·m]
+  sel.resize(n_img * n_feat, d_v * static_cast<std::int64_t>(layers.size()));  // [n_img·n_feat, d_v·m]
   MatrixF h;                                                                      // [n_img·P, d_v]
   const auto take = [&](int k) {
     for (std::size_t j = 0; j < layers.size(); ++j) {
@@ -316,8 +330,16 @@ void LlavaModel::image_features(std::span<const float> pixels, int n_img, Matrix
     vision_->layer_forward(i, h);
     take(i + 1);
   }
+}
+
+void LlavaModel::image_features(std::span<const float> pixels, int n_img, MatrixF& f) const {
+  MatrixF sel;  // [n_img·n_feat, d_v·m]
+  projector_input(pixels, n_img, sel);
   projector_->forward(sel, f);  // [n_img·n_feat, d]
 }
+
+std::array<Linear*, 2> LlavaModel::projector_modules() { return projector_->modules(); }
+Activation LlavaModel::projector_activation() const { return projector_->activation(); }
 
 std::int64_t LlavaModel::image_tokens(const ImageInput& image) const {
   if (!config_.anyres()) return image.n_tiles * config_.features_per_image();  // each tile an image

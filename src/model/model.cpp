@@ -87,6 +87,27 @@ void Model::init_layers(std::shared_ptr<WeightSource> source, bool lazy) {
   if (lazy) source_ = std::move(source);
 }
 
+void Model::adopt_layers(std::vector<DecoderLayer> layers) {
+  layers_ = std::move(layers);
+  loaded_.assign(layers_.size(), 1);
+  specs_.clear();
+  footprint_ = WeightFootprint{};
+  for (const DecoderLayer& L : layers_) {
+    std::int64_t bytes = 0;
+    for (const Linear& l : L.linears)
+      bytes += 4 * (l.weight.size() + l.B.size() + l.A.size() + l.bias.size() + static_cast<std::int64_t>(l.perm.size()));
+    for (const auto& [name, v] : L.norms) bytes += 4 * v.size();
+    footprint_.layers.push_back(bytes);
+  }
+}
+
+std::vector<DecoderLayer> Model::take_layers() {
+  std::vector<DecoderLayer> out = std::move(layers_);
+  layers_.clear();
+  loaded_.clear();
+  return out;
+}
+
 void Model::load_layer(int i) {
   if (layer_loaded(i)) return;
   WeightLoader& w = source_->loader;

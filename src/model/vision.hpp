@@ -4,6 +4,7 @@
 // like a decoder layer's) and its forward.
 #pragma once
 
+#include <filesystem>
 #include <memory>
 #include <span>
 #include <string>
@@ -31,12 +32,30 @@ class VisionModel {
   // pixels: [n_img, C, S, S] -> h: [n_img·P, d_v] hidden_states[0] (CLIP: embeddings after pre_layrnorm).
   virtual void embed(std::span<const float> pixels, int n_img, MatrixF& h) const = 0;
   // Applies encoder layer i in place to h: [n_img·P, d_v]; attention within each image, not causal.
-  virtual void layer_forward(int i, MatrixF& h, ForwardObserver* obs = nullptr) const = 0;
+  void layer_forward(int i, MatrixF& h, ForwardObserver* obs = nullptr) const;
+  // Runs the encoder layer L (layer i's modules, wherever they are held) from where s stands to its end,
+  // or until obs is done_after a site (Model::layer_resume's contract; s.resid: [n_img·P, d_v]).
+  virtual void layer_resume(const DecoderLayer& L, int i, LayerState& s, ForwardObserver* obs) const = 0;
+  // The encoder MLP's activation (vision_config.hidden_act).
+  virtual Activation activation() const = 0;
 
  protected:
   VisionConfig config_;
   std::vector<DecoderLayer> layers_;
+
+ private:
+  friend class VisionLayers;  // moves layers_ in and out (vision_layers.cpp)
 };
+
+// A vision tower's loaded encoder layers as a Model: the compressor's view of them (modules by role,
+// sites, the attention geometry without RoPE, the MLP), so that every method compresses them as it
+// compresses a decoder layer. The tower's layers are moved into the returned model and moved back when
+// it is destroyed (the tower must outlive it and is not usable meanwhile). Its layer_resume is the
+// tower's over windows of T = P positions, one image each (attention within the image, not causal);
+// calibration feeds it the embeddings (calib::PipelineOptions::input_embeddings) since it has no
+// tokens, and its head, token embedding and KV cache throw Error. `dir` names the checkpoint in
+// messages.
+std::unique_ptr<Model> vision_layers(VisionModel& v, const std::filesystem::path& dir);
 
 struct VisionArchitecture {
   std::string_view model_type;  // vision_config.model_type, e.g. "clip_vision_model"

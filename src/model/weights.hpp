@@ -47,8 +47,9 @@ class WeightLoader {
   // The linear module `module` ("model.layers.0.self_attn.q_proj") of shape [out, in], with a bias
   // if has_bias; factored when the latent section lists it.
   Linear linear(const std::string& module, std::int64_t in, std::int64_t out, bool has_bias);
-  // Throws FormatError naming a latent module no architecture file asked for.
-  void check_latent_used() const;
+  // Throws FormatError naming a latent module no architecture file asked for; modules under the
+  // `skip` prefixes are another loader's (a LLaVA checkpoint's vision tower and projector).
+  void check_latent_used(const std::vector<std::string>& skip = {}) const;
   // Throws FormatError naming the first stored tensors nothing asked for (LoadOptions::allow_unused_tensors),
   // apart from the known-ignorable buffers; with `within`, only the stored names under those prefixes
   // (the language model of a multimodal checkpoint, whose other parts another loader reads).

@@ -67,6 +67,17 @@ TEST(ErrorsDoc, CompressOptions) {
                           q(shared_path("data/scienceqa-shapes")) + " --seqlen 128 --out " + q(make_temp_dir("err-sqw") / "o")),
                       cli("compress --model " + q(shared_path("models/llava-shapes-tiny")) + " --calib scienceqa --calib-data " +
                           q(shared_path("data/scienceqa-shapes")) + " --calib-sampling contiguous --dry-run")}},
+                    {"opt-components", {compress("--components lm,mlp --dry-run"),
+                                        compress("--components lm,vision,vision --dry-run"),
+                                        compress("--components vision --dry-run"), compress("--components lm, --dry-run")}},
+                    {"opt-components-model",
+                     {compress("--components lm,vision --dry-run"),
+                      cli("compress --model " + q(shared_path("models/llava-shapes-tiny")) + " --components lm,vision" +
+                          calib() + " --dry-run")}},
+                    {"components-no-images",
+                     {cli("compress --model " + q(shared_path("models/llava-shapes-tiny")) + " --components lm,vision " +
+                          "--calib scienceqa --calib-data " + q(shared_path("data/scienceqa-shapes")) +
+                          " --nsamples 1 --seed 1 --dry-run")}},
                     {"opt-unread", {compress("--method plain-svd --alpha 2 --dry-run"),
                                     compress("--joint qk --vo-iters 3 --dry-run"),
                                     compress("--method asvd-l2 --rank-alloc uniform --alloc-tokens 5 --dry-run")}},

@@ -9,9 +9,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "latentllm/error.hpp"
 #include "latentllm/io.hpp"
 #include "latentllm/model.hpp"
 #include "latentllm/multimodal.hpp"
+#include "model/vision.hpp"
 #include "test_support.hpp"
 
 namespace latentllm::test {
@@ -121,6 +123,131 @@ TEST(LlavaCompress, ScienceQaCalibrationKeepsThePapersShareOfAccuracy) {
                             "--calib scienceqa --calib-data " + data + " --dtype f32 -q --out " + q(again) + " 2>&1", log),
             0) << log;
   EXPECT_EQ(read_bytes(dir / "model.safetensors"), read_bytes(again / "model.safetensors"));
+}
+
+// The vision tower's layers as the compressor sees them (model::vision_layers): the same forward, bit for
+// bit, windows of one image's P positions only, and the layers handed back afterwards.
+TEST(VisionLayers, RunTheTowersForwardAndGiveTheLayersBack) {
+  model::LlavaModel m = model::LlavaModel::load(fixture());
+  model::VisionModel& v = m.vision_tower();
+  const int n_layers = v.num_layers();
+  const int P = static_cast<int>(m.config().vision.num_positions());
+  std::vector<float> pixels(static_cast<std::size_t>(2 * 3 * 64 * 64));
+  for (std::size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<float>((i * 37) % 101) / 50.0f - 1.0f;
+  MatrixF h0, a, b;  // [2·P, d_v]
+  v.embed(pixels, 2, h0);
+  a = h0;
+  for (int i = 0; i < n_layers; ++i) v.layer_forward(i, a);
+  {
+    const auto layers = model::vision_layers(v, fixture());
+    ASSERT_EQ(layers->num_layers(), n_layers);
+    EXPECT_EQ(v.num_layers(), 0);  // moved out while the view lives
+    EXPECT_EQ(layers->attention().num_heads, 4);
+    EXPECT_FALSE(layers->attention().rope);
+    EXPECT_EQ(layers->mlp().act, model::Activation::QuickGelu);
+    EXPECT_EQ(layers->layer(0).linear(model::Role::Q).name, "vision_tower.vision_model.encoder.layers.0.self_attn.q_proj");
+    b = h0;
+    for (int i = 0; i < n_layers; ++i) layers->layer_forward(i, b, P);
+    MatrixF c = h0;
+    expect_error<Error>([&] { layers->layer_forward(0, c, 2 * P); },
+                        {"vision layer 0 over windows of 34 positions (expected one image of 17 positions per window"});
+    expect_error<Error>([&] {
+      MatrixF e;
+      layers->embed(std::vector<std::int32_t>(17, 0), 17, e);
+    }, {"embed of a vision tower's layers"});
+  }
+  EXPECT_EQ(a, b);
+  ASSERT_EQ(v.num_layers(), n_layers);  // back
+  MatrixF again = h0;
+  for (int i = 0; i < n_layers; ++i) v.layer_forward(i, again);
+  EXPECT_EQ(again, a);
+}
+
+// compress --components lm,vision,projector: the vision tower's encoder layers up to the feature layer and
+// the projector factored too (docs/LMM.md, "Compression"), ranks allocated across all three, the
+// checkpoint loading back with every factor, and the accuracy kept.
+TEST(LlavaCompress, ComponentsCompressTheVisionTowerAndProjector) {
+  const fs::path dir = make_temp_dir("llava-comp") / "out";
+  const std::string data = q(shared_path("data/scienceqa-shapes"));
+  std::string out;
+  ASSERT_EQ(run_command(cli_path().string() + " compress --model " + q(fixture()) + " --ratio 0.3 --components " +
+                            "lm,vision,projector --calib scienceqa --calib-data " + data + " --dtype f32 --json -q " +
+                            "--out " + q(dir), out), 0) << out;
+  const auto j = json::parse(out.substr(out.find('{')));
+  EXPECT_EQ(j.at("options").at("components"), "lm,vision,projector");
+  // The towers' dense weights: 3 encoder layers (feature layer -2 of 4) of 4·64² + 2·64·256, and the
+  // projector's 64·128 + 128·128; global ranks keep the uniform total over all of them.
+  const auto towers = j.at("components").at("towers");
+  EXPECT_EQ(towers.at("dense_params").get<std::int64_t>(), 3 * (4 * 64 * 64 + 2 * 64 * 256) + 64 * 128 + 128 * 128);
+  EXPECT_LT(towers.at("params").get<std::int64_t>(), towers.at("dense_params").get<std::int64_t>());
+  const auto total = j.at("components").at("language").at("dense_params").get<std::int64_t>() +
+                     towers.at("dense_params").get<std::int64_t>();
+  EXPECT_LE(static_cast<double>(j.at("params").get<std::int64_t>()), 0.7 * static_cast<double>(total) + 1);
+
+  const auto cfg = json::parse(std::ifstream(dir / "config.json")).at("latent");
+  const auto& mods = cfg.at("modules");
+  EXPECT_TRUE(mods.contains("vision_tower.vision_model.encoder.layers.0.self_attn.q_proj"));
+  EXPECT_TRUE(mods.contains("vision_tower.vision_model.encoder.layers.2.mlp.fc2"));
+  EXPECT_TRUE(mods.contains("multi_modal_projector.linear_2"));
+  EXPECT_TRUE(mods.contains("model.layers.1.mlp.down_proj"));
+  // Layer 3 never runs (its output is not a feature): neither compressed nor changed, like post_layernorm.
+  EXPECT_FALSE(mods.contains("vision_tower.vision_model.encoder.layers.3.self_attn.q_proj"));
+  const io::SafetensorsFile src(fixture() / "model.safetensors");
+  const io::SafetensorsFile dst(dir / "model.safetensors");
+  for (const std::string name : {"vision_tower.vision_model.encoder.layers.3.mlp.fc1.weight",
+                                 "vision_tower.vision_model.post_layernorm.weight",
+                                 "vision_tower.vision_model.embeddings.patch_embedding.weight"}) {
+    ASSERT_NE(dst.find(name), nullptr) << name;
+    EXPECT_EQ(dst.find(name)->to_f32(), src.find(name)->to_f32()) << name;
+  }
+  EXPECT_EQ(dst.find("vision_tower.vision_model.encoder.layers.0.self_attn.q_proj.weight"), nullptr);
+  EXPECT_NE(dst.find("multi_modal_projector.linear_1.A.weight"), nullptr);
+
+  // Loads back with factored towers: image features close to the dense ones, not equal.
+  const model::LlavaModel m = model::LlavaModel::load(dir);
+  const model::LlavaModel dense = model::LlavaModel::load(fixture());
+  const std::vector<float> pixels(static_cast<std::size_t>(3 * 64 * 64), 0.25f);
+  MatrixF fa, fb;  // [n_feat, d]
+  m.image_features(pixels, 1, fa);
+  dense.image_features(pixels, 1, fb);
+  const double rel = (fa - fb).norm() / fb.norm();
+  EXPECT_GT(rel, 0.0);
+  EXPECT_LT(rel, 0.5);
+  // inspect lists the towers' factored modules.
+  std::string ins;
+  ASSERT_EQ(run_command(cli_path().string() + " inspect --json --model " + q(dir), ins), 0) << ins;
+  const auto latent = json::parse(ins.substr(ins.find('{'))).at("latent_modules");
+  EXPECT_EQ(latent.size(), mods.size());
+
+  // The paper's retained share of dense accuracy at 30 % (86 %), with the towers compressed as well.
+  std::string ev;
+  ASSERT_EQ(run_command(cli_path().string() + " eval --task scienceqa --protocol loglik --json -q --model " + q(dir) +
+                            " --data " + data, ev), 0) << ev;
+  const double acc = json::parse(ev.substr(ev.find('{'))).at("accuracy").at("avg").get<double>();
+  const double dense_acc = json::parse(std::ifstream(fixture() / "REFERENCE.json")).at("val").at("dense_accuracy").at("all");
+  EXPECT_GE(acc, 0.86 * dense_acc) << acc;
+}
+
+// A run with the towers, killed after the language model's first layer (--stop-after-layers) and resumed,
+// writes the bytes of an uninterrupted run: the towers are compressed again the same way, and the
+// progress is told apart by the dense features the compressed ones follow from.
+TEST(LlavaCompress, ComponentsResumeToTheSameBytes) {
+  const fs::path root = make_temp_dir("llava-comp-resume");
+  const std::string base = cli_path().string() + " compress --model " + q(fixture()) + " --ratio 0.3 --components " +
+                           "lm,vision,projector --calib scienceqa --nsamples 24 --calib-data " +
+                           q(shared_path("data/scienceqa-shapes")) + " --dtype f32 -q --out ";
+  std::string log;
+  ASSERT_EQ(run_command(base + q(root / "whole") + " 2>&1", log), 0) << log;
+  ASSERT_EQ(run_command(base + q(root / "split") + " --stop-after-layers 1 2>&1", log), 0) << log;
+  EXPECT_FALSE(fs::exists(root / "split" / "config.json"));
+  // Another set of parts is another run: its progress is refused, not mixed in.
+  ASSERT_NE(run_command(cli_path().string() + " compress --model " + q(fixture()) + " --ratio 0.3 --components " +
+                            "lm,vision --calib scienceqa --nsamples 24 --calib-data " +
+                            q(shared_path("data/scienceqa-shapes")) + " --dtype f32 -q --resume --out " +
+                            q(root / "split") + " 2>&1", log), 0);
+  EXPECT_NE(log.find("resume state of a different run"), std::string::npos) << log;
+  ASSERT_EQ(run_command(base + q(root / "split") + " --resume 2>&1", log), 0) << log;
+  EXPECT_EQ(read_bytes(root / "whole" / "model.safetensors"), read_bytes(root / "split" / "model.safetensors"));
 }
 
 // sweep on an LMM: every method at every ratio scored on ScienceQA val, the paper's Table 4 layout and

@@ -322,12 +322,19 @@ TEST(LlavaNext, CommandsRunOnANextCheckpoint) {
                             " --image " + q + shared_path("data/scienceqa-shapes/images/val/500007/image.png").string() +
                             q + " --prompt 'Question: How many shapes are in the picture?'", out), 0) << out;
   const fs::path latent = make_temp_dir("llava-next-latent") / "out";
+  // With the towers too (--components): the vision tower calibrates on every anyres tile.
   ASSERT_EQ(run_command(cli + " compress --ratio 0.2 --calib scienceqa --nsamples 16 --calib-data " + data +
-                            " --dtype f32 -q --model " + q + dir.string() + q + " --out " + q + latent.string() + q, out),
+                            " --components lm,vision,projector --dtype f32 --model " + q + dir.string() + q + " --out " +
+                            q + latent.string() + q + " 2>&1", out),
             0) << out;
-  const model::LlavaModel m = model::LlavaModel::load(latent);
+  const auto tiles = out.find(" image tiles of 17 positions");
+  ASSERT_NE(tiles, std::string::npos) << out;
+  model::LlavaModel m = model::LlavaModel::load(latent);
   EXPECT_TRUE(m.config().anyres());
   EXPECT_EQ(m.image_newline().size(), 128u);
+  EXPECT_EQ(std::vector<float>(m.image_newline().begin(), m.image_newline().end()), newline_values());
+  EXPECT_TRUE(m.language_model().layer(0).linear(model::Role::Q).factored());
+  EXPECT_TRUE(m.projector_modules()[0]->factored());
   ASSERT_EQ(run_command(cli + " eval --task scienceqa --protocol loglik --max-problems 40 --json -q --model " + q +
                             latent.string() + q + " --data " + data, out), 0) << out;
   const auto compressed = json::parse(out.substr(out.find('{')));

@@ -20,6 +20,7 @@ namespace {
 struct CompressArgs {
   std::string model, out, method = "latentllm", dtype = "f16";
   std::string max_memory;  // empty: physical memory − 2 GiB
+  std::string components = "lm";
   double ratio = 0.2;
   MethodArgs m;
   CalibArgs c;
@@ -112,6 +113,7 @@ int run_compress(const CompressArgs& a) {
   apply_run_options(a.run);
   auto opt = to_compress_options(a.m, a.method, a.ratio);
   opt.stop_after_layers = a.stop_after_layers;
+  opt.components = compress::parse_components(a.components);
   opt.validate();
   check_options_read(a.m, opt);
   const DType dtype = parse_storage_dtype(a.dtype);
@@ -135,14 +137,27 @@ int run_compress(const CompressArgs& a) {
   }
   // Multimodal calibration: sampled first (its sequence lengths size the memory plan), embedded through
   // the vision tower and projector, handed to the pipeline as its layer-0 input.
+  // --components beyond lm: the vision tower and projector are compressed in `llava` (before the
+  // language model, which then calibrates on their compressed features) and written from there.
+  const bool towers = opt.components.towers();
+  if (towers && model->config().multimodal_architecture.empty()) {
+    throw ConfigError(fmt::format("--components {}: {} is not a multimodal checkpoint (expected a LLaVA checkpoint, "
+                                  "got {})", a.components, a.model, model->config().architecture));
+  }
+  if (towers && co && co->source != "scienceqa") {
+    throw ConfigError(fmt::format("--components {}: the vision tower and projector calibrate on images (expected "
+                                  "--calib scienceqa, got --calib {})", a.components, co->source));
+  }
   std::optional<eval::scienceqa::CalibrationSet> mm;
+  std::optional<model::LlavaModel> llava;
+  if (towers) llava.emplace(model::LlavaModel::load(a.model, a.run.load(/*lazy=*/true)));
   if (co && co->source == "scienceqa") {
     if (model->config().multimodal_architecture.empty()) {
       throw ConfigError(fmt::format("--calib scienceqa: {} is not a multimodal checkpoint (expected a LLaVA "
                                     "checkpoint, got {})", a.model, model->config().architecture));
     }
-    const auto llava = model::LlavaModel::load(a.model, a.run.load(/*lazy=*/true));
-    mm = eval::scienceqa::calibration_set(llava, *io::load_tokenizer(a.model),
+    if (!llava) llava.emplace(model::LlavaModel::load(a.model, a.run.load(/*lazy=*/true)));
+    mm = eval::scienceqa::calibration_set(*llava, *io::load_tokenizer(a.model),
                                           image::load_processor_config(a.model / std::filesystem::path("preprocessor_config.json")),
                                           co->data, "train", co->nsamples, co->seed);
     co->seqlen = *std::max_element(mm->lengths.begin(), mm->lengths.end());
@@ -179,7 +194,13 @@ int run_compress(const CompressArgs& a) {
     log_info("calibration: {} windows of {} tokens ({}, seed {}, {:.1f}s)", co->nsamples, co->seqlen, co->source,
              co->seed, sample_s);
   }
-  const compress::PlannedRanks planned = compress::plan_run(*model, ids, calibrate ? co->seqlen : 0, opt);
+  compress::TowerCalibration cal;
+  if (mm) cal = {mm->pixels, mm->tiles};
+  // The language model will calibrate on the compressed towers' features: a resumed run is told apart by
+  // the dense ones they follow from.
+  if (mm && towers) opt.inputs_digest = compress::embeddings_digest(mm->embeddings);
+  const compress::PlannedRanks planned = towers ? compress::plan_components(*llava, ids, calibrate ? co->seqlen : 0, opt, cal)
+                                                : compress::plan_run(*model, ids, calibrate ? co->seqlen : 0, opt);
   if (planned.source == compress::PlannedRanks::Source::UniformNoData) {
     log_warn("--dry-run: global rank allocation needs the dense pre-pass over the calibration windows; without "
              "--calib-data this is the uniform plan of the same parameter total (give --calib-data for the global "
@@ -197,7 +218,14 @@ int run_compress(const CompressArgs& a) {
     }
     return 0;
   }
+  compress::CompressReport tower_report;
+  if (towers) {
+    tower_report = compress::compress_towers(*llava, cal, opt, planned.plan);
+    eval::scienceqa::embed_calibration(*llava, *mm);  // opt.pipeline.input_embeddings: the compressed towers' features
+  }
   auto report = compress::compress_model(*model, ids, co->seqlen, opt, &planned.plan);
+  const std::int64_t lm_dense = report.dense_params, lm_params = report.params;
+  report.merge(tower_report);
   report.prepass_s = planned.prepass_s;
   report.calib_sample_s = sample_s;
   if (report.layers_done < report.layers_total) return report_stopped(a, report, opt.state_dir, *memory);
@@ -212,6 +240,7 @@ int run_compress(const CompressArgs& a) {
   so.info["calibration"] = calib_json(*co, a.c.sampling);
   so.info["notes"] = report.to_json().at("notes");
   so.layer_factors_dir = opt.state_dir;
+  if (towers) so.tower_modules = compress::tower_modules(*llava, opt.components);
   const auto tw = std::chrono::steady_clock::now();
   checkpoint::save(*model, out, so);
   std::error_code ec;
@@ -227,11 +256,20 @@ int run_compress(const CompressArgs& a) {
   j["out"] = out;
   j["plan"] = plan_json(planned.plan);
   j["plan_resumed"] = plan_resumed;
+  if (towers) {
+    j["components"] = {{"language", {{"dense_params", lm_dense}, {"params", lm_params}}},
+                       {"towers", {{"dense_params", tower_report.dense_params}, {"params", tower_report.params}}}};
+  }
   if (a.json) {
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf("compressed %s with %s at ratio %.2f: %lld -> %lld weights in compressed modules\n", a.model.c_str(),
                 a.method.c_str(), a.ratio, (long long)report.dense_params, (long long)report.params);
+    if (towers) {
+      std::printf("of which the language model %lld -> %lld, %s %lld -> %lld\n", (long long)lm_dense,
+                  (long long)lm_params, a.components.c_str(), (long long)tower_report.dense_params,
+                  (long long)tower_report.params);
+    }
     std::printf("time: total %.1fs = sampling %.1fs + forward %.1fs + covariance %.1fs + output statistics %.1fs + "
                 "decompositions %.1fs + write %.1fs\n", report.total_s + sample_s + write_s, sample_s,
                 report.times.forward, report.times.covariance, report.times.consume, report.times.compress, write_s);
@@ -273,6 +311,10 @@ Command add_compress(CLI::App& app) {
                   "--resume; prints the projected time of all layers; 0 = all)")->capture_default_str()->group("Run");
   sub->add_flag("--dry-run", a->dry_run, "Print the rank plan (ranks, parameters, FLOPs/MACs at 128 tokens) and exit "
                 "(with --rank-alloc global after the dense pre-pass over the calibration windows, which it needs)")->group("Method");
+  sub->add_option("--components", a->components,
+                  "A LLaVA checkpoint's parts to compress: lm (the language model, the paper's setting), vision (the "
+                  "vision tower's encoder layers up to the feature layer), projector; comma-separated, with lm "
+                  "(docs/LMM.md)")->capture_default_str()->group("Method");
   add_calib_options(sub, a->c);
   add_run_options(sub, a->run);
   sub->add_option("--max-memory", a->max_memory,

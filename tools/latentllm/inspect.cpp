@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "latentllm/compress.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/eval.hpp"
 #include "latentllm/io.hpp"
@@ -33,7 +34,7 @@ std::string grouped(std::int64_t n) {
   return out;
 }
 
-nlohmann::ordered_json describe(const model::Model& m, const std::string& dir) {
+nlohmann::ordered_json describe(const model::Model& m, const std::string& dir, bool allow_unused_tensors) {
   const auto& c = m.config();
   nlohmann::ordered_json j;
   j["model"] = dir;
@@ -82,6 +83,15 @@ nlohmann::ordered_json describe(const model::Model& m, const std::string& dir) {
         latent.push_back({{"module", l.name}, {"rank", l.rank()}, {"in", l.in}, {"out", l.out},
                           {"junction", l.block_identity ? "block-identity" : "none"}, {"params", l.num_params()}});
       }
+  if (!c.multimodal_architecture.empty() && c.raw.contains("latent")) {
+    // compress --components: the factored modules of the vision tower and the projector.
+    auto llava = model::LlavaModel::load(dir, {.lazy = true, .allow_unused_tensors = allow_unused_tensors});
+    for (const model::Linear* l : compress::tower_modules(llava, {true, true, true}))
+      if (l->factored()) {
+        latent.push_back({{"module", l->name}, {"rank", l->rank()}, {"in", l->in}, {"out", l->out},
+                          {"junction", l->block_identity ? "block-identity" : "none"}, {"params", l->num_params()}});
+      }
+  }
   j["latent_modules"] = latent;
   return j;
 }
@@ -153,7 +163,7 @@ Command add_inspect(CLI::App& app) {
             const std::string dir = args->model.empty() ? args->positional : args->model;
             if (dir.empty()) throw ConfigError("inspect: --model is required (see latentllm inspect --help)");
             const auto m = model::Model::load(dir, {.allow_unused_tensors = args->allow_unused_tensors});
-            const auto j = describe(*m, dir);
+            const auto j = describe(*m, dir, args->allow_unused_tensors);
             if (args->json) {
               std::printf("%s\n", j.dump(2).c_str());
             } else {
