@@ -338,6 +338,41 @@ def gen_image():
 
 # ---- dictionary -------------------------------------------------------------------------------
 
+# ---- multimodal (LLaVA config, preprocessor config, ScienceQA) ---------------------------------
+
+def gen_multimodal():
+    """fuzz_multimodal: config.json, preprocessor_config.json, problems.json, pid_splits.json."""
+    t = "multimodal"
+    clear_seeds(t)
+    text = {"model_type": "llama", "vocab_size": 300, "hidden_size": 32, "intermediate_size": 64,
+            "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "max_position_embeddings": 128}
+    vision = {"model_type": "clip_vision_model", "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 3,
+              "num_attention_heads": 2, "image_size": 32, "patch_size": 8, "hidden_act": "quick_gelu"}
+    llava = {"architectures": ["LlavaForConditionalGeneration"], "model_type": "llava", "text_config": text,
+             "vision_config": vision, "image_token_index": 299, "vision_feature_layer": -2,
+             "vision_feature_select_strategy": "default", "projector_hidden_act": "gelu", "image_seq_length": 16}
+    nxt = dict(llava, architectures=["LlavaNextForConditionalGeneration"], model_type="llava_next",
+               image_grid_pinpoints=[[32, 32], [32, 64], [64, 32]], vision_feature_layer=[-2, -1])
+    clip = {"image_processor_type": "CLIPImageProcessor", "do_resize": True, "size": {"shortest_edge": 32},
+            "resample": 3, "do_center_crop": True, "crop_size": {"height": 32, "width": 32}, "do_rescale": True,
+            "rescale_factor": 0.00392156862745098, "do_normalize": True,
+            "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711]}
+    nproc = dict(clip, image_processor_type="LlavaNextImageProcessor",
+                 image_grid_pinpoints=[[32, 32], [32, 64], [64, 32]], do_pad=True)
+    problems = {"7": {"question": "Which shape is red?", "choices": ["circle", "square", "star"], "answer": 1,
+                      "hint": "", "image": None, "task": "closed choice", "grade": "grade3",
+                      "subject": "natural science", "topic": "shapes", "category": "Colors", "skill": "x",
+                      "lecture": "", "solution": "", "split": "val"},
+                "8": {"question": "Count them.", "choices": ["1", "2"], "answer": 0, "hint": "Context here.",
+                      "image": None, "grade": "grade8", "subject": "language science", "split": "val"}}
+    splits = {"train": [], "val": ["7", "8"], "test": []}
+    write(t, "seed-llava", join(jdump(llava), jdump(clip), jdump(problems), jdump(splits)))
+    write(t, "seed-next", join(jdump(nxt), jdump(nproc), jdump(problems), jdump({"val": ["8"]})))
+    write(t, "seed-bad", join(jdump(dict(llava, vision_feature_layer=9)), jdump(dict(clip, crop_size=0)),
+                              jdump({"7": dict(problems["7"], answer=5)}), jdump({"val": ["7", "9"]})))
+
+
 def gen_dict():
     words = ["@@split@@", "\n@@split@@\n", "{", "}", "[", "]", ":", ",", "null", "true", "false", "1e999", "-1",
              "18446744073709551616", "\\u0000", "\\ud800",
@@ -379,4 +414,5 @@ if __name__ == "__main__":
     gen_tokenizer_json()
     gen_tokenizer_spm()
     gen_image()
+    gen_multimodal()
     gen_dict()

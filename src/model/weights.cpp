@@ -171,7 +171,8 @@ void WeightLoader::check_tensors_used(const std::vector<std::string>& within) co
 }
 
 void WeightLoader::check_latent_used(const std::vector<std::string>& skip) const {
-  for (const auto& [name, lm] : latent_) {
+  for (const auto& entry : latent_) {
+    const std::string& name = entry.first;
     const bool other = std::any_of(skip.begin(), skip.end(), [&](const std::string& p) { return name.starts_with(p); });
     if (!other && !latent_used_.count(name)) {
       throw FormatError(fmt::format("{}: latent.modules.{}: not a linear module of this architecture",

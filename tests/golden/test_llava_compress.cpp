@@ -213,6 +213,18 @@ TEST(LlavaCompress, ComponentsCompressTheVisionTowerAndProjector) {
   const double rel = (fa - fb).norm() / fb.norm();
   EXPECT_GT(rel, 0.0);
   EXPECT_LT(rel, 0.5);
+  // export --format hf multiplies the towers' factors back too: a plain LLaVA with the same features.
+  const fs::path hf = dir.parent_path() / "hf";
+  std::string exp;
+  ASSERT_EQ(run_command(cli_path().string() + " export --format hf --dtype f32 -q --model " + q(dir) + " --out " + q(hf),
+                        exp), 0) << exp;
+  const auto hf_cfg = json::parse(std::ifstream(hf / "config.json"));
+  EXPECT_FALSE(hf_cfg.contains("latent"));
+  const model::LlavaModel plain = model::LlavaModel::load(hf);
+  EXPECT_FALSE(plain.vision_tower().layer(0).linear(model::Role::Q).factored());
+  MatrixF fh;  // [n_feat, d]
+  plain.image_features(pixels, 1, fh);
+  EXPECT_LT((fh - fa).cwiseAbs().maxCoeff(), 1e-4f);
   // inspect lists the towers' factored modules.
   std::string ins;
   ASSERT_EQ(run_command(cli_path().string() + " inspect --json --model " + q(dir), ins), 0) << ins;

@@ -51,12 +51,15 @@ void print_plan(const compress::RankPlan& plan, const compress::RankPlan* plain,
 
 // Prints how the budget will be spent (stderr) and throws ConfigError, before any work, when the plan
 // does not fit, naming the largest --nsamples that fits.
+// mm: a multimodal calibration's own bytes (its embeddings, pixels and the float towers), held beside the run.
 core::MemoryPlan check_memory(const CompressArgs& a, const model::Model& m, const compress::CompressOptions& opt,
-                              const calib::CalibOptions& co) {
+                              const calib::CalibOptions& co, const core::MemoryItem* mm = nullptr) {
   const std::int64_t budget = a.max_memory.empty() ? core::default_memory_budget()
                                                    : core::parse_bytes(a.max_memory, "--max-memory");
   auto plan_of = [&](std::int64_t windows) {
-    return compress::plan_compress_memory(m, windows * co.seqlen, co.seqlen, opt, budget);
+    core::MemoryPlan p = compress::plan_compress_memory(m, windows * co.seqlen, co.seqlen, opt, budget);
+    if (mm) p.add(mm->name, mm->bytes, mm->detail);
+    return p;
   };
   const core::MemoryPlan plan = plan_of(co.nsamples);
   if (!quiet()) std::fprintf(stderr, "compress: memory budget %s (%s)\n%s", core::format_bytes(budget).c_str(),
@@ -168,7 +171,17 @@ int run_compress(const CompressArgs& a) {
   std::optional<core::MemoryPlan> memory;
   if (!a.dry_run) {
     checkpoint::check_output_writable(out);  // fail now, not after the compression
-    memory = check_memory(a, *model, opt, *co);
+    std::optional<core::MemoryItem> mm_bytes;
+    if (mm) {
+      // The towers are float32 in `llava`; the calibration's embeddings and pixels stay for the run.
+      std::int64_t towers = 0;
+      for (const auto& [part, n] : llava->component_params())
+        if (part != "language") towers += 4 * n;
+      mm_bytes = core::MemoryItem{"multimodal calibration",
+                                  4 * (mm->embeddings.size() + static_cast<std::int64_t>(mm->pixels.size())) + towers,
+                                  "the prompts' embeddings, the images' pixels, the vision tower and projector (f32)"};
+    }
+    memory = check_memory(a, *model, opt, *co, mm_bytes ? &*mm_bytes : nullptr);
     // Progress after every layer goes to <out>.resume (removed once the checkpoint is written), so that
     // --resume after a kill continues where the run stopped.
     opt.state_dir = out + ".resume";
