@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "support.hpp"
+#include "io/json_keys.hpp"
 #include "latentllm/image.hpp"
 #include "latentllm/io.hpp"
 #include "latentllm/multimodal.hpp"
