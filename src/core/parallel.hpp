@@ -5,7 +5,8 @@
 // burned up to 75 % of the cycles in measurements (stories260K: 22k tok/s on 1 thread, 6k on 2).
 // So every parallel part of the forward runs here, GEMMs included: each thread calls a
 // single-threaded sgemm on its share of the output. Work is handed out in chunks dynamically, so a
-// descheduled thread delays only the chunk it holds.
+// descheduled thread delays only the chunk it holds, and the caller never waits for a worker that
+// took none. A loop whose stated Work is too small to pay for a wake-up runs on the caller.
 #pragma once
 
 #include <cstdint>
