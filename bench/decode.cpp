@@ -4,8 +4,12 @@
 // process); prefill against the sgemm peak; KV-cache bytes per position. Writes <out>.json and <out>.md.
 //
 //   decode --model DIR [--name NAME] [--latent compress|random] [--contexts 128,512,2048] [--steps 8]
-//          [--prefill 128] [--shared ../shared] [--out bench/results/decode/NAME] [--pool-baseline 1]
-//          [--pool-spin N]
+//          [--prefill 128] [--prefill-runs 5] [--threads N] [--shared ../shared]
+//          [--out bench/results/decode/NAME] [--pool-baseline 1] [--pool-spin N]
+//
+// Every decode and prefill runs at N threads (--threads, default 0 = every core) and at 1 thread, the
+// two interleaved step by step (decode) or run by run (prefill, the median of --prefill-runs), and
+// the tables give both with the ratio N / 1.
 //
 // --pool-baseline 1 also times every decode with the pool's threads sleeping at once between parallel
 // regions (core::set_pool_spin(0): the pool before its short spin), its steps interleaved with the
@@ -31,6 +35,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -139,24 +144,40 @@ double median(std::vector<double> t) {
   return t.empty() ? 0.0 : t.size() % 2 ? t[h] : 0.5 * (t[h - 1] + t[h]);
 }
 
-// One arm of an interleaved measurement: a model, its cache form and the pool's idle behaviour.
+// One arm of an interleaved measurement: a model, its cache form, the pool's threads and idle behaviour.
 struct Arm {
   const model::Model* m;
   KvCacheMode mode;
+  int threads = 0;             // core::set_num_threads before each of its steps (0 = every core)
   bool sleeping_pool = false;  // core::set_pool_spin(0): the pool before its short spin
 };
+
+// Sets the pool's threads when they differ from n (0: every core). A change rebuilds the pool, whose
+// new workers spin before they first sleep: wait that out, so that the next forward finds them as
+// the previous one of its own left them.
+void use_threads(int n, int all) {
+  if (core::num_threads() == (n > 0 ? n : all)) return;
+  core::set_num_threads(n);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
 
 // Seconds per decode step at context C (see the header) of every arm, or empty when C does not fit:
 // each arm gets its own cache, and the timed steps go round the arms (one step each per round), so
 // that all of them see the same machine at the same time (a shared or virtual machine's bandwidth
 // drifts by tens of percent over minutes); the median of each arm's steps counts.
-std::vector<double> decode_seconds(const std::vector<Arm>& arms, int C, int steps, int spin) {
+// A change of thread count between arms rebuilds the pool: each arm then first runs its step untimed
+// and rewinds its cache (its pool's threads started, caches warm), so that the timed step sees the
+// pool as a decode loop does.
+std::vector<double> decode_seconds(const std::vector<Arm>& arms, int C, int steps, int spin, int all) {
+  bool switches = false;
+  for (const Arm& a : arms) switches = switches || a.threads != arms[0].threads;
   for (const Arm& a : arms)
     if (C > a.m->config().max_position_embeddings || C < steps + 3) return {};
   std::vector<std::unique_ptr<model::KvCache>> caches;
   MatrixF logits;
   std::int32_t id = 3;
   for (const Arm& a : arms) {
+    use_threads(a.threads, all);
     caches.push_back(std::make_unique<model::KvCache>(*a.m, C, a.mode));
     fill_cache(*caches.back(), a.m->num_layers(), C - steps - 2);
     for (int w = 0; w < 2; ++w) a.m->forward_cached(std::span<const std::int32_t>(&id, 1), *caches.back(), logits);
@@ -165,6 +186,13 @@ std::vector<double> decode_seconds(const std::vector<Arm>& arms, int C, int step
   for (int s = 0; s < steps; ++s) {
     for (std::size_t k = 0; k < arms.size(); ++k) {
       core::set_pool_spin(arms[k].sleeping_pool ? 0 : spin);
+      use_threads(arms[k].threads, all);
+      if (switches) {
+        const int len = caches[k]->length();
+        arms[k].m->forward_cached(std::span<const std::int32_t>(&id, 1), *caches[k], logits);
+        caches[k]->clear();
+        caches[k]->advance(len);
+      }
       const auto t0 = Clock::now();
       arms[k].m->forward_cached(std::span<const std::int32_t>(&id, 1), *caches[k], logits);
       t[k].push_back(seconds_since(t0));
@@ -181,7 +209,8 @@ std::vector<double> decode_seconds(const std::vector<Arm>& arms, int C, int step
 
 int main(int argc, char** argv) try {
   latentllm::bench::check_args(argc, argv, {"--shared", "--model", "--name", "--latent", "--steps", "--prefill", "--out",
-                                            "--pool-baseline", "--pool-spin", "--contexts"},
+                                            "--pool-baseline", "--pool-spin", "--contexts", "--threads",
+                                            "--prefill-runs"},
                                "bench/decode.cpp");
   core::reuse_large_allocations();
   set_log_callback([](LogLevel, std::string_view) {});
@@ -191,6 +220,10 @@ int main(int argc, char** argv) try {
   const std::string latent_route = arg(argc, argv, "--latent", "compress");
   const int steps = std::stoi(arg(argc, argv, "--steps", "8"));
   const int prefill = std::stoi(arg(argc, argv, "--prefill", "128"));
+  const int prefill_runs = std::stoi(arg(argc, argv, "--prefill-runs", "5"));
+  const int threads = std::stoi(arg(argc, argv, "--threads", "0"));  // N (0: every core)
+  core::set_num_threads(threads);
+  const int all = core::num_threads();
   const std::string out = arg(argc, argv, "--out", "bench/results/decode/" + name);
   const bool pool_baseline = arg(argc, argv, "--pool-baseline", "1") == "1";
   const int spin = std::stoi(arg(argc, argv, "--pool-spin", "-1"));  // the spinning arms' (-1: the default)
@@ -243,47 +276,66 @@ int main(int argc, char** argv) try {
                             {"weight_bytes_per_token", wbytes}, {"kv_cache_bytes_per_token", kv_per_pos},
                             {"kv_cache_layers", probe.describe()}};
       for (int C : contexts) {
-        // Arms: this variant; with the pool baseline the same with a sleeping pool; for a latent
-        // variant the dense model (dense cache, spinning pool).
-        std::vector<Arm> arms = {{m, run.mode, false}};
-        if (pool_baseline) arms.push_back({m, run.mode, true});
-        if (run.ratio > 0) arms.push_back({dense.get(), KvCacheMode::Dense, false});
-        const std::vector<double> med = decode_seconds(arms, C, steps, spin);
+        // Arms: this variant at N threads and at 1; with the pool baseline at N with a sleeping pool;
+        // for a latent variant the dense model (dense cache, N threads, spinning pool).
+        std::vector<Arm> arms = {{m, run.mode, threads, false}, {m, run.mode, 1, false}};
+        if (pool_baseline) arms.push_back({m, run.mode, threads, true});
+        if (run.ratio > 0) arms.push_back({dense.get(), KvCacheMode::Dense, threads, false});
+        const std::vector<double> med = decode_seconds(arms, C, steps, spin, all);
         if (med.empty()) {
           row["decode"][std::to_string(C)] = nullptr;
           continue;
         }
-        const double s = med[0], s_sleep = pool_baseline ? med[1] : 0.0, s_dense = run.ratio > 0 ? med.back() : s;
+        const double s = med[0], s_one = med[1], s_sleep = pool_baseline ? med[2] : 0.0;
+        const double s_dense = run.ratio > 0 ? med.back() : s;
         const double bytes = static_cast<double>(wbytes) + static_cast<double>(kv_per_pos) * C;
         const double roofline = bw * 1e9 / bytes;
         row["decode"][std::to_string(C)] = {{"tokens_per_s", 1.0 / s}, {"bytes_per_token", bytes},
                                             {"roofline_tokens_per_s", roofline}, {"fraction_of_roofline", 1.0 / s / roofline},
-                                            {"achieved_gb_per_s", bytes / s / 1e9}};
+                                            {"achieved_gb_per_s", bytes / s / 1e9},
+                                            {"one_thread_tokens_per_s", 1.0 / s_one},
+                                            {"one_thread_fraction_of_roofline", 1.0 / s_one / roofline},
+                                            {"speedup_over_one_thread", s_one / s}};
         if (pool_baseline) {
           row["decode"][std::to_string(C)]["sleeping_pool_tokens_per_s"] = 1.0 / s_sleep;
           row["decode"][std::to_string(C)]["speedup_over_sleeping_pool"] = s_sleep / s;
         }
         row["decode"][std::to_string(C)]["dense_tokens_per_s_interleaved"] = 1.0 / s_dense;
         row["decode"][std::to_string(C)]["speedup_over_dense"] = s_dense / s;
-        std::fprintf(stderr, "%s %s context %d: %.2f tokens/s (roofline %.2f, %.0f %%; sleeping pool %.2f; dense "
-                     "interleaved %.2f, %.2fx)\n", name.c_str(), run.name.c_str(), C, 1.0 / s, roofline,
-                     100.0 / s / roofline, pool_baseline ? 1.0 / s_sleep : 0.0, 1.0 / s_dense, s_dense / s);
+        std::fprintf(stderr, "%s %s context %d: %.2f tokens/s (roofline %.2f, %.0f %%; 1 thread %.2f, %.2fx; sleeping "
+                     "pool %.2f; dense interleaved %.2f, %.2fx)\n", name.c_str(), run.name.c_str(), C, 1.0 / s,
+                     roofline, 100.0 / s / roofline, 1.0 / s_one, s_one / s, pool_baseline ? 1.0 / s_sleep : 0.0,
+                     1.0 / s_dense, s_dense / s);
       }
       const int P = std::min<int>(prefill, static_cast<int>(m->config().max_position_embeddings));
       std::vector<std::int32_t> ids(static_cast<std::size_t>(P));
       for (int i = 0; i < P; ++i) ids[static_cast<std::size_t>(i)] = (i * 7919 + 13) % 500;
-      model::KvCache cache(*m, P, run.mode);
-      MatrixF logits;
-      const auto t0 = Clock::now();
-      m->forward_cached(ids, cache, logits, true);
-      const double ps = seconds_since(t0);
+      // Prefill at N threads and at 1, alternating run by run; each run's pool warmed by one
+      // untimed prefill; the median of each.
+      std::vector<double> pn, p1;
+      for (int rep = 0; rep < prefill_runs; ++rep) {
+        for (int th : {threads, 1}) {
+          use_threads(th, all);
+          MatrixF logits;
+          for (int timed = 0; timed < 2; ++timed) {
+            model::KvCache cache(*m, P, run.mode);
+            const auto t0 = Clock::now();
+            m->forward_cached(ids, cache, logits, true);
+            if (timed) (th == 1 ? p1 : pn).push_back(seconds_since(t0));
+          }
+        }
+      }
+      use_threads(threads, all);
+      const double ps = median(pn), ps_one = median(p1);
       const auto& a = m->attention();
       const double flops = 2.0 * linear_macs_per_token(*m) * P +
                            2.0 * 2.0 * a.num_heads * a.head_dim * (P * (P + 1.0) / 2.0) * m->num_layers();
       row["prefill"] = {{"tokens", P}, {"seconds", ps}, {"tokens_per_s", P / ps}, {"gflops", flops / ps / 1e9},
-                        {"fraction_of_sgemm_peak", flops / ps / 1e9 / peak}};
-      std::fprintf(stderr, "%s %s prefill %d: %.1f tokens/s, %.1f GFLOP/s (%.0f %% of peak)\n", name.c_str(),
-                   run.name.c_str(), P, P / ps, flops / ps / 1e9, 100 * flops / ps / 1e9 / peak);
+                        {"fraction_of_sgemm_peak", flops / ps / 1e9 / peak}, {"one_thread_seconds", ps_one},
+                        {"one_thread_tokens_per_s", P / ps_one}, {"speedup_over_one_thread", ps_one / ps}};
+      std::fprintf(stderr, "%s %s prefill %d: %.1f tokens/s, %.1f GFLOP/s (%.0f %% of peak); 1 thread %.1f tokens/s, "
+                   "%.2fx\n", name.c_str(), run.name.c_str(), P, P / ps, flops / ps / 1e9, 100 * flops / ps / 1e9 / peak,
+                   P / ps_one, ps_one / ps);
       rows.push_back(row);
     }
   }
@@ -349,6 +401,27 @@ int main(int argc, char** argv) try {
     return fmt::format(" {:.2f} / {:.2f} = {:.2f}x |", d["tokens_per_s"].get<double>(),
                        d["dense_tokens_per_s_interleaved"].get<double>(), d["speedup_over_dense"].get<double>());
   });
+  md += fmt::format("\nThreads: the same decodes and prefills at {} threads and at 1, interleaved (decode step by step, "
+                    "prefill run by run, medians): tokens/s at {} / at 1 = speedup (below 1: the threads cost).\n\n",
+                    all, all);
+  md += "| variant |";
+  for (int C : contexts) md += fmt::format(" decode @{} |", C);
+  md += " prefill |\n|---|";
+  for (std::size_t i = 0; i <= contexts.size(); ++i) md += "---:|";
+  md += "\n";
+  for (const auto& r : rows) {
+    md += fmt::format("| {} |", r["variant"].get<std::string>());
+    for (int C : contexts) {
+      const auto& d = r["decode"][std::to_string(C)];
+      md += d.is_null() ? " — |"
+                        : fmt::format(" {:.0f} / {:.0f} = {:.2f}x |", d["tokens_per_s"].get<double>(),
+                                      d["one_thread_tokens_per_s"].get<double>(),
+                                      d["speedup_over_one_thread"].get<double>());
+    }
+    const auto& pf = r["prefill"];
+    md += fmt::format(" {:.0f} / {:.0f} = {:.2f}x |\n", pf["tokens_per_s"].get<double>(),
+                      pf["one_thread_tokens_per_s"].get<double>(), pf["speedup_over_one_thread"].get<double>());
+  }
   if (pool_baseline) {
     md += "\nThe same decodes with the pool's threads sleeping at once between parallel regions (the pool before "
           "its short spin, `core::set_pool_spin(0)`), same process: tokens/s and the spinning pool's speedup.\n\n";

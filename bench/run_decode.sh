@@ -3,7 +3,9 @@
 # dense vs latent 20 % and 40 %, against the roofline of the memory bandwidth measured in the same
 # process; prefill against the sgemm peak; KV-cache bytes. Results: bench/results/decode/<name>.{json,md}.
 #   bench/run_decode.sh [fixtures] [opt-1.3b] [llama-3-8b:LAYERS]      default: fixtures opt-1.3b
-# fixtures: opt-tiny and stories260K (512 positions), latent versions compressed by latentllm.
+# fixtures: opt-tiny, stories260K and TinyStories-656K (512 positions), latent versions compressed by
+# latentllm. Every decode and prefill is timed at the default threads and at 1, interleaved
+# (the "Threads" table of each result).
 # Presets: real-shape checkpoints with RANDOM weights written by latentllm-synth under $BUILD/synth
 # (never committed; speed only), latent versions by random factors at latentllm's planned ranks (see
 # bench/decode.cpp). llama-3-8b:K keeps K layers so that its float32 weights fit in memory.
@@ -24,6 +26,8 @@ for spec in "${specs[@]}"; do
     "$BUILD/bench/decode" --shared "$SHARED" --model "$SHARED/models/opt-tiny" --name opt-tiny --steps 64 \
       --contexts 128,512 --prefill 128 --pool-baseline 0
     "$BUILD/bench/decode" --shared "$SHARED" --model "$SHARED/models/stories260K/hf" --name stories260K \
+      --steps 64 --contexts 128,512 --prefill 128 --pool-baseline 0
+    "$BUILD/bench/decode" --shared "$SHARED" --model "$SHARED/models/TinyStories-656K" --name TinyStories-656K \
       --steps 64 --contexts 128,512 --prefill 128 --pool-baseline 0
     continue
   fi

@@ -1,6 +1,7 @@
 // The library's threads: one pool (src/core/parallel.hpp) runs every parallel part of the forward
 // pass, the calibration statistics and the joint solvers, each thread calling single-threaded BLAS
-// on its share; OpenBLAS's own threads serve the BLAS and LAPACK calls made outside the pool.
+// on its share; OpenBLAS's own threads serve the BLAS and LAPACK calls made outside the pool. A loop
+// too small to pay for waking a thread runs on the calling thread (docs/ARCHITECTURE.md, "Threads").
 #pragma once
 
 namespace latentllm::core {

@@ -24,12 +24,24 @@ constexpr double kParallelMacs = 1 << 18;
 constexpr std::int64_t kRowBlock = 256;
 constexpr std::int64_t kColBlock = 2048;
 
+// One core's rates for estimated_seconds: high on purpose (sgemm near its peak, reads from cache), so
+// that an estimate errs short and a loop on the line stays on one thread.
+constexpr double kCoreFlopsPerSecond = 100e9;
+constexpr double kCoreBytesPerSecond = 40e9;
+// Estimated single-thread seconds above which a loop is split (worth_splitting): while a worker spins,
+// a region costs a few hundred nanoseconds plus moving its inputs and outputs between the cores; a
+// sleeping worker costs a futex wake-up, tens of microseconds on a virtual machine, more when the
+// other core is busy with another process.
+constexpr double kSplitAwakeSeconds = 5e-6;
+constexpr double kSplitAsleepSeconds = 100e-6;
+
 thread_local bool t_in_pool = false;
 
 struct Job {
   std::int64_t n = 0, grain = 1;
   const std::function<void(std::int64_t, std::int64_t)>* body = nullptr;
   std::atomic<std::int64_t> next{0};
+  std::atomic<int> left{0};  // workers that joined this job and have finished their chunks
   std::mutex error_mutex;
   std::exception_ptr error;
 
@@ -61,6 +73,11 @@ inline void cpu_relax() {
 #endif
 }
 
+// A job is open from the moment the caller publishes it until the caller has run out of chunks; a
+// worker joins it only while it is open. The caller then waits for the workers that joined (they hold
+// chunks) and never for one that had not started: on a machine shared with other processes a worker
+// may not be scheduled for milliseconds, and the caller runs every chunk itself meanwhile, so a
+// region is never much slower than the serial loop.
 class Pool {
  public:
   explicit Pool(int threads) {
@@ -72,24 +89,34 @@ class Pool {
     for (auto& t : workers_) t.join();
   }
   int threads() const { return static_cast<int>(workers_.size()) + 1; }
+  // True while some worker spins (it ran a region moments ago): a region starts without a wake-up.
+  bool worker_awake() const { return sleeping_.load(std::memory_order_relaxed) < static_cast<int>(workers_.size()); }
 
   void run(Job& job) {
     std::lock_guard serial(run_mutex_);  // one job at a time if several threads call in
     job_.store(&job, std::memory_order_relaxed);
-    busy_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
-    generation_.fetch_add(1, std::memory_order_release);
+    const std::uint64_t generation = (ticket_.load(std::memory_order_relaxed) >> 32) + 1;
+    ticket_.store(generation << 32 | kOpen, std::memory_order_release);  // publishes job_
     notify(wake_);
     t_in_pool = true;
     job.work();
     t_in_pool = false;
-    if (!spin_until([&] { return busy_.load(std::memory_order_acquire) == 0; })) {
+    const int joined = static_cast<int>(ticket_.fetch_and(~kOpen, std::memory_order_acq_rel) & kJoinedMask);
+    auto finished = [&] { return job.left.load(std::memory_order_acquire) == joined; };
+    if (!spin_until(finished)) {
       std::unique_lock lock(mutex_);
-      done_.wait(lock, [&] { return busy_.load(std::memory_order_acquire) == 0; });
+      done_.wait(lock, finished);
     }
     job_.store(nullptr, std::memory_order_relaxed);
   }
 
  private:
+  // ticket_: the generation of the last published job (high 32 bits), whether it is open (kOpen) and
+  // how many workers joined it (low bits). Only the caller changes the generation and closes a job;
+  // workers only add themselves to an open one.
+  static constexpr std::uint64_t kOpen = std::uint64_t{1} << 31;
+  static constexpr std::uint64_t kJoinedMask = kOpen - 1;
+
   template <typename Pred>
   static bool spin_until(Pred pred) {
     const int spin = g_spin.load(std::memory_order_relaxed);
@@ -106,19 +133,35 @@ class Pool {
     cv.notify_all();
   }
 
+  // Joins the job of `generation` if it is still open.
+  bool join(std::uint64_t generation) {
+    std::uint64_t t = ticket_.load(std::memory_order_acquire);
+    while (t >> 32 == generation && (t & kOpen) != 0) {
+      if (ticket_.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel, std::memory_order_acquire)) return true;
+    }
+    return false;
+  }
+
   void loop() {
     t_in_pool = true;
     std::uint64_t seen = 0;
-    auto woken = [&] { return stop_.load(std::memory_order_acquire) || generation_.load(std::memory_order_acquire) != seen; };
+    auto woken = [&] {
+      return stop_.load(std::memory_order_acquire) || ticket_.load(std::memory_order_acquire) >> 32 != seen;
+    };
     for (;;) {
       if (!spin_until(woken)) {
         std::unique_lock lock(mutex_);
+        sleeping_.fetch_add(1, std::memory_order_relaxed);
         wake_.wait(lock, woken);
+        sleeping_.fetch_sub(1, std::memory_order_relaxed);
       }
       if (stop_.load(std::memory_order_acquire)) return;
-      seen = generation_.load(std::memory_order_acquire);
-      job_.load(std::memory_order_relaxed)->work();
-      if (busy_.fetch_sub(1, std::memory_order_acq_rel) == 1) notify(done_);
+      seen = ticket_.load(std::memory_order_acquire) >> 32;
+      if (!join(seen)) continue;  // the caller already ran every chunk
+      Job& job = *job_.load(std::memory_order_relaxed);
+      job.work();
+      job.left.fetch_add(1, std::memory_order_acq_rel);  // the caller may return (and the job end) from here on
+      notify(done_);
     }
   }
 
@@ -126,9 +169,9 @@ class Pool {
   std::mutex run_mutex_, mutex_;
   std::condition_variable wake_, done_;
   std::atomic<Job*> job_{nullptr};
-  std::atomic<std::uint64_t> generation_{0};
-  std::atomic<int> busy_{0};
+  std::atomic<std::uint64_t> ticket_{0};
   std::atomic<bool> stop_{false};
+  std::atomic<int> sleeping_{0};  // workers blocked on wake_
 };
 
 int default_threads() {
@@ -181,6 +224,27 @@ void parallel_for(std::int64_t n, std::int64_t grain, const std::function<void(s
   if (job.error) std::rethrow_exception(job.error);
 }
 
+double estimated_seconds(Work w) {
+  return std::max(w.flops / kCoreFlopsPerSecond, w.bytes / kCoreBytesPerSecond);
+}
+
+bool worth_splitting(Work w) {
+  if (t_in_pool) return false;
+  Pool& p = pool();
+  if (p.threads() == 1) return false;
+  return estimated_seconds(w) >= (p.worker_awake() ? kSplitAwakeSeconds : kSplitAsleepSeconds);
+}
+
+void parallel_for(std::int64_t n, std::int64_t grain, Work work,
+                  const std::function<void(std::int64_t, std::int64_t)>& body) {
+  if (worth_splitting(work)) {
+    parallel_for(n, grain, body);
+    return;
+  }
+  grain = std::max<std::int64_t>(grain, 1);
+  for (std::int64_t b = 0; b < n; b += grain) body(b, std::min(n, b + grain));
+}
+
 BlasSingleThreaded::BlasSingleThreaded() : saved_(openblas_get_num_threads()) {
   if (saved_ > 1) openblas_set_num_threads(1);
 }
@@ -202,20 +266,22 @@ void parallel_xwt(const MatrixF& x, const MatrixF& w, MatrixF& y, bool accumulat
   // The split below does not depend on the thread count (one thread runs the same blocks in turn),
   // so results are bit-identical for any --threads.
   if (t_in_pool || macs < kParallelMacs || n == 0 || out == 0 || in == 0) {
+    BlasSingleThreaded single;  // OpenBLAS would otherwise wake its own threads for a GEMV this small
     core::matmul_xwt(x, w, y, accumulate);
     return;
   }
   const float beta = accumulate ? 1.0f : 0.0f;
   const int ld_in = static_cast<int>(in), ld_out = static_cast<int>(out);
+  const Work work = gemm_work(n, out, in);
   BlasSingleThreaded single;
   // Tall x (the decoder's linears): row blocks. Short x with a wide W (the LM head): column blocks.
   if (n >= 2 * kRowBlock) {
-    parallel_for(n, kRowBlock, [&](std::int64_t r0, std::int64_t r1) {
+    parallel_for(n, kRowBlock, work, [&](std::int64_t r0, std::int64_t r1) {
       core::sgemm_rm(false, true, static_cast<int>(r1 - r0), ld_out, ld_in, 1.0f, x.data() + r0 * in, ld_in,
                      w.data(), ld_in, beta, y.data() + r0 * out, ld_out);
     });
   } else {
-    parallel_for(out, kColBlock, [&](std::int64_t c0, std::int64_t c1) {
+    parallel_for(out, kColBlock, work, [&](std::int64_t c0, std::int64_t c1) {
       core::sgemm_rm(false, true, static_cast<int>(n), static_cast<int>(c1 - c0), ld_in, 1.0f, x.data(), ld_in,
                      w.data() + c0 * in, ld_in, beta, y.data() + c0, ld_out);
     });

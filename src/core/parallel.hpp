@@ -5,7 +5,8 @@
 // burned up to 75 % of the cycles in measurements (stories260K: 22k tok/s on 1 thread, 6k on 2).
 // So every parallel part of the forward runs here, GEMMs included: each thread calls a
 // single-threaded sgemm on its share of the output. Work is handed out in chunks dynamically, so a
-// descheduled thread delays only the chunk it holds.
+// descheduled thread delays only the chunk it holds, and the caller never waits for a worker that
+// took none. A loop whose stated Work is too small to pay for a wake-up runs on the caller.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +32,39 @@ bool in_parallel_region();
 // the forward's threads. Returns when every chunk is done; rethrows the first exception a chunk
 // threw. Calls from inside a body run their chunks serially.
 void parallel_for(std::int64_t n, std::int64_t grain, const std::function<void(std::int64_t, std::int64_t)>& body);
+
+// The whole work of a loop: floating-point operations and bytes read or written (weights, inputs,
+// outputs), for deciding whether it pays to hand it to other threads.
+struct Work {
+  double flops = 0;
+  double bytes = 0;
+
+  Work operator+(Work o) const { return {flops + o.flops, bytes + o.bytes}; }
+  Work operator*(double times) const { return {flops * times, bytes * times}; }
+};
+
+// The work of a float32 product C: [m, n] = A: [m, k] · B: [k, n] (each operand read once, C written).
+inline Work gemm_work(std::int64_t m, std::int64_t n, std::int64_t k) {
+  const double dm = static_cast<double>(m), dn = static_cast<double>(n), dk = static_cast<double>(k);
+  return {2 * dm * dn * dk, 4 * (dm * dk + dk * dn + dm * dn)};
+}
+
+// The single-thread time a loop of this work is estimated to take (seconds): the longer of its flops
+// at one core's compute rate and its bytes at one core's cache/memory rate (a roofline).
+double estimated_seconds(Work w);
+
+// True when a loop of this work is worth running on the pool: its estimated time exceeds what waking
+// a thread costs. That cost depends on the workers' state, so the threshold has two levels: a few
+// microseconds while a worker is still spinning after the last region (back-to-back regions of one
+// forward), about a hundred while every worker sleeps (a futex wake-up, and on a loaded machine the
+// worker's scheduling). False on one thread and inside a parallel region.
+bool worth_splitting(Work w);
+
+// parallel_for(n, grain, body) when worth_splitting(work), else the same chunks in order on the
+// calling thread: the decision changes who runs a chunk, never the chunks, so results stay
+// bit-identical whatever it decides.
+void parallel_for(std::int64_t n, std::int64_t grain, Work work,
+                  const std::function<void(std::int64_t, std::int64_t)>& body);
 
 // Makes OpenBLAS single-threaded for its lifetime (restores the previous thread count), so that
 // the pool's threads can each call sgemm without oversubscribing the cores.

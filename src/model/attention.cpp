@@ -97,7 +97,12 @@ void causal_attention(const MatrixF& q, const MatrixF& k, const MatrixF& v, cons
   out.resize(n, q.cols());
   const int tasks = static_cast<int>(n_seq) * s.H;
   core::BlasSingleThreaded single;
-  core::parallel_for(tasks, 1, [&](std::int64_t t0, std::int64_t t1) {
+  // The products' flops, the softmax's (about 20 per score: a quarter of a product's 2·2·d_h per score
+  // would undercount it at small d_h), and q, k, v and out read or written once per head.
+  const double scores = causal_attention_flops(s, n_seq) / (4.0 * s.d_h);
+  const double qkvo = 4.0 * static_cast<double>(q.size() + k.size() + v.size() + q.size());
+  const core::Work work{causal_attention_flops(s, n_seq) + 20 * scores, qkvo + 4.0 * scores};
+  core::parallel_for(tasks, 1, work, [&](std::int64_t t0, std::int64_t t1) {
     // Aligned scratch: Eigen's vectorized reductions peel unaligned heads, so their summation order
     // depends on the address; a fixed alignment keeps results independent of the thread.
     thread_local core::ScratchF scores;  // [kBlock, T] per thread

@@ -41,7 +41,7 @@ void decompress(const Linear& l, const MatrixF& c, int K, MatrixF& y) {
                              2.0 * static_cast<double>(l.B.size()) * K);
   y.resize(K, out);
   core::BlasSingleThreaded single;
-  core::parallel_for(K, kRowBlock, [&](std::int64_t r0, std::int64_t r1) {
+  core::parallel_for(K, kRowBlock, core::gemm_work(K, out, r), [&](std::int64_t r0, std::int64_t r1) {
     const bool bias = l.bias.size() > 0;
     if (bias) y.middleRows(r0, r1 - r0).rowwise() = l.bias.transpose();
     core::sgemm_rm(false, true, static_cast<int>(r1 - r0), static_cast<int>(out), static_cast<int>(r), 1.0f,
@@ -54,7 +54,9 @@ void decompress(const Linear& l, const MatrixF& c, int K, MatrixF& y) {
 // keys it sees, the rest set to 0.
 void masked_softmax(MatrixF& S, const AttentionShape& s) {
   const std::int64_t rows = S.rows(), K = S.cols();
-  core::parallel_for(rows, 16, [&](std::int64_t i0, std::int64_t i1) {
+  // About 20 operations per score (max, exp, sum, divide), the row read and written.
+  const double scores = static_cast<double>(rows) * static_cast<double>(K);
+  core::parallel_for(rows, 16, core::Work{20 * scores, 8 * scores}, [&](std::int64_t i0, std::int64_t i1) {
     for (std::int64_t i = i0; i < i1; ++i) {
       const int p = s.past + static_cast<int>(i / s.H);
       const int lo = s.window > 0 ? std::max(0, p - s.window + 1) : 0, hi = p + 1;
@@ -87,17 +89,17 @@ void absorbed_attention(const MatrixF& q, const MatrixF& keys, const Linear* kp,
   if (kp != nullptr) {
     const int r = static_cast<int>(kp->B.cols());
     MatrixF qt(T, static_cast<std::int64_t>(H) * r);  // [T, H·r_k] q̃_h = q_h·B_k,h, also [T·H, r_k]
-    core::parallel_for(H, 1, [&](std::int64_t h, std::int64_t) {
+    core::parallel_for(H, 1, core::gemm_work(T, r, d_h) * H, [&](std::int64_t h, std::int64_t) {
       core::sgemm_rm(false, false, T, r, d_h, 1.0f, q.data() + h * d_h, H * d_h,
                      kp->B.data() + (h / group) * d_h * r, r, 0.0f, qt.data() + h * r, H * r);
     });
-    core::parallel_for(K, kKeyBlock, [&](std::int64_t k0, std::int64_t k1) {
+    core::parallel_for(K, kKeyBlock, core::gemm_work(rows, K, r), [&](std::int64_t k0, std::int64_t k1) {
       core::sgemm_rm(false, true, static_cast<int>(rows), static_cast<int>(k1 - k0), r, s.scale, qt.data(), r,
                      keys.data() + k0 * r, r, 0.0f, S.data() + k0, K);
     });
   } else {
     const int ldk = static_cast<int>(keys.cols());
-    core::parallel_for(H, 1, [&](std::int64_t h, std::int64_t) {
+    core::parallel_for(H, 1, core::gemm_work(T, K, d_h) * H, [&](std::int64_t h, std::int64_t) {
       core::sgemm_rm(false, true, T, K, d_h, s.scale, q.data() + h * d_h, H * d_h, keys.data() + (h / group) * d_h,
                      ldk, 0.0f, S.data() + h * K, H * K);
     });
@@ -107,11 +109,11 @@ void absorbed_attention(const MatrixF& q, const MatrixF& keys, const Linear* kp,
   if (vp != nullptr) {
     const int r = static_cast<int>(vp->B.cols());
     MatrixF ol(T, static_cast<std::int64_t>(H) * r);  // [T, H·r_v] = P·c_v per head, also [T·H, r_v]
-    core::parallel_for(r, kColBlock, [&](std::int64_t c0, std::int64_t c1) {
+    core::parallel_for(r, kColBlock, core::gemm_work(rows, r, K), [&](std::int64_t c0, std::int64_t c1) {
       core::sgemm_rm(false, false, static_cast<int>(rows), static_cast<int>(c1 - c0), K, 1.0f, S.data(), K,
                      values.data() + c0, r, 0.0f, ol.data() + c0, r);
     });
-    core::parallel_for(H, 1, [&](std::int64_t h, std::int64_t) {
+    core::parallel_for(H, 1, core::gemm_work(T, d_h, r) * H, [&](std::int64_t h, std::int64_t) {
       const std::int64_t g = h / group;
       core::sgemm_rm(false, true, T, d_h, r, 1.0f, ol.data() + h * r, H * r, vp->B.data() + g * d_h * r, r, 0.0f,
                      out.data() + h * d_h, H * d_h);
@@ -121,7 +123,7 @@ void absorbed_attention(const MatrixF& q, const MatrixF& keys, const Linear* kp,
     });
   } else {
     const int ldv = static_cast<int>(values.cols());
-    core::parallel_for(H, 1, [&](std::int64_t h, std::int64_t) {
+    core::parallel_for(H, 1, core::gemm_work(T, d_h, K) * H, [&](std::int64_t h, std::int64_t) {
       core::sgemm_rm(false, false, T, d_h, K, 1.0f, S.data() + h * K, H * K, values.data() + (h / group) * d_h, ldv,
                      0.0f, out.data() + h * d_h, H * d_h);
     });

@@ -65,7 +65,8 @@ void full_attention(const MatrixF& q, const MatrixF& k, const MatrixF& v, int P,
   const int ld = static_cast<int>(q.cols());
   out.resize(q.rows(), q.cols());
   core::BlasSingleThreaded single;
-  core::parallel_for(n_img * H, 1, [&](std::int64_t t0, std::int64_t t1) {
+  const core::Work work = (core::gemm_work(P, P, d_h) + core::gemm_work(P, d_h, P)) * static_cast<double>(n_img * H);
+  core::parallel_for(n_img * H, 1, work, [&](std::int64_t t0, std::int64_t t1) {
     MatrixF s(P, P);  // [P, P] scores, then probabilities
     for (std::int64_t t = t0; t < t1; ++t) {
       const std::int64_t off = (t / H) * P * ld + (t % H) * d_h;

@@ -60,7 +60,9 @@ void fused_head_nll(const MatrixF& x, const WeightTable& w, std::span<const std:
   }
   std::mutex times_mutex;
   core::BlasSingleThreaded single;
-  core::parallel_for(n, kRows, [&](std::int64_t r0, std::int64_t r1) {
+  // The log-sum-exp adds about 20 operations per logit (an exp and its sum) to the GEMM's 2·p.
+  const core::Work work = core::gemm_work(n, V, p) + core::Work{20.0 * static_cast<double>(n * V), 0};
+  core::parallel_for(n, kRows, work, [&](std::int64_t r0, std::int64_t r1) {
     const std::int64_t rows = r1 - r0;
     thread_local core::ScratchF logits;  // [rows, kVocab], aligned (see core::ScratchF)
     thread_local core::ScratchF wblock;  // [kVocab, p] a widened vocabulary block (lazy w only)
@@ -111,7 +113,7 @@ void head_logits(const MatrixF& x, const WeightTable& w, MatrixF& logits) {
   if (w.cols() != p) throw Error(fmt::format("head_logits: inner dimension (expected {}, got {})", w.cols(), p));
   logits.resize(n, V);
   core::BlasSingleThreaded single;
-  core::parallel_for(V, kVocab, [&](std::int64_t v0, std::int64_t v1) {
+  core::parallel_for(V, kVocab, core::gemm_work(n, V, p), [&](std::int64_t v0, std::int64_t v1) {
     thread_local core::ScratchF wblock;  // [kVocab, p]
     const float* wb = w.block(v0, v1 - v0, wblock);
     // logits[:, v0:v1] = x · W[v0:v1]ᵀ

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "core/parallel.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/model.hpp"
 
@@ -106,6 +107,9 @@ std::vector<std::string> KvCache::describe() const {
 }
 
 void Model::forward_cached(std::span<const std::int32_t> ids, KvCache& cache, MatrixF& logits, bool last_only) const {
+  // The forward's BLAS calls are single-threaded (the pool splits them): set once for the whole step
+  // here, the modules' own scopes then find OpenBLAS at one thread and change nothing.
+  core::BlasSingleThreaded single;
   const int past = cache.length();
   const auto n = static_cast<std::int64_t>(ids.size());
   if (n < 1 || past + n > cache.capacity()) {

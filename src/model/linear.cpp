@@ -65,7 +65,7 @@ void latent_block(const Linear& l, const float* xb, int rows, core::ScratchF& z,
 // y[:, j] (ld ldy) = beta·y[:, j] + x: [n, k] · w[j, :]ᵀ for every column j < cols of w: [cols, k],
 // by column blocks on the pool (a GEMV split over its output when n = 1).
 void xwt_columns(const float* x, int n, int k, const float* w, std::int64_t cols, float beta, float* y, int ldy) {
-  core::parallel_for(cols, kColBlock, [&](std::int64_t c0, std::int64_t c1) {
+  core::parallel_for(cols, kColBlock, core::gemm_work(n, cols, k), [&](std::int64_t c0, std::int64_t c1) {
     core::sgemm_rm(false, true, n, static_cast<int>(c1 - c0), k, 1.0f, x, k, w + c0 * k, k, beta, y + c0, ldy);
   });
 }
@@ -126,7 +126,7 @@ void latent_forward(const Linear& l, const MatrixF& x, MatrixF& z) {
     latent_columns(l, x.data(), static_cast<int>(n), z.data());
     return;
   }
-  core::parallel_for(n, kRowBlock, [&](std::int64_t r0, std::int64_t r1) {
+  core::parallel_for(n, kRowBlock, core::gemm_work(n, r, l.in), [&](std::int64_t r0, std::int64_t r1) {
     thread_local core::ScratchF zb, rest;  // [rows, r], [rows, in − r]
     latent_block(l, x.data() + r0 * l.in, static_cast<int>(r1 - r0), zb, rest);
     std::copy(zb.begin(), zb.begin() + (r1 - r0) * r, z.data() + r0 * r);
@@ -152,8 +152,11 @@ void linear_forward(const Linear& l, const MatrixF& x, MatrixF& y, const Epilogu
   const bool has_bias = l.bias.size() > 0;
   // Row blocks, each on one thread: a factored module's latent block stays in cache between its
   // two GEMMs, and the block-identity gather and the epilogue run in parallel with them.
+  const std::int64_t rank = l.factored() ? l.B.cols() : 0;
+  const core::Work work = l.factored() ? core::gemm_work(n, rank, in) + core::gemm_work(n, out, rank)
+                                       : core::gemm_work(n, out, in);
   core::BlasSingleThreaded single;
-  core::parallel_for(n, kRowBlock, [&](std::int64_t r0, std::int64_t r1) {
+  core::parallel_for(n, kRowBlock, work, [&](std::int64_t r0, std::int64_t r1) {
     const int rows = static_cast<int>(r1 - r0);
     float* yb = y.data() + r0 * out;  // [rows, out]
     auto yrows = y.middleRows(r0, rows);

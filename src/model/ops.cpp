@@ -15,11 +15,13 @@ namespace {
 // Elements per chunk of parallel work: small enough to balance, large enough to amortize a hand-out.
 constexpr std::int64_t kChunkElems = 1 << 14;
 
-// f(i) for every row i < n of a [n, width] matrix, in parallel chunks.
+// f(i) for every row i < n of a [n, width] matrix, in parallel chunks. A norm reads a row twice and
+// writes it once, with a few operations per element.
 template <typename F>
 void for_rows(std::int64_t n, std::int64_t width, F&& f) {
   const std::int64_t grain = std::max<std::int64_t>(1, kChunkElems / std::max<std::int64_t>(width, 1));
-  core::parallel_for(n, grain, [&](std::int64_t b, std::int64_t e) {
+  const double elems = static_cast<double>(n) * static_cast<double>(width);
+  core::parallel_for(n, grain, core::Work{6 * elems, 12 * elems}, [&](std::int64_t b, std::int64_t e) {
     for (std::int64_t i = b; i < e; ++i) f(i);
   });
 }

@@ -55,7 +55,9 @@ RopeTable rope_table(const RopeSpec& rope, int T, int head_dim, int first) {
 void apply_rope(MatrixF& x, int T, int head_dim, const RopeTable& t) {
   const int half = head_dim / 2;
   const std::int64_t n = x.rows(), heads = x.cols() / head_dim;
-  core::parallel_for(n, std::max<std::int64_t>(1, (1 << 14) / x.cols()), [&](std::int64_t b, std::int64_t e) {
+  const double elems = static_cast<double>(x.size());  // 3 operations each, read and written with cos/sin
+  core::parallel_for(n, std::max<std::int64_t>(1, (1 << 14) / x.cols()), core::Work{3 * elems, 12 * elems},
+                     [&](std::int64_t b, std::int64_t e) {
     for (std::int64_t i = b; i < e; ++i) {
       const float* c = t.cos.data() + (i % T) * half;
       const float* s = t.sin.data() + (i % T) * half;

@@ -1,10 +1,15 @@
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "core/gemm.hpp"
+#include "core/parallel.hpp"
+#include "latentllm/threads.hpp"
 #include "model/ops.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/tensor.hpp"
@@ -86,6 +91,47 @@ TEST(Gemm, MirrorUpperCopiesTheUpperTriangleAcrossTiles) {
   EXPECT_EQ(MatrixD(c.triangularView<Eigen::Upper>()), MatrixD(a.triangularView<Eigen::Upper>()));
   EXPECT_EQ(c, c.transpose());
   EXPECT_EQ(c(149, 0), a(0, 149));
+}
+
+// The work threshold: a decode-sized product (one row through a 64 × 64 weight) is never split, a
+// large one is whether or not a worker is awake, and one thread never splits.
+TEST(Parallel, WorthSplittingOnlyAboveTheWorkThreshold) {
+  core::set_num_threads(2);
+  EXPECT_FALSE(core::worth_splitting(core::gemm_work(1, 64, 64)));
+  EXPECT_FALSE(core::worth_splitting({}));
+  EXPECT_TRUE(core::worth_splitting(core::gemm_work(512, 2048, 2048)));
+  EXPECT_GT(core::estimated_seconds(core::gemm_work(2, 64, 64)), core::estimated_seconds(core::gemm_work(1, 64, 64)));
+  core::set_num_threads(1);
+  EXPECT_FALSE(core::worth_splitting(core::gemm_work(512, 2048, 2048)));
+  core::set_num_threads(0);
+}
+
+// Below the threshold every chunk runs on the calling thread, the same chunks in the same order;
+// above it all chunks still run exactly once, and an exception in a chunk reaches the caller.
+TEST(Parallel, SmallWorkRunsTheSameChunksOnTheCaller) {
+  core::set_num_threads(2);
+  const auto caller = std::this_thread::get_id();
+  std::vector<std::pair<std::int64_t, std::int64_t>> chunks;
+  bool elsewhere = false;
+  core::parallel_for(10, 3, core::gemm_work(1, 8, 8), [&](std::int64_t b, std::int64_t e) {
+    elsewhere = elsewhere || std::this_thread::get_id() != caller;
+    chunks.emplace_back(b, e);
+  });
+  EXPECT_FALSE(elsewhere);
+  EXPECT_EQ(chunks, (std::vector<std::pair<std::int64_t, std::int64_t>>{{0, 3}, {3, 6}, {6, 9}, {9, 10}}));
+
+  std::vector<std::atomic<int>> runs(1000);
+  const core::Work big = core::gemm_work(1024, 1024, 1024);
+  for (int rep = 0; rep < 200; ++rep) {
+    core::parallel_for(1000, 7, big, [&](std::int64_t b, std::int64_t e) {
+      for (auto i = b; i < e; ++i) runs[static_cast<std::size_t>(i)]++;
+    });
+  }
+  for (const auto& r : runs) EXPECT_EQ(r.load(), 200);
+  EXPECT_THROW(core::parallel_for(100, 1, big, [](std::int64_t b, std::int64_t) {
+    if (b == 57) throw std::runtime_error("chunk 57");
+  }), std::runtime_error);
+  core::set_num_threads(0);
 }
 
 // The weights' finiteness check: any NaN or ±Inf anywhere (a vector tail included), never a finite value
