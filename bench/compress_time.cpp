@@ -7,7 +7,10 @@
 //   compress_time [--shared ../shared] [--model DIR] [--ratio 0.2] [--nsamples 64] [--seqlen L]
 //                 [--methods asvd-rootcov,asvd-rootcov/restart,latentllm] [--out bench/results/compress_time]
 //                 [--stop-after-layers N] [--project-layers M] [--threads T] [--covariance f64|f32]
-//                 [--preset none|default|paper] [--rank-alloc uniform|global]
+//                 [--preset none|default|paper] [--rank-alloc uniform|global] [--calib c4|scienceqa]
+// --calib scienceqa (a LLaVA checkpoint; --calib-data a ScienceQA folder): the multimodal calibration of
+// compress --calib scienceqa, --nsamples train problems each one sequence of its own length with its
+// image's features in place; "sampling" then includes the vision tower and projector.
 // A method "<m>/restart" runs m with every calibration pass restarting at the layer input (baseline);
 // "<m>/input-side" fits every module from its input covariance (CompressOptions::output_side off).
 // --stop-after-layers N (bench/run_scale.sh): the first N layers only, no checkpoint written; the
@@ -19,6 +22,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -31,8 +35,11 @@
 #include "latentllm/checkpoint.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/files.hpp"
+#include "latentllm/image.hpp"
 #include "latentllm/log.hpp"
+#include "latentllm/multimodal.hpp"
 #include "latentllm/resources.hpp"
+#include "latentllm/scienceqa.hpp"
 
 namespace {
 
@@ -47,6 +54,8 @@ struct MethodTimes {
   model::ForwardProfile profile;  // the calibration passes' forward, by part
   std::map<std::string, bench::BlasSnapshot> part_blas;  // BLAS FLOPs / BLAS and LAPACK seconds per part
   bool covariance_f32 = false;  // as run (the preset's unless --covariance)
+  std::int64_t calib_tokens = 0;  // Σ over the calibration sequences
+  int calib_images = 0;           // --calib scienceqa: sequences with an image
 };
 
 // spec: a method, "<method>/restart" for the same with every calibration pass restarting at the layer
@@ -58,6 +67,7 @@ struct RunArgs {
   std::string covariance = "auto";  // auto: the preset's; f64 or f32
   std::string preset = "none";  // none (CompressOptions{}: uniform ranks, every joint part), default, paper
   std::string rank_alloc;       // empty: the preset's; uniform or global
+  std::string calib = "c4";     // c4 (windows of seqlen) or scienceqa (multimodal, one sequence a problem)
 };
 
 MethodTimes run_method(const std::string& model_dir, const std::string& c4, const std::string& spec, const RunArgs& a) {
@@ -77,7 +87,20 @@ MethodTimes run_method(const std::string& model_dir, const std::string& c4, cons
   co.nsamples = a.nsamples;
   co.seqlen = a.seqlen > 0 ? a.seqlen : static_cast<int>(std::min<std::int64_t>(2048, m->config().max_position_embeddings));
   auto t0 = Clock::now();
-  const auto ids = calib::sample_calibration(*tok, co);
+  std::vector<std::int32_t> ids;
+  std::optional<eval::scienceqa::CalibrationSet> mm;  // as compress --calib scienceqa builds it
+  if (a.calib == "scienceqa") {
+    model::LoadOptions lo;
+    lo.lazy = true;
+    const auto llava = model::LlavaModel::load(model_dir, lo);
+    mm = eval::scienceqa::calibration_set(
+        llava, *tok, image::load_processor_config(std::filesystem::path(model_dir) / "preprocessor_config.json"), c4,
+        "train", a.nsamples, co.seed);
+    ids = mm->ids;
+    co.seqlen = *std::max_element(mm->lengths.begin(), mm->lengths.end());
+  } else {
+    ids = calib::sample_calibration(*tok, co);
+  }
   t.sample_s = seconds_since(t0);
   compress::CompressOptions opt;
   if (a.preset != "none") opt = compress::preset_options(compress::parse_preset(a.preset), compress::parse_method(method), a.ratio);
@@ -95,6 +118,14 @@ MethodTimes run_method(const std::string& model_dir, const std::string& c4, cons
     else t.part_blas[std::string(part)] += bench::BlasSnapshot::now() - at_begin;
   };
   opt.pipeline.resume_passes = !restart;
+  if (mm) {
+    opt.pipeline.lengths = mm->lengths;
+    opt.pipeline.input_embeddings = &mm->embeddings;
+    t.calib_tokens = static_cast<std::int64_t>(mm->ids.size());
+    t.calib_images = mm->images;
+  } else {
+    t.calib_tokens = static_cast<std::int64_t>(ids.size());
+  }
   if (variant == "input-side") opt.output_side = false;
   model::reset_forward_profile();
   model::set_profiling(true);
@@ -119,7 +150,7 @@ std::string pct(double x) { return fmt::format("{:.0f} %", 100 * x); }
 int main(int argc, char** argv) try {
   latentllm::bench::check_args(argc, argv, {"--shared", "--model", "--calib-data", "--ratio", "--nsamples", "--seqlen",
                                             "--stop-after-layers", "--covariance", "--preset", "--rank-alloc",
-                                            "--threads", "--project-layers", "--methods", "--out"},
+                                            "--threads", "--project-layers", "--methods", "--out", "--calib"},
                                "bench/compress_time.cpp");
   latentllm::core::reuse_large_allocations();  // as the CLI does (latentllm/resources.hpp)
   using bench::arg;
@@ -134,6 +165,8 @@ int main(int argc, char** argv) try {
   ra.covariance = arg(argc, argv, "--covariance", "auto");
   ra.preset = arg(argc, argv, "--preset", "none");
   ra.rank_alloc = arg(argc, argv, "--rank-alloc", "");
+  ra.calib = arg(argc, argv, "--calib", "c4");
+  if (ra.calib != "c4" && ra.calib != "scienceqa") throw std::runtime_error("--calib (expected c4 or scienceqa, got " + ra.calib + ")");
   core::set_num_threads(std::stoi(arg(argc, argv, "--threads", "0")));
   const int project_layers = std::stoi(arg(argc, argv, "--project-layers", "0"));
   const double ratio = ra.ratio;
@@ -150,11 +183,13 @@ int main(int argc, char** argv) try {
 
   nlohmann::json runs = nlohmann::json::array();
   std::string md = fmt::format(
-      "# Compression time: {} at {:.0f} %, {} C4 windows\n\nsgemm peak {:.1f} GFLOP/s, dgemm peak {:.1f} GFLOP/s "
+      "# Compression time: {} at {:.0f} %, {} {}\n\nsgemm peak {:.1f} GFLOP/s, dgemm peak {:.1f} GFLOP/s "
       "(OpenBLAS, measured in the same process). Load average before: {:.2f}.\n\n"
       "| method | stage | seconds | share | GFLOP/s | fraction of peak | time in BLAS | time in LAPACK |\n"
       "|---|---|---:|---:|---:|---:|---:|---:|\n",
-      std::filesystem::path(model_dir).filename().string(), 100 * ratio, nsamples, speak, dpeak, load_before);
+      std::filesystem::path(model_dir).filename().string(), 100 * ratio, nsamples,
+      ra.calib == "scienceqa" ? "ScienceQA train problems (multimodal, one sequence each)" : "C4 windows", speak, dpeak,
+      load_before);
   std::map<std::string, double> forward_s;  // by method spec
   std::map<std::string, nlohmann::json> by_spec;  // each run's JSON, by method spec
   std::stringstream list(methods);
@@ -173,7 +208,10 @@ int main(int argc, char** argv) try {
                         rate > 0 ? fmt::format("{:.1f}", rate) : "", rate > 0 ? pct(rate / peak) : "",
                         b ? pct(b->blas_s / s) : "", b ? pct(b->lapack_s / s) : "");
     };
-    row("calibration sampling (tokenize C4)", t.sample_s, 0, 1);
+    row(ra.calib == "scienceqa" ? fmt::format("calibration sampling ({} prompts, {} tokens, {} images through the vision "
+                                              "tower and projector)", nsamples, t.calib_tokens, t.calib_images)
+                                : "calibration sampling (tokenize C4)",
+        t.sample_s, 0, 1);
     row("layer forwards (linear + attention GEMM FLOPs / wall, vs sgemm)", pt.forward, fwd_rate, speak);
     row("&nbsp;&nbsp;counting the linear modules' FLOPs only", pt.forward, lin_rate, speak);
     row("&nbsp;&nbsp;of which linear modules (sgemm)", fp.linear_s, fp.linear_flops / fp.linear_s / 1e9, speak);
@@ -221,7 +259,8 @@ int main(int argc, char** argv) try {
       row("writing the checkpoint (f16)", t.write_s, 0, 1);
       row("**total**", total, 0, 1);
     }
-    nlohmann::json run = {{"method", method},
+    nlohmann::json run = {{"method", method}, {"calib", ra.calib}, {"calib_tokens", t.calib_tokens},
+                    {"calib_images", t.calib_images},
                     {"seconds", {{"sampling", t.sample_s}, {"forward", pt.forward}, {"covariance", pt.covariance},
                                  {"output_statistics", pt.consume}, {"decompositions", pt.compress}, {"decompositions_by_part", t.rep.part_seconds},
                                  {"prepass", t.rep.prepass_s}, {"write", t.write_s}, {"total", total}}},

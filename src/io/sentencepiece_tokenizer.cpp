@@ -3,17 +3,26 @@
 // BOS/EOS follow tokenizer_config.json add_bos_token (default true) / add_eos_token (default false),
 // the LlamaTokenizer defaults.
 //
+// Added tokens: tokenizer_config.json's "added_tokens_decoder" ({"<id>": {"content", "special", "lstrip",
+// "rstrip"}}) lists the tokens transformers adds on top of the model, e.g. LLaVA's <image> = 32000 and
+// <pad> = 32001 after Llama-2's 32000 pieces. They are split out of the text first (leftmost-longest, as
+// tokenizer.json's added tokens) and every other segment is encoded by sentencepiece on its own, dummy
+// prefix included: what the Llama fast tokenizer of such checkpoints gives (its Prepend("▁") normalizer
+// runs per segment, hence the "▁" = 29871 after <image> in llava-hf prompts).
+//
 // Speed: sentencepiece's encoder is superlinear in the input length (WikiText-2 in one call: ~6 s).
 // When no piece can span a newline and the normalizer is character-local, long texts are encoded in
 // chunks that start at a "\n", which gives the same ids: see chunking_is_exact().
 #include <sentencepiece_processor.h>
 
+#include <algorithm>
 #include <exception>
 #include <new>
 
 #include <fmt/format.h>
 
 #include "core/mapped_file.hpp"
+#include "io/hf_components.hpp"
 #include "io/tokenizer_loaders.hpp"
 #include "io/unicode.hpp"
 #include "latentllm/error.hpp"
@@ -116,6 +125,7 @@ class SentencePieceTokenizer final : public Tokenizer {
     chunkable_ = chunking_is_exact(read_normalizer_spec(bytes));
     if (config_bool(config, "add_bos_token", true)) bos_ = piece_id(config, "bos_token", sp_.bos_id());
     if (config_bool(config, "add_eos_token", false)) eos_ = piece_id(config, "eos_token", sp_.eos_id());
+    read_added_tokens(config);
   }
 
   std::vector<std::int32_t> encode(std::string_view text, bool add_special_tokens) const override {
@@ -123,27 +133,28 @@ class SentencePieceTokenizer final : public Tokenizer {
     std::vector<std::int32_t> out;
     out.reserve(text.size() / 3 + 2);
     if (add_special_tokens && bos_) out.push_back(*bos_);
-    std::vector<int> ids;
-    std::size_t begin = 0;
-    while (begin < text.size()) {
-      const std::size_t end = chunk_end(text, begin);
-      encode_raw(text.substr(begin, end - begin), ids);
-      // A later chunk starts with "\n": its dummy-prefix "▁" stands alone; drop it.
-      const std::size_t skip = begin > 0 && dummy_prefix_id_ >= 0 ? 1 : 0;
-      if (skip == 1 && (ids.empty() || ids[0] != dummy_prefix_id_)) {
-        throw FormatError(fmt::format("{}: chunked encoding lost its dummy prefix (internal error)", origin_));
+    if (added_matcher_.empty()) {
+      encode_segment(text, out);
+    } else {
+      std::vector<Piece> pieces;
+      added_matcher_.split(Piece{std::string(text), -1, true}, pieces);
+      for (const Piece& p : pieces) {
+        if (p.added_id >= 0) {
+          out.push_back(p.added_id);
+        } else {
+          encode_segment(p.text, out);
+        }
       }
-      out.insert(out.end(), ids.begin() + static_cast<std::ptrdiff_t>(skip), ids.end());
-      begin = end;
     }
     if (add_special_tokens && eos_) out.push_back(*eos_);
     return out;
   }
 
   std::string describe() const override { return "sentencepiece"; }
-  std::int64_t vocab_size() const override { return sp_.GetPieceSize(); }
+  std::int64_t vocab_size() const override { return vocab_size_; }
   std::optional<std::int32_t> bos_id() const override { return bos_; }
   std::string id_to_token(std::int32_t id) const override {
+    if (const AddedToken* t = added_token(id)) return t->content;
     if (id < 0 || id >= sp_.GetPieceSize()) return {};
     return sp_.IdToPiece(id);
   }
@@ -151,19 +162,23 @@ class SentencePieceTokenizer final : public Tokenizer {
   // "▁" -> " ", the first piece's dummy-prefix space dropped, byte pieces joined (U+FFFD for bytes
   // that are not valid UTF-8).
   std::string decode(std::span<const std::int32_t> ids) const override {
-    std::vector<int> kept;
-    kept.reserve(ids.size());
+    std::string text;
+    std::vector<int> run;  // sentencepiece ids up to the next non-special added token
+    run.reserve(ids.size());
     for (const std::int32_t id : ids) {
+      if (const AddedToken* t = added_token(id); t != nullptr && id >= sp_.GetPieceSize()) {
+        if (t->special) continue;
+        text += decode_pieces(run) + t->content;
+        run.clear();
+        continue;
+      }
       if (id < 0 || id >= sp_.GetPieceSize()) {
         throw FormatError(fmt::format("{}: token id {} (expected one of the tokenizer's ids, 0..{})", origin_, id,
-                                      sp_.GetPieceSize() - 1));
+                                      vocab_size_ - 1));
       }
-      if (!sp_.IsControl(id) && !sp_.IsUnknown(id)) kept.push_back(id);
+      if (!sp_.IsControl(id) && !sp_.IsUnknown(id)) run.push_back(id);
     }
-    std::string text;
-    const auto status = guarded("decoding", [&] { return sp_.Decode(kept, &text); });
-    if (!status.ok()) throw FormatError(fmt::format("{}: decoding failed ({})", origin_, status.ToString()));
-    return text;
+    return text + decode_pieces(run);
   }
 
  private:
@@ -192,6 +207,70 @@ class SentencePieceTokenizer final : public Tokenizer {
     } catch (const std::exception& e) {
       throw FormatError(fmt::format("{}: not a readable SentencePiece model ({} failed: {})", origin_, what, e.what()));
     }
+  }
+
+  // The ids of a text without added tokens, appended to `out` (in chunks where that is exact).
+  void encode_segment(std::string_view text, std::vector<std::int32_t>& out) const {
+    std::vector<int> ids;
+    std::size_t begin = 0;
+    while (begin < text.size()) {
+      const std::size_t end = chunk_end(text, begin);
+      encode_raw(text.substr(begin, end - begin), ids);
+      // A later chunk starts with "\n": its dummy-prefix "▁" stands alone; drop it.
+      const std::size_t skip = begin > 0 && dummy_prefix_id_ >= 0 ? 1 : 0;
+      if (skip == 1 && (ids.empty() || ids[0] != dummy_prefix_id_)) {
+        throw FormatError(fmt::format("{}: chunked encoding lost its dummy prefix (internal error)", origin_));
+      }
+      out.insert(out.end(), ids.begin() + static_cast<std::ptrdiff_t>(skip), ids.end());
+      begin = end;
+    }
+  }
+
+  std::string decode_pieces(const std::vector<int>& ids) const {
+    std::string text;
+    if (ids.empty()) return text;
+    const auto status = guarded("decoding", [&] { return sp_.Decode(ids, &text); });
+    if (!status.ok()) throw FormatError(fmt::format("{}: decoding failed ({})", origin_, status.ToString()));
+    return text;
+  }
+
+  // added_tokens_decoder (header comment); vocab_size_ covers the largest added id.
+  void read_added_tokens(const nlohmann::json& config) {
+    vocab_size_ = sp_.GetPieceSize();
+    const auto it = config.find("added_tokens_decoder");
+    if (it == config.end() || it->is_null()) return;
+    const std::string where = origin_ + ": tokenizer_config added_tokens_decoder";
+    if (!it->is_object()) throw FormatError(fmt::format("{} (expected an object, got {})", where, it->dump()));
+    std::vector<std::string> patterns;
+    for (const auto& [key, entry] : it->items()) {
+      std::int64_t id = -1;
+      try {
+        std::size_t used = 0;
+        id = std::stoll(key, &used);
+        if (used != key.size()) id = -1;
+      } catch (const std::exception&) {
+        id = -1;
+      }
+      const std::string what = fmt::format("{} \"{}\"", where, key);
+      const std::int32_t tok_id = parse_token_id(id >= 0 ? nlohmann::json(id) : nlohmann::json(key), what);
+      if (!entry.is_object() || !entry.contains("content") || !entry.at("content").is_string() ||
+          entry.at("content").get<std::string>().empty()) {
+        throw FormatError(fmt::format("{} (expected {{\"content\": a non-empty string, ...}}, got {})", what,
+                                      entry.dump()));
+      }
+      AddedToken t{entry.at("content").get<std::string>(), tok_id, entry.value("special", false), false,
+                   entry.value("lstrip", false), entry.value("rstrip", false)};
+      patterns.push_back(t.content);
+      added_.push_back(t);
+      vocab_size_ = std::max<std::int64_t>(vocab_size_, std::int64_t{tok_id} + 1);
+    }
+    added_matcher_ = AddedTokenMatcher(std::move(patterns), added_);
+  }
+
+  const AddedToken* added_token(std::int32_t id) const {
+    for (const AddedToken& t : added_)
+      if (t.id == id) return &t;
+    return nullptr;
   }
 
   void encode_raw(std::string_view text, std::vector<int>& ids) const {
@@ -234,6 +313,9 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::optional<std::int32_t> bos_, eos_;
   bool chunkable_ = false;
   int dummy_prefix_id_ = -1;  // the "▁" a chunk's dummy prefix becomes; -1 without dummy prefix
+  std::vector<AddedToken> added_;     // added_tokens_decoder, in file order
+  AddedTokenMatcher added_matcher_;   // splits them out of the text
+  std::int64_t vocab_size_ = 0;       // pieces, or the largest added id + 1
 };
 
 }  // namespace

@@ -17,12 +17,15 @@
 #include "core/mapped_file.hpp"
 #include "io/unicode.hpp"
 #include "latentllm/dataset.hpp"
+#include "latentllm/error.hpp"
+#include "latentllm/files.hpp"
 #include "latentllm/tokenizer.hpp"
 #include "test_support.hpp"
 
 namespace latentllm {
 namespace {
 
+namespace fs = std::filesystem;
 using nlohmann::json;
 using test::shared_path;
 
@@ -246,6 +249,34 @@ TEST(SentencePieceChunking, EqualsOneCallOnLongTexts) {
     want.insert(want.begin(), sp.bos_id());
     const auto got = tok->encode(text);
     EXPECT_EQ(std::vector<int>(got.begin(), got.end()), want) << rel;
+  }
+}
+
+// tokenizer_config.json's added_tokens_decoder over a tokenizer.model (llava-hf's Llama-2 tokenizer with
+// <image> = 32000, <pad> = 32001): the added tokens are split out first and every other segment is
+// encoded alone, dummy prefix included, as llava-hf's fast tokenizer gives ("▁" = 29871 after <image>).
+TEST(SentencePieceAddedTokens, LlavaImageTokenSplitsTheText) {
+  const fs::path dir = test::make_temp_dir("spadded");
+  fs::copy_file(shared_path("data/tokenizers/llama2/tokenizer.model"), dir / "tokenizer.model");
+  const json config = {{"added_tokens_decoder",
+                        {{"32000", {{"content", "<image>"}, {"special", true}}},
+                         {"32001", {{"content", "<pad>"}, {"special", true}}},
+                         {"32002", {{"content", "<note>"}, {"special", false}}}}}};
+  core::write_text_atomic(dir / "tokenizer_config.json", config.dump());
+  const auto tok = io::load_tokenizer(dir);
+  EXPECT_EQ(tok->vocab_size(), 32003);
+  EXPECT_EQ(tok->id_to_token(32000), "<image>");
+  const std::vector<std::int32_t> ids = tok->encode("USER: <image><image>\nWhat");
+  EXPECT_EQ(ids, (std::vector<std::int32_t>{1, 3148, 1001, 29901, 29871, 32000, 32000, 29871, 13, 5618}));
+  EXPECT_EQ(tok->decode(ids), "USER:  \nWhat");  // special added tokens skipped, the rest decoded together
+  EXPECT_EQ(tok->decode(std::vector<std::int32_t>{5618, 32002, 5618}), "What<note>What");
+  core::write_text_atomic(dir / "tokenizer_config.json", R"({"added_tokens_decoder": {"x": {"content": "<a>"}}})");
+  try {
+    io::load_tokenizer(dir);
+    FAIL() << "a non-integer id accepted";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("added_tokens_decoder \"x\": id (expected an integer"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -9,6 +9,7 @@
 #include "errors_doc.hpp"
 #include "latentllm/calib.hpp"
 #include "latentllm/dataset.hpp"
+#include "latentllm/files.hpp"
 #include "latentllm/io.hpp"
 #include "latentllm/model.hpp"
 #include "latentllm/tokenizer.hpp"
@@ -79,6 +80,12 @@ CaseFn tokenizer_dir(std::vector<std::pair<std::string, std::string>> files) {
   });
 }
 
+// Llama-2's tokenizer.model with tokenizer_config.json {"added_tokens_decoder": <decoder>}.
+CaseFn spm_added_tokens(const std::string& decoder) {
+  const std::string model = core::read_file(shared_path("data/tokenizers/llama2/tokenizer.model"));
+  return tokenizer_dir({{"tokenizer.model", model}, {"tokenizer_config.json", R"({"added_tokens_decoder": )" + decoder + "}"}});
+}
+
 TEST(ErrorsDoc, Tokenizers) {
   check_section("Tokenizers (`io::load_tokenizer`)",
                 {
@@ -93,6 +100,9 @@ TEST(ErrorsDoc, Tokenizers) {
                     {"tok-vocab", {tokenizer_dir({{"vocab.json", "[]"}, {"merges.txt", "#version: 0.2\na b\n"}})}},
                     {"tok-merges", {tokenizer_dir({{"vocab.json", R"({"a":0,"b":1})"}, {"merges.txt", "a b c\n"}})}},
                     {"tok-spm", {tokenizer_dir({{"tokenizer.model", "not a protobuf"}})}},
+                    {"tok-spm-added",
+                     {spm_added_tokens(R"([])"), spm_added_tokens(R"({"x": {"content": "<a>"}})"),
+                      spm_added_tokens(R"({"32000": {"special": true}})")}},
                 });
 }
 

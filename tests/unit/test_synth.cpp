@@ -19,6 +19,7 @@
 #include "latentllm/io.hpp"
 #include "latentllm/log.hpp"
 #include "latentllm/model.hpp"
+#include "latentllm/multimodal.hpp"
 #include "latentllm/tokenizer.hpp"
 #include "synth.hpp"
 #include "test_support.hpp"
@@ -116,12 +117,15 @@ TEST(SynthRng, MatchesThePythonImplementation) {
 TEST(SynthPresets, ParameterCountsOfTheRealModels) {
   const std::pair<const char*, std::int64_t> counts[] = {
       {"opt-125m", 125'239'296},       {"opt-1.3b", 1'315'758'080},     {"opt-6.7b", 6'658'473'984},
-      {"llama-2-7b", 6'738'415'616},   {"llama-3-8b", 8'030'261'248},   {"qwen2.5-7b", 7'615'616'512}};
+      {"llama-2-7b", 6'738'415'616},   {"llama-3-8b", 8'030'261'248},   {"qwen2.5-7b", 7'615'616'512},
+      // Llama-2-7B with 64 more embedding and head rows, CLIP ViT-L/14-336 (303,507,456) and the
+      // projector (20,979,712); NeXT adds image_newline [4096].
+      {"llava-1.5-7b", 7'063'427'072}, {"llava-v1.6-vicuna-7b", 7'063'431'168}};
   for (const auto& [name, n] : counts) EXPECT_EQ(num_params(preset(name)), n) << name;
-  EXPECT_EQ(preset_names().size(), 8u);
+  EXPECT_EQ(preset_names().size(), 10u);
   EXPECT_EQ(test::error_of<ConfigError>([] { preset("gpt-5"); }),
             "preset (expected one of opt-125m, opt-1.3b, opt-6.7b, llama-2-7b, llama-3-8b, qwen2.5-7b, llama3-tiny, "
-            "qwen3-tiny, got gpt-5)");
+            "qwen3-tiny, llava-1.5-7b, llava-v1.6-vicuna-7b, got gpt-5)");
 }
 
 TEST(SynthPresets, ConfigIsThePresetsOwnUntilEdited) {
@@ -308,6 +312,96 @@ TEST_F(SynthWrite, OutputIsAtomic) {
   std::size_t entries = 0;
   for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir)) ++entries;
   EXPECT_EQ(entries, 1u);  // no partial directory left
+}
+
+// ---- LLaVA ---------------------------------------------------------------------------------------
+
+// A LLaVA preset at test sizes: the small language model (V = 32064 keeps <image> = 32000 and <pad> =
+// 32001 inside the embedding) and a 2-layer vision tower on 28-pixel images (2 × 2 patches of 14; 28
+// divides every pinpoint of llava-v1.6).
+SynthSpec small_llava(const std::string& name) {
+  SynthSpec s = small(name, 1);
+  s.vocab_size = 32064;
+  VisionSpec& v = s.llava->vision;
+  v.hidden_size = 32;
+  v.num_hidden_layers = 2;
+  v.num_attention_heads = 2;
+  v.intermediate_size = 48;
+  v.image_size = 28;
+  return s;
+}
+
+TEST(SynthLlava, ConfigKeepsTheNestedLayout) {
+  SynthSpec s = preset("llava-1.5-7b");
+  EXPECT_EQ(s.hidden_size, 4096);  // LlamaConfig's defaults: the published text_config leaves them out
+  EXPECT_EQ(s.ffn_width, 11008);
+  EXPECT_EQ(s.vocab_size, 32064);
+  EXPECT_EQ(s.llava->vision.num_hidden_layers, 24);
+  EXPECT_FALSE(s.llava->image_newline);
+  EXPECT_TRUE(preset("llava-v1.6-vicuna-7b").llava->image_newline);
+  s.num_hidden_layers = 2;  // --layers: the language model only
+  auto c = config_json(s);
+  EXPECT_EQ(c.at("text_config").at("num_hidden_layers"), 2);
+  EXPECT_FALSE(c.at("text_config").contains("hidden_size"));  // unchanged: still left out
+  EXPECT_EQ(c.at("vision_config").at("num_hidden_layers"), 24);
+  c = config_json(small_llava("llava-1.5-7b"));
+  EXPECT_EQ(c.at("text_config").at("hidden_size"), 64);
+  EXPECT_EQ(c.at("text_config").at("num_attention_heads"), 4);
+  EXPECT_EQ(c.at("text_config").at("num_key_value_heads"), 2);  // small(): GQA, not LlamaConfig's n_h
+  EXPECT_EQ(c.at("vision_config").at("hidden_size"), 32);
+  EXPECT_EQ(c.at("image_seq_length"), 4);
+  const auto plan = tensor_plan(preset("llava-v1.6-vicuna-7b"));
+  EXPECT_EQ(plan[0].name, "image_newline");
+  EXPECT_EQ(plan[2].name, "vision_tower.vision_model.embeddings.patch_embedding.weight");
+  EXPECT_EQ(plan[2].shape, (std::vector<std::int64_t>{1024, 3, 14, 14}));
+  EXPECT_EQ(plan[3].shape, (std::vector<std::int64_t>{577, 1024}));  // (336 / 14)² + 1 positions
+  EXPECT_EQ(plan.back().name, "language_model.lm_head.weight");
+  SynthSpec bad = small_llava("llava-1.5-7b");
+  bad.llava->vision.image_size = 30;
+  EXPECT_EQ(test::error_of<ConfigError>([&] { tensor_plan(bad); }),
+            "synth llava-1.5-7b: vision image_size (expected a multiple of patch_size 14, got 30)");
+}
+
+// Both LLaVA presets, shrunk, load as LLaVA (hub layout) and as their language model, run an image
+// through, tokenize <image> as 32000, and show their components in `latentllm inspect`.
+TEST_F(SynthWrite, LlavaCheckpointsLoad) {
+  const fs::path dir = test::make_temp_dir("synth");
+  for (const char* name : {"llava-1.5-7b", "llava-v1.6-vicuna-7b"}) {
+    SCOPED_TRACE(name);
+    const SynthSpec s = small_llava(name);
+    const WriteResult r = write_checkpoint(s, dir / name, options());
+    for (const char* f : {"preprocessor_config.json", "generation_config.json", "tokenizer.model"})
+      EXPECT_TRUE(fs::exists(dir / name / f)) << f;
+    const auto m = model::LlavaModel::load(dir / name);
+    std::int64_t stored = 0;
+    for (const auto& [part, n] : m.component_params()) stored += n;
+    EXPECT_EQ(stored, r.num_params);
+    EXPECT_EQ(m.component_params().front(), (std::pair<std::string, std::int64_t>{"vision", 34'144}));
+    EXPECT_EQ(m.language_model().num_layers(), 1);
+    const auto tok = io::load_tokenizer(dir / name);
+    EXPECT_EQ(tok->bos_id(), 1);
+    const std::vector<std::int32_t> ids = tok->encode("USER: " + model::expand_image_tokens("<image>", 4) + "\nHi");
+    EXPECT_EQ(std::count(ids.begin(), ids.end(), 32000), 4);
+    const bool next = s.llava->image_newline;
+    const int n_tiles = next ? 3 : 1;  // NeXT: 28 × 28 → best [28, 56], base + 2 tiles
+    std::vector<float> pixels(static_cast<std::size_t>(n_tiles) * 3 * 28 * 28, 0.25f);  // [n_tiles, 3, 28, 28]
+    const model::ImageInput image{pixels, n_tiles, 28, 28};
+    if (!next) {
+      MatrixF logits;  // [T, V]
+      m.forward(ids, std::span(&image, 1), logits);
+      EXPECT_EQ(logits.rows(), static_cast<std::int64_t>(ids.size()));
+      EXPECT_TRUE(logits.allFinite());
+    } else {
+      EXPECT_GT(m.image_tokens(image), 4);
+    }
+    std::string out;
+    ASSERT_EQ(test::run_command(test::cli_path().string() + " inspect --json " + (dir / name).string() +
+                                    " 2>/dev/null", out), 0) << out;
+    const auto j = nlohmann::json::parse(out);
+    EXPECT_EQ(j.at("multimodal").at("architecture"), s.config.at("architectures").at(0));
+    EXPECT_EQ(j.at("dims").at("num_hidden_layers"), 1);
+    EXPECT_EQ(j.at("tokenizer").at("vocab_size"), 32002);
+  }
 }
 
 // ---- the golden files of scripts/gen_arch_golden.py ---------------------------------------------

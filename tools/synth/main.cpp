@@ -50,12 +50,12 @@ class ProgressLine {
 };
 
 int list_presets() {
-  std::printf("%-12s %-18s %6s %6s %5s %5s %6s %7s %7s %8s %9s\n", "preset", "architecture", "d", "layers", "n_h",
+  std::printf("%-20s %-33s %6s %6s %5s %5s %6s %7s %7s %8s %9s\n", "preset", "architecture", "d", "layers", "n_h",
               "n_kv", "d_h", "f", "V", "params", "bytes");
   for (const auto& name : synth::preset_names()) {
     const synth::SynthSpec s = synth::preset(name);
     const std::int64_t n = synth::num_params(s);
-    std::printf("%-12s %-18s %6lld %6lld %5lld %5lld %6lld %7lld %7lld %7.3fB %5.2f GB %s\n", name.c_str(),
+    std::printf("%-20s %-33s %6lld %6lld %5lld %5lld %6lld %7lld %7lld %7.3fB %5.2f GB %s\n", name.c_str(),
                 s.config.at("architectures").at(0).get<std::string>().c_str(), static_cast<long long>(s.hidden_size),
                 static_cast<long long>(s.num_hidden_layers), static_cast<long long>(s.num_attention_heads),
                 static_cast<long long>(s.num_key_value_heads), static_cast<long long>(s.head_dim),

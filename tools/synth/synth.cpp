@@ -33,8 +33,11 @@ class PlanBuilder {
  public:
   explicit PlanBuilder(const SynthSpec& s) : s_(s) {}
 
+  // `in` of a weight [out, in...] is the product of its trailing dims (a convolution's C·p·p).
   void add(std::string name, std::vector<std::int64_t> shape, Kind kind) {
-    const auto [center, scale] = init_range(s_.init, kind, shape.size() == 2 ? shape[1] : 0);
+    std::int64_t in = shape.size() >= 2 ? 1 : 0;
+    for (std::size_t i = 1; i < shape.size(); ++i) in *= shape[i];
+    const auto [center, scale] = init_range(s_.init, kind, in);
     plan_.push_back({std::move(name), std::move(shape), center, scale});
   }
   // A Linear: weight [out, in] (+ bias [out]).
@@ -100,10 +103,81 @@ std::vector<TensorPlan> llama_plan(const SynthSpec& s) {
   return b.take();
 }
 
+// LlavaForConditionalGeneration / LlavaNextForConditionalGeneration in the hub's layout. The state dict
+// lists a module's own parameters before its submodules: NeXT's image_newline first, then the vision
+// tower (CLIPVisionEmbeddings: class_embedding, patch_embedding, position_embedding; CLIPAttention: k,
+// v, q, out_proj), the projector and the language model.
+std::vector<TensorPlan> llava_plan(const SynthSpec& s) {
+  PlanBuilder b(s);
+  const VisionSpec& v = s.llava->vision;
+  const std::int64_t d = s.hidden_size, dv = v.hidden_size, p = v.patch_size;
+  const std::int64_t positions = (v.image_size / p) * (v.image_size / p) + 1;  // P
+  if (s.llava->image_newline) b.add("image_newline", {d}, Kind::Embedding);
+  const std::string e = "vision_tower.vision_model.";
+  b.add(e + "embeddings.class_embedding", {dv}, Kind::Embedding);
+  b.add(e + "embeddings.patch_embedding.weight", {dv, v.num_channels, p, p}, Kind::Linear);  // no bias
+  b.add(e + "embeddings.position_embedding.weight", {positions, dv}, Kind::Embedding);
+  b.layer_norm(e + "pre_layrnorm", dv);
+  for (std::int64_t i = 0; i < v.num_hidden_layers; ++i) {
+    const std::string l = fmt::format("{}encoder.layers.{}.", e, i);
+    for (const char* m : {"k_proj", "v_proj", "q_proj", "out_proj"}) b.linear(l + "self_attn." + m, dv, dv, true);
+    b.layer_norm(l + "layer_norm1", dv);
+    b.linear(l + "mlp.fc1", v.intermediate_size, dv, true);
+    b.linear(l + "mlp.fc2", dv, v.intermediate_size, true);
+    b.layer_norm(l + "layer_norm2", dv);
+  }
+  b.layer_norm(e + "post_layernorm", dv);
+  b.linear("multi_modal_projector.linear_1", d, dv, true);
+  b.linear("multi_modal_projector.linear_2", d, d, true);
+  std::vector<TensorPlan> plan = b.take();
+  for (TensorPlan& t : llama_plan(s)) {
+    t.name = "language_model." + t.name;
+    plan.push_back(std::move(t));
+  }
+  return plan;
+}
+
 // Sets `key` when the config has it (or `add`): the layout of the real file is kept.
 template <typename T>
 void set_key(nlohmann::ordered_json& c, const char* key, const T& value, bool add = false) {
   if (add || c.contains(key)) c[key] = value;
+}
+
+// Sets `key` of a nested config when the file has it or `value` differs from what the file implies
+// (its own value, else the config class's default `fallback`).
+void set_nested(nlohmann::ordered_json& c, const char* key, std::int64_t value, std::int64_t fallback) {
+  set_key(c, key, value, value != c.value(key, fallback));
+}
+
+// LlavaConfig: the language model's sizes in text_config (LlamaConfig's defaults implied), the vision
+// tower's in vision_config (CLIPVisionConfig's), the deprecated top-level vocab_size kept in step.
+nlohmann::ordered_json llava_config_json(const SynthSpec& s) {
+  nlohmann::ordered_json c = s.config;
+  nlohmann::ordered_json& t = c["text_config"];
+  set_nested(t, "vocab_size", s.vocab_size, 32000);
+  set_key(c, "vocab_size", s.vocab_size);
+  set_nested(t, "hidden_size", s.hidden_size, 4096);
+  set_nested(t, "intermediate_size", s.ffn_width, 11008);
+  set_nested(t, "num_hidden_layers", s.num_hidden_layers, 32);
+  set_nested(t, "num_attention_heads", s.num_attention_heads, 32);
+  set_nested(t, "num_key_value_heads", s.num_key_value_heads, t.value("num_attention_heads", std::int64_t{32}));
+  set_nested(t, "head_dim", s.head_dim, s.hidden_size / s.num_attention_heads);
+  set_nested(t, "max_position_embeddings", s.max_position_embeddings, 2048);
+  set_key(t, "torch_dtype", std::string(torch_dtype_name(s.dtype)));
+  set_key(c, "tie_word_embeddings", s.tie_word_embeddings, true);
+  set_key(c, "torch_dtype", std::string(torch_dtype_name(s.dtype)), true);
+  const VisionSpec& v = s.llava->vision;
+  nlohmann::ordered_json& vc = c["vision_config"];
+  set_nested(vc, "hidden_size", v.hidden_size, 768);
+  set_nested(vc, "intermediate_size", v.intermediate_size, 3072);
+  set_nested(vc, "num_hidden_layers", v.num_hidden_layers, 12);
+  set_nested(vc, "num_attention_heads", v.num_attention_heads, 12);
+  set_nested(vc, "image_size", v.image_size, 224);
+  set_nested(vc, "patch_size", v.patch_size, 32);
+  set_nested(vc, "num_channels", v.num_channels, 3);
+  const std::int64_t side = v.image_size / v.patch_size;
+  set_key(c, "image_seq_length", side * side);  // LLaVA-1.5's count: the patches, CLS dropped
+  return c;
 }
 
 }  // namespace
@@ -172,6 +246,24 @@ void validate(const SynthSpec& s) {
     }
     if (s.qkv_bias || s.qk_norm) fail("qkv_bias/qk_norm", "false (OPT)", 1);
   }
+  if (s.llava) {
+    const VisionSpec& v = s.llava->vision;
+    if (s.family != Family::Llama) fail("family", "Llama (the LLaVA language model)", 0);
+    const std::pair<const char*, std::int64_t> vision[] = {
+        {"vision hidden_size", v.hidden_size},       {"vision num_hidden_layers", v.num_hidden_layers},
+        {"vision num_attention_heads", v.num_attention_heads}, {"vision intermediate_size", v.intermediate_size},
+        {"vision image_size", v.image_size},         {"vision patch_size", v.patch_size},
+        {"vision num_channels", v.num_channels}};
+    for (const auto& [field, n] : vision)
+      if (n <= 0) fail(field, "a positive integer", n);
+    if (v.hidden_size % v.num_attention_heads != 0) {
+      fail("vision hidden_size", fmt::format("a multiple of num_attention_heads {}", v.num_attention_heads),
+           v.hidden_size);
+    }
+    if (v.image_size % v.patch_size != 0) {
+      fail("vision image_size", fmt::format("a multiple of patch_size {}", v.patch_size), v.image_size);
+    }
+  }
 }
 
 std::uint64_t TensorPlan::numel() const {
@@ -182,6 +274,7 @@ std::uint64_t TensorPlan::numel() const {
 
 std::vector<TensorPlan> tensor_plan(const SynthSpec& spec) {
   validate(spec);
+  if (spec.llava) return llava_plan(spec);
   return spec.family == Family::Opt ? opt_plan(spec) : llama_plan(spec);
 }
 
@@ -202,6 +295,7 @@ std::string_view torch_dtype_name(DType dtype) {
 
 nlohmann::ordered_json config_json(const SynthSpec& s) {
   validate(s);
+  if (s.llava) return llava_config_json(s);
   nlohmann::ordered_json c = s.config.is_object() ? s.config : nlohmann::ordered_json::object();
   const bool opt = s.family == Family::Opt;
   set_key(c, "vocab_size", s.vocab_size, true);

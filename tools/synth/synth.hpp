@@ -1,6 +1,7 @@
 // latentllm-synth: random-weight checkpoints with the exact tensor names, shapes, config.json,
 // tokenizer files and sharding of real Hugging Face models (OPT-125m/1.3b/6.7b, Llama-2-7b,
-// Llama-3-8b, Qwen2.5-7b) and of two tiny presets for golden tests (llama3-tiny, qwen3-tiny), for
+// Llama-3-8b, Qwen2.5-7b, LLaVA-1.5-7b and LLaVA-NeXT vicuna-7b) and of two tiny presets for golden
+// tests (llama3-tiny, qwen3-tiny), for
 // measuring the TIME AND MEMORY of latentllm at scale. The weights are random: a generated model says
 // nothing about quality (perplexity, accuracy, compression loss) and must never be used for it.
 //
@@ -25,6 +26,7 @@
 //   kind (HF name)                               | Hf scheme (real presets)  | Tiny scheme (golden presets)
 //   embedding (embed_tokens, embed_positions)    | 0 ± 0.02·√3               | 0 ± √3
 //   linear weight [out, in] (*_proj, fc1/2, lm_head)| 0 ± 0.02·√3            | 0 ± √(3 / in)
+//   (patch_embedding [d_v, C, p, p]: in = C·p·p)   |                           |
 //   linear bias                                  | 0 ± 0.02·√3               | 0 ± 0.1·√3
 //   norm weight (layer norms, RMSNorms, q/k_norm)| 1 ± 0.1                   | 1 ± 0.2
 //   norm bias (OPT LayerNorm)                    | 0 ± 0.02·√3               | 0 ± 0.1·√3
@@ -33,13 +35,17 @@
 // σ = 0.02 (a uniform of half-width 0.02·√3), so activations stay finite through 32 layers; the Tiny
 // scheme gives O(1) activations (σ = 1/√in per weight) and non-trivial logits for golden tests.
 //
+// (class_embedding, position_embedding and NeXT's image_newline are embeddings.)
+//
 // Glossary: V = vocab_size, d = hidden_size, d_h = head_dim, n_h / n_kv = attention / key-value heads,
-// f = FFN width (OPT ffn_dim, Llama intermediate_size).
+// f = FFN width (OPT ffn_dim, Llama intermediate_size); vision tower: d_v, f_v, L_v, S = image_size,
+// p = patch_size, C = num_channels, P = (S / p)² + 1 positions.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -55,6 +61,28 @@ namespace latentllm::synth {
 enum class Family { Opt, Llama };
 // Value ranges per tensor kind (header table).
 enum class InitScheme { Hf, Tiny };
+
+// The CLIP vision tower of a LLaVA preset (CLIPVisionConfig's names). The whole tower is written:
+// num_hidden_layers of SynthSpec (--layers) counts the language model's layers only.
+struct VisionSpec {
+  std::int64_t hidden_size = 0;          // d_v
+  std::int64_t num_hidden_layers = 0;    // L_v
+  std::int64_t num_attention_heads = 0;
+  std::int64_t intermediate_size = 0;    // f_v
+  std::int64_t image_size = 0;           // S
+  std::int64_t patch_size = 0;           // p
+  std::int64_t num_channels = 3;         // C
+};
+
+// LLaVA presets (LlavaForConditionalGeneration, LlavaNextForConditionalGeneration) in the hub's key
+// layout: vision_tower.vision_model.*, multi_modal_projector.linear_{1,2} (with biases, d_v -> d -> d),
+// image_newline [d] (NeXT), and the Llama-layout language model under language_model.*. The size fields
+// of SynthSpec are text_config's.
+struct LlavaSpec {
+  VisionSpec vision;
+  bool image_newline = false;            // LLaVA-NeXT
+  std::string preprocessor_config;       // preprocessor_config.json, written as is
+};
 
 // What to generate. A preset fills every field from the real model; tests may edit any of them (small
 // dims, fewer layers): config_json() writes the fields back into `config`.
@@ -76,6 +104,7 @@ struct SynthSpec {
   InitScheme init = InitScheme::Hf;
   std::string tokenizer;                   // folder under the tokenizers dir: opt, llama2, llama3, qwen3
   nlohmann::ordered_json config;           // the preset's real config.json, key order kept
+  std::optional<LlavaSpec> llava;          // set for the LLaVA presets
 };
 
 // Names of the presets, in display order.
@@ -83,7 +112,8 @@ std::vector<std::string> preset_names();
 // The preset `name`; throws ConfigError "preset (expected one of <names>, got <name>)".
 SynthSpec preset(std::string_view name);
 
-// Checks the sizes (positive, n_h a multiple of n_kv, OPT: d = n_h·d_h and n_kv = n_h); throws
+// Checks the sizes (positive, n_h a multiple of n_kv, OPT: d = n_h·d_h and n_kv = n_h; LLaVA: the vision
+// sizes positive, d_v a multiple of its heads, S a multiple of p); throws
 // ConfigError "synth <name>: <field> (expected X, got Y)".
 void validate(const SynthSpec& spec);
 
@@ -99,13 +129,18 @@ struct TensorPlan {
 // embed_positions [max_pos + 2, d], final_layer_norm, then per layer k, v, q, out_proj, self_attn_layer_norm,
 // fc1, fc2, final_layer_norm (weights before biases); Llama: embed_tokens, per layer q, k, v, o_proj
 // (+ q/k/v biases, + q_norm, k_norm), gate, up, down_proj, input_layernorm, post_attention_layernorm;
-// then model.norm and lm_head (untied only). Calls validate().
+// then model.norm and lm_head (untied only); LLaVA: image_newline (NeXT), the vision tower
+// (embeddings.class_embedding, patch_embedding, position_embedding, pre_layrnorm, per layer k, v, q,
+// out_proj, layer_norm1, fc1, fc2, layer_norm2, post_layernorm), the projector, then the language
+// model's plan under "language_model.". Calls validate().
 std::vector<TensorPlan> tensor_plan(const SynthSpec& spec);
 // Σ numel over tensor_plan (a tied head counted once, as stored).
 std::int64_t num_params(const SynthSpec& spec);
 // config.json: spec.config with the size fields, architectures/model_type untouched, torch_dtype,
 // tie_word_embeddings (when present or not the family default) and head_dim (when present or ≠ d / n_h)
-// set from spec.
+// set from spec. LLaVA: the size fields go into text_config and vision_config, each written when the
+// published file has it or when it differs from what the published file implies (transformers leaves a
+// nested config's default values out), so an unedited preset gives the published file.
 nlohmann::ordered_json config_json(const SynthSpec& spec);
 // "float32", "float16", "bfloat16".
 std::string_view torch_dtype_name(DType dtype);
@@ -157,7 +192,9 @@ struct WriteResult {
 
 // Writes the checkpoint directory `out`: config.json, the safetensors shard(s) (+ index), the preset's
 // tokenizer files (copied from tokenizers_dir/<tokenizer>, plus tokenizer_config.json and
-// special_tokens_map.json where the source folder has none), and synth.json (what generated it). Atomic:
+// special_tokens_map.json where the source folder has none; LLaVA: llava-hf's, with <image> and <pad>
+// added after Llama-2's pieces), LLaVA's preprocessor_config.json and generation_config.json, and
+// synth.json (what generated it). Atomic:
 // everything goes into the sibling `<out>.partial-<pid>`, fsynced, then renamed to `out`. Memory: one
 // chunk of chunk_values floats and the safetensors writer's buffer. Throws ConfigError for an invalid
 // spec, IoError when `out` exists (without overwrite) or cannot be written, or a tokenizer file is missing.

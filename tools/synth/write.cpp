@@ -69,12 +69,62 @@ constexpr const char* kLlama2SpecialTokens = R"({
 }
 )";
 
+// llava-hf's tokenizer (LlamaTokenizer over Llama-2's tokenizer.model): <image> = 32000 and <pad> = 32001
+// added after the 32000 pieces (added_tokens_decoder), <pad> the padding token.
+constexpr const char* kLlavaTokenizerConfig = R"({
+  "add_bos_token": true,
+  "add_eos_token": false,
+  "added_tokens_decoder": {
+    "0": {"content": "<unk>", "lstrip": false, "normalized": false, "rstrip": false, "single_word": false, "special": true},
+    "1": {"content": "<s>", "lstrip": false, "normalized": false, "rstrip": false, "single_word": false, "special": true},
+    "2": {"content": "</s>", "lstrip": false, "normalized": false, "rstrip": false, "single_word": false, "special": true},
+    "32000": {"content": "<image>", "lstrip": false, "normalized": false, "rstrip": false, "single_word": false, "special": true},
+    "32001": {"content": "<pad>", "lstrip": false, "normalized": false, "rstrip": false, "single_word": false, "special": true}
+  },
+  "bos_token": "<s>",
+  "clean_up_tokenization_spaces": false,
+  "eos_token": "</s>",
+  "legacy": false,
+  "model_max_length": 1000000000000000019884624838656,
+  "pad_token": "<pad>",
+  "padding_side": "left",
+  "processor_class": "LlavaProcessor",
+  "sp_model_kwargs": {},
+  "tokenizer_class": "LlamaTokenizer",
+  "unk_token": "<unk>",
+  "use_default_system_prompt": false
+}
+)";
+constexpr const char* kLlavaSpecialTokens = R"({
+  "bos_token": "<s>",
+  "eos_token": "</s>",
+  "pad_token": "<pad>",
+  "unk_token": "<unk>"
+}
+)";
+// LLaVA's generation_config.json (Llama-2's BOS and EOS, <pad>).
+constexpr const char* kLlavaGenerationConfig = R"({
+  "_from_model_config": true,
+  "bos_token_id": 1,
+  "eos_token_id": 2,
+  "pad_token_id": 32001
+}
+)";
+
 struct TokenizerFiles {
   std::vector<const char*> copied;                               // from tokenizers_dir/<name>/
   std::vector<std::pair<const char*, const char*>> written;      // file name, text
 };
 
-TokenizerFiles tokenizer_files(const std::string& name) {
+TokenizerFiles tokenizer_files(const SynthSpec& spec) {
+  const std::string& name = spec.tokenizer;
+  if (spec.llava) {
+    if (name != "llama2") {
+      throw ConfigError(fmt::format("synth {}: tokenizer (expected llama2 for LLaVA, got {})", spec.name, name));
+    }
+    return {{"tokenizer.model"},
+            {{"tokenizer_config.json", kLlavaTokenizerConfig}, {"special_tokens_map.json", kLlavaSpecialTokens}}};
+  }
   if (name == "opt") {
     return {{"vocab.json", "merges.txt"},
             {{"tokenizer_config.json", kOptTokenizerConfig}, {"special_tokens_map.json", kOptSpecialTokens}}};
@@ -86,10 +136,6 @@ TokenizerFiles tokenizer_files(const std::string& name) {
   if (name == "llama3" || name == "qwen3") return {{"tokenizer.json", "tokenizer_config.json"}, {}};
   throw ConfigError(fmt::format("synth: tokenizer (expected opt, llama2, llama3 or qwen3, got {})", name));
 }
-
-
-
-
 
 void write_text(const fs::path& path, const std::string& text) { core::write_text_atomic(path, text); }
 
@@ -148,6 +194,7 @@ std::string provenance_json(const SynthSpec& spec, const WriteOptions& opt, cons
   j["init"] = spec.init == InitScheme::Hf ? "hf" : "tiny";
   j["rng"] = "splitmix64 finalizer over (seed ^ fnv1a64(name)) and element counters; tools/synth/synth.hpp";
   j["num_hidden_layers"] = spec.num_hidden_layers;
+  if (spec.llava) j["vision_num_hidden_layers"] = spec.llava->vision.num_hidden_layers;
   j["num_params"] = res.num_params;
   j["total_size"] = res.total_size;
   return j.dump(2) + "\n";
@@ -159,7 +206,7 @@ WriteResult write_checkpoint(const SynthSpec& spec, const fs::path& out_dir, con
   const auto t0 = Clock::now();
   const std::vector<TensorPlan> plan = tensor_plan(spec);  // validates
   const nlohmann::ordered_json config = config_json(spec);
-  const TokenizerFiles tok = opt.tokenizers_dir.empty() ? TokenizerFiles{} : tokenizer_files(spec.tokenizer);
+  const TokenizerFiles tok = opt.tokenizers_dir.empty() ? TokenizerFiles{} : tokenizer_files(spec);
   const std::vector<Shard> shards = plan_shards(plan, spec.dtype, opt.max_shard_bytes);
   WriteResult res;
   res.num_tensors = plan.size();
@@ -174,6 +221,10 @@ WriteResult write_checkpoint(const SynthSpec& spec, const fs::path& out_dir, con
   const fs::path src = opt.tokenizers_dir / spec.tokenizer;
   for (const char* f : tok.copied) write_text(tmp / f, core::read_file(src / f));
   for (const auto& [f, text] : tok.written) write_text(tmp / f, text);
+  if (spec.llava) {
+    write_text(tmp / "preprocessor_config.json", spec.llava->preprocessor_config);
+    write_text(tmp / "generation_config.json", kLlavaGenerationConfig);
+  }
   write_shards(spec, plan, shards, tmp, opt, t0, res);
   if (shards.size() > 1) write_text(tmp / "model.safetensors.index.json", index_json(plan, shards, res.total_size));
   write_text(tmp / "synth.json", provenance_json(spec, opt, res));
