@@ -101,6 +101,12 @@ struct PplMemory {
 std::int64_t activation_floats_per_token(const model::ModelConfig& c);
 PplMemory plan_perplexity_memory(const model::Model& m, std::int64_t n_ids, std::int64_t windows, int seqlen,
                                  int batch, int threads, std::int64_t budget);
+// Running a model in memory for generation or a benchmark (generate, eval --task scienceqa): its weights
+// widened to float32 (every layer, the embedding and the head), a dense KV cache of `positions` positions
+// in every layer (an upper bound: latent caches are smaller), one prompt of `positions` tokens'
+// activations, and the runtime. Callers add their own items (a LLaVA's vision tower and projector).
+// m: the model loaded lazily (its footprint; nothing is widened).
+core::MemoryPlan plan_inference_memory(const model::Model& m, std::int64_t positions, std::int64_t budget);
 // The most windows (<= windows) whose layer-major plan fits the budget; 0 when not even one does.
 std::int64_t max_layer_major_windows(const model::Model& m, std::int64_t n_ids, std::int64_t windows, int seqlen,
                                      int batch, int threads, std::int64_t budget);

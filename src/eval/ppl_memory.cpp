@@ -90,4 +90,21 @@ std::int64_t max_layer_major_windows(const model::Model& m, std::int64_t n_ids, 
   return lo;
 }
 
+core::MemoryPlan plan_inference_memory(const model::Model& m, std::int64_t positions, std::int64_t budget) {
+  const model::WeightFootprint& f = m.footprint();
+  const model::ModelConfig& c = m.config();
+  const Shape s = shape_of(c);
+  core::MemoryPlan plan;
+  plan.title = "in memory";
+  plan.budget = budget;
+  plan.add("weights (float32)", f.all_layers() + f.tables + f.other,
+           "every layer, the embedding and the head widened at load");
+  plan.add("KV cache (dense)", 4 * 2 * s.kv_width * positions * c.num_hidden_layers,
+           fmt::format("{} layers x {} positions x 2 x {} floats", c.num_hidden_layers, positions, s.kv_width));
+  plan.add("activations (one prompt)", 4 * positions * activation_floats(s),
+           fmt::format("{} tokens x {} floats", positions, activation_floats(s)));
+  plan.add("runtime", kRuntime, "256 MiB");
+  return plan;
+}
+
 }  // namespace latentllm::eval

@@ -213,6 +213,7 @@ TEST(ErrorsDoc, Generation) {
                     {"gen-decode-id", {lib([&] { tok->decode(std::vector<std::int32_t>{1, 600}); })}},
                     {"gen-kv-capacity", {lib([&] { model::KvCache(*m, 513); })}},
                     {"gen-eos", {cli("generate --model " + q(bad_eos))}},
+                    {"gen-budget", {cli(gen + "--max-memory 100M")}},
                     {"gen-kv-full", {lib([&] {
                        model::KvCache cache(*m, 2);
                        MatrixF logits;

@@ -290,6 +290,7 @@ TEST(ErrorsDoc, MultimodalEvaluation) {
           {"sqa-not-llava", {cli("eval --task scienceqa --model " + q(shared_path("models/stories260K/hf")) +
                                  " --data " + q(data()))}},
           {"sqa-protocol", {lib([] { (void)sqa::parse_protocol("mc"); })}},
+          {"sqa-budget", {eval_cli("--max-memory 100M")}},
           {"sqa-options", {eval_cli("--max-problems=-1"), eval_cli("--protocol generate --max-new-tokens 0"),
                            eval_cli("--protocol loglik --max-new-tokens 5")}},
           {"gen-image-model",

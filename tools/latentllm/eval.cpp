@@ -1,5 +1,6 @@
 // `latentllm eval --task scienceqa`: multiple-choice accuracy of a LLaVA checkpoint (dense or latent) on a
 // ScienceQA-format data folder, by category (LLaVA's Table 4 layout) on stdout or as one JSON document.
+#include <algorithm>
 #include <unistd.h>
 
 #include <cmath>
@@ -31,6 +32,7 @@ struct EvalArgs {
   std::string protocol = "generate";
   int max_problems = 0;
   int max_new_tokens = 3;
+  std::string max_memory;  // empty: physical memory − 2 GiB
   RunArgs run;
   bool json = false;
   const CLI::App* app = nullptr;  // the subcommand, to tell which options were given
@@ -103,6 +105,12 @@ int run_eval(const EvalArgs& a) {
   apply_run_options(a.run);
   sqa::require_llava(a.model);
   const std::vector<sqa::Problem> problems = sqa::load_problems(a.data, a.split, a.max_problems);
+  {
+    // The longest prompt and reply fit the language model's positions: the plan counts that many.
+    const auto text = model::load_config(std::filesystem::path(a.model) / "config.json");
+    check_inference_memory("eval", a.model, a.max_memory, std::min<std::int64_t>(text.max_position_embeddings, 4096),
+                           a.run);
+  }
   const model::LlavaModel m = model::LlavaModel::load(a.model, a.run.load());
   const auto tok = io::load_tokenizer(a.model);
   const image::ProcessorConfig processor =
@@ -151,6 +159,10 @@ Command add_eval(CLI::App& app) {
   sub->add_option("--max-new-tokens", args->max_new_tokens, "generate: longest reply in tokens (EOS stops earlier)")
       ->capture_default_str()
       ->group("Protocol");
+  sub->add_option("--max-memory", args->max_memory,
+                  "Memory budget (e.g. 20G; default: physical memory - 2 GiB): the weights are widened to float32 at "
+                  "load, so a model whose plan (printed at start) does not fit is refused before it is read")
+      ->group("Run");
   add_run_options(sub, args->run);
   sub->add_flag("--json", args->json,
                 "Print one JSON object (accuracy and counts per category, every prediction, problems_per_s) "

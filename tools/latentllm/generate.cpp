@@ -12,6 +12,7 @@
 #include "commands.hpp"
 #include "options.hpp"
 #include "latentllm/error.hpp"
+#include "latentllm/files.hpp"
 #include "latentllm/generate.hpp"
 #include "latentllm/image.hpp"
 #include "latentllm/model.hpp"
@@ -31,6 +32,7 @@ struct GenerateArgs {
   eval::GenerateOptions opt;
   RunArgs run;
   std::string seed = "0";
+  std::string max_memory;  // empty: physical memory − 2 GiB
   bool json = false;
 };
 
@@ -118,6 +120,18 @@ int run_llava(const GenerateArgs& a, const eval::GenerateOptions& opt) {
   std::vector<model::ImageInput> images;
   image::RgbImage img;
   if (n_img) img = image::load_image(a.image);
+  {
+    // The memory plan before the weights are widened: the prompt's text tokens, its image's tokens (NeXT:
+    // by the image's size) and the reply.
+    const auto cfg = model::parse_llava_config(nlohmann::json::parse(core::read_file(std::filesystem::path(a.model) /
+                                                                                       "config.json")),
+                                               a.model + "/config.json");
+    const std::int64_t image_tokens = !n_img ? 0
+                                      : cfg.anyres() ? model::llava_next_num_image_tokens(img.height, img.width, cfg)
+                                                     : cfg.features_per_image();
+    const std::int64_t text_tokens = static_cast<std::int64_t>(io::load_tokenizer(a.model)->encode(text).size()) + 1;
+    check_inference_memory("generate", a.model, a.max_memory, text_tokens + image_tokens + a.opt.max_new_tokens, a.run);
+  }
   const model::LlavaModel lm = model::LlavaModel::load(a.model, a.run.load());
   std::int64_t n_tokens = lm.config().features_per_image();
   if (n_img) {
@@ -158,8 +172,10 @@ int run_generate(const GenerateArgs& a) {
                                   "LlavaForConditionalGeneration, got a text-only model)", a.model));
   }
   if (llava) return run_llava(a, opt);
-  const std::unique_ptr<model::Model> m = model::Model::load(a.model, a.run.load());
   const auto tok = io::load_tokenizer(a.model);
+  check_inference_memory("generate", a.model, a.max_memory,
+                         static_cast<std::int64_t>(tok->encode(a.prompt).size()) + 1 + a.opt.max_new_tokens, a.run);
+  const std::unique_ptr<model::Model> m = model::Model::load(a.model, a.run.load());
   const std::vector<std::int32_t> prompt = eval::prompt_ids(*m, *tok, a.prompt);
   return run_text(a, opt, *m, *tok, prompt, {});
 }
@@ -208,6 +224,10 @@ Command add_generate(CLI::App& app) {
                   "keys with RoPE decompressed every step) or auto (latent where smaller and not slower)")
       ->capture_default_str()
       ->group("Performance");
+  sub->add_option("--max-memory", args->max_memory,
+                  "Memory budget (e.g. 20G; default: physical memory - 2 GiB): the weights are widened to float32 at "
+                  "load, so a model whose plan (printed at start) does not fit is refused before it is read")
+      ->group("Run");
   add_run_options(sub, args->run);
   sub->add_flag("--json", args->json,
                 "Print one JSON object (text, tokens, prompt_tokens_per_s, decode_tokens_per_s, "

@@ -10,6 +10,9 @@
 #include <fmt/ranges.h>
 
 #include "latentllm/error.hpp"
+#include "latentllm/eval.hpp"
+#include "latentllm/multimodal.hpp"
+#include "latentllm/resources.hpp"
 #include "latentllm/log.hpp"
 #include "latentllm/threads.hpp"
 
@@ -313,6 +316,28 @@ std::uint64_t parse_seed(const std::string& text, std::string_view option) {
 std::string gib_option(std::int64_t bytes) {
   const std::int64_t gib = std::int64_t{1} << 30;
   return fmt::format("{}G", (bytes + gib - 1) / gib);
+}
+
+void check_inference_memory(const std::string& command, const std::string& model_dir, const std::string& max_memory,
+                            std::int64_t positions, const RunArgs& run) {
+  const std::int64_t budget = max_memory.empty() ? core::default_memory_budget()
+                                                 : core::parse_bytes(max_memory, "--max-memory");
+  const auto lazy = model::Model::load(model_dir, run.load(/*lazy=*/true));
+  core::MemoryPlan plan = eval::plan_inference_memory(*lazy, positions, budget);
+  if (!lazy->config().multimodal_architecture.empty()) {
+    std::int64_t towers = 0;
+    for (const auto& [part, n] : model::llava_component_params(model_dir))
+      if (part != "language") towers += 4 * n;
+    plan.add("vision tower and projector (float32)", towers, "widened at load");
+  }
+  if (!quiet()) std::fprintf(stderr, "%s: memory budget %s (%s)\n%s", command.c_str(), core::format_bytes(budget).c_str(),
+                             max_memory.empty() ? "physical memory - 2 GiB; --max-memory" : "--max-memory",
+                             plan.describe().c_str());
+  if (plan.fits()) return;
+  throw ConfigError(fmt::format("--max-memory: budget too small for {} (expected at least {}: {}; got {}); the weights "
+                                "are widened to float32 at load: use --max-memory {} on a machine with that memory",
+                                command, core::format_bytes(plan.total()), plan.summary(), core::format_bytes(budget),
+                                gib_option(plan.total())));
 }
 
 // The output directory as given, "dir/" naming "dir" (its progress is "dir.resume", not "dir/.resume").

@@ -88,6 +88,13 @@ nlohmann::json calib_json(const calib::CalibOptions& c, const std::string& sampl
 // "--max-memory 10G": a byte count rounded up to whole GiB, for advice in messages.
 std::string gib_option(std::int64_t bytes);
 
+// generate and eval hold a model in memory with its weights widened to float32: before they are, prints
+// the plan (eval::plan_inference_memory for `positions` positions, plus a LLaVA's vision tower and
+// projector) on stderr and throws ConfigError "--max-memory: budget too small for <command> (...)" when
+// it does not fit the budget (`max_memory`, empty: physical memory - 2 GiB). Reads the checkpoint lazily.
+void check_inference_memory(const std::string& command, const std::string& model_dir, const std::string& max_memory,
+                            std::int64_t positions, const RunArgs& run);
+
 // A rank plan as JSON: totals and per-module ranks, parameters and MACs.
 nlohmann::json plan_json(const compress::RankPlan& p);
 
