@@ -1,6 +1,9 @@
 // Writing latent checkpoints: a Hugging Face directory whose factored linear modules are stored as two
-// matrices, described by a `latent` section in config.json (docs/FORMAT.md; the reader is
-// io::parse_latent_modules).
+// matrices, described by a `latent` section in config.json (docs/FORMAT.md; the section's entries are
+// read and written by io::parse_latent_modules / io::latent_module_json). Implemented in src/format/
+// (latent.cpp: the writer; layer_source.cpp: where it reads layers from and the per-layer factor files;
+// output.cpp: what every output of ours shares). Not loadable by Hugging Face transformers: use
+// format::export_checkpoint (include/latentllm/export.hpp) for HF tools.
 #pragma once
 
 #include <cstdint>

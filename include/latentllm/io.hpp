@@ -20,7 +20,8 @@ namespace latentllm::io {
 
 // The `latent` section of a latent checkpoint's config.json (docs/FORMAT.md): which linear modules are
 // stored factored, as <name>.B.weight [out, rank] and <name>.A.weight [rank, in] (or [rank, in − rank]
-// with a block-identity junction). The writer is checkpoint::save.
+// with a block-identity junction). Read and written in src/io/latent_format.cpp; the writer of the whole
+// checkpoint is checkpoint::save (src/format/latent.cpp).
 inline constexpr int kLatentFormatVersion = 1;
 
 struct LatentModule {
@@ -33,6 +34,9 @@ struct LatentModule {
 // Parses config.json's `latent` section (absent -> empty map). Throws FormatError naming the module
 // for an invalid entry (rank out of range, perm not a permutation of 0..in−1, ...).
 std::map<std::string, LatentModule> parse_latent_modules(const nlohmann::json& config, const std::string& origin);
+// A module's entry of `latent.modules` (rank, in, out, junction, perm with block identity), as
+// parse_latent_modules reads it.
+nlohmann::json latent_module_json(const LatentModule& m);
 
 // One memory-mapped safetensors file, fully validated on open (header size cap, JSON, dtypes,
 // shape × dtype = byte length, offsets in range, in order, not overlapping, data filling the file).

@@ -1,5 +1,5 @@
 // The export formats (one row each) and what every export does before and after its writer: the input
-// must be a latent checkpoint, the output obeys compress's safety rules and is written atomically.
+// must be a latent checkpoint, the output obeys checkpoint::check_output_target and is written atomically.
 #include <array>
 
 #include <fmt/format.h>

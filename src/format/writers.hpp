@@ -1,12 +1,14 @@
-// The format writers behind format::export_checkpoint: one function per format, one registry row each
-// (src/format/registry.cpp). A writer fills a staged directory; the caller checks the input and the
-// output target before, and commits after.
+// The checkpoint writers, one function per format: the latent checkpoint (checkpoint::save) and the
+// exports behind format::export_checkpoint (one registry row each, src/format/registry.cpp). A writer
+// fills a staged directory; the caller checks the input and the output target before, and commits after.
 #pragma once
 
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
 
+#include "format/layer_source.hpp"
+#include "latentllm/checkpoint.hpp"
 #include "latentllm/export.hpp"
 #include "latentllm/io.hpp"
 #include "latentllm/model.hpp"
@@ -21,6 +23,19 @@ struct ExportSource {
   const nlohmann::json& config;                             // config.json, with its `latent` section
   const std::map<std::string, io::LatentModule>& modules;   // by HF module name
 };
+
+// What the latent writer wrote.
+struct LatentSummary {
+  std::size_t tensors = 0;  // tensors in model.safetensors
+  std::size_t modules = 0;  // factored modules (entries of latent.modules)
+};
+
+// Writes the latent checkpoint of `layers` (src/format/latent.cpp) into `dir`: the tensors of the source
+// checkpoint layers.model().dir() in its order, each module as `layers` holds it (factored: A and B),
+// opt.tower_modules in place of their source tensors, config.json with its `latent` section, the
+// companion files. Reads one layer and one tensor at a time. opt.overwrite and opt.layer_factors_dir are
+// the caller's (checkpoint::save). NumericError when a value overflows opt.dtype.
+LatentSummary write_latent(LayerSource& layers, const std::filesystem::path& dir, const checkpoint::SaveOptions& opt);
 
 // Writes the dense Hugging Face checkpoint (src/format/hf.cpp) into `dir`.
 ExportSummary write_hf(const ExportSource& src, const std::filesystem::path& dir, DType dtype);

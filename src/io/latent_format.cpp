@@ -1,5 +1,6 @@
-// Reader of the `latent` section of a latent checkpoint's config.json (docs/FORMAT.md); the writer is
-// src/compress/checkpoint.cpp.
+// The `latent` section of a latent checkpoint's config.json (docs/FORMAT.md): a module's entry, read and
+// written here. It stays in io, below model, because every model load reads it (model::WeightLoader);
+// the writer of the whole checkpoint is src/format/latent.cpp.
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -54,6 +55,13 @@ std::map<std::string, LatentModule> parse_latent_modules(const nlohmann::json& c
     }
   }
   return out;
+}
+
+nlohmann::json latent_module_json(const LatentModule& m) {
+  nlohmann::json e = {{"rank", m.rank}, {"in", m.in}, {"out", m.out},
+                      {"junction", m.block_identity ? "block-identity" : "none"}};
+  if (m.block_identity) e["perm"] = m.perm;
+  return e;
 }
 
 }  // namespace latentllm::io
