@@ -250,7 +250,7 @@ TEST(ErrorsDoc, Export) {
                     {"export-dense",
                      {cli("export --model " + q(shared_path("models/TinyStories-656K")) + " --out " + q(tmp / "a")),
                       cli("export --model " + q(shared_path("models/llava-shapes-tiny")) + " --out " + q(tmp / "a"))}},
-                    {"export-format", {cli("export" + m + " --format onnx --out " + q(tmp / "b"))}},
+                    {"export-format", {cli("export" + m + " --format gguf --out " + q(tmp / "b"))}},
                     {"export-dtype", {cli("export" + m + " --dtype f8 --out " + q(tmp / "c"))}},
                     {"export-out-model", {cli("export" + m + " --out " + q(lat)), cli("export" + m + " --force --out " + q(lat))}},
                     {"export-out-exists", {cli("export" + m + " --out " + q(exported(lat)))}},
