@@ -13,7 +13,7 @@ BUILD=${BUILD_DIR:-build}
 SHARED=${LATENTLLM_SHARED:-../shared}
 PRESET=${1:-opt-1.3b}
 RATIO=${2:-0.3}
-STEPS=${STEPS:-64}
+STEPS=${STEPS:-32}
 ROUNDS=${ROUNDS:-2}
 THREADS=${THREADS:-$(nproc)}
 W=${ONNX_BENCH_DIR:-/tmp/latentllm-onnx-bench}
@@ -60,8 +60,7 @@ md += '`bench/run_onnx.sh`: `latentllm export --format onnx` (f32, external data
   'generate --temperature 0` (its KV cache: `--kv-cache auto`) and by onnxruntime-node ' +
   `${runs[0].ort.ort} (tests/ort/bench_decode.js, the export's past/present), ${threads} threads each, interleaved.\n\n`;
 md += `Machine, same run: sgemm peak ${f(mb.sgemm_peak_gflops)} / ${f(ma.sgemm_peak_gflops)} GFLOP/s, read bandwidth ` +
-  `${f(mb.read_bandwidth_gb_per_s)} / ${f(ma.read_bandwidth_gb_per_s)} GB/s, load average ${mb.load_average.map((x) => f(x, 2)).join(' ')} / ` +
-  `${ma.load_average.map((x) => f(x, 2)).join(' ')} (before / after).\n\n`;
+  `${f(mb.read_bandwidth_gb_per_s)} / ${f(ma.read_bandwidth_gb_per_s)} GB/s, 1-minute load average ${f(mb.load_average, 2)} / ${f(ma.load_average, 2)} (before / after).\n\n`;
 md += `Export: ${f(exportS)} s, ${f(exportBytes / 1e9, 2)} GB (onnx/model.onnx + model.onnx_data), peak RSS ${f(exportRss / 1048576, 2)} GiB; ` +
   `${params} parameters (the graph's float initializers are the checkpoint's tensors).\n\n`;
 md += '| round | prompt tokens | decode steps | latentllm decode tok/s | ORT decode tok/s | ORT / latentllm | latentllm prefill s | ORT prefill s | peak RSS latentllm / ORT GiB |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n';

@@ -65,8 +65,8 @@ fs::path onnx_module_path() {
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (!ec && fs::exists(exe.parent_path() / kModuleName, ec)) return exe.parent_path() / kModuleName;
 #ifdef LATENTLLM_ONNX_MODULE_BUILD_PATH
-  if (fs::exists(LATENTLLM_ONNX_MODULE_INSTALL_PATH, ec)) return LATENTLLM_ONNX_MODULE_INSTALL_PATH;
-  return LATENTLLM_ONNX_MODULE_BUILD_PATH;
+  if (fs::exists(LATENTLLM_ONNX_MODULE_BUILD_PATH, ec)) return LATENTLLM_ONNX_MODULE_BUILD_PATH;
+  return LATENTLLM_ONNX_MODULE_INSTALL_PATH;
 #else
   return kModuleName;
 #endif

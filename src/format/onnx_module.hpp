@@ -21,7 +21,7 @@
 namespace latentllm::format {
 
 // The module's path: $LATENTLLM_ONNX_MODULE when set, else liblatentllm_onnx.so beside the running
-// executable, else the installed one, else where this build put it.
+// executable, else where this build put it (when it is there), else where `cmake --install` puts it.
 std::filesystem::path onnx_module_path();
 
 // Writes the graph `ir` with the inline initializer bytes `blobs` to `file` (ModelProto, IR version and

@@ -1,4 +1,4 @@
-// ONNX Runtime end to end (ctest labels golden and ort): the TinyStories-656K and opt-tiny latent
+// ONNX Runtime end to end (ctest label ort; a golden test): the TinyStories-656K and opt-tiny latent
 // checkpoints exported with `--format onnx` run in onnxruntime-node (tests/ort/check_export.js, CPU),
 // against latentllm's own outputs written here: logits within 1e-4 at every position (one call, and
 // prefill then one position per call through past_key_values / present), and greedy decoding with the
