@@ -99,6 +99,7 @@ async function main() {
   while (tokens.length < spec.greedy.length) {
     const next = argmax(r.rows[r.rows.length - 1]);
     tokens.push(next);
+    if (tokens.length === spec.greedy.length) break;
     r = await step(session, [next], len, r.past);
     len += 1;
   }
