@@ -331,12 +331,11 @@ Tables tables(Ctx& c, const ExportSource& src, const std::string& embed_name) {
     const TensorView& t = src.store.get(s);
     return weight(c, s, {t.shape[0], t.shape[1]}, t.to_f32());
   };
-  const bool has_embed = src.store.has(stored(c, embed_name)), has_head = src.store.has(stored(c, "lm_head.weight"));
+  const bool has_embed = src.store.has(stored(c, embed_name));
   if (cfg.tie_word_embeddings) {
     const std::string t = table(has_embed ? embed_name : "lm_head.weight");
     return {t, t};
   }
-  (void)has_head;
   return {table(embed_name), table("lm_head.weight")};
 }
 

@@ -2,7 +2,8 @@
 // checkpoints exported with `--format onnx` run in onnxruntime-node (tests/ort/check_export.js, CPU),
 // against latentllm's own outputs written here: logits within 1e-4 at every position (one call, and
 // prefill then one position per call through past_key_values / present), and greedy decoding with the
-// KV cache token-identical to `latentllm generate --temperature 0`. Skipped when node or
+// KV cache token-identical to `latentllm generate --temperature 0`; the same for random-weight Qwen3 and
+// Llama-3 presets of tools/synth (q/k norms, llama3 RoPE scaling). Skipped when node or
 // onnxruntime-node is missing, unless LATENTLLM_REQUIRE_ORT is set (CI sets it: there it must run).
 #include <gtest/gtest.h>
 
@@ -16,6 +17,7 @@
 #include "latentllm/model.hpp"
 #include "latentllm/export.hpp"
 #include "onnx_support.hpp"
+#include "synth.hpp"
 
 namespace latentllm::test {
 namespace {
@@ -106,6 +108,40 @@ TEST(OnnxRuntime, TinyStoriesLatentMatchesLatentllm) {
 TEST(OnnxRuntime, OptTinyLatentMatchesLatentllm) {
   REQUIRE_ORT();
   expect_ort_agrees("opt-tiny");
+}
+
+// A random-weight checkpoint of the synthetic preset compressed as the fixtures are (speed presets of
+// tools/synth: the architectures the fixtures do not cover).
+fs::path synth_latent(const std::string& preset) {
+  const synth::SynthSpec s = synth::preset(preset);
+  synth::WriteOptions o;
+  o.seed = 1;
+  o.tokenizers_dir = shared_path("data/tokenizers");
+  const fs::path dir = make_temp_dir("onnx-synth") / s.name;
+  synth::write_checkpoint(s, dir, o);
+  const fs::path out = dir.parent_path() / "latent";
+  run_cli_ok("compress --model " + shq(dir) + " --method latentllm --ratio 0.3 --calib text --calib-data " +
+             shq(tinystories_text()) + " --nsamples 4 --seqlen 64 --dtype f32 -q --out " + shq(out));
+  return out;
+}
+
+void expect_ort_agrees_on(const fs::path& lat) {
+  const json r = check_with_ort(lat, onnx_export(lat), kTolerance);
+  if (r.is_object()) {
+    EXPECT_TRUE(r.at("failures").empty()) << r.dump();
+  }
+}
+
+// Qwen3: q/k RMSNorm per head before RoPE, head_dim independent of hidden_size, GQA.
+TEST(OnnxRuntime, Qwen3SynthLatentMatchesLatentllm) {
+  REQUIRE_ORT();
+  expect_ort_agrees_on(synth_latent("qwen3-tiny"));
+}
+
+// Llama-3: rope_scaling llama3, GQA.
+TEST(OnnxRuntime, Llama3SynthLatentMatchesLatentllm) {
+  REQUIRE_ORT();
+  expect_ort_agrees_on(synth_latent("llama3-tiny"));
 }
 
 // ORT reads the weights from onnx/model.onnx_data when the export writes them there.
