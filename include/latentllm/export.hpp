@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "latentllm/model.hpp"
 #include "latentllm/tensor.hpp"
 
 namespace latentllm::format {
@@ -24,6 +25,10 @@ struct ExportOptions {
   // onnx: f32, which is also its input/output type).
   std::optional<DType> dtype;
   bool force = false;             // replace an earlier output (checkpoint::check_output_target's rules)
+  // onnx: which past inputs carry the latent. Auto: where `generate --kv-cache auto` caches it
+  // (model::kv_cache_form); Dense: none, every past [batch, H_kv, past, d_h] as Optimum's (what
+  // transformers.js's generate builds). Latent is refused (keys with RoPE cannot be absorbed).
+  model::KvCacheMode kv_cache = model::KvCacheMode::Auto;
   // onnx: weight bytes above which the weights go to an external data file (tests lower it).
   std::int64_t onnx_external_data_above = kOnnxExternalDataAbove;
 };

@@ -424,9 +424,10 @@ ExportSummary write_onnx(const ExportSource& src, const fs::path& dir, DType dty
     m->load_layer(i);
     const model::DecoderLayer& L = m->layer(i);
     LayerIo& io = ios[static_cast<std::size_t>(i)];
-    // The form `generate --kv-cache auto` gives each module (src/model/kv_cache.cpp), hence the past's shape.
-    io.k_form = model::kv_cache_form(L.find(model::Role::K), true, a, model::KvCacheMode::Auto);
-    io.v_form = model::kv_cache_form(L.find(model::Role::V), false, a, model::KvCacheMode::Auto);
+    // The form `generate --kv-cache <mode>` gives each module (src/model/kv_cache.cpp), hence the past's
+    // shape (mode auto or dense; latent is refused by the registry).
+    io.k_form = model::kv_cache_form(L.find(model::Role::K), true, a, src.options.kv_cache);
+    io.v_form = model::kv_cache_form(L.find(model::Role::V), false, a, src.options.kv_cache);
     io.k_rank = L.linear(model::Role::K).rank();
     io.v_rank = L.linear(model::Role::V).rank();
     auto dims = [&](model::KvForm f, std::int64_t r, const Graph::Dim& len) {

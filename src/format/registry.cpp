@@ -53,6 +53,14 @@ std::vector<std::string> export_formats() {
 
 ExportSummary export_checkpoint(const fs::path& model_dir, const fs::path& out_dir, const ExportOptions& opt) {
   const FormatRow& row = find_format(opt.format);
+  if (opt.kv_cache != model::KvCacheMode::Auto && std::string_view(row.name) != "onnx") {
+    throw ConfigError(fmt::format("--kv-cache {} with --format {} (expected --kv-cache only with --format onnx)",
+                                  model::kv_cache_mode_name(opt.kv_cache), row.name));
+  }
+  if (opt.kv_cache == model::KvCacheMode::Latent) {
+    throw ConfigError("--kv-cache latent with --format onnx (expected auto or dense: the graph absorbs a latent "
+                      "past into the attention, which keys rotated by RoPE do not allow)");
+  }
   checkpoint::check_output_target(model_dir, out_dir, opt.force);
   const auto config = nlohmann::json::parse(core::read_file(model_dir / "config.json"), nullptr, false);
   if (!config.is_object() || !config.contains("latent")) {

@@ -252,6 +252,7 @@ TEST(ErrorsDoc, Export) {
                       cli("export --model " + q(shared_path("models/llava-shapes-tiny")) + " --out " + q(tmp / "a"))}},
                     {"export-format", {cli("export" + m + " --format gguf --out " + q(tmp / "b"))}},
                     {"export-dtype", {cli("export" + m + " --dtype f8 --out " + q(tmp / "c"))}},
+                    {"export-kv-cache", {cli("export" + m + " --kv-cache dense --out " + q(tmp / "c"))}},
                     {"export-out-model", {cli("export" + m + " --out " + q(lat)), cli("export" + m + " --force --out " + q(lat))}},
                     {"export-out-exists", {cli("export" + m + " --out " + q(exported(lat)))}},
                     {"export-out-foreign", {cli("export" + m + " --force --out " + q(tmp / "foreign"))}},

@@ -227,12 +227,13 @@ TEST(ErrorsDoc, OnnxExport) {
                     {"onnx-module", {cli_with_env("LATENTLLM_ONNX_MODULE=/nonexistent/liblatentllm_onnx.so",
                                                   "export" + m + " --out " + shq(tmp / "a"))}},
                     {"onnx-dtype", {cli("export" + m + " --dtype bf16 --out " + shq(tmp / "b"))}},
+                    {"onnx-kv-cache-latent", {cli("export" + m + " --kv-cache latent --out " + shq(tmp / "f"))}},
                     {"onnx-multimodal", {cli("export --model " + shq(llava_latent()) + " --format onnx --out " + shq(tmp / "c"))}},
                     {"onnx-opt-post-ln", {cli("export --model " + shq(post_ln_opt()) + " --format onnx --out " + shq(tmp / "d"))}},
                     {"onnx-overflow", {cli("export --model " + shq(latent_with_a_huge_factor()) +
                                            " --format onnx --dtype f16 --out " + shq(tmp / "e"))}},
                 });
-  for (const char* d : {"a", "b", "c", "d", "e"}) EXPECT_FALSE(fs::exists(tmp / d)) << d;  // nothing left behind
+  for (const char* d : {"a", "b", "c", "d", "e", "f"}) EXPECT_FALSE(fs::exists(tmp / d)) << d;  // nothing left behind
 }
 
 }  // namespace

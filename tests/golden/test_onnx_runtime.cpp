@@ -110,6 +110,22 @@ TEST(OnnxRuntime, OptTinyLatentMatchesLatentllm) {
   expect_ort_agrees("opt-tiny");
 }
 
+// --kv-cache dense: every past dense (Optimum's and transformers.js's layout), the same outputs.
+TEST(OnnxRuntime, OptTinyDensePastMatchesLatentllm) {
+  REQUIRE_ORT();
+  const fs::path lat = latent_fixture("opt-tiny");
+  const fs::path out = onnx_export(lat, "--kv-cache dense");
+  const json cfg = json::parse(std::ifstream(out / "config.json"));
+  for (const auto& l : cfg.at("latentllm_export").at("past_key_values")) {
+    EXPECT_EQ(l.at("key").at("form"), "dense");
+    EXPECT_EQ(l.at("value").at("form"), "dense");
+  }
+  const json r = check_with_ort(lat, out, kTolerance);
+  if (r.is_object()) {
+    EXPECT_TRUE(r.at("failures").empty()) << r.dump();
+  }
+}
+
 // A random-weight checkpoint of the synthetic preset compressed as the fixtures are (speed presets of
 // tools/synth: the architectures the fixtures do not cover).
 fs::path synth_latent(const std::string& preset) {

@@ -12,7 +12,7 @@ namespace latentllm::cli {
 namespace {
 
 struct ExportArgs {
-  std::string model, out, format = "hf", dtype;  // dtype "": the format's default
+  std::string model, out, format = "hf", dtype, kv_cache = "auto";  // dtype "": the format's default
   bool force = false;
   RunArgs run;
 };
@@ -23,6 +23,7 @@ int run_export(const ExportArgs& a) {
   opt.format = a.format;
   if (!a.dtype.empty()) opt.dtype = parse_storage_dtype(a.dtype);
   opt.force = a.force;
+  opt.kv_cache = model::parse_kv_cache_mode(a.kv_cache);
   const std::string out = output_dir(a.out);
   const format::ExportSummary s = format::export_checkpoint(a.model, out, opt);
   if (!quiet()) {
@@ -50,6 +51,10 @@ Command add_export(CLI::App& app) {
   sub->add_option("--dtype", a->dtype, "Storage type of the output: f16, bf16, f32 (default: hf the latent checkpoint's, onnx f32; "
                                        "onnx: f32 or f16, also the type of its inputs and outputs)")
       ->group("Model");
+  sub->add_option("--kv-cache", a->kv_cache,
+                  "onnx: which past inputs carry the latent: auto (where generate --kv-cache auto caches it) or "
+                  "dense (none: Optimum's and transformers.js's dense pasts)")
+      ->capture_default_str()->group("Model");
   sub->add_flag("--force", a->force, "Replace an earlier output (a latent checkpoint or an export)")->group("Model");
   add_run_options(sub, a->run);
   // An export holds exactly the tensors its architecture reads: a stored tensor config.json does not use
