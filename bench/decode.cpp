@@ -42,6 +42,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_common.hpp"
+#include "random_latent.hpp"
 #include "latentllm/calib.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/log.hpp"
@@ -85,31 +86,6 @@ double linear_macs_per_token(const model::Model& m) {
   for (int i = 0; i < m.num_layers(); ++i)
     for (const auto& l : m.layer(i).linears) macs += static_cast<double>(l.num_params() - l.bias.size());
   return macs;
-}
-
-// Replaces every attention and MLP module by random factors of the ranks latentllm plans at `ratio`
-// (block identity with a random permutation), freeing the dense weights.
-void randomize_latent(model::Model& m, double ratio, std::uint64_t seed) {
-  compress::CompressOptions opt;
-  opt.method = compress::Method::LatentLlm;
-  opt.ratio = ratio;
-  const compress::RankPlan plan = compress::plan_model(m, opt);
-  std::mt19937_64 rng(seed);
-  for (int i = 0; i < m.num_layers(); ++i) {
-    for (auto& l : m.layer(i).linears) {
-      const auto it = std::find_if(plan.modules.begin(), plan.modules.end(), [&](const auto& p) { return p.name == l.name; });
-      if (it == plan.modules.end()) continue;
-      const std::int64_t r = it->rank;
-      const float s = 1.0f / std::sqrt(static_cast<float>(l.in));
-      l.weight.resize(0, 0);
-      l.B = MatrixF::Random(l.out, r) * s;        // [out, r]
-      l.A = MatrixF::Random(r, l.in - r) * s;     // [r, in − r]
-      l.perm.resize(static_cast<std::size_t>(l.in));
-      std::iota(l.perm.begin(), l.perm.end(), 0);
-      std::shuffle(l.perm.begin(), l.perm.end(), rng);
-      l.block_identity = true;
-    }
-  }
 }
 
 std::unique_ptr<model::Model> compressed(const std::string& dir, const std::string& shared, double ratio) {
@@ -253,7 +229,7 @@ int main(int argc, char** argv) try {
     if (v.ratio > 0 && v.ratio != current) {
       latent.reset();
       latent = latent_route == "random" ? model::Model::load(model_dir) : compressed(model_dir, shared, v.ratio);
-      if (latent_route == "random") randomize_latent(*latent, v.ratio, 7);
+      if (latent_route == "random") bench::randomize_latent(*latent, v.ratio, 7);
       current = v.ratio;
     }
     model::Model* m = v.ratio > 0 ? latent.get() : dense.get();

@@ -4,19 +4,33 @@
 // tool reads. One writer per format, one row each in the registry of src/format/registry.cpp.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "latentllm/model.hpp"
 #include "latentllm/tensor.hpp"
 
 namespace latentllm::format {
 
+// Protobuf's limit on one file is 2 GiB: above this many bytes of weights, --format onnx writes them to
+// onnx/model.onnx_data (external data), leaving room for the graph in model.onnx.
+inline constexpr std::int64_t kOnnxExternalDataAbove = (std::int64_t{1} << 31) - (std::int64_t{64} << 20);
+
 struct ExportOptions {
   std::string format = "hf";      // a registry row's name (export_formats())
-  std::optional<DType> dtype;     // storage type of every floating tensor; unset: the latent checkpoint's
+  // Storage type of every floating tensor; unset: the format's default (hf: the latent checkpoint's,
+  // onnx: f32, which is also its input/output type).
+  std::optional<DType> dtype;
   bool force = false;             // replace an earlier output (checkpoint::check_output_target's rules)
+  // onnx: which past inputs carry the latent. Auto: where `generate --kv-cache auto` caches it
+  // (model::kv_cache_form); Dense: none, every past [batch, H_kv, past, d_h] as Optimum's (what
+  // transformers.js's generate builds). Latent is refused (keys with RoPE cannot be absorbed).
+  model::KvCacheMode kv_cache = model::KvCacheMode::Auto;
+  // onnx: weight bytes above which the weights go to an external data file (tests lower it).
+  std::int64_t onnx_external_data_above = kOnnxExternalDataAbove;
 };
 
 // What an export wrote.
@@ -26,7 +40,8 @@ struct ExportSummary {
   DType dtype = DType::F32;             // the storage type used
 };
 
-// The registered format names, e.g. {"hf"}.
+// The registered format names, e.g. {"hf", "onnx"} (onnx is listed in every build; without the ONNX
+// encoder module, built when libonnx is installed, its export fails with the one ConfigError that says so).
 std::vector<std::string> export_formats();
 
 // Exports the latent checkpoint `model_dir` to `out_dir` in opt.format. Before any work: ConfigError

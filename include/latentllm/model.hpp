@@ -213,6 +213,9 @@ enum class KvCacheMode { Dense, Latent, Auto };
 std::string_view kv_cache_mode_name(KvCacheMode m);  // "dense", "latent", "auto"
 // Parses "dense", "latent", "auto"; ConfigError "--kv-cache (expected dense, latent or auto, got X)".
 KvCacheMode parse_kv_cache_mode(std::string_view s);
+// The form `mode` gives module l (k_proj when is_key, else v_proj; null: the layer has none, dense) of a
+// model with attention a: the one rule of KvCache and of the ONNX export's past inputs.
+KvForm kv_cache_form(const Linear* l, bool is_key, const AttentionInfo& a, KvCacheMode mode);
 
 // What one decoder layer keeps of the positions it has seen, for incremental decoding: per position
 // the keys and values (KvForm::Dense) or the latents of factored k_proj / v_proj (KvForm::Latent).

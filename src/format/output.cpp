@@ -43,6 +43,8 @@ bool is_latent_output(const fs::path& dir) {
   if (!fs::is_regular_file(dir / "config.json", ec)) return false;
   const auto j = nlohmann::json::parse(core::read_file(dir / "config.json"), nullptr, false);
   if (j.is_object() && j.contains("latent") && j["latent"].is_object()) return true;
+  // An ONNX export records itself in its config.json (format::write_onnx).
+  if (j.is_object() && j.contains("latentllm_export") && j["latentllm_export"].is_object()) return true;
   // An export (format::export_checkpoint) drops the latent section and marks its weights instead.
   if (!fs::is_regular_file(dir / "model.safetensors", ec)) return false;
   try {

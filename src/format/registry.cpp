@@ -1,6 +1,7 @@
 // The export formats (one row each) and what every export does before and after its writer: the input
 // must be a latent checkpoint, the output obeys checkpoint::check_output_target and is written atomically.
 #include <array>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -19,10 +20,11 @@ namespace fs = std::filesystem;
 struct FormatRow {
   const char* name;
   ExportSummary (*write)(const ExportSource&, const fs::path&, DType);
+  std::optional<DType> default_dtype;  // unset: the latent checkpoint's storage type
 };
 
-// A new format is a row here plus its writer's file (e.g. "onnx" -> write_onnx in src/format/onnx.cpp).
-constexpr std::array kFormats = {FormatRow{"hf", write_hf}};
+// A new format is a row here plus its writer's file.
+constexpr std::array kFormats = {FormatRow{"hf", write_hf, std::nullopt}, FormatRow{"onnx", write_onnx, DType::F32}};
 
 const FormatRow& find_format(const std::string& name) {
   for (const auto& row : kFormats)
@@ -51,6 +53,14 @@ std::vector<std::string> export_formats() {
 
 ExportSummary export_checkpoint(const fs::path& model_dir, const fs::path& out_dir, const ExportOptions& opt) {
   const FormatRow& row = find_format(opt.format);
+  if (opt.kv_cache != model::KvCacheMode::Auto && std::string_view(row.name) != "onnx") {
+    throw ConfigError(fmt::format("--kv-cache {} with --format {} (expected --kv-cache only with --format onnx)",
+                                  model::kv_cache_mode_name(opt.kv_cache), row.name));
+  }
+  if (opt.kv_cache == model::KvCacheMode::Latent) {
+    throw ConfigError("--kv-cache latent with --format onnx (expected auto or dense: the graph absorbs a latent "
+                      "past into the attention, which keys rotated by RoPE do not allow)");
+  }
   checkpoint::check_output_target(model_dir, out_dir, opt.force);
   const auto config = nlohmann::json::parse(core::read_file(model_dir / "config.json"), nullptr, false);
   if (!config.is_object() || !config.contains("latent")) {
@@ -65,10 +75,10 @@ ExportSummary export_checkpoint(const fs::path& model_dir, const fs::path& out_d
   if (modules.empty()) {
     throw not_latent(model_dir);
   }
-  const DType dtype = opt.dtype.value_or(stored_dtype(store, *m, modules));
+  const DType dtype = opt.dtype ? *opt.dtype : row.default_dtype ? *row.default_dtype : stored_dtype(store, *m, modules);
 
   core::StagedDirectory dir(out_dir, opt.force);
-  const ExportSummary s = row.write({*m, store, config, modules}, dir.path(), dtype);
+  const ExportSummary s = row.write({*m, store, config, modules, opt}, dir.path(), dtype);
   dir.commit();
   log_info("exported {} as {} ({} tensors, {} modules multiplied back, {})", dir.target().string(), row.name,
            s.tensors, s.multiplied, dtype_name(dtype));

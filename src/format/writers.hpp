@@ -9,6 +9,7 @@
 
 #include "format/layer_source.hpp"
 #include "latentllm/checkpoint.hpp"
+#include "latentllm/error.hpp"
 #include "latentllm/export.hpp"
 #include "latentllm/io.hpp"
 #include "latentllm/model.hpp"
@@ -22,6 +23,7 @@ struct ExportSource {
   const io::TensorStore& store;
   const nlohmann::json& config;                             // config.json, with its `latent` section
   const std::map<std::string, io::LatentModule>& modules;   // by HF module name
+  const ExportOptions& options;
 };
 
 // What the latent writer wrote.
@@ -39,6 +41,11 @@ LatentSummary write_latent(LayerSource& layers, const std::filesystem::path& dir
 
 // Writes the dense Hugging Face checkpoint (src/format/hf.cpp) into `dir`.
 ExportSummary write_hf(const ExportSource& src, const std::filesystem::path& dir, DType dtype);
+
+// Writes the ONNX decoder graph (src/format/onnx.cpp) into `dir`: onnx/model.onnx (and
+// onnx/model.onnx_data above options.onnx_external_data_above bytes of weights), config.json with its
+// `latentllm_export` record, the tokenizer files. Encoded by the ONNX encoder module (onnx_module.hpp).
+ExportSummary write_onnx(const ExportSource& src, const std::filesystem::path& dir, DType dtype);
 
 // The safetensors metadata key that marks a model.safetensors latentllm exported (its value: the format).
 inline constexpr const char* kExportMetadataKey = "latentllm_export";

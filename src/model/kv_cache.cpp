@@ -55,8 +55,9 @@ constexpr double kFlopsPerByte = 4.0;
 // Estimated time per cached position of module l (rank r) in either form, in bytes-read units.
 double step_cost(std::int64_t bytes, double macs) { return std::max(static_cast<double>(bytes), 2.0 * macs / kFlopsPerByte); }
 
-// The form KvCacheMode `mode` gives module l (k_proj when is_key) of a model with attention a.
-KvForm choose_form(const Linear* l, bool is_key, const AttentionInfo& a, KvCacheMode mode) {
+}  // namespace
+
+KvForm kv_cache_form(const Linear* l, bool is_key, const AttentionInfo& a, KvCacheMode mode) {
   if (l == nullptr || !l->factored() || mode == KvCacheMode::Dense) return KvForm::Dense;
   if (mode == KvCacheMode::Latent) return KvForm::Latent;
   const std::int64_t r = l->rank(), width = static_cast<std::int64_t>(a.num_kv_heads) * a.head_dim;
@@ -70,8 +71,6 @@ KvForm choose_form(const Linear* l, bool is_key, const AttentionInfo& a, KvCache
   const bool absorbable = !is_key || (!a.rope && !a.qk_norm);
   return smaller && faster && absorbable ? KvForm::Latent : KvForm::Dense;
 }
-
-}  // namespace
 
 KvCache::KvCache(const Model& m, int capacity, KvCacheMode mode) : capacity_(capacity) {
   const std::int64_t max_pos = m.config().max_position_embeddings;
@@ -87,8 +86,8 @@ KvCache::KvCache(const Model& m, int capacity, KvCacheMode mode) : capacity_(cap
     const DecoderLayer* layer = m.layer_loaded(i) ? &m.layer(i) : nullptr;
     const Linear* kp = layer != nullptr ? layer->find(Role::K) : nullptr;
     const Linear* vp = layer != nullptr ? layer->find(Role::V) : nullptr;
-    l.k_form = choose_form(kp, true, a, mode);
-    l.v_form = choose_form(vp, false, a, mode);
+    l.k_form = kv_cache_form(kp, true, a, mode);
+    l.v_form = kv_cache_form(vp, false, a, mode);
     l.k.resize(capacity, l.k_form == KvForm::Latent ? kp->rank() : width);
     l.v.resize(capacity, l.v_form == KvForm::Latent ? vp->rank() : width);
   }

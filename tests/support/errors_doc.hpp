@@ -56,6 +56,7 @@ inline const std::map<std::string, std::string>& doc_owners() {
       {"Evaluation options (`latentllm ppl`)", "test_errors_cli"},
       {"Generation (`latentllm generate`, `eval::generate`, `model::KvCache`)", "test_errors_cli"},
       {"Export (`latentllm export`, `format::export_checkpoint`)", "test_export"},
+      {"ONNX export (`latentllm export --format onnx`)", "test_export_onnx"},
       {"Images (`image::load_image`, `image::load_processor_config`)", "test_image"},
       {"Multimodal checkpoints (`model::LlavaModel`)", "test_llava"},
       {"Multimodal evaluation (`latentllm eval`, `eval::scienceqa`, `latentllm generate --image`)", "test_scienceqa"},
