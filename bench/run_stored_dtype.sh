@@ -9,7 +9,8 @@
 #                                               bench/stored_dtype in the same script
 #   LATENT=DIR bench/run_stored_dtype.sh latent  a latent checkpoint (compress --dtype bf16) likewise
 # Checkpoints with RANDOM weights (latentllm-synth) go under $SYNTH (default /tmp): 16 GB for the whole
-# Llama-3-8B shape, deleted afterwards (KEEP=1 keeps them). Run on an idle machine.
+# Llama-3-8B shape, deleted afterwards (KEEP=1 keeps them). RUNS (default 3) runs of each measurement.
+# Run on an idle machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD_DIR:-build}
@@ -21,9 +22,10 @@ synth() {  # preset layers dtype dir
   [ -f "$4/config.json" ] || "$BUILD/tools/synth/latentllm-synth" --preset "$1" --layers "$2" --dtype "$3" --out "$4" \
     --tokenizers "$SHARED/data/tokenizers" >&2
 }
-generate_runs() {  # dir name: 3 × generate 32 tokens with its peak RSS, stored weights
+RUNS=${RUNS:-3}
+generate_runs() {  # dir name: RUNS × generate 32 tokens with its peak RSS, stored weights
   local dir=$1 name=$2
-  for r in 1 2 3; do
+  for r in $(seq "$RUNS"); do
     /usr/bin/time -f "peak_rss_kb %M" "$BUILD/latentllm" generate --model "$dir" --prompt "The capital of France is" \
       --max-new-tokens 32 --temperature 0 --json --weights stored 2> "$OUT/.gen.err" > "$OUT/.gen.json"
     echo "run $r: $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("decode_tokens_per_s", round(d["decode_tokens_per_s"],3), "prompt_tokens_per_s", round(d["prompt_tokens_per_s"],2))' "$OUT/.gen.json") $(grep peak_rss_kb "$OUT/.gen.err") load $(cut -d' ' -f1 /proc/loadavg)"
@@ -36,7 +38,7 @@ for spec in "$@"; do
     opt-1.3b)
       dir=$SYNTH/synth-opt-1.3b
       synth opt-1.3b 0 f16 "$dir"
-      "$BUILD/bench/stored_dtype" --model "$dir" --name opt-1.3b --runs 3 --tokens 32
+      "$BUILD/bench/stored_dtype" --model "$dir" --name opt-1.3b --runs "$RUNS" --tokens 32
       [ "${KEEP:-0}" = 1 ] || rm -rf "$dir"
       ;;
     llama-3-8b*)
@@ -46,7 +48,7 @@ for spec in "$@"; do
       { echo "# generate on the Llama-3-8B shape (bf16, layers: ${layers/#0/32}), --weights stored"; echo;
         echo '```'; generate_runs "$dir" llama-3-8b; echo '```'; } > "$OUT/stored-dtype-llama-3-8b-generate.md"
       cat "$OUT/stored-dtype-llama-3-8b-generate.md"
-      "$BUILD/bench/stored_dtype" --model "$dir" --name "llama-3-8b-$layers" --weights stored --runs 3 --tokens 32
+      "$BUILD/bench/stored_dtype" --model "$dir" --name "llama-3-8b-$layers" --weights stored --runs "$RUNS" --tokens 32
       [ "${KEEP:-0}" = 1 ] || rm -rf "$dir"
       ;;
     latent)
@@ -54,7 +56,7 @@ for spec in "$@"; do
       { echo "# generate on $name, --weights stored"; echo; echo '```'; generate_runs "$LATENT" "$name"; echo '```'; } \
         > "$OUT/stored-dtype-$name-generate.md"
       cat "$OUT/stored-dtype-$name-generate.md"
-      "$BUILD/bench/stored_dtype" --model "$LATENT" --name "$name" --weights stored --runs 3 --tokens 32
+      "$BUILD/bench/stored_dtype" --model "$LATENT" --name "$name" --weights stored --runs "$RUNS" --tokens 32
       ;;
   esac
 done

@@ -40,6 +40,11 @@ float dot_generic(const std::uint16_t* w, const float* x, std::int64_t k) {
   return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
+template <DType D>
+void dot4_generic(const std::uint16_t* w, std::int64_t ldw, const float* x, std::int64_t k, float* out) {
+  for (int r = 0; r < 4; ++r) out[r] = dot_generic<D>(w + r * ldw, x, k);
+}
+
 // ---- F16C + AVX2 + FMA ----
 
 #define LATENTLLM_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -79,6 +84,25 @@ LATENTLLM_TARGET_AVX2 float dot_avx2(const std::uint16_t* w, const float* x, std
   float t = _mm_cvtss_f32(h);
   for (; i < k; ++i) t += widen1<D>(w[i]) * x[i];
   return t;
+}
+
+// Four rows of w against one x: four independent streams from memory, x loaded once per step.
+template <DType D>
+LATENTLLM_TARGET_AVX2 void dot4_avx2(const std::uint16_t* w, std::int64_t ldw, const float* x, std::int64_t k,
+                                     float* out) {
+  __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  std::int64_t i = 0;
+  for (; i + 8 <= k; i += 8) {
+    const __m256 xv = _mm256_loadu_ps(x + i);
+    for (int r = 0; r < 4; ++r) a[r] = _mm256_fmadd_ps(load8<D>(w + r * ldw + i), xv, a[r]);
+  }
+  for (int r = 0; r < 4; ++r) {
+    alignas(32) float lane[8];
+    _mm256_store_ps(lane, a[r]);
+    float t = ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]));
+    for (std::int64_t j = i; j < k; ++j) t += widen1<D>(w[r * ldw + j]) * x[j];
+    out[r] = t;
+  }
 }
 
 // ---- AVX-512 (F, BW, VL) ----
@@ -123,10 +147,31 @@ LATENTLLM_TARGET_AVX512 float dot_avx512(const std::uint16_t* w, const float* x,
   return t;
 }
 
+template <DType D>
+LATENTLLM_TARGET_AVX512 void dot4_avx512(const std::uint16_t* w, std::int64_t ldw, const float* x, std::int64_t k,
+                                         float* out) {
+  __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  std::int64_t i = 0;
+  for (; i + 16 <= k; i += 16) {
+    const __m512 xv = _mm512_loadu_ps(x + i);
+    for (int r = 0; r < 4; ++r) a[r] = _mm512_fmadd_ps(load16<D>(w + r * ldw + i), xv, a[r]);
+  }
+  for (int r = 0; r < 4; ++r) {
+    alignas(64) float lane[16];  // the lanes' tree sum (see dot_avx512)
+    _mm512_store_ps(lane, a[r]);
+    for (int w2 = 8; w2 > 0; w2 /= 2)
+      for (int j = 0; j < w2; ++j) lane[j] += lane[j + w2];
+    float t = lane[0];
+    for (std::int64_t j = i; j < k; ++j) t += widen1<D>(w[r * ldw + j]) * x[j];
+    out[r] = t;
+  }
+}
+
 // ---- dispatch ----
 
 using WidenFn = void (*)(const std::uint16_t*, std::int64_t, float*);
 using DotFn = float (*)(const std::uint16_t*, const float*, std::int64_t);
+using Dot4Fn = void (*)(const std::uint16_t*, std::int64_t, const float*, std::int64_t, float*);
 
 std::atomic<int> g_isa{-1};  // Isa once chosen
 
@@ -159,6 +204,20 @@ DotFn dot_fn(Isa isa) {
     case Isa::Generic: break;
   }
   return dot_generic<D>;
+}
+
+template <DType D>
+Dot4Fn dot4_fn(Isa isa) {
+  switch (isa) {
+    case Isa::Avx512: return dot4_avx512<D>;
+    case Isa::F16c: return dot4_avx2<D>;
+    case Isa::Generic: break;
+  }
+  return dot4_generic<D>;
+}
+
+Dot4Fn dot4_for(DType d) {
+  return d == DType::BF16 ? dot4_fn<DType::BF16>(kernel_isa()) : dot4_fn<DType::F16>(kernel_isa());
 }
 
 WidenFn widen_for(DType d) { return d == DType::BF16 ? widen_fn<DType::BF16>(kernel_isa()) : widen_fn<DType::F16>(kernel_isa()); }
@@ -210,15 +269,24 @@ void xwt16(const float* x, int n, int ldx, const Matrix16& w, std::int64_t c0, s
   const std::int64_t k = w.cols, cols = c1 - c0;
   if (n <= 0 || cols <= 0) return;
   if (n <= kGemvRows) {
+    // Four rows of W at a time (four streams in flight), then the rest one by one; each x row reads
+    // the four rows again from L1.
     const DotFn dot = dot_for(w.dtype);
-    for (std::int64_t j = 0; j < cols; ++j) {
-      const std::uint16_t* wj = w.row(c0 + j);  // [k]
+    const Dot4Fn dot4 = dot4_for(w.dtype);
+    auto put = [&](int i, std::int64_t j, float d) {
+      float& yij = y[static_cast<std::int64_t>(i) * ldy + j];
+      yij = beta == 0.0f ? d : beta * yij + d;
+    };
+    std::int64_t j = 0;
+    for (; j + 4 <= cols; j += 4) {
       for (int i = 0; i < n; ++i) {
-        const float d = dot(wj, x + static_cast<std::int64_t>(i) * ldx, k);
-        float& yij = y[static_cast<std::int64_t>(i) * ldy + j];
-        yij = beta == 0.0f ? d : beta * yij + d;
+        float d[4];
+        dot4(w.row(c0 + j), k, x + static_cast<std::int64_t>(i) * ldx, k, d);
+        for (int r = 0; r < 4; ++r) put(i, j + r, d[r]);
       }
     }
+    for (; j < cols; ++j)
+      for (int i = 0; i < n; ++i) put(i, j, dot(w.row(c0 + j), x + static_cast<std::int64_t>(i) * ldx, k));
     return;
   }
   thread_local ScratchF panel;  // [c1 − c0, k]
