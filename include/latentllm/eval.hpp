@@ -91,6 +91,9 @@ int eval_batch(int batch, int seqlen);
 //                activations; the head's per-thread blocks, widened blocks included; the mapped
 //                pages of the embedding or the head (read per batch) and of one layer tensor; the
 //                runtime.
+// With stored weights (model::LoadOptions::Weights::Stored, the footprint's `weights`) the weights
+// count at their stored bytes (F16/BF16: 2 per value; embedding and head mapped), plus the largest
+// module widened to float32 for the duration of a product, and no separate mapped pages at load.
 // Activations of a batch of n tokens: n·(2d + max(2·H·d_h + 2·H_kv·d_h, 2·ffn, d + p)) floats (the
 // residual stream, a block's input and the largest pair of intermediates). The runtime is a fixed
 // 256 MiB (program, BLAS buffers, tokenizer) plus the token ids.

@@ -1,6 +1,6 @@
 // Decoder-only transformer models on CPU: OPT and the Llama family (Llama, Qwen2, Qwen3, Mistral).
 // Weights are float32 in memory (widened from F16/BF16 on load; a lazy model widens a decoder layer
-// when asked, see LoadOptions). Every linear module is a `Linear`, dense or low-rank factored, so
+// when asked), or kept as stored, F16/BF16 widened inside the kernels (see LoadOptions). Every linear module is a `Linear`, dense or low-rank factored, so
 // compressed (latent) checkpoints run the same code.
 //
 // Glossary: T = tokens per window (seqlen), n_seq = windows in a batch, d = hidden_size,
@@ -153,15 +153,24 @@ struct Linear {
   // Factored form: W ≈ B·A.
   MatrixF B;                    // [out, r]
   MatrixF A;                    // [r, in], or [r, in − r] when block_identity
+  // The same matrices kept as an F16/BF16 checkpoint stores them (LoadOptions::weights = Stored):
+  // each replaces its float member, which is then empty. The forward widens them inside its kernels.
+  Matrix16 weight16;            // [out, in]
+  Matrix16 B16;                 // [out, r]
+  Matrix16 A16;                 // [r, in] or [r, in − r]
   // Block identity (paper "junction matrix"): the dense A is [I_r | A] on the input columns taken in
   // the order perm (perm[0..r) form the identity block). The forward never multiplies by I.
   std::vector<std::int32_t> perm;  // [in] when block_identity, else empty
   bool block_identity = false;
 
-  bool factored() const { return B.size() > 0; }
-  std::int64_t rank() const { return factored() ? B.cols() : std::min(in, out); }
+  bool factored() const { return B.size() > 0 || B16.size() > 0; }
+  std::int64_t rank() const { return B.size() > 0 ? B.cols() : B16.size() > 0 ? B16.cols : std::min(in, out); }
+  // True when a matrix is kept in its 16-bit stored dtype.
+  bool stored16() const { return weight16.size() > 0 || B16.size() > 0; }
   // Stored weight + bias parameters.
   std::int64_t num_params() const;
+  // Bytes the module's matrices, bias and permutation take in memory (16-bit ones at 2 per value).
+  std::int64_t bytes() const;
   // y: [n, out] = x: [n, in] · Wᵀ + b, through BLAS GEMMs.
   void forward(const MatrixF& x, MatrixF& y) const;
   // The dense [out, in] weight this module represents (B·A when factored). For tests and analysis.
@@ -288,9 +297,20 @@ struct LoadOptions {
   // the model would silently ignore them. Known-ignorable buffers some exporters save (rotary
   // `inv_freq`, GPT-style `attn.bias` / `attn.masked_bias` masks) are accepted always. true: accept any.
   bool allow_unused_tensors = false;
+  // How the decoder layers' linear weights are held. F32: widened to float32. Stored: F16 and BF16
+  // matrices stay as stored (Linear::weight16, B16, A16: views of the mapped checkpoint, which the
+  // model keeps open), the forward widens them inside its kernels; the embedding and the LM head are
+  // then read mapped as a lazy model reads them. F32 tensors are widened either way. Same numbers as
+  // F32 except decoding's GEMV (core/gemm16.hpp states the bound).
+  enum class Weights { F32, Stored };
+  Weights weights = Weights::F32;
 };
+// "f32", "stored"; parse: ConfigError "--weights (expected f32 or stored, got X)".
+std::string_view weights_name(LoadOptions::Weights w);
+LoadOptions::Weights parse_weights(std::string_view s);
 
-// The float32 bytes of a model's weights (what they take once widened), known without loading them.
+// The bytes of a model's weights in memory (float32 once widened, or stored 16-bit with
+// LoadOptions::Weights::Stored), known without loading them.
 struct WeightFootprint {
   std::vector<std::int64_t> layers;  // [num_layers] each decoder layer's weights (perm indices included)
   std::int64_t tables = 0;  // token embedding + untied LM head: held by eager models only
@@ -300,6 +320,11 @@ struct WeightFootprint {
   // (mapped) in every embed() or head pass, and drops its pages after.
   std::int64_t largest_layer_tensor_stored = 0;
   std::int64_t largest_table_stored = 0;
+  // Stored weights: float32 bytes of the largest 16-bit matrices of one module, which a product over
+  // many rows (a prompt, a batch of windows) widens whole for its duration; 0 for float32 weights.
+  std::int64_t largest_widened = 0;
+  // The weights' form (LoadOptions::weights).
+  LoadOptions::Weights weights = LoadOptions::Weights::F32;
   std::int64_t largest_layer() const;
   std::int64_t all_layers() const;
 };
@@ -329,7 +354,8 @@ class Model {
   // load_layer(i) reads the checkpoint's weights again. Lazy models only: Error "<dir>:
   // release_layer(i) on an eager model (expected a model loaded with LoadOptions::lazy, ...)".
   void release_layer(int i);
-  // float32 bytes of the weights, per layer and outside the layers.
+  // Bytes of the weights (float32, or as stored with LoadOptions::Weights::Stored), per layer and
+  // outside the layers.
   const WeightFootprint& footprint() const { return footprint_; }
 
   const ModelConfig& config() const { return config_; }
@@ -416,12 +442,13 @@ class Model {
  private:
   // After the architecture's constructor: loads every layer (eager) or checks them and keeps the
   // source (lazy); fills footprint_.
-  void init_layers(std::shared_ptr<WeightSource> source, bool lazy);
+  void init_layers(std::shared_ptr<WeightSource> source, const LoadOptions& opt);
 
   std::vector<DecoderLayer> layers_;
   std::vector<DecoderLayer> specs_;        // lazy models: the layers' skeletons (layer_spec)
   std::vector<char> loaded_;               // [num_layers] layer_loaded
   std::shared_ptr<WeightSource> source_;   // lazy models only
+  std::shared_ptr<WeightSource> mapped_;   // eager models with stored weights: the mapping their views read
   WeightFootprint footprint_;
 };
 

@@ -145,7 +145,7 @@ PassFlops pass_flops(const model::Model& m, int i, std::optional<model::Site> fr
   double macs = 0;
   for (const auto& lin : layer.linears) {
     if (!runs(lin.site)) continue;
-    macs += static_cast<double>(lin.factored() ? lin.B.size() + lin.A.size() : lin.weight.size());
+    macs += static_cast<double>(lin.num_params() - lin.bias.size());
   }
   PassFlops f;
   f.linear = 2.0 * macs * static_cast<double>(n_tok);

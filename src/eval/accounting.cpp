@@ -20,7 +20,7 @@ std::int64_t factored_macs(std::int64_t out, std::int64_t in, std::int64_t rank,
 }
 
 std::int64_t linear_macs(const model::Linear& l, std::int64_t n_tok) {
-  return n_tok * (l.factored() ? l.B.size() + l.A.size() : l.weight.size());
+  return n_tok * (l.num_params() - l.bias.size());
 }
 
 std::vector<std::pair<std::string, std::int64_t>> param_breakdown(const model::Model& m) {

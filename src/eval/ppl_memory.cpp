@@ -41,6 +41,13 @@ void add_common(core::MemoryPlan& plan, const Shape& s, std::int64_t n_ids, std:
   plan.add("runtime and token ids", kRuntime + 4 * n_ids, fmt::format("256 MiB + {} ids x 4 B", n_ids));
 }
 
+bool stored(const model::WeightFootprint& f) { return f.weights == model::LoadOptions::Weights::Stored; }
+
+// Stored weights: the largest module a product over many rows widens whole (linear_forward).
+void add_widened(core::MemoryPlan& plan, const model::WeightFootprint& f) {
+  if (f.largest_widened > 0) plan.add("widened module (float32)", f.largest_widened, "the largest 16-bit module, while a product runs");
+}
+
 }  // namespace
 
 std::int64_t activation_floats_per_token(const model::ModelConfig& c) { return activation_floats(shape_of(c)); }
@@ -57,21 +64,32 @@ PplMemory plan_perplexity_memory(const model::Model& m, std::int64_t n_ids, std:
   core::MemoryPlan& e = out.eager;
   e.title = "eager (window-major)";
   e.budget = budget;
-  e.add("weights (float32)", f.all_layers() + f.tables + f.other,
-        fmt::format("{} layers + embedding/head + the rest", f.layers.size()));
-  e.add("mapped pages at load", std::max(f.largest_layer_tensor_stored, f.largest_table_stored),
-        "the largest tensor, while it is widened");
+  if (stored(f)) {
+    e.add("weights (stored)", f.all_layers() + f.tables + f.other,
+          fmt::format("{} layers + embedding/head (mapped) + the rest", f.layers.size()));
+    add_widened(e, f);
+  } else {
+    e.add("weights (float32)", f.all_layers() + f.tables + f.other,
+          fmt::format("{} layers + embedding/head + the rest", f.layers.size()));
+    e.add("mapped pages at load", std::max(f.largest_layer_tensor_stored, f.largest_table_stored),
+          "the largest tensor, while it is widened");
+  }
   add_common(e, s, n_ids, batch_tokens, threads, false);
 
   core::MemoryPlan& l = out.layer_major;
   l.title = "layer-major (lazy layers)";
   l.budget = budget;
-  l.add("one layer (float32)", f.largest_layer(), "the largest of the decoder layers");
+  l.add(stored(f) ? "one layer (stored)" : "one layer (float32)", f.largest_layer(), "the largest of the decoder layers");
   l.add("other weights (float32)", f.other, "norms, positions, projections");
   l.add("hidden states", 4 * windows * seqlen * s.d,
         fmt::format("{} windows x {} tokens x {} x 4 B", windows, seqlen, s.d));
-  l.add("mapped pages", f.largest_table_stored + f.largest_layer_tensor_stored,
-        "embedding or head (read per batch) + one layer tensor (while widened)");
+  if (stored(f)) {
+    l.add("mapped pages", f.largest_table_stored, "embedding or head (read per batch)");
+    add_widened(l, f);
+  } else {
+    l.add("mapped pages", f.largest_table_stored + f.largest_layer_tensor_stored,
+          "embedding or head (read per batch) + one layer tensor (while widened)");
+  }
   add_common(l, s, n_ids, batch_tokens, threads, true);
   return out;
 }
@@ -97,8 +115,14 @@ core::MemoryPlan plan_inference_memory(const model::Model& m, std::int64_t posit
   core::MemoryPlan plan;
   plan.title = "in memory";
   plan.budget = budget;
-  plan.add("weights (float32)", f.all_layers() + f.tables + f.other,
-           "every layer, the embedding and the head widened at load");
+  if (stored(f)) {
+    plan.add("weights (stored)", f.all_layers() + f.tables + f.other,
+             "every layer, the embedding and the head as stored (mapped)");
+    add_widened(plan, f);
+  } else {
+    plan.add("weights (float32)", f.all_layers() + f.tables + f.other,
+             "every layer, the embedding and the head widened at load");
+  }
   plan.add("KV cache (dense)", 4 * 2 * s.kv_width * positions * c.num_hidden_layers,
            fmt::format("{} layers x {} positions x 2 x {} floats", c.num_hidden_layers, positions, s.kv_width));
   plan.add("activations (one prompt)", 4 * positions * activation_floats(s),

@@ -36,16 +36,18 @@ bool absorb_pays(int T, const AttentionShape& s, std::int64_t r) {
 
 // y: [K, out] = c[0:K]·Bᵀ + b: the dense outputs of the first K cached latents c: [capacity, r].
 void decompress(const Linear& l, const MatrixF& c, int K, MatrixF& y) {
-  const std::int64_t r = l.B.cols(), out = l.out;
+  const std::int64_t r = l.rank(), out = l.out;
   detail::ProfileScope scope(&ForwardProfile::linear_s, &ForwardProfile::linear_flops,
-                             2.0 * static_cast<double>(l.B.size()) * K);
+                             2.0 * static_cast<double>(out * r) * K);
   y.resize(K, out);
   core::BlasSingleThreaded single;
+  thread_local core::ScratchF wide;  // [out, r] a 16-bit B widened
+  const float* b = widened(l.B, l.B16, wide);
   core::parallel_for(K, kRowBlock, core::gemm_work(K, out, r), [&](std::int64_t r0, std::int64_t r1) {
     const bool bias = l.bias.size() > 0;
     if (bias) y.middleRows(r0, r1 - r0).rowwise() = l.bias.transpose();
     core::sgemm_rm(false, true, static_cast<int>(r1 - r0), static_cast<int>(out), static_cast<int>(r), 1.0f,
-                   c.data() + r0 * r, static_cast<int>(r), l.B.data(), static_cast<int>(r), bias ? 1.0f : 0.0f,
+                   c.data() + r0 * r, static_cast<int>(r), b, static_cast<int>(r), bias ? 1.0f : 0.0f,
                    y.data() + r0 * out, static_cast<int>(out));
   });
 }
@@ -87,11 +89,13 @@ void absorbed_attention(const MatrixF& q, const MatrixF& keys, const Linear* kp,
   MatrixF S(rows, K);  // [T·H, K] scores, then probabilities; row t·H + h
   core::BlasSingleThreaded single;
   if (kp != nullptr) {
-    const int r = static_cast<int>(kp->B.cols());
+    const int r = static_cast<int>(kp->rank());
+    thread_local core::ScratchF wide;  // [H_kv·d_h, r_k] a 16-bit B_k widened
+    const float* b = widened(kp->B, kp->B16, wide);
     MatrixF qt(T, static_cast<std::int64_t>(H) * r);  // [T, H·r_k] q̃_h = q_h·B_k,h, also [T·H, r_k]
     core::parallel_for(H, 1, core::gemm_work(T, r, d_h) * H, [&](std::int64_t h, std::int64_t) {
       core::sgemm_rm(false, false, T, r, d_h, 1.0f, q.data() + h * d_h, H * d_h,
-                     kp->B.data() + (h / group) * d_h * r, r, 0.0f, qt.data() + h * r, H * r);
+                     b + (h / group) * d_h * r, r, 0.0f, qt.data() + h * r, H * r);
     });
     core::parallel_for(K, kKeyBlock, core::gemm_work(rows, K, r), [&](std::int64_t k0, std::int64_t k1) {
       core::sgemm_rm(false, true, static_cast<int>(rows), static_cast<int>(k1 - k0), r, s.scale, qt.data(), r,
@@ -107,7 +111,9 @@ void absorbed_attention(const MatrixF& q, const MatrixF& keys, const Linear* kp,
   masked_softmax(S, s);
   out.resize(T, static_cast<std::int64_t>(H) * d_h);
   if (vp != nullptr) {
-    const int r = static_cast<int>(vp->B.cols());
+    const int r = static_cast<int>(vp->rank());
+    thread_local core::ScratchF wide;  // [H_kv·d_h, r_v] a 16-bit B_v widened
+    const float* b = widened(vp->B, vp->B16, wide);
     MatrixF ol(T, static_cast<std::int64_t>(H) * r);  // [T, H·r_v] = P·c_v per head, also [T·H, r_v]
     core::parallel_for(r, kColBlock, core::gemm_work(rows, r, K), [&](std::int64_t c0, std::int64_t c1) {
       core::sgemm_rm(false, false, static_cast<int>(rows), static_cast<int>(c1 - c0), K, 1.0f, S.data(), K,
@@ -115,7 +121,7 @@ void absorbed_attention(const MatrixF& q, const MatrixF& keys, const Linear* kp,
     });
     core::parallel_for(H, 1, core::gemm_work(T, d_h, r) * H, [&](std::int64_t h, std::int64_t) {
       const std::int64_t g = h / group;
-      core::sgemm_rm(false, true, T, d_h, r, 1.0f, ol.data() + h * r, H * r, vp->B.data() + g * d_h * r, r, 0.0f,
+      core::sgemm_rm(false, true, T, d_h, r, 1.0f, ol.data() + h * r, H * r, b + g * d_h * r, r, 0.0f,
                      out.data() + h * d_h, H * d_h);
       if (vp->bias.size() > 0) {
         for (int t = 0; t < T; ++t) out.row(t).segment(h * d_h, d_h) += vp->bias.segment(g * d_h, d_h).transpose();

@@ -108,6 +108,7 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, const LoadO
     if (a->architecture == config.architecture) arch = a;
   auto source = std::make_shared<WeightSource>(dir, config.raw, (dir / "config.json").string());
   source->loader.set_lazy(opt.lazy);
+  source->loader.set_stored(opt.weights == LoadOptions::Weights::Stored);
   source->loader.set_scan(opt.lazy && opt.scan_finite);
   std::vector<std::string> language;  // a multimodal checkpoint's language-model prefixes: what is checked here
   std::vector<std::string> towers;    // and its other parts' (their latent modules are LlavaModel's)
@@ -119,7 +120,7 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, const LoadO
   }
   auto m = arch->make(config, dir, source->loader);
   for (const auto& r : source->loader.prefix_rules()) m->stored_prefixes_.emplace_back(r.from, r.to);
-  m->init_layers(source, opt.lazy);
+  m->init_layers(source, opt);
   source->loader.check_latent_used(towers);
   if (!opt.allow_unused_tensors) source->loader.check_tensors_used(language);
   return m;

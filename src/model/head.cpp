@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/gemm.hpp"
+#include "core/gemm16.hpp"
 #include "latentllm/error.hpp"
 #include "core/parallel.hpp"
 
@@ -113,6 +114,16 @@ void head_logits(const MatrixF& x, const WeightTable& w, MatrixF& logits) {
   if (w.cols() != p) throw Error(fmt::format("head_logits: inner dimension (expected {}, got {})", w.cols(), p));
   logits.resize(n, V);
   core::BlasSingleThreaded single;
+  if (const auto w16 = w.view16(); w16 && n <= core::kGemvRows) {
+    // Decoding: the GEMV reads the 16-bit rows once, widening them in registers (the stored model
+    // checked them finite at load).
+    core::parallel_for(V, kVocab, core::gemm_work(n, V, p), [&](std::int64_t v0, std::int64_t v1) {
+      core::xwt16(x.data(), static_cast<int>(n), static_cast<int>(p), *w16, v0, v1, 0.0f, logits.data() + v0,
+                  static_cast<int>(V));
+    });
+    w.release_pages();
+    return;
+  }
   core::parallel_for(V, kVocab, core::gemm_work(n, V, p), [&](std::int64_t v0, std::int64_t v1) {
     thread_local core::ScratchF wblock;  // [kVocab, p]
     const float* wb = w.block(v0, v1 - v0, wblock);

@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "core/gemm.hpp"
+#include "core/gemm16.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/model.hpp"
 #include "model/linear_fused.hpp"
@@ -21,29 +22,57 @@ bool ends_with_module(std::string_view name, std::string_view rel) {
   return name.size() > rel.size() && name.ends_with(rel) && name[name.size() - rel.size() - 1] == '.';
 }
 
+std::int64_t values(const MatrixF& m, const Matrix16& h) { return m.size() + h.size(); }
+
 double linear_macs(const Linear& l) {
-  return static_cast<double>(l.factored() ? l.A.size() + l.B.size() : l.weight.size());
+  return static_cast<double>(l.factored() ? values(l.A, l.A16) + values(l.B, l.B16) : values(l.weight, l.weight16));
+}
+
+// A weight operand [rows, cols]: float32 (f) or kept 16-bit (h).
+struct Operand {
+  const float* f = nullptr;
+  const Matrix16* h = nullptr;
+};
+Operand operand(const MatrixF& m, const Matrix16& h) {
+  if (m.size() > 0 || h.size() == 0) return {m.data(), nullptr};
+  return {nullptr, &h};
 }
 
 }  // namespace
 
 std::int64_t Linear::num_params() const {
-  const std::int64_t w = factored() ? B.size() + A.size() : weight.size();
+  const std::int64_t w = factored() ? values(B, B16) + values(A, A16) : values(weight, weight16);
   return w + bias.size();
+}
+
+std::int64_t Linear::bytes() const {
+  return 4 * (weight.size() + B.size() + A.size() + bias.size() + static_cast<std::int64_t>(perm.size())) +
+         weight16.bytes() + B16.bytes() + A16.bytes();
+}
+
+const float* widened(const MatrixF& m, const Matrix16& h, core::ScratchF& scratch) {
+  if (m.size() > 0 || h.size() == 0) return m.data();
+  scratch.resize(static_cast<std::size_t>(h.size()));
+  const double bytes = 6.0 * static_cast<double>(h.size());  // 2 read, 4 written per value
+  core::parallel_for(h.rows, 64, core::Work{0, bytes}, [&](std::int64_t r0, std::int64_t r1) {
+    core::widen_rows(h, r0, r1, scratch.data() + r0 * h.cols);
+  });
+  return scratch.data();
 }
 
 void Linear::forward(const MatrixF& x, MatrixF& y) const { linear_forward(*this, x, y); }
 
 namespace {
 
-// z: [rows, r] = xb: [rows, in] · Aᵀ for the factored l (block identity: the gathered identity
-// columns plus the other columns · A).
-void latent_block(const Linear& l, const float* xb, int rows, core::ScratchF& z, core::ScratchF& rest) {
-  const std::int64_t r = l.B.cols(), in = l.in;
+// z: [rows, r] = xb: [rows, in] · Aᵀ for the factored l, a: l's A in float32 (block identity: the
+// gathered identity columns plus the other columns · A).
+void latent_block(const Linear& l, const float* a, const float* xb, int rows, core::ScratchF& z,
+                  core::ScratchF& rest) {
+  const std::int64_t r = l.rank(), in = l.in;
   z.resize(static_cast<std::size_t>(rows) * r);
   if (!l.block_identity) {
     core::sgemm_rm(false, true, rows, static_cast<int>(r), static_cast<int>(in), 1.0f, xb, static_cast<int>(in),
-                   l.A.data(), static_cast<int>(in), 0.0f, z.data(), static_cast<int>(r));
+                   a, static_cast<int>(in), 0.0f, z.data(), static_cast<int>(r));
     return;
   }
   // A_dense = [I_r | A] on the columns perm: z = x[:, perm[:r]] + x[:, perm[r:]]·Aᵀ.
@@ -58,23 +87,30 @@ void latent_block(const Linear& l, const float* xb, int rows, core::ScratchF& z,
   }
   if (k > 0) {
     core::sgemm_rm(false, true, rows, static_cast<int>(r), static_cast<int>(k), 1.0f, rest.data(), static_cast<int>(k),
-                   l.A.data(), static_cast<int>(k), 1.0f, z.data(), static_cast<int>(r));
+                   a, static_cast<int>(k), 1.0f, z.data(), static_cast<int>(r));
   }
 }
 
 // y[:, j] (ld ldy) = beta·y[:, j] + x: [n, k] · w[j, :]ᵀ for every column j < cols of w: [cols, k],
 // by column blocks on the pool (a GEMV split over its output when n = 1).
-void xwt_columns(const float* x, int n, int k, const float* w, std::int64_t cols, float beta, float* y, int ldy) {
+// A 16-bit w is widened block by block (the same sgemm calls on the same values), or read by the GEMV
+// kernel for at most core::kGemvRows rows.
+void xwt_columns(const float* x, int n, int k, Operand w, std::int64_t cols, float beta, float* y, int ldy) {
   core::parallel_for(cols, kColBlock, core::gemm_work(n, cols, k), [&](std::int64_t c0, std::int64_t c1) {
-    core::sgemm_rm(false, true, n, static_cast<int>(c1 - c0), k, 1.0f, x, k, w + c0 * k, k, beta, y + c0, ldy);
+    if (w.h != nullptr) {
+      core::xwt16(x, n, k, *w.h, c0, c1, beta, y + c0, ldy);
+    } else {
+      core::sgemm_rm(false, true, n, static_cast<int>(c1 - c0), k, 1.0f, x, k, w.f + c0 * k, k, beta, y + c0, ldy);
+    }
   });
 }
 
 // z: [n, r] = x: [n, in] · A_denseᵀ for the factored l, by columns of z (few rows).
 void latent_columns(const Linear& l, const float* x, int n, float* z) {
-  const std::int64_t r = l.B.cols(), in = l.in;
+  const std::int64_t r = l.rank(), in = l.in;
+  const Operand a = operand(l.A, l.A16);
   if (!l.block_identity) {
-    xwt_columns(x, n, static_cast<int>(in), l.A.data(), r, 0.0f, z, static_cast<int>(r));
+    xwt_columns(x, n, static_cast<int>(in), a, r, 0.0f, z, static_cast<int>(r));
     return;
   }
   const std::int64_t k = in - r;
@@ -83,7 +119,7 @@ void latent_columns(const Linear& l, const float* x, int n, float* z) {
     for (std::int64_t j = 0; j < r; ++j) z[i * r + j] = x[i * in + l.perm[static_cast<std::size_t>(j)]];
     for (std::int64_t j = r; j < in; ++j) rest[static_cast<std::size_t>(i * k + j - r)] = x[i * in + l.perm[static_cast<std::size_t>(j)]];
   }
-  if (k > 0) xwt_columns(rest.data(), n, static_cast<int>(k), l.A.data(), r, 1.0f, z, static_cast<int>(r));
+  if (k > 0) xwt_columns(rest.data(), n, static_cast<int>(k), a, r, 1.0f, z, static_cast<int>(r));
 }
 
 // linear_forward for n < kRowBlock rows: the GEMMs split by output columns, the epilogue after them.
@@ -99,12 +135,13 @@ void forward_columns(const Linear& l, const MatrixF& x, MatrixF& y, const Epilog
   }
   const float beta = e.accumulate || l.bias.size() > 0 ? 1.0f : 0.0f;
   if (!l.factored()) {
-    xwt_columns(x.data(), n, static_cast<int>(in), l.weight.data(), out, beta, y.data(), static_cast<int>(out));
+    xwt_columns(x.data(), n, static_cast<int>(in), operand(l.weight, l.weight16), out, beta, y.data(),
+                static_cast<int>(out));
   } else {
-    const std::int64_t r = l.B.cols();
+    const std::int64_t r = l.rank();
     core::ScratchF z(static_cast<std::size_t>(n * r));  // [n, r]
     latent_columns(l, x.data(), n, z.data());
-    xwt_columns(z.data(), n, static_cast<int>(r), l.B.data(), out, beta, y.data(), static_cast<int>(out));
+    xwt_columns(z.data(), n, static_cast<int>(r), operand(l.B, l.B16), out, beta, y.data(), static_cast<int>(out));
   }
   if (e.act) activate_span(y.data(), y.size(), *e.act);
   if (e.times != nullptr) y.array() *= e.times->array();
@@ -117,18 +154,20 @@ void latent_forward(const Linear& l, const MatrixF& x, MatrixF& z) {
     throw Error(fmt::format("{}: latent of a {} module with input width {} (expected a factored module of input "
                             "width {})", l.name, l.factored() ? "factored" : "dense", x.cols(), l.in));
   }
-  const std::int64_t n = x.rows(), r = l.B.cols();
+  const std::int64_t n = x.rows(), r = l.rank();
   detail::ProfileScope scope(&ForwardProfile::linear_s, &ForwardProfile::linear_flops,
-                             2.0 * static_cast<double>(l.A.size()) * static_cast<double>(n));
+                             2.0 * static_cast<double>(values(l.A, l.A16)) * static_cast<double>(n));
   z.resize(n, r);
   core::BlasSingleThreaded single;
   if (n < kRowBlock) {
     latent_columns(l, x.data(), static_cast<int>(n), z.data());
     return;
   }
+  thread_local core::ScratchF wide_a;  // [r, in(−r)] a 16-bit A widened
+  const float* a = widened(l.A, l.A16, wide_a);
   core::parallel_for(n, kRowBlock, core::gemm_work(n, r, l.in), [&](std::int64_t r0, std::int64_t r1) {
     thread_local core::ScratchF zb, rest;  // [rows, r], [rows, in − r]
-    latent_block(l, x.data() + r0 * l.in, static_cast<int>(r1 - r0), zb, rest);
+    latent_block(l, a, x.data() + r0 * l.in, static_cast<int>(r1 - r0), zb, rest);
     std::copy(zb.begin(), zb.begin() + (r1 - r0) * r, z.data() + r0 * r);
   });
 }
@@ -152,10 +191,17 @@ void linear_forward(const Linear& l, const MatrixF& x, MatrixF& y, const Epilogu
   const bool has_bias = l.bias.size() > 0;
   // Row blocks, each on one thread: a factored module's latent block stays in cache between its
   // two GEMMs, and the block-identity gather and the epilogue run in parallel with them.
-  const std::int64_t rank = l.factored() ? l.B.cols() : 0;
+  const std::int64_t rank = l.factored() ? l.rank() : 0;
   const core::Work work = l.factored() ? core::gemm_work(n, rank, in) + core::gemm_work(n, out, rank)
                                        : core::gemm_work(n, out, in);
   core::BlasSingleThreaded single;
+  // 16-bit matrices are widened whole once per call (on the pool) and the row blocks run the float32
+  // path's sgemm calls on them: OpenBLAS's bits depend on how a product is split, so splitting W
+  // further would change them for small blocks.
+  thread_local core::ScratchF wide_w, wide_a, wide_b;  // the widened weight16, A16, B16
+  const float* w = l.factored() ? nullptr : widened(l.weight, l.weight16, wide_w);
+  const float* a = l.factored() ? widened(l.A, l.A16, wide_a) : nullptr;
+  const float* b = l.factored() ? widened(l.B, l.B16, wide_b) : nullptr;
   core::parallel_for(n, kRowBlock, work, [&](std::int64_t r0, std::int64_t r1) {
     const int rows = static_cast<int>(r1 - r0);
     float* yb = y.data() + r0 * out;  // [rows, out]
@@ -168,12 +214,12 @@ void linear_forward(const Linear& l, const MatrixF& x, MatrixF& y, const Epilogu
     const float beta = e.accumulate || has_bias ? 1.0f : 0.0f;
     if (!l.factored()) {
       core::sgemm_rm(false, true, rows, static_cast<int>(out), static_cast<int>(in), 1.0f, x.data() + r0 * in,
-                     static_cast<int>(in), l.weight.data(), static_cast<int>(in), beta, yb, static_cast<int>(out));
+                     static_cast<int>(in), w, static_cast<int>(in), beta, yb, static_cast<int>(out));
     } else {
       thread_local core::ScratchF z, rest;  // [rows, r] latent, [rows, in − r] non-identity inputs
-      latent_block(l, x.data() + r0 * in, rows, z, rest);
-      const int r = static_cast<int>(l.B.cols());
-      core::sgemm_rm(false, true, rows, static_cast<int>(out), r, 1.0f, z.data(), r, l.B.data(), r, beta, yb,
+      latent_block(l, a, x.data() + r0 * in, rows, z, rest);
+      const int r = static_cast<int>(l.rank());
+      core::sgemm_rm(false, true, rows, static_cast<int>(out), r, 1.0f, z.data(), r, b, r, beta, yb,
                      static_cast<int>(out));
     }
     if (e.act) activate_span(yb, static_cast<std::int64_t>(rows) * out, *e.act);
@@ -181,8 +227,20 @@ void linear_forward(const Linear& l, const MatrixF& x, MatrixF& y, const Epilogu
   });
 }
 
+namespace {
+
+MatrixF to_matrix(const MatrixF& m, const Matrix16& h) {
+  if (m.size() > 0 || h.size() == 0) return m;
+  MatrixF out(h.rows, h.cols);
+  core::widen_rows(h, 0, h.rows, out.data());
+  return out;
+}
+
+}  // namespace
+
 MatrixF Linear::dense_weight() const {
-  if (!factored()) return weight;
+  if (!factored()) return to_matrix(weight, weight16);
+  const MatrixF B = to_matrix(this->B, B16), A = to_matrix(this->A, A16);
   if (!block_identity) return B * A;  // [out, r]·[r, in]
   const std::int64_t r = B.cols();
   MatrixF a_dense = MatrixF::Zero(r, in);  // [r, in]

@@ -4,6 +4,7 @@
 
 #include <optional>
 
+#include "core/parallel.hpp"
 #include "latentllm/model.hpp"
 #include "model/ops.hpp"
 
@@ -33,6 +34,10 @@ inline Epilogue activated(Activation act, const MatrixF* times = nullptr) {
 // forward's threads (results do not depend on the thread count).
 // Fewer rows than one row block (decoding) split the output columns instead, also in fixed blocks.
 void linear_forward(const Linear& l, const MatrixF& x, MatrixF& y, const Epilogue& e = {});
+
+// The float32 values of a matrix held as float32 (m) or kept 16-bit (h, when m is empty): m's data, or
+// h widened whole into scratch (on the pool), valid until scratch changes.
+const float* widened(const MatrixF& m, const Matrix16& h, core::ScratchF& scratch);
 
 // z: [n, r] = the latent A·x of each row of x: [n, in] for a factored l (block identity: the gathered
 // identity inputs plus the others · A). Error unless l is factored with input width x.cols().

@@ -66,8 +66,10 @@ const DecoderLayer& Model::layer_spec(int i) const {
   return loaded_.at(k) ? layers_[k] : specs_.at(k);
 }
 
-void Model::init_layers(std::shared_ptr<WeightSource> source, bool lazy) {
+void Model::init_layers(std::shared_ptr<WeightSource> source, const LoadOptions& opt) {
+  const bool lazy = opt.lazy;
   WeightLoader& w = source->loader;
+  footprint_.weights = opt.weights;
   footprint_.tables = w.table_bytes();
   footprint_.other = w.take_counted_bytes();
   footprint_.largest_table_stored = w.largest_table_stored();
@@ -84,7 +86,12 @@ void Model::init_layers(std::shared_ptr<WeightSource> source, bool lazy) {
   }
   w.set_checking(false);
   footprint_.largest_layer_tensor_stored = w.take_largest_stored();
-  if (lazy) source_ = std::move(source);
+  footprint_.largest_widened = w.take_largest_widened();
+  if (lazy) {
+    source_ = std::move(source);
+  } else if (opt.weights == LoadOptions::Weights::Stored) {
+    mapped_ = std::move(source);
+  }
 }
 
 void Model::adopt_layers(std::vector<DecoderLayer> layers) {
@@ -95,7 +102,7 @@ void Model::adopt_layers(std::vector<DecoderLayer> layers) {
   for (const DecoderLayer& L : layers_) {
     std::int64_t bytes = 0;
     for (const Linear& l : L.linears)
-      bytes += 4 * (l.weight.size() + l.B.size() + l.A.size() + l.bias.size() + static_cast<std::int64_t>(l.perm.size()));
+      bytes += l.bytes();
     for (const auto& [name, v] : L.norms) bytes += 4 * v.size();
     footprint_.layers.push_back(bytes);
   }
@@ -122,8 +129,17 @@ void Model::release_layer(int i) {
     throw Error(fmt::format("{}: release_layer({}) on an eager model (expected a model loaded with "
                             "LoadOptions::lazy, got one that cannot load it again)", dir_.string(), i));
   }
+  for (const Linear& l : layers_.at(static_cast<std::size_t>(i)).linears) source_->loader.release_pages(l);
   layers_.at(static_cast<std::size_t>(i)) = DecoderLayer{};
   loaded_[static_cast<std::size_t>(i)] = 0;
+}
+
+std::string_view weights_name(LoadOptions::Weights w) { return w == LoadOptions::Weights::Stored ? "stored" : "f32"; }
+
+LoadOptions::Weights parse_weights(std::string_view s) {
+  if (s == "f32") return LoadOptions::Weights::F32;
+  if (s == "stored") return LoadOptions::Weights::Stored;
+  throw ConfigError(fmt::format("--weights (expected f32 or stored, got {})", s));
 }
 
 std::int64_t WeightFootprint::largest_layer() const {

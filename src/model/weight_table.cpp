@@ -29,8 +29,9 @@ WeightTable WeightTable::widened(MatrixF m) {
   return t;
 }
 
-WeightTable WeightTable::mapped(const io::TensorStore& store, const std::string& name) {
+WeightTable WeightTable::mapped(const io::TensorStore& store, const std::string& name, bool keep_pages) {
   WeightTable t;
+  t.keep_pages_ = keep_pages;
   t.store_ = &store;
   t.view_ = &store.get(name);
   if (t.view_->shape.size() != 2) {
@@ -70,7 +71,20 @@ const float* WeightTable::block(std::int64_t r0, std::int64_t n, core::ScratchF&
 }
 
 void WeightTable::release_pages() const {
-  if (view_ != nullptr) store_->release_pages(view_->name);
+  if (view_ != nullptr && !keep_pages_) store_->release_pages(view_->name);
+}
+
+std::optional<Matrix16> WeightTable::view16() const {
+  if (view_ == nullptr || (view_->dtype != DType::F16 && view_->dtype != DType::BF16) ||
+      reinterpret_cast<std::uintptr_t>(view_->data) % alignof(std::uint16_t) != 0) {
+    return std::nullopt;
+  }
+  Matrix16 m;
+  m.dtype = view_->dtype;
+  m.rows = rows_;
+  m.cols = cols_;
+  m.data = reinterpret_cast<const std::uint16_t*>(view_->data);
+  return m;
 }
 
 }  // namespace latentllm::model

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -21,7 +22,9 @@ class WeightTable {
   // An eager table: m: [rows, cols] float32 (checked finite by the loader).
   static WeightTable widened(MatrixF m);
   // A lazy table: the tensor `name` of `store` (the store outlives the table), shape [rows, cols].
-  static WeightTable mapped(const io::TensorStore& store, const std::string& name);
+  // keep_pages: release_pages() leaves the pages mapped in (a model with stored weights reads its head
+  // every decoding step; dropping its pages would fault them in again each time).
+  static WeightTable mapped(const io::TensorStore& store, const std::string& name, bool keep_pages = false);
 
   std::int64_t rows() const { return rows_; }
   std::int64_t cols() const { return cols_; }
@@ -39,6 +42,9 @@ class WeightTable {
   const float* block(std::int64_t r0, std::int64_t n, core::ScratchF& scratch) const;
   // The float32 matrix of an eager table (empty for a mapped one).
   const MatrixF& matrix() const { return m_; }
+  // The mapped tensor as a Matrix16 view when it is F16 or BF16 with 2-byte aligned data; else
+  // nullopt.
+  std::optional<Matrix16> view16() const;
   // Lazy: drops the tensor's mapped pages from this process (TensorStore::release_pages); eager: nothing.
   void release_pages() const;
 
@@ -47,6 +53,7 @@ class WeightTable {
   const io::TensorStore* store_ = nullptr;  // lazy
   const TensorView* view_ = nullptr;        // lazy: [rows, cols] in the mapping
   std::int64_t rows_ = 0, cols_ = 0;
+  bool keep_pages_ = false;
 };
 
 }  // namespace latentllm::model

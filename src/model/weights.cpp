@@ -1,10 +1,12 @@
 #include "model/weights.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include <fmt/ranges.h>
 
+#include "core/gemm16.hpp"
 #include "latentllm/error.hpp"
 #include "model/ops.hpp"
 
@@ -77,6 +79,43 @@ MatrixF WeightLoader::matrix_of(const std::string& name, std::initializer_list<s
   return m;
 }
 
+bool WeightLoader::is16(const std::string& name) const {
+  const DType d = store_.get(resolve(name)).dtype;
+  return d == DType::F16 || d == DType::BF16;
+}
+
+Matrix16 WeightLoader::matrix16(const std::string& name, std::int64_t rows, std::int64_t cols) const {
+  const auto& t = view(name, {rows, cols});
+  if (t.dtype != DType::F16 && t.dtype != DType::BF16) {
+    throw Error(fmt::format("{}: matrix16 of a {} tensor (expected F16 or BF16)", name, dtype_name(t.dtype)));
+  }
+  counted_bytes_ += 2 * rows * cols;
+  largest_stored_ = std::max(largest_stored_, static_cast<std::int64_t>(t.nbytes));
+  if (checking_ && !scan_) return {};
+  Matrix16 m;
+  m.dtype = t.dtype;
+  m.rows = rows;
+  m.cols = cols;
+  if (reinterpret_cast<std::uintptr_t>(t.data) % alignof(std::uint16_t) == 0) {
+    m.data = reinterpret_cast<const std::uint16_t*>(t.data);
+  } else {
+    auto copy = std::make_shared<std::vector<std::uint16_t>>(static_cast<std::size_t>(rows * cols));
+    std::memcpy(copy->data(), t.data, t.nbytes);
+    m.data = copy->data();
+    m.owned = std::move(copy);
+  }
+  if (const std::int64_t bad = core::first_non_finite(m); bad >= 0) {
+    const std::uint16_t h = m.data[bad];
+    throw NumericError(fmt::format("{}: non-finite value at [{}, {}] (expected finite, got {})", name, bad / cols,
+                                   bad % cols, m.dtype == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h)));
+  }
+  if (checking_) {  // scanned only
+    store_.release_pages(t.name);
+    return {};
+  }
+  return m;
+}
+
 VectorF WeightLoader::vector(const std::string& name, std::int64_t n) const {
   const auto& t = view(name, {n});
   counted_bytes_ += 4 * n;
@@ -91,7 +130,25 @@ VectorF WeightLoader::vector(const std::string& name, std::int64_t n) const {
 }
 
 WeightTable WeightLoader::table(const std::string& name, std::int64_t rows, std::int64_t cols) const {
-  largest_table_stored_ = std::max(largest_table_stored_, static_cast<std::int64_t>(view(name, {rows, cols}).nbytes));
+  const auto stored_bytes = static_cast<std::int64_t>(view(name, {rows, cols}).nbytes);
+  largest_table_stored_ = std::max(largest_table_stored_, stored_bytes);
+  if (stored_ && is16(name)) {  // mapped, its stored bytes
+    table_bytes_ += stored_bytes;
+    WeightTable t = WeightTable::mapped(store_, resolve(name), /*keep_pages=*/!lazy_);
+    if (!checking_ && !lazy_) {
+      // An eager model checks every value at load; the GEMV of decoding reads a 16-bit head unchecked.
+      const TensorView& v = store_.get(resolve(name));
+      if (const auto m = t.view16()) {
+        if (const std::int64_t bad = core::first_non_finite(*m); bad >= 0) {
+          const std::uint16_t h = m->data[bad];
+          throw NumericError(fmt::format("{}: non-finite value at [{}, {}] (expected finite, got {})", name,
+                                         bad / cols, bad % cols, m->dtype == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h)));
+        }
+      }
+      store_.release_pages(v.name);
+    }
+    return t;
+  }
   if (!lazy_) {
     WeightTable t = WeightTable::widened(matrix(name, rows, cols));
     counted_bytes_ -= 4 * rows * cols;  // counted as a table
@@ -106,6 +163,19 @@ std::int64_t WeightLoader::take_largest_stored() {
   const std::int64_t b = largest_stored_;
   largest_stored_ = 0;
   return b;
+}
+
+std::int64_t WeightLoader::take_largest_widened() {
+  const std::int64_t b = largest_widened_;
+  largest_widened_ = 0;
+  return b;
+}
+
+void WeightLoader::release_pages(const Linear& l) const {
+  const std::pair<const Matrix16*, const char*> parts[] = {
+      {&l.weight16, ".weight"}, {&l.B16, ".B.weight"}, {&l.A16, ".A.weight"}};
+  for (const auto& [m, suffix] : parts)
+    if (m->size() > 0 && !m->owned) store_.release_pages(resolve(l.name + suffix));
 }
 
 std::int64_t WeightLoader::take_counted_bytes() {
@@ -126,14 +196,29 @@ Linear WeightLoader::linear(const std::string& module, std::int64_t in, std::int
                                     lm.out, lm.in));
     }
     const std::int64_t r = lm.rank;
-    l.B = matrix(module + ".B.weight", out, r);                                       // [out, r]
-    l.A = matrix(module + ".A.weight", r, lm.block_identity ? in - r : in);          // [r, in(−r)]
+    const std::int64_t a_cols = lm.block_identity ? in - r : in;
+    if (stored_ && is16(module + ".B.weight")) {
+      l.B16 = matrix16(module + ".B.weight", out, r);  // [out, r]
+    } else {
+      l.B = matrix(module + ".B.weight", out, r);
+    }
+    if (stored_ && is16(module + ".A.weight")) {
+      l.A16 = matrix16(module + ".A.weight", r, a_cols);  // [r, in(−r)]
+    } else {
+      l.A = matrix(module + ".A.weight", r, a_cols);
+    }
+    if (stored_) largest_widened_ = std::max(largest_widened_, 4 * (out * r + r * a_cols));
     l.block_identity = lm.block_identity;
     l.perm = lm.perm;
     counted_bytes_ += 4 * static_cast<std::int64_t>(lm.perm.size());
     latent_used_.insert(module);
   } else {
-    l.weight = matrix(module + ".weight", out, in);  // [out, in]
+    if (stored_ && is16(module + ".weight")) {
+      l.weight16 = matrix16(module + ".weight", out, in);  // [out, in]
+      largest_widened_ = std::max(largest_widened_, 4 * out * in);
+    } else {
+      l.weight = matrix(module + ".weight", out, in);  // [out, in]
+    }
   }
   if (has_bias) l.bias = vector(module + ".bias", out);  // [out]
   return l;

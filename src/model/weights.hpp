@@ -39,13 +39,19 @@ class WeightLoader {
   // convolution weight [out, C, kh, kw] as [out, C·kh·kw]; the checks of matrix().
   MatrixF matrix_of(const std::string& name, std::initializer_list<std::int64_t> shape, std::int64_t rows,
                     std::int64_t cols) const;
+  // [rows, cols] F16/BF16 kept as stored: a view into the mapping (an owned copy when its bytes are not
+  // 2-byte aligned); the checks of matrix(). The tensor must be F16 or BF16 (is16).
+  Matrix16 matrix16(const std::string& name, std::int64_t rows, std::int64_t cols) const;
+  // True when the tensor `name` is stored as F16 or BF16.
+  bool is16(const std::string& name) const;
   // [n] float copy; same checks.
   VectorF vector(const std::string& name, std::int64_t n) const;
   // [rows, cols] embedding or LM head: a float copy (as matrix()), or with `lazy` (set_lazy) the
   // mapped tensor, widened on use (WeightTable).
   WeightTable table(const std::string& name, std::int64_t rows, std::int64_t cols) const;
   // The linear module `module` ("model.layers.0.self_attn.q_proj") of shape [out, in], with a bias
-  // if has_bias; factored when the latent section lists it.
+  // if has_bias; factored when the latent section lists it. With set_stored, its F16/BF16 matrices are
+  // kept as stored (Linear::weight16, B16, A16).
   Linear linear(const std::string& module, std::int64_t in, std::int64_t out, bool has_bias);
   // Throws FormatError naming a latent module no architecture file asked for; modules under the
   // `skip` prefixes are another loader's (a LLaVA checkpoint's vision tower and projector).
@@ -78,6 +84,14 @@ class WeightLoader {
   void set_scan(bool on) { scan_ = on; }
   // table() returns mapped tables.
   void set_lazy(bool on) { lazy_ = on; }
+  // linear() keeps F16/BF16 matrices as stored (LoadOptions::Weights::Stored); the bytes counted for
+  // them and for the tables are then the stored ones.
+  void set_stored(bool on) { stored_ = on; }
+  // Float32 bytes of the largest set of 16-bit matrices one linear() gave since the last call: what
+  // the forward widens at once (Linear::weight16, or A16 + B16).
+  std::int64_t take_largest_widened();
+  // Drops the mapped pages of l's 16-bit views (a released layer of a lazy model).
+  void release_pages(const Linear& l) const;
   // Float32 bytes of the matrices and vectors asked for since the last call (checking mode included):
   // what they take once widened.
   std::int64_t take_counted_bytes();
@@ -96,8 +110,9 @@ class WeightLoader {
   std::map<std::string, io::LatentModule> latent_;
   std::set<std::string> latent_used_;
   mutable std::set<std::string> used_;  // stored names resolved so far
-  bool checking_ = false, lazy_ = false, scan_ = false;
+  bool checking_ = false, lazy_ = false, scan_ = false, stored_ = false;
   mutable std::int64_t counted_bytes_ = 0, table_bytes_ = 0, largest_stored_ = 0, largest_table_stored_ = 0;
+  std::int64_t largest_widened_ = 0;
 };
 
 // The open checkpoint of a lazy model: the mapped tensors and the loader that widens a layer from them.

@@ -213,7 +213,11 @@ TEST(ErrorsDoc, Generation) {
                     {"gen-decode-id", {lib([&] { tok->decode(std::vector<std::int32_t>{1, 600}); })}},
                     {"gen-kv-capacity", {lib([&] { model::KvCache(*m, 513); })}},
                     {"gen-eos", {cli("generate --model " + q(bad_eos))}},
-                    {"gen-budget", {cli(gen + "--max-memory 100M")}},
+                    {"gen-budget", {cli(gen + "--max-memory 100M"), cli(gen + "--max-memory 100M --weights f32")}},
+                    {"gen-weights", {cli(gen + "--weights f16"), cli("ppl --model " + model() + " --dataset text --data " +
+                                         q(shared_path("data/tinystories/TinyStories-valid.stories0001-0232.clean.txt")) +
+                                         " --weights F32"),
+                                     lib([] { model::parse_weights("half"); })}},
                     {"gen-kv-full", {lib([&] {
                        model::KvCache cache(*m, 2);
                        MatrixF logits;

@@ -98,7 +98,8 @@ TEST(PplCliMemory, LayerMajorGivesTheWindowMajorResultAndPrintsThePlan) {
 // computes them (2 threads in both).
 TEST(PplCliMemory, TooSmallBudgetNamesTheWindowsThatFitBeforeAnyWork) {
   const fs::path dir = test::shared_path("models/opt-tiny");
-  const auto m = model::Model::load(dir, {.lazy = true});
+  // The plan of ppl's default --weights stored (opt-tiny is F16).
+  const auto m = model::Model::load(dir, {.lazy = true, .weights = model::LoadOptions::Weights::Stored});
   const auto ids = eval::eval_ids(*io::load_tokenizer(dir), io::Dataset::WikiText2, wiki(), 256);
   const auto n_ids = static_cast<std::int64_t>(ids.size());
   const std::int64_t windows = eval::eval_windows(n_ids, 256, 0), budget = std::int64_t{400} << 20;

@@ -164,6 +164,7 @@ Command add_eval(CLI::App& app) {
                   "load, so a model whose plan (printed at start) does not fit is refused before it is read")
       ->group("Run");
   add_run_options(sub, args->run);
+  add_weights_option(sub, args->run);
   sub->add_flag("--json", args->json,
                 "Print one JSON object (accuracy and counts per category, every prediction, problems_per_s) "
                 "instead of the table")

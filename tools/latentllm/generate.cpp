@@ -229,6 +229,7 @@ Command add_generate(CLI::App& app) {
                   "load, so a model whose plan (printed at start) does not fit is refused before it is read")
       ->group("Run");
   add_run_options(sub, args->run);
+  add_weights_option(sub, args->run);
   sub->add_flag("--json", args->json,
                 "Print one JSON object (text, tokens, prompt_tokens_per_s, decode_tokens_per_s, "
                 "kv_cache_bytes_per_token, kv_cache_bytes) instead of streaming the text")

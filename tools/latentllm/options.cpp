@@ -275,7 +275,16 @@ void add_run_options(CLI::App* sub, RunArgs& a) {
                 "error: the config and the weights disagree)")->group("Run");
 }
 
+void add_weights_option(CLI::App* sub, RunArgs& a) {
+  a.weights = "stored";
+  sub->add_option("--weights", a.weights,
+                  "How the weights are held: stored (F16/BF16 kept as the checkpoint stores them, mapped, widened "
+                  "inside the kernels) or f32 (widened to float32 at load; 2x the memory for a 16-bit checkpoint)")
+      ->capture_default_str()->group("Run");
+}
+
 void apply_run_options(const RunArgs& a) {
+  model::parse_weights(a.weights);  // ConfigError before any work
   if (a.threads < 0) throw ConfigError(fmt::format("--threads (expected >= 0, got {})", a.threads));
   g_quiet = a.quiet;
   if (a.quiet) set_log_level(LogLevel::Warn);
@@ -334,10 +343,10 @@ void check_inference_memory(const std::string& command, const std::string& model
                              max_memory.empty() ? "physical memory - 2 GiB; --max-memory" : "--max-memory",
                              plan.describe().c_str());
   if (plan.fits()) return;
-  throw ConfigError(fmt::format("--max-memory: budget too small for {} (expected at least {}: {}; got {}); the weights "
-                                "are widened to float32 at load: use --max-memory {} on a machine with that memory",
+  throw ConfigError(fmt::format("--max-memory: budget too small for {} (expected at least {}: {}; got {}); the "
+                                "weights are held as {} (--weights {}): use --max-memory {} on a machine with that memory",
                                 command, core::format_bytes(plan.total()), plan.summary(), core::format_bytes(budget),
-                                gib_option(plan.total())));
+                                run.weights == "f32" ? "float32" : "stored", run.weights, gib_option(plan.total())));
 }
 
 // The output directory as given, "dir/" naming "dir" (its progress is "dir.resume", not "dir/.resume").

@@ -42,11 +42,16 @@ struct RunArgs {
   int threads = 0;
   bool quiet = false;
   bool allow_unused_tensors = false;  // --allow-unused-tensors (model::LoadOptions)
+  std::string weights = "f32";        // --weights (add_weights_option): "f32" or "stored"
   model::LoadOptions load(bool lazy = false, bool scan_finite = false) const {
-    return {.lazy = lazy, .scan_finite = scan_finite, .allow_unused_tensors = allow_unused_tensors};
+    return {.lazy = lazy, .scan_finite = scan_finite, .allow_unused_tensors = allow_unused_tensors,
+            .weights = model::parse_weights(weights)};
   }
 };
 void add_run_options(CLI::App* sub, RunArgs& a);
+// Adds --weights f32|stored (group "Run", default stored): how the decoder layers' weights are held
+// (model::LoadOptions::weights).
+void add_weights_option(CLI::App* sub, RunArgs& a);
 // Checks --threads (>= 0; a warning above the machine's cores), sets the thread count, and with --quiet
 // keeps only warnings and errors on stderr (no progress, no plans).
 void apply_run_options(const RunArgs& a);

@@ -186,6 +186,7 @@ Command add_ppl(CLI::App& app) {
       ->capture_default_str()
       ->group("Performance");
   add_run_options(sub, args->run);
+  add_weights_option(sub, args->run);
   sub->add_option("--max-memory", args->max_memory,
                   "Memory budget in bytes or with a unit (20G, 512M; binary units). Default: physical memory "
                   "minus 2 GiB. The model is widened at load when that fits, else evaluated layer by layer; a "

@@ -1,0 +1,140 @@
+// Weights kept in their stored dtype (model::LoadOptions::Weights::Stored) on 16-bit copies of the
+// shared checkpoints made here: a latent checkpoint of stories260K (F16 factors, block identity) and its
+// dense BF16 export, and opt-tiny's dense F16 export. Perplexity is bit-identical to the float32
+// weights, eager and layer-major; decoding logits stay within the GEMV's rounding bound; the footprint
+// counts the stored bytes; `latentllm ppl --weights` gives the same figure either way.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include "latentllm/calib.hpp"
+#include "latentllm/checkpoint.hpp"
+#include "latentllm/compress.hpp"
+#include "latentllm/dataset.hpp"
+#include "latentllm/eval.hpp"
+#include "latentllm/export.hpp"
+#include "latentllm/log.hpp"
+#include "latentllm/model.hpp"
+#include "latentllm/tokenizer.hpp"
+#include "test_support.hpp"
+
+namespace latentllm {
+namespace {
+
+namespace fs = std::filesystem;
+using Weights = model::LoadOptions::Weights;
+
+fs::path stories() { return test::shared_path("data/tinystories/TinyStories-valid.stories0001-0232.clean.txt"); }
+
+// A latent F16 checkpoint of `model` (asvd-rootcov 30 %, block identity) in a temporary directory.
+fs::path latent16(const std::string& model, const std::string& tag) {
+  set_log_callback([](LogLevel, std::string_view) {});
+  const fs::path src = test::shared_path(model);
+  auto m = model::Model::load(src);
+  const auto tok = io::load_tokenizer(src);
+  calib::CalibOptions co;
+  co.source = "text";
+  co.data = stories();
+  co.nsamples = 4;
+  co.seqlen = 64;
+  compress::CompressOptions opt;
+  opt.method = compress::parse_method("asvd-rootcov");
+  opt.ratio = 0.3;
+  compress::compress_model(*m, calib::sample_calibration(*tok, co), 64, opt);
+  const fs::path out = test::make_temp_dir("stored-" + tag) / "latent";
+  checkpoint::save(*m, out, checkpoint::SaveOptions{});  // F16
+  return out;
+}
+
+// The dense export of a latent checkpoint in `dt`.
+fs::path dense_export(const fs::path& latent, DType dt) {
+  const fs::path out = latent.parent_path() / fmt::format("dense-{}", dtype_name(dt));
+  format::ExportOptions eo;
+  eo.dtype = dt;
+  format::export_checkpoint(latent, out, eo);
+  return out;
+}
+
+struct Fixture {
+  fs::path latent, dense_bf16, dense_f16;
+};
+
+const Fixture& fixture() {
+  static const Fixture f = [] {
+    Fixture x;
+    x.latent = latent16("models/stories260K/hf", "stories");
+    x.dense_bf16 = dense_export(x.latent, DType::BF16);
+    x.dense_f16 = dense_export(latent16("models/opt-tiny", "opt"), DType::F16);
+    return x;
+  }();
+  return f;
+}
+
+// 5 windows of 128 in batches of 2: float32, stored eager and stored layer-major, the same bits.
+void expect_same_perplexity(const fs::path& dir) {
+  const auto f32 = model::Model::load(dir);
+  const auto stored = model::Model::load(dir, {.weights = Weights::Stored});
+  const auto lazy = model::Model::load(dir, {.lazy = true, .weights = Weights::Stored});
+  const auto tok = io::load_tokenizer(dir);
+  const auto ids = eval::eval_ids(*tok, io::Dataset::Text, stories(), 128);
+  const auto a = eval::perplexity_ids(*f32, ids, 128, 5, 2, "stories");
+  const auto b = eval::perplexity_ids(*stored, ids, 128, 5, 2, "stories");
+  const auto c = eval::perplexity_ids(*lazy, ids, 128, 5, 2, "stories");
+  EXPECT_EQ(a.mean_nll, b.mean_nll) << dir;
+  EXPECT_EQ(a.mean_nll, c.mean_nll) << dir;
+  EXPECT_TRUE(std::isfinite(a.mean_nll));
+  // The stored model holds 16-bit matrices only, and counts them at 2 bytes.
+  for (const auto& l : stored->layer(0).linears) {
+    EXPECT_TRUE(l.stored16()) << l.name;
+    EXPECT_EQ(l.weight.size() + l.B.size() + l.A.size(), 0) << l.name;
+  }
+  EXPECT_EQ(stored->footprint().weights, Weights::Stored);
+  EXPECT_GT(stored->footprint().largest_widened, 0);
+  EXPECT_LT(stored->footprint().all_layers(), f32->footprint().all_layers() * 6 / 10);
+  EXPECT_EQ(lazy->footprint().all_layers(), stored->footprint().all_layers());
+}
+
+TEST(StoredWeights, LatentF16PerplexityBitIdentical) { expect_same_perplexity(fixture().latent); }
+TEST(StoredWeights, DenseBf16PerplexityBitIdentical) { expect_same_perplexity(fixture().dense_bf16); }
+TEST(StoredWeights, OptDenseF16PerplexityBitIdentical) { expect_same_perplexity(fixture().dense_f16); }
+
+// Prefill (8 positions: the layers' sgemm on widened blocks, the same bits; the mapped head splits
+// its product by vocabulary blocks, the eager one not) and each decoding step (one row: the GEMV) stay
+// within rounding of the float32 weights' logits.
+TEST(StoredWeights, DecodingLogitsWithinBound) {
+  for (const fs::path& dir : {fixture().latent, fixture().dense_bf16, fixture().dense_f16}) {
+    const auto f32 = model::Model::load(dir);
+    const auto stored = model::Model::load(dir, {.weights = Weights::Stored});
+    model::KvCache ca(*f32, 32), cb(*stored, 32);
+    const std::vector<std::int32_t> prompt = {1, 400, 401, 402, 403, 404, 405, 406};
+    MatrixF la, lb;
+    f32->forward_cached(prompt, ca, la);
+    stored->forward_cached(prompt, cb, lb);
+    EXPECT_LE((la - lb).cwiseAbs().maxCoeff(), 1e-5f * (1.0f + la.cwiseAbs().maxCoeff())) << dir;
+    for (std::int32_t t : {7, 8, 9, 10}) {
+      f32->forward_cached(std::vector<std::int32_t>{t}, ca, la);
+      stored->forward_cached(std::vector<std::int32_t>{t}, cb, lb);
+      const float scale = 1.0f + la.cwiseAbs().maxCoeff();
+      EXPECT_LE((la - lb).cwiseAbs().maxCoeff(), 1e-4f * scale) << dir << " token " << t;
+    }
+  }
+}
+
+TEST(StoredWeights, PplCliSameFigureAndStoredPlan) {
+  const std::string base = fmt::format("{} ppl --model '{}' --dataset text --data '{}' --seqlen 128 --max-windows 3",
+                                       test::cli_path().string(), fixture().dense_bf16.string(), stories().string());
+  std::string f32_out, stored_out;
+  ASSERT_EQ(test::run_command(base + " --weights f32 2>&1", f32_out), 0) << f32_out;
+  ASSERT_EQ(test::run_command(base + " 2>&1", stored_out), 0) << stored_out;  // stored by default
+  auto ppl_line = [](const std::string& s) {
+    const auto p = s.find("\nppl ");
+    return p == std::string::npos ? std::string() : s.substr(p, s.find('\n', p + 1) - p);
+  };
+  EXPECT_FALSE(ppl_line(f32_out).empty()) << f32_out;
+  EXPECT_EQ(ppl_line(f32_out), ppl_line(stored_out));
+  EXPECT_NE(stored_out.find("weights (stored)"), std::string::npos) << stored_out;
+  EXPECT_NE(f32_out.find("weights (float32)"), std::string::npos) << f32_out;
+}
+
+}  // namespace
+}  // namespace latentllm
