@@ -38,16 +38,17 @@ struct CalibOptions {
 // cannot supply N windows of L tokens.
 std::vector<std::int32_t> sample_calibration(const io::Tokenizer& tok, const CalibOptions& opt);
 
-// Sums that are exactly associative: each added double is rounded once to the grid 2⁻⁵⁶ and summed in
+// Sums that are exactly associative: each added double is rounded once to the grid 2⁻⁶⁴ and summed in
 // 128-bit integers, so a sum of partial sums (one per batch of calibration windows, on whichever
 // process holds that batch) has the same bits for any grouping and order of the additions; the total
 // is rounded to double once, when read. Range: an added value must satisfy |v| < 2⁴⁷ ≈ 1.4e14
-// (NumericError otherwise) and at most 2²³ values are added per entry, so the total cannot overflow;
-// resolution 2⁻⁵⁶ ≈ 1.4e-17 absolute per added value.
+// (NumericError otherwise) and at most 2¹⁵ values are added per entry (one per batch of windows, or of
+// 1024 tokens for the output statistics), so the total cannot overflow; resolution 2⁻⁶⁴ ≈ 5.4e-20
+// absolute per added value (a value of magnitude ≥ 2⁻¹¹ keeps every bit of its double).
 class ExactSums {
  public:
-  static constexpr int kFractionBits = 56;
-  static constexpr int kMaxAdds = 1 << 23;
+  static constexpr int kFractionBits = 64;
+  static constexpr int kMaxAdds = 1 << 15;
   void resize(std::size_t n);  // n zeros
   std::size_t size() const { return words_.size() / 2; }
   void clear();                // size 0, memory released

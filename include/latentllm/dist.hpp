@@ -26,6 +26,10 @@ inline bool is_root() { return rank() == 0; }
 // "rank 1 of 3" for messages, empty with one rank.
 std::string rank_label();
 
+// What this rank is doing ("layer 3 (model.layers.3)"), for the message it prints when the launcher
+// stops it because another rank failed or was killed (SIGTERM under K > 1 ranks).
+void set_activity(const std::string& what);
+
 // Bytes this rank sent and received through collectives, and the seconds spent in them.
 struct Traffic {
   std::int64_t bytes = 0;

@@ -183,7 +183,7 @@ Batches rank_share(const Batches& all) {
   const auto n = static_cast<std::int64_t>(all.start.size());
   if (n < dist::size()) {
     throw ConfigError(fmt::format("calibration: {} batches of windows for {} ranks (expected at least one batch per "
-                                  "rank: more --nsamples, a smaller --batch-windows, or fewer ranks)", n, dist::size()));
+                                  "rank: more --nsamples, a smaller --batch, or fewer ranks)", n, dist::size()));
   }
   const dist::Share sh = dist::my_share(n);
   Batches b;
@@ -581,6 +581,7 @@ PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, 
   const int end = opt.end_layer < 0 ? n_layers : std::min(opt.end_layer, n_layers);
   for (int i = opt.start_layer; i < end; ++i) {
     const auto t_layer = Clock::now();
+    dist::set_activity(fmt::format("{}layer {} ({})", opt.log_prefix, i, layer_name(m.layer_spec(i), i)));
     if (m.lazy()) m.load_layer(i);  // widened for its passes and stages; released once it is done
     if (dense) dense->begin_layer(i);  // its dense modules, before any stage replaces them
     LayerPasses passes(m, i, hidden, batches, opt, times, opt.sequential_within_layer || !rewrites);

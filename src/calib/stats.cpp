@@ -123,11 +123,12 @@ void add_f32_upper(SiteStats& st, const MatrixF& x, std::int64_t first_token) {
   st.n += x.rows();
 }
 
-constexpr double kScale = 72057594037927936.0;          // 2^56 = 2^ExactSums::kFractionBits
-constexpr double kLimit = 10141204801825835211973625643008.0;  // 2^103: |v| < 2^47 after scaling
+constexpr double kScale = 18446744073709551616.0;  // 2^64 = 2^ExactSums::kFractionBits
+// 2^111: |v| < 2^47 before scaling; with at most 2^15 adds the sum stays below 2^126.
+constexpr double kLimit = 2596148429267413814265248164610048.0;
 constexpr double kTwo64 = 18446744073709551616.0;          // 2^64
 
-// v on the grid 2^-56, as a 128-bit two's complement integer (v·2^56 rounded to nearest; both steps
+// v on the grid 2^-64, as a 128-bit two's complement integer (v·2^56 rounded to nearest; both steps
 // exact but the rounding, so the same v gives the same bits on every machine).
 unsigned __int128 to_fixed(double v) {
   const double s = std::nearbyint(v * kScale);

@@ -1,6 +1,10 @@
 #include "dist/comm.hpp"
 
+#include <unistd.h>
+
+#include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 
@@ -20,6 +24,20 @@ int g_rank = 0;
 int g_size = 1;
 bool g_mpi = false;  // MPI_Init ran (launched by an MPI launcher)
 Traffic g_traffic;
+
+// The message of a rank the launcher stops, prebuilt (a signal handler may only write()): two buffers,
+// the one being rewritten never the one the handler reads.
+char g_stop_message[2][512] = {};
+std::atomic<int> g_stop_current{0};
+
+void on_terminate(int) {
+  const char* m = g_stop_message[g_stop_current.load()];
+  if (m[0] != '\0') {
+    ssize_t ignored = ::write(2, m, std::strlen(m));
+    (void)ignored;
+  }
+  ::_exit(1);
+}
 
 #ifdef LATENTLLM_WITH_MPI
 // Large buffers go in pieces: MPI counts are ints.
@@ -108,6 +126,10 @@ void init(int* argc, char*** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &g_size);
   // Errors come back as codes (check() turns them into exceptions) instead of aborting inside MPI.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  if (g_size > 1) {
+    set_activity("startup");
+    std::signal(SIGTERM, on_terminate);  // the launcher ends the other ranks when one fails or dies
+  }
 #else
   (void)argc, (void)argv;
 #endif
@@ -125,6 +147,16 @@ void abort_all(int code) {
   if (g_mpi && g_size > 1) MPI_Abort(MPI_COMM_WORLD, code);
 #endif
   std::exit(code);
+}
+
+void set_activity(const std::string& what) {
+  if (g_size == 1) return;
+  const int next = 1 - g_stop_current.load();
+  const std::string m = fmt::format("latentllm: error: {}: stopped by the MPI launcher during {} (another rank failed "
+                                    "or was killed; finished layers stay in the progress directory: run the same "
+                                    "command with --resume)\n", rank_label(), what);
+  std::snprintf(g_stop_message[next], sizeof g_stop_message[next], "%s", m.c_str());
+  g_stop_current.store(next);
 }
 
 int rank() { return g_rank; }

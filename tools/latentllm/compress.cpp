@@ -95,6 +95,7 @@ int report_stopped(const CompressArgs& a, const compress::CompressReport& report
   j["peak_rss_bytes"] = core::peak_rss_bytes();
   j["planned_peak_bytes"] = memory.total();
   j["ranks"] = dist::size();
+  j["communication"] = {{"bytes", dist::traffic().bytes}, {"seconds", dist::traffic().seconds}};  // rank 0's
   if (a.json) {
     std::printf("%s\n", j.dump(2).c_str());
   } else {
@@ -145,10 +146,6 @@ int run_compress(const CompressArgs& a) {
   // --components beyond lm: the vision tower and projector are compressed in `llava` (before the
   // language model, which then calibrates on their compressed features) and written from there.
   const bool towers = opt.components.towers();
-  if (towers && dist::size() > 1) {
-    throw ConfigError(fmt::format("--components {}: the vision tower and projector are compressed on one process "
-                                  "(expected a plain run, got {} MPI ranks)", a.components, dist::size()));
-  }
   if (towers && model->config().multimodal_architecture.empty()) {
     throw ConfigError(fmt::format("--components {}: {} is not a multimodal checkpoint (expected a LLaVA checkpoint, "
                                   "got {})", a.components, a.model, model->config().architecture));
@@ -277,6 +274,7 @@ int run_compress(const CompressArgs& a) {
   j["plan"] = plan_json(planned.plan);
   j["plan_resumed"] = plan_resumed;
   j["ranks"] = dist::size();
+  j["communication"] = {{"bytes", dist::traffic().bytes}, {"seconds", dist::traffic().seconds}};  // rank 0's
   if (towers) {
     j["components"] = {{"language", {{"dense_params", lm_dense}, {"params", lm_params}}},
                        {"towers", {{"dense_params", tower_report.dense_params}, {"params", tower_report.params}}}};

@@ -281,6 +281,7 @@ void apply_run_options(const RunArgs& a) {
   // Under K ranks only rank 0 reports progress (every rank still prints its warnings and errors).
   g_quiet = a.quiet || !dist::is_root();
   if (g_quiet) set_log_level(LogLevel::Warn);
+  if (!dist::is_root()) set_log_level(LogLevel::Error);  // rank 0 prints the warnings every rank shares
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
   if (cores > 0 && a.threads > cores) {
     log_warn("--threads {} is more than this machine's {} cores: the extra threads share cores and usually slow "
