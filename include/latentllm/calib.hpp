@@ -38,6 +38,38 @@ struct CalibOptions {
 // cannot supply N windows of L tokens.
 std::vector<std::int32_t> sample_calibration(const io::Tokenizer& tok, const CalibOptions& opt);
 
+// Sums that are exactly associative: each added double is rounded once to the grid 2⁻⁶⁴ and summed in
+// 128-bit integers, so a sum of partial sums (one per batch of calibration windows, on whichever
+// process holds that batch) has the same bits for any grouping and order of the additions; the total
+// is rounded to double once, when read. Range: an added value must satisfy |v| < 2⁴⁷ ≈ 1.4e14
+// (NumericError otherwise) and at most 2¹⁵ values are added per entry (one per batch of windows, or of
+// 1024 tokens for the output statistics), so the total cannot overflow; resolution 2⁻⁶⁴ ≈ 5.4e-20
+// absolute per added value (a value of magnitude ≥ 2⁻¹¹ keeps every bit of its double).
+class ExactSums {
+ public:
+  static constexpr int kFractionBits = 64;
+  static constexpr int kMaxAdds = 1 << 15;
+  void resize(std::size_t n);  // n zeros
+  std::size_t size() const { return words_.size() / 2; }
+  void clear();                // size 0, memory released
+  // Entries [offset, offset + v.size()) += v, each rounded to the grid (to nearest). context names the
+  // statistics in the NumericError of a value out of range.
+  void add(std::span<const double> v, std::size_t offset, std::string_view context);
+  // Entries from `offset` on += the upper triangle of m ([w, w], column by column: w·(w+1)/2 values).
+  void add_upper(const MatrixD& m, std::size_t offset, std::string_view context);
+  // The entries rounded to double.
+  void read(std::span<double> out, std::size_t offset) const;
+  void read_upper(MatrixD& m, std::size_t offset) const;  // m: [w, w], its upper triangle written
+  // Every rank's sums added (dist::sum_int128): the same on every rank, and independent of K.
+  void sum_ranks();
+  int adds() const { return adds_; }
+  void count_add() { ++adds_; }
+
+ private:
+  std::vector<std::uint64_t> words_;  // (low, high) 64-bit words of each two's complement 128-bit entry
+  int adds_ = 0;
+};
+
 // First and second moments of one input site over the calibration tokens, in double: the one
 // statistics type of the project (the pipeline accumulates it; every pre-conditioner, root covariance
 // and joint solver of src/compress reads it). The compressors are invariant to scaling C with μ and n
@@ -52,16 +84,26 @@ struct SiteStats {
   static SiteStats of_rows(const MatrixD& x);
   static SiteStats of_columns(const MatrixD& h);
 
+  // The running sums of xtx's upper triangle, sum and abs_sum (ExactSums): every add is one batch's
+  // partial sum, so the totals do not depend on which process added which batch.
+  ExactSums exact = {};
+
   void reset(int width);
   // x: [n_tok, w]. Throws NumericError naming the token (first_token + row) and feature of a NaN/Inf.
   // xtx in double from products of the widened inputs (dsyrk), or with f32_products from float products
   // (ssyrk, about twice the rate) over blocks of 1024 tokens, each block's sum added in double:
   // relative error about √1024·2⁻²⁴ ≈ 2e-6 of Σ|x_i·x_j| per entry (tests/unit/test_pipeline.cpp).
   void add(const MatrixF& x, std::int64_t first_token = 0, bool f32_products = false);
-  // add() without its last step: only xtx's upper triangle is updated, the strict lower one is stale
-  // until symmetrize(). A stream of adds (the pipeline's batches) then mirrors [w, w] once.
+  // add() without its last step: only the exact sums are updated (xtx, sum and abs_sum hold the last
+  // batch's partial sums until symmetrize()). A stream of adds (the pipeline's batches) then rounds and
+  // mirrors [w, w] once.
   void add_upper(const MatrixF& x, std::int64_t first_token = 0, bool f32_products = false);
+  // xtx, sum, abs_sum from the exact sums (rounded once), xtx mirrored; the exact sums are released (a
+  // later add starts them again from these values).
   void symmetrize();
+  // Every rank's sums added (ExactSums::sum_ranks, n summed), then symmetrize(): the statistics of all
+  // the ranks' tokens, the same bits for any number of ranks. A collective: every rank calls it.
+  void combine_ranks();
   int width() const { return static_cast<int>(xtx.rows()); }
   VectorD mean() const;        // [w]  μ = Σ x / n
   VectorD abs_mean() const;    // [w]
@@ -70,6 +112,10 @@ struct SiteStats {
   // [[C, s], [sᵀ, n]]: [w+1, w+1], the statistics of the augmented input x' = [x; 1] (bias-aware joint
   // solutions, src/compress/bias.hpp).
   MatrixD augmented() const;
+
+ private:
+  // x's partial sums added to xtx's upper triangle, sum and abs_sum (zero at the start of a batch).
+  void add_partial(const MatrixF& x, std::int64_t first_token, bool f32_products);
 };
 
 // Throws the NumericError SiteStats::add would for a NaN/Inf in x: [n_tok, w] (naming the token,
@@ -84,11 +130,16 @@ struct CrossStats {
   VectorD sum;  // [w]     Σ_t x_t (the dense inputs)
   std::int64_t n = 0;
 
+  ExactSums exact = {};  // the running sums of xh and sum (as SiteStats::exact)
+
   void reset(int width);
   // x: [n_tok, w] dense inputs, x_hat: [n_tok, w] the compressed pipeline's, row t the same token.
-  // Products of the widened inputs (dgemm) over chunks of rows. Throws NumericError naming the token
-  // (first_token + row) of a non-finite dense input, Error when the shapes differ.
+  // Products of the widened inputs (dgemm) over chunks of rows, one exactly added partial sum per call.
+  // Throws NumericError naming the token (first_token + row) of a non-finite dense input, Error when
+  // the shapes differ. xh and sum hold the totals after every add.
   void add(const MatrixF& x, const MatrixF& x_hat, std::int64_t first_token = 0);
+  // Every rank's sums added, xh and sum read from them (a collective, as SiteStats::combine_ranks).
+  void combine_ranks();
   int width() const { return static_cast<int>(xh.rows()); }
 };
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "calib/dense_stream.hpp"
+#include "dist/comm.hpp"
 #include "latentllm/calib.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/log.hpp"
@@ -35,12 +36,14 @@ struct TapWants {
 // activations) name the modules the site feeds.
 class SiteTap : public model::ForwardObserver {
  public:
+  // first_row: the global index of this rank's first calibration token (for messages).
   SiteTap(const model::DecoderLayer& layer_modules, int layer, std::vector<model::Site> sites, TapWants wants,
-          std::int64_t total_rows, bool f32_products, const DenseStream* dense)
+          std::int64_t total_rows, std::int64_t first_row, bool f32_products, const DenseStream* dense)
       : layer_modules_(layer_modules), layer_(layer), sites_(std::move(sites)), stats_(std::move(wants.stats)),
         keep_(std::move(wants.keep)),
         cross_(std::move(wants.cross)), consumers_(std::move(wants.consumers)), total_rows_(total_rows), f32_(f32_products), dense_(dense),
-        stats(sites_.size()), activations(sites_.size()), crosses(sites_.size()), rows_(sites_.size(), 0) {}
+        stats(sites_.size()), activations(sites_.size()), crosses(sites_.size()), rows_(sites_.size(), 0),
+        first_row_(first_row), rows_seen_(sites_.size(), first_row) {}
 
   void on_input(int layer, model::Site site, const MatrixF& x) override {
     if (layer != layer_) return;
@@ -73,7 +76,7 @@ class SiteTap : public model::ForwardObserver {
   model::Site last_site() const { return *std::max_element(sites_.begin(), sites_.end()); }
   const std::vector<model::Site>& sites() const { return sites_; }
   bool wants_stats(std::size_t k) const { return stats_[k]; }
-  std::int64_t rows_seen(std::size_t k) const { return rows_seen_[k]; }
+  std::int64_t rows_seen(std::size_t k) const { return rows_seen_[k] - first_row_; }
   // The sites whose cross moments it gathers (what the dense stream must supply).
   std::vector<model::Site> cross_sites() const {
     std::vector<model::Site> out;
@@ -120,7 +123,8 @@ class SiteTap : public model::ForwardObserver {
 
  private:
   std::vector<std::int64_t> rows_;
-  std::vector<std::int64_t> rows_seen_ = std::vector<std::int64_t>(sites_.size(), 0);  // tokens tapped so far
+  std::int64_t first_row_;
+  std::vector<std::int64_t> rows_seen_;  // first_row_ + the tokens tapped so far
 };
 
 const char* site_name(model::Site s) {
@@ -170,7 +174,31 @@ struct Batches {
   std::vector<std::int64_t> start, rows;  // each batch's first row and row count
   std::vector<int> T;                     // tokens per sequence of each batch
   int mean_T = 0;                         // for the attention FLOPs
+  std::int64_t first_row = 0;             // the global row of start 0 (this rank's share, below)
 };
+
+// This rank's batches (dist::my_share of the batches: whole batches, so that every batch's partial
+// statistics are the same on any number of ranks), their rows counted from the share's first.
+Batches rank_share(const Batches& all) {
+  const auto n = static_cast<std::int64_t>(all.start.size());
+  if (n < dist::size()) {
+    throw ConfigError(fmt::format("calibration: {} batches of windows for {} ranks (expected at least one batch per "
+                                  "rank: more --nsamples, a smaller --batch, or fewer ranks)", n, dist::size()));
+  }
+  const dist::Share sh = dist::my_share(n);
+  Batches b;
+  b.mean_T = all.mean_T;
+  b.first_row = all.start[static_cast<std::size_t>(sh.begin)];
+  for (auto k = sh.begin; k < sh.end; ++k) {
+    const auto i = static_cast<std::size_t>(k);
+    b.start.push_back(all.start[i] - b.first_row);
+    b.rows.push_back(all.rows[i]);
+    b.T.push_back(all.T[i]);
+  }
+  return b;
+}
+
+std::int64_t share_rows(const Batches& b) { return b.start.empty() ? 0 : b.start.back() + b.rows.back(); }
 
 Batches make_batches(std::int64_t n_rows, int seqlen, const PipelineOptions& opt) {
   Batches b;
@@ -249,7 +277,7 @@ class LayerPasses {
                           4 * n_tok * (m_.config().hidden_size + site_width(m_.layer(layer_), until)) <= limit;
     if (!valid_) state_ = input_states(hidden_, batches_);
     auto tap = std::make_unique<SiteTap>(m_.layer(layer_), layer_, sites, std::move(wants), n_tok,
-                                         opt_.covariance_f32, dense);
+                                         batches_.first_row, opt_.covariance_f32, dense);
     const auto from = state_.front().at;
     const std::vector<model::Site> cross_sites = tap->cross_sites();
     std::function<void(std::size_t)> dense_batch;
@@ -362,11 +390,21 @@ class LayerStats {
       if (tap->rows_seen(k) == 0) {
         throw Error(fmt::format("layer {}: the model did not report its {} input", layer, site_name(tap->sites()[k])));
       }
+      // Every rank's batches combined (exact sums: the same bits for any number of ranks), and
+      // rounded and mirrored (the tap added only upper triangles).
       if (tap->wants_stats(k)) {
-        tap->stats[k].symmetrize();  // the tap added only upper triangles
+        tap->stats[k].combine_ranks();
         stats_[s] = std::make_unique<SiteStats>(std::move(tap->stats[k]));
       }
-      activations_[s] = std::move(tap->activations[k]);
+      // Kept activations: every rank's rows in rank order, the rows of one process.
+      if (dist::size() > 1 && tap->activations[k].size() > 0) {
+        const MatrixF& a = tap->activations[k];
+        dist::allgather_rows(a.data(), a.rows(), a.cols(), activations_[s]);
+        MatrixF().swap(tap->activations[k]);
+      } else {
+        activations_[s] = std::move(tap->activations[k]);
+      }
+      if (tap->crosses[k].n > 0) tap->crosses[k].combine_ranks();
       crosses_[s] = std::move(tap->crosses[k]);
     }
   }
@@ -406,8 +444,8 @@ class LayerStats {
 // The dense stream when some stage needs_dense_cross (null otherwise): from the embedded windows, or
 // on resume from start_dense. Its resumable states share the limit with the compressed ones.
 std::unique_ptr<DenseStream> make_dense_stream(model::Model& m, const std::vector<SiteGroup>& groups,
-                                               const MatrixF& hidden, int seqlen, const PipelineOptions& opt,
-                                               std::int64_t limit) {
+                                               const MatrixF& hidden, std::int64_t row0, int seqlen,
+                                               const PipelineOptions& opt, std::int64_t limit) {
   if (std::none_of(groups.begin(), groups.end(), [](const SiteGroup& g) { return g.needs_cross; })) return nullptr;
   if (!opt.lengths.empty()) {
     throw ConfigError("calibration: error-compensating fits (--fit compensate) on sequences of unequal lengths are "
@@ -415,15 +453,28 @@ std::unique_ptr<DenseStream> make_dense_stream(model::Model& m, const std::vecto
   }
   MatrixF start = hidden;  // [N·L, d] at layer 0 the embeddings are the dense model's too
   if (opt.start_layer > 0) {
-    if (!opt.start_dense || opt.start_dense->rows() != hidden.rows() || opt.start_dense->cols() != hidden.cols()) {
+    if (!opt.start_dense || opt.start_dense->rows() != opt.start_hidden->rows() ||
+        opt.start_dense->cols() != hidden.cols()) {
       throw ConfigError(fmt::format("calibration resume: layer {} without the dense stream's hidden states (expected "
                                     "[{}, {}], got {}): error-compensating fits need them", opt.start_layer,
-                                    hidden.rows(), hidden.cols(), opt.start_dense ? "other dimensions" : "none"));
+                                    opt.start_hidden->rows(), hidden.cols(),
+                                    opt.start_dense ? "other dimensions" : "none"));
     }
-    start = *opt.start_dense;
+    start = opt.start_dense->middleRows(row0, hidden.rows());  // this rank's windows
   }
   const std::int64_t rows_per_batch = static_cast<std::int64_t>(opt.batch_windows) * seqlen;
   return std::make_unique<DenseStream>(m, std::move(start), seqlen, rows_per_batch, opt.resume_passes ? limit / 2 : 0);
+}
+
+// PipelineOptions::layer_done with every rank's rows: gathered on rank 0, in rank order (the rows of
+// one process); the other ranks pass their own rows.
+void layer_done(const PipelineOptions& opt, int i, const MatrixF& hidden, const MatrixF* dense) {
+  if (dist::size() == 1) return opt.layer_done(i, hidden, dense);
+  MatrixF all_hidden, all_dense;  // [N·L, d] on rank 0
+  dist::gather_rows(hidden.data(), hidden.rows(), hidden.cols(), all_hidden);
+  if (dense) dist::gather_rows(dense->data(), dense->rows(), dense->cols(), all_dense);
+  if (!dist::is_root()) return opt.layer_done(i, hidden, dense);
+  opt.layer_done(i, all_hidden, dense ? &all_dense : nullptr);
 }
 
 }  // namespace
@@ -489,24 +540,27 @@ PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, 
                                   opt.input_embeddings->rows(), opt.input_embeddings->cols(), n_rows,
                                   m.config().hidden_size));
   }
-  const Batches batches = make_batches(n_rows, seqlen, opt);
+  const Batches all_batches = make_batches(n_rows, seqlen, opt);
+  const Batches batches = rank_share(all_batches);  // this rank's windows; all of them on one rank
+  const std::int64_t row0 = batches.first_row, my_rows = share_rows(batches);
+  const auto my_ids = ids.subspan(static_cast<std::size_t>(row0), static_cast<std::size_t>(my_rows));
   PipelineTimes times;
   const auto t_start = Clock::now();
   MatrixF hidden;  // [N·L, d]
   auto t0 = Clock::now();
   const int n_layers = m.num_layers();
   if (opt.start_layer == 0 && opt.input_embeddings) {
-    hidden = *opt.input_embeddings;
+    hidden = opt.input_embeddings->middleRows(row0, my_rows);
   } else if (opt.start_layer == 0 && !opt.lengths.empty()) {
-    hidden.resize(n_rows, m.config().hidden_size);
+    hidden.resize(my_rows, m.config().hidden_size);
     MatrixF h;  // [T_k, d] one sequence's embeddings (positions restart in each)
     for (std::size_t k = 0; k < batches.start.size(); ++k) {
-      m.embed(ids.subspan(static_cast<std::size_t>(batches.start[k]), static_cast<std::size_t>(batches.rows[k])),
+      m.embed(my_ids.subspan(static_cast<std::size_t>(batches.start[k]), static_cast<std::size_t>(batches.rows[k])),
               batches.T[k], h);
       hidden.middleRows(batches.start[k], batches.rows[k]) = h;
     }
   } else if (opt.start_layer == 0) {
-    m.embed(ids, seqlen, hidden);
+    m.embed(my_ids, seqlen, hidden);
   } else {
     if (opt.start_layer < 0 || opt.start_layer > n_layers || !opt.start_hidden ||
         opt.start_hidden->rows() != static_cast<Eigen::Index>(ids.size()) ||
@@ -516,17 +570,18 @@ PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, 
                                     opt.start_hidden ? opt.start_hidden->cols() : 0, n_layers, ids.size(),
                                     m.config().hidden_size));
     }
-    hidden = *opt.start_hidden;
+    hidden = opt.start_hidden->middleRows(row0, my_rows);
   }
   times.forward += seconds_since(t0);
   const std::vector<SiteGroup> groups = group_stages(stages);
   const bool rewrites = std::any_of(stages.begin(), stages.end(), [](const Stage* s) { return !s->rewrites().empty(); });
   const std::int64_t limit = resume_limit(opt);
-  std::unique_ptr<DenseStream> dense = make_dense_stream(m, groups, hidden, seqlen, opt, limit);
+  std::unique_ptr<DenseStream> dense = make_dense_stream(m, groups, hidden, row0, seqlen, opt, limit);
 
   const int end = opt.end_layer < 0 ? n_layers : std::min(opt.end_layer, n_layers);
   for (int i = opt.start_layer; i < end; ++i) {
     const auto t_layer = Clock::now();
+    dist::set_activity(fmt::format("{}layer {} ({})", opt.log_prefix, i, layer_name(m.layer_spec(i), i)));
     if (m.lazy()) m.load_layer(i);  // widened for its passes and stages; released once it is done
     if (dense) dense->begin_layer(i);  // its dense modules, before any stage replaces them
     LayerPasses passes(m, i, hidden, batches, opt, times, opt.sequential_within_layer || !rewrites);
@@ -569,14 +624,15 @@ PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, 
       Eigen::Index t = 0, f = 0;
       (!hidden.array().isFinite()).cast<int>().maxCoeff(&t, &f);
       throw NumericError(fmt::format("{}: non-finite hidden states after compression (expected finite values, got "
-                                     "{} at token {}, feature {})", layer_name(m.layer(i), i), hidden(t, f), t, f));
+                                     "{} at token {}, feature {})", layer_name(m.layer(i), i), hidden(t, f), row0 + t,
+                                     f));
     }
     if (dense) {
       const double s0 = dense->seconds();
       dense->finish_layer();
       times.dense_forward += dense->seconds() - s0;
     }
-    if (opt.layer_done) opt.layer_done(i, hidden, dense ? &dense->hidden() : nullptr);
+    if (opt.layer_done) layer_done(opt, i, hidden, dense ? &dense->hidden() : nullptr);
     if (m.lazy()) m.release_layer(i);  // layer_done kept what is needed of it
     const double elapsed = seconds_since(t_start);
     const double eta = eta_seconds(opt, n_layers, i, elapsed);

@@ -9,6 +9,7 @@
 #include "linalg/linalg.hpp"
 #include "model/ops.hpp"
 #include "core/parallel.hpp"
+#include "dist/comm.hpp"
 
 namespace latentllm::calib {
 namespace {
@@ -122,7 +123,125 @@ void add_f32_upper(SiteStats& st, const MatrixF& x, std::int64_t first_token) {
   st.n += x.rows();
 }
 
+constexpr double kScale = 18446744073709551616.0;  // 2^64 = 2^ExactSums::kFractionBits
+// 2^111: |v| < 2^47 before scaling; with at most 2^15 adds the sum stays below 2^126.
+constexpr double kLimit = 2596148429267413814265248164610048.0;
+constexpr double kTwo64 = 18446744073709551616.0;          // 2^64
+
+// v on the grid 2^-64, as a 128-bit two's complement integer (v·2^56 rounded to nearest; both steps
+// exact but the rounding, so the same v gives the same bits on every machine).
+unsigned __int128 to_fixed(double v) {
+  const double s = std::nearbyint(v * kScale);
+  const double hi = std::floor(s / kTwo64);  // exact: a power-of-two scale and an integer part
+  const double lo = s - hi * kTwo64;         // exact, in [0, 2^64)
+  const auto h = static_cast<std::int64_t>(hi);
+  return (static_cast<unsigned __int128>(static_cast<std::uint64_t>(h)) << 64) | static_cast<std::uint64_t>(lo);
+}
+
+double from_fixed(std::uint64_t lo, std::uint64_t hi) {
+  const auto v = static_cast<__int128>((static_cast<unsigned __int128>(hi) << 64) | lo);
+  return static_cast<double>(v) / kScale;  // correctly rounded, then an exact power-of-two scale
+}
+
+[[noreturn]] void throw_out_of_range(double v, std::string_view context) {
+  throw NumericError(fmt::format("{}: a partial sum outside the exact accumulator's range (expected |v| < 2^47 = "
+                                 "1.4e14 per batch of windows, got {})", context, v));
+}
+
 }  // namespace
+
+void ExactSums::resize(std::size_t n) {
+  words_.assign(2 * n, 0);
+  adds_ = 0;
+}
+
+void ExactSums::clear() {
+  std::vector<std::uint64_t>().swap(words_);
+  adds_ = 0;
+}
+
+namespace {
+
+// words[i] += fixed(v[i]) for i < n; false when some |v[i]| is out of range (those are skipped).
+bool add_fixed(std::uint64_t* words, const double* v, std::int64_t n) {
+  bool ok = true;
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (!(std::abs(v[i]) * kScale < kLimit)) {
+      ok = false;
+      continue;
+    }
+    std::uint64_t* w = words + 2 * i;
+    const unsigned __int128 s = ((static_cast<unsigned __int128>(w[1]) << 64) | w[0]) + to_fixed(v[i]);
+    w[0] = static_cast<std::uint64_t>(s);
+    w[1] = static_cast<std::uint64_t>(s >> 64);
+  }
+  return ok;
+}
+
+[[noreturn]] void throw_first_out_of_range(const double* v, std::int64_t n, std::string_view context) {
+  for (std::int64_t i = 0; i < n; ++i)
+    if (!(std::abs(v[i]) * kScale < kLimit)) throw_out_of_range(v[i], context);
+  throw_out_of_range(0.0, context);
+}
+
+}  // namespace
+
+void ExactSums::add(std::span<const double> v, std::size_t offset, std::string_view context) {
+  if (offset + v.size() > size()) {
+    throw Error(fmt::format("{}: exact sums (expected at most {} entries, got {} from {})", context, size(),
+                            v.size(), offset));
+  }
+  // Fixed chunks on the pool's threads; integer sums, so any split gives the same bits.
+  const auto n = static_cast<std::int64_t>(v.size());
+  constexpr std::int64_t kChunk = 1 << 16;
+  std::vector<char> ok(static_cast<std::size_t>((n + kChunk - 1) / kChunk), 1);
+  core::parallel_for(static_cast<std::int64_t>(ok.size()), 1, [&](std::int64_t c0, std::int64_t c1) {
+    for (auto c = c0; c < c1; ++c) {
+      const std::int64_t i0 = c * kChunk, i1 = std::min(n, i0 + kChunk);
+      ok[static_cast<std::size_t>(c)] = add_fixed(words_.data() + 2 * (offset + static_cast<std::size_t>(i0)),
+                                                  v.data() + i0, i1 - i0);
+    }
+  });
+  if (std::find(ok.begin(), ok.end(), 0) != ok.end()) throw_first_out_of_range(v.data(), n, context);
+}
+
+void ExactSums::add_upper(const MatrixD& m, std::size_t offset, std::string_view context) {
+  const auto w = static_cast<std::int64_t>(m.rows());
+  if (offset + static_cast<std::size_t>(w * (w + 1) / 2) > size()) {
+    throw Error(fmt::format("{}: exact sums (expected at most {} entries, got a [{}, {}] triangle from {})", context,
+                            size(), w, w, offset));
+  }
+  std::vector<char> ok(static_cast<std::size_t>(w), 1);
+  core::parallel_for(w, 1, [&](std::int64_t j0, std::int64_t j1) {
+    for (auto j = j0; j < j1; ++j) {
+      ok[static_cast<std::size_t>(j)] =
+          add_fixed(words_.data() + 2 * (offset + static_cast<std::size_t>(j * (j + 1) / 2)), m.col(j).data(), j + 1);
+    }
+  });
+  for (std::int64_t j = 0; j < w; ++j)
+    if (!ok[static_cast<std::size_t>(j)]) throw_first_out_of_range(m.col(j).data(), j + 1, context);
+}
+
+void ExactSums::read(std::span<double> out, std::size_t offset) const {
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = from_fixed(words_[2 * (offset + i)], words_[2 * (offset + i) + 1]);
+}
+
+void ExactSums::read_upper(MatrixD& m, std::size_t offset) const {
+  const auto w = m.rows();
+  core::parallel_for(w, 1, [&](std::int64_t j0, std::int64_t j1) {
+    for (auto j = j0; j < j1; ++j) {
+      read(std::span<double>(m.col(j).data(), static_cast<std::size_t>(j + 1)),
+           offset + static_cast<std::size_t>(j * (j + 1) / 2));
+    }
+  });
+}
+
+void ExactSums::sum_ranks() {
+  dist::sum_int128(words_);
+  std::int64_t adds = adds_;
+  dist::sum_int64(std::span<std::int64_t>(&adds, 1));
+  adds_ = static_cast<int>(std::min<std::int64_t>(adds, kMaxAdds + 1));
+}
 
 void check_finite_rows(const MatrixF& x, std::int64_t first_token) {
   if (!model::all_finite(x.data(), x.size())) throw_non_finite(x, first_token);
@@ -133,7 +252,28 @@ void SiteStats::reset(int width) {
   sum = VectorD::Zero(width);
   abs_sum = VectorD::Zero(width);
   n = 0;
+  exact.clear();
 }
+
+namespace {
+
+// The entries of SiteStats::exact: xtx's upper triangle, then sum, then abs_sum.
+std::size_t triangle(Eigen::Index w) { return static_cast<std::size_t>(w * (w + 1) / 2); }
+
+// st's exact sums, started from its double values when they were released (a finished SiteStats
+// that goes on accumulating).
+void start_exact(SiteStats& st) {
+  const auto w = st.xtx.rows();
+  if (st.exact.size() != 0) return;
+  st.exact.resize(triangle(w) + 2 * static_cast<std::size_t>(w));
+  if (st.n == 0) return;
+  st.exact.add_upper(st.xtx, 0, "calibration statistics");
+  st.exact.add(std::span<const double>(st.sum.data(), static_cast<std::size_t>(w)), triangle(w), "calibration statistics");
+  st.exact.add(std::span<const double>(st.abs_sum.data(), static_cast<std::size_t>(w)), triangle(w) + w,
+               "calibration statistics");
+}
+
+}  // namespace
 
 void SiteStats::add(const MatrixF& x, std::int64_t first_token, bool f32_products) {
   add_upper(x, first_token, f32_products);
@@ -145,6 +285,27 @@ void SiteStats::add_upper(const MatrixF& x, std::int64_t first_token, bool f32_p
   if (w != xtx.rows()) {
     throw Error(fmt::format("calibration statistics: input width (expected {}, got {})", xtx.rows(), w));
   }
+  start_exact(*this);
+  if (exact.adds() >= ExactSums::kMaxAdds) {
+    throw NumericError(fmt::format("calibration statistics: more partial sums than the exact accumulator takes "
+                                   "(expected at most {}, got {})", ExactSums::kMaxAdds, exact.adds() + 1));
+  }
+  // This batch's partial sums from zero, then added exactly (ExactSums).
+  xtx.triangularView<Eigen::Upper>().setZero();
+  sum.setZero();
+  abs_sum.setZero();
+  const std::int64_t n0 = n;
+  add_partial(x, first_token, f32_products);
+  n = n0 + x.rows();
+  const std::string_view context = "calibration statistics";
+  exact.add_upper(xtx, 0, context);
+  exact.add(std::span<const double>(sum.data(), static_cast<std::size_t>(w)), triangle(w), context);
+  exact.add(std::span<const double>(abs_sum.data(), static_cast<std::size_t>(w)), triangle(w) + w, context);
+  exact.count_add();
+}
+
+void SiteStats::add_partial(const MatrixF& x, std::int64_t first_token, bool f32_products) {
+  const auto w = x.cols();
   if (f32_products) return add_f32_upper(*this, x, first_token);
   // Chunks of rows are widened to double on the forward's threads, in blocks whose partial sums are
   // added in block order (bit-identical for any thread count), then one dsyrk per chunk: with a long
@@ -163,7 +324,23 @@ void SiteStats::add_upper(const MatrixF& x, std::int64_t first_token, bool f32_p
   n += x.rows();
 }
 
-void SiteStats::symmetrize() { core::mirror_upper(xtx); }
+void SiteStats::symmetrize() {
+  const auto w = xtx.rows();
+  if (exact.size() != 0) {
+    exact.read_upper(xtx, 0);
+    exact.read(std::span<double>(sum.data(), static_cast<std::size_t>(w)), triangle(w));
+    exact.read(std::span<double>(abs_sum.data(), static_cast<std::size_t>(w)), triangle(w) + w);
+    exact.clear();
+  }
+  core::mirror_upper(xtx);
+}
+
+void SiteStats::combine_ranks() {
+  start_exact(*this);
+  exact.sum_ranks();
+  dist::sum_int64(std::span<std::int64_t>(&n, 1));
+  symmetrize();
+}
 
 VectorD SiteStats::mean() const { return n > 0 ? VectorD(sum / static_cast<double>(n)) : VectorD(sum); }
 
@@ -202,6 +379,25 @@ void CrossStats::reset(int width) {
   xh = MatrixD::Zero(width, width);
   sum = VectorD::Zero(width);
   n = 0;
+  exact.resize(static_cast<std::size_t>(width) * static_cast<std::size_t>(width + 1));
+}
+
+namespace {
+
+// CrossStats::exact: xh (column-major, as stored), then sum.
+void read_cross(CrossStats& c) {
+  const auto w = c.xh.rows();
+  const auto ww = static_cast<std::size_t>(w * w);
+  c.exact.read(std::span<double>(c.xh.data(), ww), 0);
+  c.exact.read(std::span<double>(c.sum.data(), static_cast<std::size_t>(w)), ww);
+}
+
+}  // namespace
+
+void CrossStats::combine_ranks() {
+  exact.sum_ranks();
+  dist::sum_int64(std::span<std::int64_t>(&n, 1));
+  read_cross(*this);
 }
 
 void CrossStats::add(const MatrixF& x, const MatrixF& x_hat, std::int64_t first_token) {
@@ -210,6 +406,9 @@ void CrossStats::add(const MatrixF& x, const MatrixF& x_hat, std::int64_t first_
     throw Error(fmt::format("calibration cross statistics: inputs (expected two [n, {}] of the same n, got [{}, {}] "
                             "and [{}, {}])", xh.rows(), x.rows(), x.cols(), x_hat.rows(), x_hat.cols()));
   }
+  // This call's partial sums from zero, added exactly (ExactSums) and read back.
+  xh.setZero();
+  sum.setZero();
   // Chunks widened to double, one dgemm each (Eigen on BLAS): Σ x x̂ᵀ with a long inner dimension.
   constexpr Eigen::Index kChunk = 2048;
   for (Eigen::Index r0 = 0; r0 < x.rows(); r0 += kChunk) {
@@ -222,6 +421,11 @@ void CrossStats::add(const MatrixF& x, const MatrixF& x_hat, std::int64_t first_
     xh.noalias() += xd.transpose() * hd;
   }
   n += x.rows();
+  const auto ww = static_cast<std::size_t>(w * w);
+  exact.add(std::span<const double>(xh.data(), ww), 0, "calibration cross statistics");
+  exact.add(std::span<const double>(sum.data(), static_cast<std::size_t>(w)), ww, "calibration cross statistics");
+  exact.count_add();
+  read_cross(*this);
 }
 
 }  // namespace latentllm::calib

@@ -11,6 +11,7 @@
 
 #include "compress/resume.hpp"
 #include "compress/stage.hpp"
+#include "dist/comm.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/log.hpp"
@@ -88,15 +89,22 @@ std::optional<ResumeState> open_state(const model::Model& m, std::span<const std
   }
   if (opt.state_dir.empty()) return std::nullopt;
   std::optional<ResumeState> state(std::in_place, opt.state_dir, run_fingerprint(m, ids, seqlen, opt));
+  // Every rank checks; rank 0 alone writes the directory (the others read it on resume).
   if (opt.resume) {
     state->check_fingerprint();  // a different run's progress fails now, not after the pre-pass
   } else {
     ResumeState::check_not_discarded(opt.state_dir, opt.resume);  // saved work is never discarded silently
-    std::error_code ec;
-    std::filesystem::remove_all(opt.state_dir, ec);
-    if (ec) throw IoError(fmt::format("{}: cannot remove the old progress ({})", opt.state_dir.string(), ec.message()));
   }
-  state->create();
+  dist::barrier();
+  if (dist::is_root()) {
+    if (!opt.resume) {
+      std::error_code ec;
+      std::filesystem::remove_all(opt.state_dir, ec);
+      if (ec) throw IoError(fmt::format("{}: cannot remove the old progress ({})", opt.state_dir.string(), ec.message()));
+    }
+    state->create();
+  }
+  dist::barrier();
   return state;
 }
 
@@ -197,7 +205,7 @@ CompressReport compress_model(model::Model& m, std::span<const std::int32_t> ids
   report.ratio = opt.ratio;
   report.rank_alloc = opt.rank_alloc;
   std::optional<ResumeState> state = open_state(m, ids, seqlen, opt);
-  const StrayStateGuard stray(state ? opt.state_dir : std::filesystem::path());
+  const StrayStateGuard stray(state && dist::is_root() ? opt.state_dir : std::filesystem::path());
   const bool global = opt.rank_alloc == RankAlloc::Global;
   std::optional<PlannedRanks> planned;
   if (!given) {
@@ -205,7 +213,7 @@ CompressReport compress_model(model::Model& m, std::span<const std::int32_t> ids
     report.prepass_s = planned->prepass_s;
   }
   const RankPlan& plan = given ? *given : planned->plan;
-  if (global && state) state->save_plan(plan);  // for resumed_plan after a kill
+  if (global && state && dist::is_root()) state->save_plan(plan);  // for resumed_plan after a kill
   StageContext ctx(opt, plan, report);
   const auto stages = plan_stages(ctx, m);
   std::vector<calib::Stage*> stage_ptrs;
@@ -220,7 +228,9 @@ CompressReport compress_model(model::Model& m, std::span<const std::int32_t> ids
     po.start_hidden = &start_hidden;
     po.start_dense = dense_stream ? &start_dense : nullptr;
   }
+  // Rank 0 saves the progress (the pipeline hands it every rank's hidden states).
   po.layer_done = [&](int layer, const MatrixF& hidden, const MatrixF* dense) {
+    if (!dist::is_root()) return;
     if (state) state->save_layer(m, layer, hidden, dense, report);
     if (opt.layer_done) opt.layer_done(layer);
   };

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "compress/output_side.hpp"
+#include "dist/comm.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/eval.hpp"
 #include "latentllm/threads.hpp"
@@ -49,23 +50,34 @@ core::MemoryPlan plan_compress_memory(const model::Model& m, std::int64_t n_tok,
   p.add("other weights (float32)", fp.other, "norms, positions, projections");
   p.add("mapped pages", fp.largest_table_stored + fp.largest_layer_tensor_stored,
         "embedding (read per batch) + one layer tensor (while widened)");
-  p.add("hidden states", 4 * n_tok * d, fmt::format("{} tokens x {} x 4 B (the layer's input)", n_tok, d));
   const std::int64_t limit = opt.pipeline.resume_limit_bytes >= 0 ? opt.pipeline.resume_limit_bytes
                                                                   : core::physical_memory_bytes() / 4;
   const auto& lengths = opt.pipeline.lengths;  // multimodal sequences: one per forward call
   const std::int64_t batch_tokens = lengths.empty() ? static_cast<std::int64_t>(opt.pipeline.batch_windows) * seqlen
                                                     : *std::max_element(lengths.begin(), lengths.end());
-  if (4 * n_tok * (d + w) <= limit) {
-    p.add("pass states", 4 * n_tok * (d + w), fmt::format("{} tokens x ({} + {}) x 4 B (residual + site input)", n_tok, d, w));
+  // Under K ranks each holds and propagates its share of the batches (calib::run_layerwise); rank 0
+  // also gathers every rank's hidden states for the progress it saves.
+  const std::int64_t ranks = dist::size();
+  const std::int64_t batches = (n_tok + batch_tokens - 1) / std::max<std::int64_t>(batch_tokens, 1);
+  const std::int64_t r_tok = ranks > 1 ? std::min(n_tok, (batches + ranks - 1) / ranks * batch_tokens) : n_tok;
+  p.add("hidden states", 4 * r_tok * d, fmt::format("{} tokens x {} x 4 B (the layer's input)", r_tok, d));
+  if (ranks > 1) {
+    p.add("gathered hidden states (rank 0)", 4 * n_tok * d,
+          fmt::format("{} tokens x {} x 4 B, every rank's, for the saved progress", n_tok, d));
+  }
+  if (4 * r_tok * (d + w) <= limit) {
+    p.add("pass states", 4 * r_tok * (d + w), fmt::format("{} tokens x ({} + {}) x 4 B (residual + site input)", r_tok, d, w));
   } else {
-    p.add("pass states", 4 * n_tok * d + 4 * batch_tokens * (d + w),
-          fmt::format("residual of {} tokens + one batch of {} tokens x ({} + {}) x 4 B", n_tok, batch_tokens, d, w));
+    p.add("pass states", 4 * r_tok * d + 4 * batch_tokens * (d + w),
+          fmt::format("residual of {} tokens + one batch of {} tokens x ({} + {}) x 4 B", r_tok, batch_tokens, d, w));
   }
   const std::int64_t act = eval::activation_floats_per_token(c);
   p.add("forward activations", 4 * batch_tokens * act, fmt::format("{} tokens x {} floats", batch_tokens, act));
   p.add("site covariances (double)", site_covariances(c, ud, down_out),
         down_out ? "every tapped site's [w, w] at once; the down projection's from its outputs, [d, d]"
                  : "every tapped site's [w, w] at once");
+  p.add("exact sums of the statistics", site_covariances(c, ud, down_out),
+        "128-bit upper triangles while the batches are added (calib::ExactSums)");
   if (ud) {
     const std::int64_t n_ud = opt.ud_max_tokens > 0 ? std::min(n_tok, opt.ud_max_tokens) : n_tok;
     const std::int64_t mats = m.mlp().gated ? 3 : 2;
@@ -98,8 +110,8 @@ core::MemoryPlan plan_compress_memory(const model::Model& m, std::int64_t n_tok,
   if (opt.error_compensation && preconditioner_of(opt.method) == Preconditioner::RootCovariance) {
     // The dense stream (calib/dense_stream.hpp): its hidden states, its pass states (resumable when both
     // streams' fit in the limit), the dense copy of the layer, and the cross moments of the sites.
-    p.add("dense stream hidden states", 4 * n_tok * d, fmt::format("{} tokens x {} x 4 B (error compensation)", n_tok, d));
-    const std::int64_t dense_states = 8 * n_tok * (d + w) <= limit ? 4 * n_tok * (d + w) : 4 * batch_tokens * (d + w);
+    p.add("dense stream hidden states", 4 * r_tok * d, fmt::format("{} tokens x {} x 4 B (error compensation)", r_tok, d));
+    const std::int64_t dense_states = 8 * r_tok * (d + w) <= limit ? 4 * r_tok * (d + w) : 4 * batch_tokens * (d + w);
     p.add("dense stream pass states", dense_states, "residual + site input, all tokens or one batch");
     p.add("dense copy of the layer", fp.largest_layer(), "its modules before the stages replace them");
     p.add("cross moments (double)", site_covariances(c, ud, down_out), "Σ x·x̂ᵀ of the tapped sites, [w, w] each");

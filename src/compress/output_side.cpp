@@ -32,7 +32,10 @@ double OutputStats::add(const MatrixF& w, const MatrixF& x, std::int64_t first_t
     in_ = d;
     y_.reset(static_cast<int>(dout));
     x_sum_ = VectorD::Zero(d);
+    x_exact_.resize(static_cast<std::size_t>(d) + 1);
   }
+  VectorD x_sum = VectorD::Zero(d);  // [d] this batch's Σ x, added exactly below
+  double x_sq = 0;
   constexpr Eigen::Index kRows = 1024;  // tokens per block: a [1024, d'] float output at a time
   MatrixF y(std::min(kRows, n), dout);  // [rows, d'] row-major
   for (Eigen::Index r0 = 0; r0 < n; r0 += kRows) {
@@ -43,15 +46,28 @@ double OutputStats::add(const MatrixF& w, const MatrixF& x, std::int64_t first_t
                    static_cast<int>(dout));
     y_.add_upper(y, first_token + r0, /*f32_products=*/true);
     const auto xb = x.middleRows(r0, rows);  // [rows, d]
-    x_sum_ += xb.colwise().sum().transpose().cast<double>();
-    x_sq_ += static_cast<double>(xb.squaredNorm());
+    x_sum += xb.colwise().sum().transpose().cast<double>();
+    x_sq += static_cast<double>(xb.squaredNorm());
   }
+  x_exact_.add(std::span<const double>(x_sum.data(), static_cast<std::size_t>(d)), 0, "output statistics");
+  x_exact_.add(std::span<const double>(&x_sq, 1), static_cast<std::size_t>(d), "output statistics");
   const double rows = static_cast<double>(n);
   return 2.0 * rows * static_cast<double>(d) * static_cast<double>(dout) +
          rows * static_cast<double>(dout) * static_cast<double>(dout + 1);
 }
 
-void OutputStats::finish() { y_.symmetrize(); }
+void OutputStats::finish() {
+  y_.symmetrize();
+  if (x_exact_.size() == 0) return;
+  x_exact_.read(std::span<double>(x_sum_.data(), static_cast<std::size_t>(in_)), 0);
+  x_exact_.read(std::span<double>(&x_sq_, 1), static_cast<std::size_t>(in_));
+}
+
+void OutputStats::finish_ranks() {
+  x_exact_.sum_ranks();
+  y_.combine_ranks();
+  finish();
+}
 
 double OutputStats::input_trace(bool centered) const {
   if (!centered || y_.n == 0) return x_sq_;
@@ -67,7 +83,7 @@ MatrixD OutputStats::output_gram(bool centered) const { return centered ? y_.cen
 const OutputStats& LayerOutputs::finished(const std::string& name) {
   const auto it = modules_.find(name);
   if (it == modules_.end()) throw Error(fmt::format("{}: no outputs gathered for the output-side fit", name));
-  it->second.finish();
+  it->second.finish_ranks();
   return it->second;
 }
 

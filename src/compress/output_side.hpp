@@ -47,8 +47,10 @@ class OutputStats {
   // x: [rows, d] a batch of the module's inputs (first_token: the batch's first token, for messages),
   // w: [d', d] the module's weight. Returns the FLOPs done (2 per multiply-add).
   double add(const MatrixF& w, const MatrixF& x, std::int64_t first_token);
-  // Mirrors Σ y·yᵀ after the last add.
+  // Rounds the sums (exact until then, calib::ExactSums) and mirrors Σ y·yᵀ after the last add.
   void finish();
+  // finish() over every rank's batches (a collective: calib::SiteStats::combine_ranks).
+  void finish_ranks();
 
   std::int64_t tokens() const { return y_.n; }
   // tr C, or of the centered C = Σ (x − μ)(x − μ)ᵀ.
@@ -62,8 +64,9 @@ class OutputStats {
 
  private:
   calib::SiteStats y_;    // of y = W·x: Σ y·yᵀ [d', d'], Σ y, n
-  VectorD x_sum_;         // [d] Σ x
-  double x_sq_ = 0;       // Σ ‖x‖²
+  VectorD x_sum_;         // [d] Σ x (after finish)
+  double x_sq_ = 0;       // Σ ‖x‖² (after finish)
+  calib::ExactSums x_exact_;  // [d + 1] the running Σ x, Σ ‖x‖²
   std::int64_t in_ = 0;   // d
 };
 
@@ -82,7 +85,8 @@ class LayerOutputs {
     }
     return flops;
   }
-  // The finished statistics of a module (throws Error when it got no batch).
+  // The finished statistics of a module over every rank's batches (throws Error when it got no batch; a
+  // collective: every rank asks for the same modules in the same order).
   const OutputStats& finished(const std::string& name);
   void clear() { modules_.clear(); }
 

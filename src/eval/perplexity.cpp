@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "dist/comm.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/eval.hpp"
 
@@ -61,28 +62,47 @@ void report(const PplProgressFn& progress, Clock::time_point t0, std::int64_t wi
   progress(p);
 }
 
+// The batches of windows (per_batch windows each, the last one shorter) this rank evaluates: its share
+// (dist::my_share) of all of them; every batch on one rank.
+std::vector<std::span<const std::int32_t>> my_batches(std::span<const std::int32_t> ids, int seqlen,
+                                                      std::int64_t windows, int per_batch) {
+  std::vector<std::span<const std::int32_t>> batches;
+  for (std::int64_t w0 = 0; w0 < windows; w0 += per_batch) {
+    const std::int64_t n = std::min<std::int64_t>(per_batch, windows - w0);
+    batches.push_back(ids.subspan(static_cast<std::size_t>(w0 * seqlen), static_cast<std::size_t>(n * seqlen)));
+  }
+  const dist::Share sh = dist::my_share(static_cast<std::int64_t>(batches.size()));
+  return {batches.begin() + sh.begin, batches.begin() + sh.end};
+}
+
+// The sum of every rank's per-batch NLLs in batch order (rank order is batch order), the same additions
+// as one process makes; on every rank.
+double sum_in_order(const std::vector<double>& mine) {
+  double nll = 0;
+  for (const double x : dist::gather_doubles(mine)) nll += x;
+  dist::broadcast_bytes(&nll, sizeof nll, 0);
+  return nll;
+}
+
 // Window-major: each batch through the whole model.
 double window_major_nll(const model::Model& m, std::span<const std::int32_t> ids, int seqlen, std::int64_t windows,
                         int per_batch, const PplProgressFn& progress, Clock::time_point t0) {
-  double nll = 0;
-  for (std::int64_t w0 = 0; w0 < windows; w0 += per_batch) {
-    const std::int64_t n = std::min<std::int64_t>(per_batch, windows - w0);
-    nll += m.windows_nll(ids.subspan(static_cast<std::size_t>(w0 * seqlen), static_cast<std::size_t>(n * seqlen)),
-                         seqlen);
-    report(progress, t0, w0 + n, windows, seqlen, 0, 0);
+  const auto batches = my_batches(ids, seqlen, windows, per_batch);
+  std::vector<double> nll;  // per batch
+  std::int64_t done = 0;
+  for (const auto& b : batches) {
+    nll.push_back(m.windows_nll(b, seqlen));
+    done += static_cast<std::int64_t>(b.size()) / seqlen;
+    report(progress, t0, done, windows, seqlen, 0, 0);
   }
-  return nll;
+  return sum_in_order(nll);
 }
 
 // Layer-major (lazy models): the same batches, embedded, then run layer by layer, then through the
 // head, so each batch sees the same operations as in window_major_nll and the sum the same order.
 double layer_major_nll(model::Model& m, std::span<const std::int32_t> ids, int seqlen, std::int64_t windows,
                        int per_batch, const PplProgressFn& progress, Clock::time_point t0) {
-  std::vector<std::span<const std::int32_t>> batches;
-  for (std::int64_t w0 = 0; w0 < windows; w0 += per_batch) {
-    const std::int64_t n = std::min<std::int64_t>(per_batch, windows - w0);
-    batches.push_back(ids.subspan(static_cast<std::size_t>(w0 * seqlen), static_cast<std::size_t>(n * seqlen)));
-  }
+  const auto batches = my_batches(ids, seqlen, windows, per_batch);
   std::vector<MatrixF> hidden(batches.size());  // [n_b·T, d] per batch
   for (std::size_t b = 0; b < batches.size(); ++b) m.embed(batches[b], seqlen, hidden[b]);
   const int layers = m.num_layers();
@@ -93,15 +113,15 @@ double layer_major_nll(model::Model& m, std::span<const std::int32_t> ids, int s
     if (!was_loaded) m.release_layer(i);
     report(progress, t0, 0, windows, seqlen, i + 1, layers);
   }
-  double nll = 0;
+  std::vector<double> nll;  // per batch
   std::int64_t done = 0;
   for (std::size_t b = 0; b < batches.size(); ++b) {
-    nll += m.head_nll(hidden[b], batches[b], seqlen);
+    nll.push_back(m.head_nll(hidden[b], batches[b], seqlen));
     MatrixF().swap(hidden[b]);
     done += static_cast<std::int64_t>(batches[b].size()) / seqlen;
     report(progress, t0, done, windows, seqlen, layers, layers);
   }
-  return nll;
+  return sum_in_order(nll);
 }
 
 }  // namespace

@@ -160,6 +160,12 @@ TEST_F(Quiet, NumericsErrors) {
           {"num-zero-factor", {lib([] {
              compress::to_block_identity(MatrixD::Ones(6, 3), MatrixD::Zero(3, 8), "model.layers.0.mlp.up_proj");
            })}},
+          // One batch's Σ x² of 1e16: activations of 1e8, beyond the exact sums' range.
+          {"num-exact-range", {lib([] {
+             calib::SiteStats st;
+             st.reset(2);
+             st.add(MatrixF::Constant(1, 2, 1e8f));
+           })}},
       });
 }
 

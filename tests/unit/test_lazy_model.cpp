@@ -190,7 +190,8 @@ TEST(PlanPerplexityMemory, TotalsAreTheHandComputedBytes) {
 }
 
 // Compression of the same fixture (d 16, H·d_h 24, ffn 20, gated) on 64 tokens in windows of 8, 2
-// threads: every item of plan_compress_memory by hand (docs/SCALE.md).
+// threads: every item of plan_compress_memory by hand (docs/SCALE.md). The site covariances count twice:
+// the double matrices and their exact sums (calib::ExactSums) while the batches are added.
 TEST(PlanCompressMemory, TotalsAreTheHandComputedBytes) {
   const auto m = Model::load(test::make_llama(untied(), 80).write("plan-compress"), {.lazy = true});
   core::set_num_threads(2);
@@ -202,16 +203,16 @@ TEST(PlanCompressMemory, TotalsAreTheHandComputedBytes) {
   // Joint up-down with float passes (the default): inputs and outputs in float, plus the float
   // products of a chunk ([20, 20] + [20, 16]) before they are added to the double statistics.
   const std::int64_t ud_common = 4 * 64 * 20 + 8 * (5 * 400 + 15 * 20 * 16) + kChunks;
-  EXPECT_EQ(plan.total(), common + 4 * 64 * (16 + 24) + 8 * (2 * 256 + 576) + 4 * 64 * 16 +
+  EXPECT_EQ(plan.total(), common + 4 * 64 * (16 + 24) + 2 * 8 * (2 * 256 + 576) + 4 * 64 * 16 +
                               (4 * 64 * 2 * 16 + 4 * (400 + 20 * 16) + ud_common));
   EXPECT_TRUE(plan.fits());
   o.ud_f32 = false;  // in double: inputs and outputs in double, no float products
   EXPECT_EQ(compress::plan_compress_memory(*m, 64, 8, o, std::int64_t{2} << 30).total(),
-            common + 4 * 64 * (16 + 24) + 8 * (2 * 256 + 576) + 4 * 64 * 16 + (8 * 64 * 2 * 16 + ud_common));
+            common + 4 * 64 * (16 + 24) + 2 * 8 * (2 * 256 + 576) + 4 * 64 * 16 + (8 * 64 * 2 * 16 + ud_common));
   o.joint.ud = false;  // the down_proj input (20 wide) is tapped; a local decomposition instead
   o.pipeline.resume_limit_bytes = 0;  // passes on per-batch copies
   const auto local = compress::plan_compress_memory(*m, 64, 8, o, 1000);
-  EXPECT_EQ(local.total(), common + (4 * 64 * 16 + 4 * 64 * (16 + 24)) + 8 * (2 * 256 + 576 + 400) +
+  EXPECT_EQ(local.total(), common + (4 * 64 * 16 + 4 * 64 * (16 + 24)) + 2 * 8 * (2 * 256 + 576 + 400) +
                                8 * (2 * 576 + 4 * 24 * 16));  // o_proj [16, 24] beats down_proj [16, 20]
   EXPECT_FALSE(local.fits());
 }

@@ -4,6 +4,7 @@
 
 #include "commands.hpp"
 #include "options.hpp"
+#include "latentllm/dist.hpp"
 #include "latentllm/threads.hpp"
 #include "latentllm/resources.hpp"
 #include "latentllm/checkpoint.hpp"
@@ -31,7 +32,7 @@ struct CompressArgs {
 
 // plain: the same allocation without block identity, for comparison (null: not printed).
 void print_plan(const compress::RankPlan& plan, const compress::RankPlan* plain, bool json) {
-  if (json) return;
+  if (json || !dist::is_root()) return;
   std::printf("%-52s %9s %6s %10s %10s %12s\n", "module", "shape", "rank", "params", "dense", "MACs@128");
   for (const auto& m : plan.modules) {
     std::printf("%-52s %4lldx%-4lld %6lld %10lld %10lld %12lld\n", m.name.c_str(), (long long)m.out,
@@ -93,6 +94,8 @@ int report_stopped(const CompressArgs& a, const compress::CompressReport& report
   j["projected_seconds_all_layers"] = projected;
   j["peak_rss_bytes"] = core::peak_rss_bytes();
   j["planned_peak_bytes"] = memory.total();
+  j["ranks"] = dist::size();
+  j["communication"] = {{"bytes", dist::traffic().bytes}, {"seconds", dist::traffic().seconds}};  // rank 0's
   if (a.json) {
     std::printf("%s\n", j.dump(2).c_str());
   } else {
@@ -170,7 +173,7 @@ int run_compress(const CompressArgs& a) {
   if (co) resolve_batch(a.m, opt, co->seqlen);
   std::optional<core::MemoryPlan> memory;
   if (!a.dry_run) {
-    checkpoint::check_output_writable(out);  // fail now, not after the compression
+    if (dist::is_root()) checkpoint::check_output_writable(out);  // fail now, not after the compression
     std::optional<core::MemoryItem> mm_bytes;
     if (mm) {
       // The towers are float32 in `llava`; the calibration's embeddings and pixels stay for the run.
@@ -222,7 +225,7 @@ int run_compress(const CompressArgs& a) {
   const bool resumed = planned.source == compress::PlannedRanks::Source::Resumed;
   print_plan(planned.plan, resumed ? nullptr : &planned.plain, a.json);
   if (a.dry_run) {
-    if (a.json) {
+    if (a.json && dist::is_root()) {
       std::printf("%s\n", nlohmann::json{{"options", method_json(opt, a.m.preset)},
                                          {"plan", plan_json(planned.plan)},
                                          {"plan_without_block_identity", plan_json(planned.plain)},
@@ -237,6 +240,7 @@ int run_compress(const CompressArgs& a) {
     eval::scienceqa::embed_calibration(*llava, *mm);  // opt.pipeline.input_embeddings: the compressed towers' features
   }
   auto report = compress::compress_model(*model, ids, co->seqlen, opt, &planned.plan);
+  if (!dist::is_root()) return 0;  // rank 0 writes the checkpoint and prints the results
   const std::int64_t lm_dense = report.dense_params, lm_params = report.params;
   report.merge(tower_report);
   report.prepass_s = planned.prepass_s;
@@ -269,6 +273,8 @@ int run_compress(const CompressArgs& a) {
   j["out"] = out;
   j["plan"] = plan_json(planned.plan);
   j["plan_resumed"] = plan_resumed;
+  j["ranks"] = dist::size();
+  j["communication"] = {{"bytes", dist::traffic().bytes}, {"seconds", dist::traffic().seconds}};  // rank 0's
   if (towers) {
     j["components"] = {{"language", {{"dense_params", lm_dense}, {"params", lm_params}}},
                        {"towers", {{"dense_params", tower_report.dense_params}, {"params", tower_report.params}}}};

@@ -13,6 +13,7 @@
 
 #include "commands.hpp"
 #include "options.hpp"
+#include "latentllm/dist.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/image.hpp"
 #include "latentllm/multimodal.hpp"
@@ -87,7 +88,8 @@ nlohmann::json result_json(const EvalArgs& a, const sqa::Result& r) {
   const auto n = static_cast<double>(r.predictions.size());
   return {{"task", a.task}, {"model", a.model}, {"data", a.data}, {"split", a.split}, {"protocol", a.protocol},
           {"problem_count", r.predictions.size()}, {"accuracy", acc}, {"counts", counts}, {"unparsable", r.unparsable},
-          {"predictions", preds}, {"eval_seconds", r.seconds}, {"problems_per_s", r.seconds > 0 ? n / r.seconds : 0.0}};
+          {"predictions", preds}, {"eval_seconds", r.seconds}, {"problems_per_s", r.seconds > 0 ? n / r.seconds : 0.0},
+          {"ranks", dist::size()}};
 }
 
 int run_eval(const EvalArgs& a) {
@@ -120,7 +122,9 @@ int run_eval(const EvalArgs& a) {
                  problems.size(), a.data.c_str(), a.protocol.c_str(), a.model.c_str());
   }
   Progress progress;
+  // Not split across ranks yet: under mpirun every rank evaluates every problem, rank 0 prints.
   const sqa::Result r = sqa::evaluate(m, *tok, processor, problems, opt, std::ref(progress));
+  if (!dist::is_root()) return 0;
   if (a.json) {
     std::printf("%s\n", result_json(a, r).dump().c_str());
   } else {

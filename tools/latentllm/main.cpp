@@ -7,19 +7,36 @@
 #include <string>
 
 #include "commands.hpp"
+#include "latentllm/dist.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/resources.hpp"
 
 namespace {
 
-int fail(const std::string& message) {
-  std::fprintf(stderr, "latentllm: error: %s\n", message.c_str());
-  return 1;
+// Under K > 1 ranks the message names the rank, and the whole run ends now: the other ranks may be
+// waiting for this one in a collective (dist::abort_all).
+int fail(const std::string& message, int code = 1, const char* kind = "error") {
+  const std::string rank = latentllm::dist::rank_label();
+  std::fprintf(stderr, "latentllm: %s: %s%s%s\n", kind, rank.c_str(), rank.empty() ? "" : ": ", message.c_str());
+  std::fflush(stderr);
+  if (latentllm::dist::size() > 1) latentllm::dist::abort_all(code);
+  return code;
 }
+
+int run(int argc, char** argv);
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  latentllm::dist::init(&argc, &argv);  // the ranks of an mpirun / srun launch; a plain process is rank 0 of 1
+  const int code = run(argc, argv);
+  latentllm::dist::finalize();
+  return code;
+}
+
+namespace {
+
+int run(int argc, char** argv) {
   latentllm::core::reuse_large_allocations();  // page faults otherwise dominate joint up-down
   CLI::App app{"latentllm: training-free compression of Hugging Face LLMs into latent models"};
   app.require_subcommand(1);
@@ -37,7 +54,8 @@ int main(int argc, char** argv) {
   } catch (const latentllm::Error& e) {
     return fail(e.what());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "latentllm: internal error: %s\n", e.what());
-    return 2;
+    return fail(e.what(), 2, "internal error");
   }
 }
+
+}  // namespace

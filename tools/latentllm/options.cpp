@@ -14,6 +14,7 @@
 #include "latentllm/multimodal.hpp"
 #include "latentllm/resources.hpp"
 #include "latentllm/log.hpp"
+#include "latentllm/dist.hpp"
 #include "latentllm/threads.hpp"
 
 namespace latentllm::cli {
@@ -286,14 +287,17 @@ void add_weights_option(CLI::App* sub, RunArgs& a) {
 void apply_run_options(const RunArgs& a) {
   model::parse_weights(a.weights);  // ConfigError before any work
   if (a.threads < 0) throw ConfigError(fmt::format("--threads (expected >= 0, got {})", a.threads));
-  g_quiet = a.quiet;
-  if (a.quiet) set_log_level(LogLevel::Warn);
+  // Under K ranks only rank 0 reports progress (every rank still prints its warnings and errors).
+  g_quiet = a.quiet || !dist::is_root();
+  if (g_quiet) set_log_level(LogLevel::Warn);
+  if (!dist::is_root()) set_log_level(LogLevel::Error);  // rank 0 prints the warnings every rank shares
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
   if (cores > 0 && a.threads > cores) {
     log_warn("--threads {} is more than this machine's {} cores: the extra threads share cores and usually slow "
              "the run down", a.threads, cores);
   }
   core::set_num_threads(a.threads);
+  if (dist::size() > 1) log_info("ranks: {} processes x {} threads each", dist::size(), core::num_threads());
 }
 
 bool quiet() { return g_quiet; }

@@ -12,6 +12,7 @@
 #include "options.hpp"
 #include "latentllm/threads.hpp"
 #include "latentllm/dataset.hpp"
+#include "latentllm/dist.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/files.hpp"
 #include "latentllm/eval.hpp"
@@ -123,6 +124,7 @@ int run_ppl(const PplArgs& a) {
   ProgressLine progress;
   auto r = eval::perplexity_ids(*m, ids, seqlen, a.max_windows, a.batch, a.data, std::ref(progress));
   r.tokenize_seconds = tokenize_s;
+  if (!dist::is_root()) return 0;  // rank 0 prints the result (every rank has it)
   const double peak_mib = peak_rss_mib();
   const char* order = layer_major ? "layer-major" : "window-major";
 
@@ -134,7 +136,8 @@ int run_ppl(const PplArgs& a) {
                               {"mean_nll", r.mean_nll},   {"forward_seconds", r.seconds},
                               {"tokens_per_s", r.tokens_per_s}, {"tokenize_seconds", r.tokenize_seconds},
                               {"peak_rss_bytes", core::peak_rss_bytes()},
-                              {"order", order},           {"memory_budget_bytes", budget}};
+                              {"order", order},           {"memory_budget_bytes", budget},
+                              {"ranks", dist::size()}};
     nlohmann::json out = j;
     if (dataset == io::Dataset::C4Heldout) out["held_out"] = is_held_out;
     std::printf("%s\n", out.dump().c_str());
@@ -151,6 +154,7 @@ int run_ppl(const PplArgs& a) {
   std::printf("speed        %.0f tokens/s (%.2f s forward, %.2f s tokenize)\n", r.tokens_per_s, r.seconds,
               r.tokenize_seconds);
   std::printf("order        %s\n", order);
+  if (dist::size() > 1) std::printf("ranks        %d processes\n", dist::size());
   std::printf("peak memory  %.0f MiB\n", peak_mib);
   return 0;
 }

@@ -1,0 +1,259 @@
+#include "dist/comm.hpp"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+
+#include "latentllm/error.hpp"
+
+#ifdef LATENTLLM_WITH_MPI
+// The C API only: mpi.h would otherwise pull in the deprecated C++ bindings.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+#endif
+
+namespace latentllm::dist {
+namespace {
+
+int g_rank = 0;
+int g_size = 1;
+bool g_mpi = false;  // MPI_Init ran (launched by an MPI launcher)
+Traffic g_traffic;
+
+// The message of a rank the launcher stops, prebuilt (a signal handler may only write()): two buffers,
+// the one being rewritten never the one the handler reads.
+char g_stop_message[2][512] = {};
+std::atomic<int> g_stop_current{0};
+
+void on_terminate(int) {
+  const char* m = g_stop_message[g_stop_current.load()];
+  if (m[0] != '\0') {
+    ssize_t ignored = ::write(2, m, std::strlen(m));
+    (void)ignored;
+  }
+  ::_exit(1);
+}
+
+#ifdef LATENTLLM_WITH_MPI
+// Large buffers go in pieces: MPI counts are ints.
+constexpr std::int64_t kPieceBytes = std::int64_t{1} << 28;
+
+void check(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  throw IoError(fmt::format("MPI {} on {}: {}", what, rank_label(), std::string(msg, static_cast<std::size_t>(len))));
+}
+
+void add_int128(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const std::uint64_t*>(in);
+  auto* b = static_cast<std::uint64_t*>(inout);
+  for (int i = 0; i < *len; ++i) {
+    const unsigned __int128 x = (static_cast<unsigned __int128>(a[2 * i + 1]) << 64) | a[2 * i];
+    const unsigned __int128 y = (static_cast<unsigned __int128>(b[2 * i + 1]) << 64) | b[2 * i];
+    const unsigned __int128 s = x + y;  // two's complement: wraps exactly like the signed sum
+    b[2 * i] = static_cast<std::uint64_t>(s);
+    b[2 * i + 1] = static_cast<std::uint64_t>(s >> 64);
+  }
+}
+
+struct Timed {
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  explicit Timed(std::int64_t bytes) { g_traffic.bytes += bytes; }
+  ~Timed() { g_traffic.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
+};
+
+bool launched_by_mpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK"})
+    if (std::getenv(v) != nullptr) return true;
+  return false;
+}
+
+std::vector<int> row_counts(std::int64_t rows) {
+  std::vector<int> counts(static_cast<std::size_t>(g_size));
+  const int mine = static_cast<int>(rows);
+  check(MPI_Allgather(&mine, 1, MPI_INT, counts.data(), 1, MPI_INT, MPI_COMM_WORLD), "allgather");
+  return counts;
+}
+
+// The concatenation in rank order of every rank's rows; on every rank (root < 0) or on root only.
+void collect_rows(const float* mine, std::int64_t rows, std::int64_t width, MatrixF& all, int root) {
+  const std::vector<int> counts = row_counts(rows);
+  std::vector<int> displs(counts.size(), 0);
+  std::int64_t total = 0;
+  for (std::size_t r = 0; r < counts.size(); ++r) {
+    displs[r] = static_cast<int>(total);
+    total += counts[r];
+  }
+  if (root < 0 || g_rank == root) all.resize(total, width);
+  MPI_Datatype row;
+  check(MPI_Type_contiguous(static_cast<int>(width), MPI_FLOAT, &row), "type");
+  MPI_Type_commit(&row);
+  const Timed t(4 * width * total);
+  const int rc = root < 0 ? MPI_Allgatherv(mine, static_cast<int>(rows), row, all.data(), counts.data(), displs.data(),
+                                           row, MPI_COMM_WORLD)
+                          : MPI_Gatherv(mine, static_cast<int>(rows), row, g_rank == root ? all.data() : nullptr,
+                                        counts.data(), displs.data(), row, root, MPI_COMM_WORLD);
+  MPI_Type_free(&row);
+  check(rc, "gather");
+}
+#endif
+
+}  // namespace
+
+bool built_with_mpi() {
+#ifdef LATENTLLM_WITH_MPI
+  return true;
+#else
+  return false;
+#endif
+}
+
+void init(int* argc, char*** argv) {
+#ifdef LATENTLLM_WITH_MPI
+  if (!launched_by_mpi()) return;
+  int provided = 0;
+  // Only the main thread calls MPI; the thread pool's workers never do.
+  if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) return;
+  g_mpi = true;
+  MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+  // Errors come back as codes (check() turns them into exceptions) instead of aborting inside MPI.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  if (g_size > 1) {
+    set_activity("startup");
+    std::signal(SIGTERM, on_terminate);  // the launcher ends the other ranks when one fails or dies
+  }
+#else
+  (void)argc, (void)argv;
+#endif
+}
+
+void finalize() {
+#ifdef LATENTLLM_WITH_MPI
+  if (g_mpi) MPI_Finalize();
+  g_mpi = false;
+#endif
+}
+
+void abort_all(int code) {
+#ifdef LATENTLLM_WITH_MPI
+  if (g_mpi && g_size > 1) MPI_Abort(MPI_COMM_WORLD, code);
+#endif
+  std::exit(code);
+}
+
+void set_activity(const std::string& what) {
+  if (g_size == 1) return;
+  const int next = 1 - g_stop_current.load();
+  const std::string m = fmt::format("latentllm: error: {}: stopped by the MPI launcher during {} (another rank failed "
+                                    "or was killed; finished layers stay in the progress directory: run the same "
+                                    "command with --resume)\n", rank_label(), what);
+  std::snprintf(g_stop_message[next], sizeof g_stop_message[next], "%s", m.c_str());
+  g_stop_current.store(next);
+}
+
+int rank() { return g_rank; }
+int size() { return g_size; }
+std::string rank_label() { return g_size > 1 ? fmt::format("rank {} of {}", g_rank, g_size) : std::string(); }
+Traffic traffic() { return g_traffic; }
+
+Share share_of(std::int64_t n, int r, int k) {
+  return {n * r / k, n * (r + 1) / k};
+}
+
+void sum_int128(std::span<std::uint64_t> words) {
+#ifdef LATENTLLM_WITH_MPI
+  if (g_size == 1) return;
+  MPI_Datatype pair;
+  check(MPI_Type_contiguous(2, MPI_UINT64_T, &pair), "type");
+  MPI_Type_commit(&pair);
+  MPI_Op op;
+  MPI_Op_create(&add_int128, /*commute=*/1, &op);
+  const Timed t(static_cast<std::int64_t>(words.size_bytes()));
+  int rc = MPI_SUCCESS;
+  const std::int64_t per = kPieceBytes / 16;
+  const auto n = static_cast<std::int64_t>(words.size() / 2);
+  for (std::int64_t i = 0; i < n && rc == MPI_SUCCESS; i += per) {
+    rc = MPI_Allreduce(MPI_IN_PLACE, words.data() + 2 * i, static_cast<int>(std::min(per, n - i)), pair, op,
+                       MPI_COMM_WORLD);
+  }
+  MPI_Op_free(&op);
+  MPI_Type_free(&pair);
+  check(rc, "allreduce");
+#else
+  (void)words;
+#endif
+}
+
+void sum_int64(std::span<std::int64_t> values) {
+#ifdef LATENTLLM_WITH_MPI
+  if (g_size == 1) return;
+  const Timed t(static_cast<std::int64_t>(values.size_bytes()));
+  check(MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_INT64_T, MPI_SUM,
+                      MPI_COMM_WORLD), "allreduce");
+#else
+  (void)values;
+#endif
+}
+
+void allgather_rows(const float* mine, std::int64_t rows, std::int64_t width, MatrixF& all) {
+#ifdef LATENTLLM_WITH_MPI
+  if (g_size > 1) return collect_rows(mine, rows, width, all, -1);
+#endif
+  all = Eigen::Map<const MatrixF>(mine, rows, width);
+}
+
+void gather_rows(const float* mine, std::int64_t rows, std::int64_t width, MatrixF& all) {
+#ifdef LATENTLLM_WITH_MPI
+  if (g_size > 1) return collect_rows(mine, rows, width, all, 0);
+#endif
+  all = Eigen::Map<const MatrixF>(mine, rows, width);
+}
+
+std::vector<double> gather_doubles(std::span<const double> mine) {
+#ifdef LATENTLLM_WITH_MPI
+  if (g_size > 1) {
+    std::vector<int> counts(static_cast<std::size_t>(g_size));
+    const int n = static_cast<int>(mine.size());
+    check(MPI_Gather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, MPI_COMM_WORLD), "gather");
+    std::vector<int> displs(counts.size(), 0);
+    int total = 0;
+    for (std::size_t r = 0; r < counts.size(); ++r) displs[r] = total, total += counts[r];
+    std::vector<double> all(g_rank == 0 ? static_cast<std::size_t>(total) : 0);
+    const Timed t(8 * total);
+    check(MPI_Gatherv(mine.data(), n, MPI_DOUBLE, all.data(), counts.data(), displs.data(), MPI_DOUBLE, 0,
+                      MPI_COMM_WORLD), "gather");
+    return all;
+  }
+#endif
+  return {mine.begin(), mine.end()};
+}
+
+void broadcast_bytes(void* data, std::int64_t bytes, int root) {
+#ifdef LATENTLLM_WITH_MPI
+  if (g_size == 1) return;
+  const Timed t(bytes);
+  auto* p = static_cast<char*>(data);
+  for (std::int64_t i = 0; i < bytes; i += kPieceBytes) {
+    check(MPI_Bcast(p + i, static_cast<int>(std::min(kPieceBytes, bytes - i)), MPI_BYTE, root, MPI_COMM_WORLD),
+          "broadcast");
+  }
+#else
+  (void)data, (void)bytes, (void)root;
+#endif
+}
+
+void barrier() {
+#ifdef LATENTLLM_WITH_MPI
+  if (g_size > 1) check(MPI_Barrier(MPI_COMM_WORLD), "barrier");
+#endif
+}
+
+}  // namespace latentllm::dist

@@ -1,0 +1,40 @@
+// The collectives of a run over K ranks (include/latentllm/dist.hpp): the one place that knows about
+// MPI. Every other folder combines per-rank partial results through these calls, which every rank must
+// make in the same order; with one rank each is a copy or nothing.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "latentllm/dist.hpp"
+#include "latentllm/tensor.hpp"
+
+namespace latentllm::dist {
+
+// A rank's contiguous share [begin, end) of n items (calibration batches, evaluation batches): rank r
+// of K holds items [⌊n·r/K⌋, ⌊n·(r+1)/K⌋). Fixed by n, r and K alone, never by timing.
+struct Share {
+  std::int64_t begin = 0, end = 0;
+  std::int64_t size() const { return end - begin; }
+};
+Share share_of(std::int64_t n, int r, int k);
+inline Share my_share(std::int64_t n) { return share_of(n, rank(), size()); }
+
+// In place, on every rank: the sum over the ranks of 128-bit two's complement integers stored as
+// (low, high) word pairs. Integer addition is associative, so the sum is the same bits whatever order
+// the network reduces in.
+void sum_int128(std::span<std::uint64_t> words);
+// In place, on every rank: the sum over the ranks (exact).
+void sum_int64(std::span<std::int64_t> values);
+// On every rank: every rank's rows [n_r, width] (row-major) one after another in rank order.
+void allgather_rows(const float* mine, std::int64_t rows, std::int64_t width, MatrixF& all);
+// On rank 0 (`all`, untouched elsewhere): every rank's rows one after another in rank order.
+void gather_rows(const float* mine, std::int64_t rows, std::int64_t width, MatrixF& all);
+// On rank 0: every rank's values one after another in rank order.
+std::vector<double> gather_doubles(std::span<const double> mine);
+// root's bytes to every rank.
+void broadcast_bytes(void* data, std::int64_t bytes, int root);
+void barrier();
+
+}  // namespace latentllm::dist
