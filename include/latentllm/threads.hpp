@@ -1,12 +1,13 @@
 // The library's threads: one pool (src/core/parallel.hpp) runs every parallel part of the forward
 // pass, the calibration statistics and the joint solvers, each thread calling single-threaded BLAS
-// on its share; OpenBLAS's own threads serve the BLAS and LAPACK calls made outside the pool. A loop
-// too small to pay for waking a thread runs on the calling thread (docs/ARCHITECTURE.md, "Threads").
+// on its share; OpenBLAS itself always runs single-threaded (its threads split a call by their number,
+// which changes the result's bits). A loop too small to pay for waking a thread runs on the calling
+// thread (docs/ARCHITECTURE.md, "Threads").
 #pragma once
 
 namespace latentllm::core {
 
-// Sets the pool's threads (the caller included) and OpenBLAS's. n = 0 uses every core.
+// Sets the pool's threads (the caller included); OpenBLAS stays single-threaded. n = 0 uses every core.
 void set_num_threads(int n);
 // The pool's threads.
 int num_threads();

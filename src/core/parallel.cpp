@@ -182,9 +182,18 @@ int default_threads() {
 std::mutex g_pool_mutex;
 std::unique_ptr<Pool> g_pool;
 
+// OpenBLAS's own threads split a call's work by their number, and its results change with that split
+// (dot products, symv, the recursive LAPACK factorizations, gemm at some counts): a decomposition run
+// with as many BLAS threads as --threads gave other bytes at each count. So OpenBLAS always runs
+// single-threaded, and the pool's fixed chunks are the only parallelism.
+void make_blas_single_threaded() { core::set_blas_threads(1); }
+
 Pool& pool() {
   std::lock_guard lock(g_pool_mutex);
-  if (!g_pool) g_pool = std::make_unique<Pool>(default_threads());
+  if (!g_pool) {
+    make_blas_single_threaded();
+    g_pool = std::make_unique<Pool>(default_threads());
+  }
   return *g_pool;
 }
 
@@ -199,7 +208,7 @@ void set_num_threads(int n) {
       g_pool = std::make_unique<Pool>(threads);
     }
   }
-  core::set_blas_threads(threads);
+  make_blas_single_threaded();
 }
 
 bool in_parallel_region() { return t_in_pool; }

@@ -268,7 +268,7 @@ bool g_quiet = false;
 }  // namespace
 
 void add_run_options(CLI::App* sub, RunArgs& a) {
-  sub->add_option("--threads", a.threads, "Threads of the forward pass and BLAS (0 = all cores)")
+  sub->add_option("--threads", a.threads, "Threads of every parallel loop (0 = all cores)")
       ->capture_default_str()->group("Run");
   sub->add_flag("--quiet,-q", a.quiet, "Only warnings and errors on stderr: no progress lines, no plans")->group("Run");
   sub->add_flag("--allow-unused-tensors", a.allow_unused_tensors,
