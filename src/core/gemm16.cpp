@@ -1,5 +1,6 @@
 #include "core/gemm16.hpp"
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -234,13 +235,21 @@ std::string_view isa_name(Isa isa) {
   return "?";
 }
 
+namespace {
+// F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know "f16c".
+bool has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+}  // namespace
+
 Isa best_isa() {
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
       __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
     return Isa::Avx512;  // every AVX-512 CPU has F16C
   }
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) return Isa::F16c;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c()) return Isa::F16c;
   return Isa::Generic;
 }
 
