@@ -41,8 +41,13 @@ void remove_temp_dirs() {
 }  // namespace
 
 std::filesystem::path make_temp_dir(const std::string& tag) {
+  // The list is made before the handler is registered, so that it is destroyed after the handler ran
+  // (exit runs handlers and static destructors in the reverse order of their registration).
   static std::once_flag once;
-  std::call_once(once, [] { std::atexit(remove_temp_dirs); });
+  std::call_once(once, [] {
+    temp_dirs();
+    std::atexit(remove_temp_dirs);
+  });
   std::string tmpl = (std::filesystem::temp_directory_path() / ("latentllm-" + tag + "-XXXXXX")).string();
   if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed for " + tmpl);
   temp_dirs().push_back(tmpl);
