@@ -55,7 +55,9 @@ std::vector<std::string> output_formats();
 // can be written as opt.format, with `what` naming the option in messages ("export format",
 // "--format"): ConfigError for an unknown format (latent only when allow_latent), --kv-cache other than
 // auto with a format that has no KV cache, and what the format's writer refuses (onnx: a multimodal or
-// post-LN OPT model, --dtype bf16, --kv-cache latent). export_checkpoint and export_model call it too.
+// post-LN OPT model, --dtype bf16, --kv-cache latent), then what the writer needs of this installation
+// (onnx: the encoder module). export_checkpoint and export_model check the same, but the installation
+// only when they write.
 void check_format(const model::Model& m, const ExportOptions& opt, std::string_view what, bool allow_latent);
 
 // Writes the compressed model `m` as opt.format (one of export_formats()) into out_dir, from its layers in

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "format/onnx_module.hpp"
 #include "format/writers.hpp"
 #include "latentllm/checkpoint.hpp"
 #include "latentllm/error.hpp"
@@ -22,12 +23,14 @@ struct FormatRow {
   void (*check)(const model::Model&, const WriteOptions&);  // what the writer refuses, before any work; or null
   std::optional<DType> default_dtype;  // unset: the input's storage type
   bool exported;                       // written by `export` (a latent checkpoint is compress's own output)
+  // What the writer needs of this installation, made sure of by check_format before a long run; or null.
+  void (*ready)();
 };
 
 // A new format is a row here plus its writer's file.
-constexpr std::array kFormats = {FormatRow{"latent", write_latent, nullptr, std::nullopt, false},
-                                 FormatRow{"hf", write_hf, nullptr, std::nullopt, true},
-                                 FormatRow{"onnx", write_onnx, check_onnx, DType::F32, true}};
+constexpr std::array kFormats = {FormatRow{"latent", write_latent, nullptr, std::nullopt, false, nullptr},
+                                 FormatRow{"hf", write_hf, nullptr, std::nullopt, true, nullptr},
+                                 FormatRow{"onnx", write_onnx, check_onnx, DType::F32, true, load_onnx_module}};
 
 std::vector<std::string> names(bool with_latent) {
   std::vector<std::string> out;
@@ -87,6 +90,7 @@ std::vector<std::string> output_formats() { return names(true); }
 void check_format(const model::Model& m, const ExportOptions& opt, std::string_view what, bool allow_latent) {
   const FormatRow& row = find_format(opt, what, allow_latent);
   if (row.check) row.check(m, write_options(opt, row, DType::F16));
+  if (row.ready) row.ready();
 }
 
 ExportSummary export_model(const model::Model& m, const fs::path& layer_factors_dir, const fs::path& out_dir,
