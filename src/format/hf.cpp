@@ -49,6 +49,8 @@ std::vector<float> dense_weight(const model::Linear& l) {
   return w;
 }
 
+std::vector<float> to_vector(const VectorF& v) { return {v.data(), v.data() + v.size()}; }
+
 std::vector<float> weight_of(const model::Linear& l) {
   return l.factored() ? dense_weight(l) : std::vector<float>(l.weight.data(), l.weight.data() + l.weight.size());
 }
@@ -105,7 +107,7 @@ std::vector<Entry> plan_tensors(LayerSource& layers, const io::TensorStore& src,
       const model::Linear* l = o->second.in_memory;
       const io::LatentModule* lm = o->second.stored;
       if (l && l->bias.size() > 0) {
-        out.push_back({{stored + ".bias", opt.dtype, {l->out}}, [l] { return std::vector<float>(l->bias.data(), l->bias.data() + l->out); }});
+        out.push_back({{stored + ".bias", opt.dtype, {l->out}}, [l] { return to_vector(l->bias); }});
       } else if (!l && src.has(stored + ".bias")) {
         copy(stored + ".bias");
       }
@@ -128,12 +130,7 @@ std::vector<Entry> plan_tensors(LayerSource& layers, const io::TensorStore& src,
     auto current = [&layers, i = i, k = k]() -> const model::Linear& { return layers.layer(i).linears[k]; };
     // A compressed module's bias is the updated one (paper appendix "Bias Update"); the compressor
     // updates only the biases the architecture has, so the config's bias switches stay the source's.
-    if (forms[k].bias) {
-      out.push_back({{stored + ".bias", opt.dtype, {spec.out}}, [current] {
-                       const VectorF& b = current().bias;
-                       return std::vector<float>(b.data(), b.data() + b.size());
-                     }});
-    }
+    if (forms[k].bias) out.push_back({{stored + ".bias", opt.dtype, {spec.out}}, [current] { return to_vector(current().bias); }});
     out.push_back({{stored + ".weight", opt.dtype, {spec.out, spec.in}}, [current] { return weight_of(current()); }});
     multiplied += forms[k].rank > 0;
   }

@@ -1,7 +1,8 @@
 // `latentllm compress --format hf|onnx` (format::export_model): the export written directly from the
 // compression is byte for byte the export of the f32 latent checkpoint the same run writes (every file:
 // model.safetensors or the ONNX graph with its weights, config.json, the tokenizer files), for
-// TinyStories-656K (Llama, block identity) and opt-tiny (biases updated by the compressor); a lazy
+// TinyStories-656K (Llama, block identity), opt-tiny (biases updated by the compressor) and hf of
+// llava-shapes-tiny with its vision tower and projector compressed (--components); a lazy
 // compression (the writers read its per-layer progress files) gives the bytes of an eager one (the
 // model in memory), the ONNX weights in external data included.
 #include <gtest/gtest.h>
@@ -74,6 +75,25 @@ TEST(CompressFormat, HfDefaultIsF16FromTheFloatFactors) {
   const fs::path direct = compressed("TinyStories-656K", "--format hf");
   EXPECT_EQ(io::SafetensorsFile(direct / "model.safetensors").tensors().front().dtype, DType::F16);
   expect_same_files(direct, exported(compressed("TinyStories-656K", "--dtype f32"), "--format hf --dtype f16"));
+}
+
+// A LLaVA checkpoint with its vision tower and projector compressed too (--components): hf multiplies
+// the towers' factors back as it does the language model's.
+TEST(CompressFormat, HfOfALlavaWithCompressedTowersIsTheExportOfTheF32Latent) {
+  const std::string args = "--components lm,vision,projector --calib scienceqa --calib-data " +
+                           shq(shared_path("data/scienceqa-shapes")) + " --nsamples 8 --dtype f32 ";
+  auto run = [&](const std::string& extra) {
+    const fs::path out = make_temp_dir("compress-format-llava") / "out";
+    run_cli_ok("compress --model " + shq(shared_path("models/llava-shapes-tiny")) + " --ratio 0.3 -q --out " + shq(out) +
+               " " + args + extra);
+    return out;
+  };
+  const fs::path latent = run("");
+  ASSERT_TRUE(read_bytes(latent / "config.json").find("vision_tower.vision_model.encoder.layers.0.self_attn.q_proj") !=
+              std::string::npos);
+  const fs::path direct = run("--format hf");
+  expect_same_files(direct, exported(latent, "--format hf"));
+  EXPECT_EQ(io::SafetensorsFile(direct / "model.safetensors").find("multi_modal_projector.linear_2.A.weight"), nullptr);
 }
 
 TEST(CompressFormat, OnnxIsTheExportOfTheF32Latent) {
