@@ -334,7 +334,7 @@ Command add_compress(CLI::App& app) {
   sub->add_option("--format", a->format, "Output format: latent (the latent checkpoint); hf or onnx (its export, as "
                                          "latentllm export writes it, directly from the compression)")
       ->capture_default_str()->group("Model");
-  sub->add_option("--dtype", a->dtype, "Storage type of the output: f16, bf16, f32 (default: f16; onnx f32, or f16)")
+  sub->add_option("--dtype", a->dtype, "Storage type of the output: f16, bf16, f32 (default f16; --format onnx: f32 or f16, default f32)")
       ->group("Model");
   sub->add_option("--kv-cache", a->kv_cache,
                   "--format onnx: which past inputs carry the latent: auto (where generate --kv-cache auto caches it) "
