@@ -1,7 +1,9 @@
 // Exporting a latent checkpoint to other formats (`latentllm export`). A latent checkpoint keeps its
 // source's `architectures` with factored modules in place of dense weights, so a Hugging Face tool would
 // load it with randomly initialised projections; an export is a plain checkpoint of the format the
-// tool reads. One writer per format, one row each in the registry of src/format/registry.cpp.
+// tool reads. One writer per format, one row each in the registry of src/format/registry.cpp; every writer
+// reads the decoder layers through one interface (src/format/layer_source.hpp), so `compress --format`
+// writes an export directly from the compression (export_model) as `export` does from a latent checkpoint.
 #pragma once
 
 #include <cstdint>
@@ -20,9 +22,9 @@ namespace latentllm::format {
 inline constexpr std::int64_t kOnnxExternalDataAbove = (std::int64_t{1} << 31) - (std::int64_t{64} << 20);
 
 struct ExportOptions {
-  std::string format = "hf";      // a registry row's name (export_formats())
-  // Storage type of every floating tensor; unset: the format's default (hf: the latent checkpoint's,
-  // onnx: f32, which is also its input/output type).
+  std::string format = "hf";      // a registry row's name (export_formats(), or output_formats() for export_model)
+  // Storage type of every floating tensor; unset: the format's default (hf: the latent checkpoint's, or
+  // f16 from a compression as a latent checkpoint's; onnx: f32, which is also its input/output type).
   std::optional<DType> dtype;
   bool force = false;             // replace an earlier output (checkpoint::check_output_target's rules)
   // onnx: which past inputs carry the latent. Auto: where `generate --kv-cache auto` caches it
@@ -37,12 +39,37 @@ struct ExportOptions {
 struct ExportSummary {
   std::size_t tensors = 0;              // tensors in the output
   std::size_t multiplied = 0;           // factored modules multiplied back into dense weights
+  std::size_t factored = 0;             // factored modules kept factored (latent, onnx)
   DType dtype = DType::F32;             // the storage type used
 };
 
 // The registered format names, e.g. {"hf", "onnx"} (onnx is listed in every build; without the ONNX
 // encoder module, built when libonnx is installed, its export fails with the one ConfigError that says so).
 std::vector<std::string> export_formats();
+
+// The formats a model can be written in after compression (export_model, compress --format): "latent"
+// (the latent checkpoint, checkpoint::save) and export_formats().
+std::vector<std::string> output_formats();
+
+// Checks, before any work, that the model `m` (the dense model about to be compressed, or a latent one)
+// can be written as opt.format, with `what` naming the option in messages ("export format",
+// "--format"): ConfigError for an unknown format (latent only when allow_latent), --kv-cache other than
+// auto with a format that has no KV cache, and what the format's writer refuses (onnx: a multimodal or
+// post-LN OPT model, --dtype bf16, --kv-cache latent), then what the writer needs of this installation
+// (onnx: the encoder module). export_checkpoint and export_model check the same, but the installation
+// only when they write.
+void check_format(const model::Model& m, const ExportOptions& opt, std::string_view what, bool allow_latent);
+
+// Writes the compressed model `m` as opt.format (one of export_formats()) into out_dir, from its layers in
+// memory or, for a lazy model, from the per-layer factor files of layer_factors_dir (the compression's
+// progress; checkpoint::SaveOptions::layer_factors_dir); outside the layers from its source checkpoint
+// m.dir(). tower_modules as checkpoint::SaveOptions's (hf only). The bytes equal those of
+// checkpoint::save with --dtype f32 followed by export_checkpoint with the same options. Checks as
+// export_checkpoint (check_format, then checkpoint::check_output_target against m.dir()); staged and
+// streamed as it. Without opt.dtype: the format's default, else f16.
+ExportSummary export_model(const model::Model& m, const std::filesystem::path& layer_factors_dir,
+                           const std::filesystem::path& out_dir, const ExportOptions& opt,
+                           const std::vector<const model::Linear*>& tower_modules = {});
 
 // Exports the latent checkpoint `model_dir` to `out_dir` in opt.format. Before any work: ConfigError
 // "export format (expected one of hf, got <name>)" for an unknown format, checkpoint::check_output_target's

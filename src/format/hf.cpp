@@ -1,6 +1,7 @@
 // The Hugging Face export: the source's architecture, tensor names, shapes and order, with every factored
 // module multiplied back into its dense weight, so transformers (and the tools built on it) load a
 // plain model. config.json loses its `latent` section; the tokenizer and processor files are copied.
+#include <functional>
 #include <set>
 
 #include <fmt/format.h>
@@ -23,71 +24,115 @@ struct Entry {
   std::function<std::vector<float>()> values;
 };
 
-MatrixD to_double(const TensorView& t) {
-  const std::vector<float> v = t.to_f32();
-  return Eigen::Map<const MatrixF>(v.data(), t.shape[0], t.shape[1]).cast<double>();
-}
-
-// W: [out, in] = B·A_dense, multiplied in double and rounded once to float. With block identity
-// (docs/FORMAT.md) A_dense = [I_r | A] on the columns perm: the identity columns of W are B's columns
-// exactly, the others B·A. Row blocks in parallel, each an independent product, so the bytes do not
-// depend on the thread count.
-std::vector<float> dense_weight(const TensorView& a, const TensorView& b, const io::LatentModule& lm) {
-  const MatrixD B = to_double(b);  // [out, r]
-  const MatrixD A = to_double(a);  // [r, in] or [r, in − r]
-  const std::int64_t out = lm.out, in = lm.in, r = lm.rank;
+// W: [out, in] = B·A_dense of a factored l, multiplied in double and rounded once to float. With block
+// identity (docs/FORMAT.md) A_dense = [I_r | A] on the columns perm: the identity columns of W are B's
+// columns exactly, the others B·A. Row blocks in parallel, each an independent product, so the bytes do
+// not depend on the thread count.
+std::vector<float> dense_weight(const model::Linear& l) {
+  const MatrixD B = l.B.cast<double>();  // [out, r]
+  const MatrixD A = l.A.cast<double>();  // [r, in] or [r, in − r]
+  const std::int64_t out = l.out, in = l.in, r = B.cols();
   std::vector<float> w(static_cast<std::size_t>(out * in));  // [out, in] row-major
   core::parallel_for(out, 64, [&](std::int64_t i0, std::int64_t i1) {
     const MatrixD ba = B.middleRows(i0, i1 - i0) * A;  // [i1 − i0, in] or [i1 − i0, in − r]
     for (std::int64_t i = i0; i < i1; ++i) {
       float* row = w.data() + i * in;
-      if (!lm.block_identity) {
+      if (!l.block_identity) {
         for (std::int64_t j = 0; j < in; ++j) row[j] = static_cast<float>(ba(i - i0, j));
         continue;
       }
-      for (std::int64_t j = 0; j < r; ++j) row[lm.perm[static_cast<std::size_t>(j)]] = static_cast<float>(B(i, j));
+      for (std::int64_t j = 0; j < r; ++j) row[l.perm[static_cast<std::size_t>(j)]] = static_cast<float>(B(i, j));
       for (std::int64_t k = 0; k < in - r; ++k)
-        row[lm.perm[static_cast<std::size_t>(r + k)]] = static_cast<float>(ba(i - i0, k));
+        row[l.perm[static_cast<std::size_t>(r + k)]] = static_cast<float>(ba(i - i0, k));
     }
   });
   return w;
 }
 
-// The stored module name of a factor tensor ("<module>.A.weight" / "<module>.B.weight"), else "".
-std::string factor_module(const std::string& name) {
-  for (const char* suffix : {".A.weight", ".B.weight"})
-    if (name.ends_with(suffix)) return name.substr(0, name.size() - std::string_view(suffix).size());
-  return "";
+std::vector<float> to_vector(const VectorF& v) { return {v.data(), v.data() + v.size()}; }
+
+std::vector<float> weight_of(const model::Linear& l) {
+  return l.factored() ? dense_weight(l) : std::vector<float>(l.weight.data(), l.weight.data() + l.weight.size());
 }
 
-// The output's tensors in the latent checkpoint's order, which is the source's with a module's tensors
-// where its first one was: a factored module becomes `<module>.bias` (when it has one) then
-// `<module>.weight`, the order of safetensors files written by name, as transformers saves them.
-std::vector<Entry> plan_tensors(const ExportSource& src, DType dtype, std::size_t& multiplied) {
+// A factored module outside the decoder layers (a LLaVA's vision tower or projector): in memory (compress
+// --components), or stored in a latent checkpoint (its `latent` entry and its factor tensors).
+struct OuterModule {
+  const model::Linear* in_memory = nullptr;
+  const io::LatentModule* stored = nullptr;
+};
+
+MatrixF matrix_of(const TensorView& t) {  // [rows, cols] as stored
+  MatrixF m(t.shape[0], t.shape[1]);
+  t.to_f32(std::span<float>(m.data(), static_cast<std::size_t>(m.size())));
+  return m;
+}
+
+// The stored module as a Linear, read when its entry is written.
+model::Linear read_module(const io::TensorStore& src, const std::string& name, const io::LatentModule& lm) {
+  model::Linear l;
+  l.in = lm.in;
+  l.out = lm.out;
+  l.B = matrix_of(src.get(name + ".B.weight"));
+  l.A = matrix_of(src.get(name + ".A.weight"));
+  l.block_identity = lm.block_identity;
+  l.perm = lm.perm;
+  return l;
+}
+
+// The output's tensors in the source's order, a module's where its first tensor was: `<module>.bias`
+// (when it has one) then `<module>.weight`, the order of safetensors files written by name, as
+// transformers saves them. Decoder-layer modules from `layers` (factored ones multiplied back), the
+// outer modules likewise, the rest copied from the source.
+std::vector<Entry> plan_tensors(LayerSource& layers, const io::TensorStore& src, const WriteOptions& opt,
+                                const std::map<std::string, io::LatentModule>& latent, std::size_t& multiplied) {
+  const model::Model& m = layers.model();
+  const auto where = layer_modules(m);
+  std::map<std::string, OuterModule> outer;  // HF module name -> module
+  for (const model::Linear* l : opt.tower_modules) outer[m.module_name(l->name)].in_memory = l;
+  for (const auto& [name, lm] : latent)
+    if (!where.count(name)) outer[name].stored = &lm;
   std::vector<Entry> out;
-  std::set<std::string> done;  // stored names of the factored modules written
   auto copy = [&](const std::string& name) {
-    const TensorView& t = src.store.get(name);
-    out.push_back({{name, dtype, t.shape}, [&t] { return t.to_f32(); }});
+    out.push_back({{name, opt.dtype, src.get(name).shape}, [&src, name] { return src.get(name).to_f32(); }});
   };
-  for (const auto& name : src.store.names()) {
-    const std::string stored = factor_module(name);
-    const auto it = stored.empty() ? src.modules.end() : src.modules.find(src.model.module_name(stored));
-    if (it == src.modules.end()) {
-      // The bias of a factored module goes out with its weight; everything else is copied as stored.
-      if (!(name.ends_with(".bias") && src.modules.count(src.model.module_name(name.substr(0, name.size() - 5)))))
-        copy(name);
+  std::set<std::string> done;  // HF names of the modules written
+  std::vector<ModuleForm> forms;  // of layer `forms_of`
+  int forms_of = -1;
+  for (const auto& name : src.names()) {
+    const std::string stored = tensor_module(name);
+    const std::string module = m.module_name(stored);
+    if (const auto o = outer.find(module); o != outer.end()) {
+      if (!done.insert(module).second) continue;
+      const model::Linear* l = o->second.in_memory;
+      const io::LatentModule* lm = o->second.stored;
+      if (l && l->bias.size() > 0) {
+        out.push_back({{stored + ".bias", opt.dtype, {l->out}}, [l] { return to_vector(l->bias); }});
+      } else if (!l && src.has(stored + ".bias")) {
+        copy(stored + ".bias");
+      }
+      const std::int64_t rows = l ? l->out : lm->out, cols = l ? l->in : lm->in;
+      out.push_back({{stored + ".weight", opt.dtype, {rows, cols}}, [&src, l, lm, stored] {
+                       return l ? weight_of(*l) : dense_weight(read_module(src, stored, *lm));
+                     }});
+      multiplied += !l || l->factored();
       continue;
     }
-    if (!done.insert(stored).second) continue;
+    const auto it = where.find(module);
+    if (it == where.end()) {
+      copy(name);  // not a linear module (embeddings, norms, positions, head, an uncompressed tower): unchanged
+      continue;
+    }
+    if (!done.insert(module).second) continue;
+    const auto [i, k] = it->second;
+    if (i != forms_of) forms = layers.forms(forms_of = i);
+    const model::Linear& spec = m.layer_spec(i).linears[k];
+    auto current = [&layers, i = i, k = k]() -> const model::Linear& { return layers.layer(i).linears[k]; };
     // A compressed module's bias is the updated one (paper appendix "Bias Update"); the compressor
     // updates only the biases the architecture has, so the config's bias switches stay the source's.
-    if (src.store.has(stored + ".bias")) copy(stored + ".bias");
-    const io::LatentModule& lm = it->second;
-    const TensorView& a = src.store.get(stored + ".A.weight");
-    const TensorView& b = src.store.get(stored + ".B.weight");
-    out.push_back({{stored + ".weight", dtype, {lm.out, lm.in}}, [&a, &b, &lm] { return dense_weight(a, b, lm); }});
-    ++multiplied;
+    if (forms[k].bias) out.push_back({{stored + ".bias", opt.dtype, {spec.out}}, [current] { return to_vector(current().bias); }});
+    out.push_back({{stored + ".weight", opt.dtype, {spec.out, spec.in}}, [current] { return weight_of(current()); }});
+    multiplied += forms[k].rank > 0;
   }
   return out;
 }
@@ -114,10 +159,14 @@ nlohmann::json hf_config(nlohmann::json config, DType dtype) {
 
 }  // namespace
 
-ExportSummary write_hf(const ExportSource& src, const fs::path& dir, DType dtype) {
+ExportSummary write_hf(LayerSource& layers, const fs::path& dir, const WriteOptions& opt) {
+  const model::Model& m = layers.model();
+  const auto src = io::TensorStore::open(m.dir());
+  const nlohmann::json& config = m.config().raw;
+  const auto latent = io::parse_latent_modules(config, (m.dir() / "config.json").string());
   ExportSummary s;
-  s.dtype = dtype;
-  const std::vector<Entry> entries = plan_tensors(src, dtype, s.multiplied);
+  s.dtype = opt.dtype;
+  const std::vector<Entry> entries = plan_tensors(layers, src, opt, latent, s.multiplied);
   s.tensors = entries.size();
   std::vector<io::TensorSpec> specs;
   for (const auto& e : entries) specs.push_back(e.spec);
@@ -132,10 +181,9 @@ ExportSummary write_hf(const ExportSource& src, const fs::path& dir, DType dtype
     }
   }
   w.finish();
-  core::write_text_atomic(dir / "config.json", hf_config(src.config, dtype).dump(2) + "\n");
-  const fs::path from = src.model.dir();
+  core::write_text_atomic(dir / "config.json", hf_config(config, opt.dtype).dump(2) + "\n");
   for (const char* f : checkpoint::companion_files())
-    if (fs::exists(from / f)) core::write_text_atomic(dir / f, core::read_file(from / f));  // fsynced copy
+    if (fs::exists(m.dir() / f)) core::write_text_atomic(dir / f, core::read_file(m.dir() / f));  // fsynced copy
   return s;
 }
 

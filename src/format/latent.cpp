@@ -55,76 +55,61 @@ nlohmann::json module_entry(const model::Linear& lin) {
                                  .block_identity = lin.block_identity, .perm = lin.perm});
 }
 // The output's tensors in the source's order, a module's tensors where its first one was: the
-// non-linear tensors and the modules of layers neither loaded nor compressed from the source,
-// the others from `layers`. Fills `modules` (the latent section's entries).
+// non-linear tensors from the source, the modules of the decoder layers from `layers`, the tower modules
+// from `towers`. Fills `modules` (the latent section's entries).
 std::vector<Entry> plan_tensors(LayerSource& layers, const io::TensorStore& src, DType dtype,
                                 const std::vector<const model::Linear*>& towers, nlohmann::json& modules) {
   const model::Model& m = layers.model();
   std::map<std::string, const model::Linear*> tower;  // stored module name -> module
   for (const model::Linear* lin : towers) tower.emplace(lin->name, lin);
-  std::map<std::string, std::pair<int, std::size_t>> where;  // module -> (layer, index in its linears)
-  for (int i = 0; i < m.num_layers(); ++i) {
-    const auto& lins = m.layer_spec(i).linears;
-    for (std::size_t k = 0; k < lins.size(); ++k) where.emplace(lins[k].name, std::pair{i, k});
-  }
+  const auto where = layer_modules(m);
   std::vector<Entry> out;
-  auto from_source = [&](const std::string& name) {
-    out.push_back({{name, dtype, src.get(name).shape}, [&src, name] { return src.get(name).to_f32(); }});
-  };
   std::set<std::string> done;
   // A module's tensors from `current()` (the module as it stands when the entry is written): its
-  // factors or dense weight (false when it holds neither: a layer not loaded), and its bias.
+  // factors or dense weight, and its bias.
   auto add = [&](std::string n, std::vector<std::int64_t> shape, auto current, auto part) {
     out.push_back({{std::move(n), dtype, std::move(shape)}, [current, part] { return to_vector(part(current())); }});
   };
-  auto add_weight = [&](const std::string& stored, const model::Linear& lin, auto current) {
-    if (lin.factored()) {
-      add(stored + ".A.weight", {lin.A.rows(), lin.A.cols()}, current, [](const model::Linear& l) -> const MatrixF& { return l.A; });
-      add(stored + ".B.weight", {lin.B.rows(), lin.B.cols()}, current, [](const model::Linear& l) -> const MatrixF& { return l.B; });
-    } else if (lin.weight.size() > 0) {
-      add(stored + ".weight", {lin.weight.rows(), lin.weight.cols()}, current,
-          [](const model::Linear& l) -> const MatrixF& { return l.weight; });
+  auto add_module = [&](const std::string& stored, const model::Linear& spec, const ModuleForm& f, auto current) {
+    if (f.rank > 0) {
+      add(stored + ".A.weight", {f.rank, spec.in - (f.block_identity ? f.rank : 0)}, current,
+          [](const model::Linear& l) -> const MatrixF& { return l.A; });
+      add(stored + ".B.weight", {spec.out, f.rank}, current, [](const model::Linear& l) -> const MatrixF& { return l.B; });
     } else {
-      return false;
+      add(stored + ".weight", {spec.out, spec.in}, current, [](const model::Linear& l) -> const MatrixF& { return l.weight; });
     }
-    return true;
+    if (f.bias) add(stored + ".bias", {spec.out}, current, [](const model::Linear& l) -> const VectorF& { return l.bias; });
   };
-  auto add_bias = [&](const std::string& stored, const model::Linear& lin, auto current) {
-    add(stored + ".bias", {lin.bias.size()}, current, [](const model::Linear& l) -> const VectorF& { return l.bias; });
-  };
+  std::vector<ModuleForm> forms;  // of layer `forms_of`
+  int forms_of = -1;
   for (const auto& name : src.names()) {
-    const auto dot = name.rfind('.');
-    if (const auto t = tower.find(dot == std::string::npos ? name : name.substr(0, dot)); t != tower.end()) {
+    const std::string stored_module = tensor_module(name);
+    if (const auto t = tower.find(stored_module); t != tower.end()) {
       if (!done.insert(t->first).second) continue;
       const model::Linear* lin = t->second;
-      const auto current = [lin]() -> const model::Linear& { return *lin; };
-      if (!add_weight(t->first, *lin, current)) {
+      if (!lin->factored() && lin->weight.size() == 0) {
         throw Error(fmt::format("{}: module {} holds no weight (expected a loaded module)", m.dir().string(), t->first));
       }
-      if (lin->bias.size() > 0) add_bias(t->first, *lin, current);
+      const ModuleForm f{lin->factored() ? lin->rank() : 0, lin->block_identity, lin->bias.size() > 0};
+      add_module(t->first, *lin, f, [lin]() -> const model::Linear& { return *lin; });
       if (lin->factored()) modules[t->first] = module_entry(*lin);
       continue;
     }
     // The module's HF name as the model asks for it; the output keeps the source's stored names (a
     // multimodal checkpoint's language model under its prefix), the latent section the model's names.
-    const std::string module = m.module_name(dot == std::string::npos ? name : name.substr(0, dot));
-    const std::string stored = m.stored_name(module);
+    const std::string module = m.module_name(stored_module);
     const auto it = where.find(module);
     if (it == where.end()) {
-      from_source(name);  // not a linear of a decoder layer (embeddings, norms, positions, head): unchanged
-      continue;
+      out.push_back({{name, dtype, src.get(name).shape}, [&src, name] { return src.get(name).to_f32(); }});
+      continue;  // not a linear of a decoder layer (embeddings, norms, positions, head): unchanged
     }
     if (!done.insert(module).second) continue;
     const auto [i, k] = it->second;
-    const model::Linear& lin = layers.layer(i).linears[k];
-    auto current = [&layers, i = i, k = k]() -> const model::Linear& { return layers.layer(i).linears[k]; };
-    if (!add_weight(stored, lin, current)) from_source(stored + ".weight");  // a layer not loaded, its module not compressed
-    if (lin.bias.size() > 0) {
-      add_bias(stored, lin, current);
-    } else if (!layers.holds_all_modules(i) && !lin.factored() && src.has(stored + ".bias")) {
-      from_source(stored + ".bias");
-    }
-    if (lin.factored()) modules[module] = module_entry(lin);
+    if (i != forms_of) forms = layers.forms(forms_of = i);
+    const ModuleForm& f = forms[k];
+    add_module(m.stored_name(module), m.layer_spec(i).linears[k], f,
+               [&layers, i = i, k = k]() -> const model::Linear& { return layers.layer(i).linears[k]; });
+    if (f.rank > 0) modules[module] = module_entry(layers.layer(i).linears[k]);  // its permutation included
   }
   for (const auto& [name, lin] : tower) {
     if (!done.count(name)) throw FormatError(fmt::format("{}: module {} not found in the source checkpoint", m.dir().string(), name));
@@ -151,7 +136,7 @@ void write_entries(const fs::path& path, const std::vector<Entry>& entries) {
 
 }  // namespace
 
-LatentSummary write_latent(LayerSource& layers, const fs::path& dir, const checkpoint::SaveOptions& opt) {
+ExportSummary write_latent(LayerSource& layers, const fs::path& dir, const WriteOptions& opt) {
   const model::Model& m = layers.model();
   const auto src = io::TensorStore::open(m.dir());
   nlohmann::json modules = nlohmann::json::object();
@@ -170,7 +155,11 @@ LatentSummary write_latent(LayerSource& layers, const fs::path& dir, const check
   for (const char* f : checkpoint::companion_files()) {
     if (fs::exists(m.dir() / f)) core::write_text_atomic(dir / f, core::read_file(m.dir() / f));  // fsynced copy
   }
-  return {entries.size(), modules.size()};
+  ExportSummary s;
+  s.tensors = entries.size();
+  s.factored = modules.size();
+  s.dtype = opt.dtype;
+  return s;
 }
 
 }  // namespace latentllm::format
@@ -184,9 +173,13 @@ void save(const model::Model& m, const fs::path& out_dir, const SaveOptions& opt
                                                     : format::progress_layers(m, opt.layer_factors_dir);
   // Build everything in a temporary sibling, then rename it into place.
   core::StagedDirectory dir(out_dir, opt.overwrite);
-  const format::LatentSummary s = format::write_latent(*layers, dir.path(), opt);
+  format::WriteOptions w;
+  w.dtype = opt.dtype;
+  w.info = opt.info;
+  w.tower_modules = opt.tower_modules;
+  const format::ExportSummary s = format::write_latent(*layers, dir.path(), w);
   dir.commit();
-  log_info("wrote {} ({} tensors, {} factored modules)", dir.target().string(), s.tensors, s.modules);
+  log_info("wrote {} ({} tensors, {} factored modules)", dir.target().string(), s.tensors, s.factored);
 }
 
 void check_layer_factors_storable(const fs::path& file, DType dtype) {

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "core/mapped_file.hpp"
 #include "latentllm/checkpoint.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/io.hpp"
@@ -12,6 +13,21 @@ namespace latentllm::format {
 namespace {
 
 namespace fs = std::filesystem;
+
+ModuleForm form_of(const model::Linear& l) {
+  return {.rank = l.factored() ? l.rank() : 0, .block_identity = l.block_identity, .bias = l.bias.size() > 0};
+}
+
+std::vector<ModuleForm> forms_of(const model::DecoderLayer& L) {
+  std::vector<ModuleForm> out;
+  for (const auto& l : L.linears) out.push_back(form_of(l));
+  return out;
+}
+
+VectorF vector_of(const TensorView& t) {
+  const std::vector<float> v = t.to_f32();
+  return Eigen::Map<const VectorF>(v.data(), static_cast<Eigen::Index>(v.size()));
+}
 
 class ModelLayers final : public LayerSource {
  public:
@@ -24,7 +40,7 @@ class ModelLayers final : public LayerSource {
     }
     return m_.layer(i);
   }
-  bool holds_all_modules(int) const override { return true; }
+  std::vector<ModuleForm> forms(int i) override { return forms_of(layer(i)); }
 
  private:
   const model::Model& m_;
@@ -32,7 +48,7 @@ class ModelLayers final : public LayerSource {
 
 class ProgressLayers final : public LayerSource {
  public:
-  ProgressLayers(const model::Model& m, fs::path dir) : m_(m), dir_(std::move(dir)) {}
+  ProgressLayers(const model::Model& m, fs::path dir) : m_(m), dir_(std::move(dir)), src_(io::TensorStore::open(m.dir())) {}
   const model::Model& model() const override { return m_; }
   const model::DecoderLayer& layer(int i) override {
     if (m_.layer_loaded(i)) return m_.layer(i);
@@ -40,27 +56,127 @@ class ProgressLayers final : public LayerSource {
       current_ = -1;
       copy_ = m_.layer_spec(i);
       checkpoint::read_layer_factors(checkpoint::layer_factors_file(dir_, i), copy_);
+      complete(copy_);
       current_ = i;
     }
     return copy_;
   }
-  bool holds_all_modules(int i) const override { return m_.layer_loaded(i); }
+  std::vector<ModuleForm> forms(int i) override {
+    if (m_.layer_loaded(i) || i == current_) return forms_of(layer(i));
+    const io::SafetensorsFile st(checkpoint::layer_factors_file(dir_, i));  // its header only
+    std::vector<ModuleForm> out;
+    for (const auto& l : m_.layer_spec(i).linears) {
+      const TensorView* b = st.find(l.name + ".B");
+      out.push_back(b ? ModuleForm{b->shape[1], st.find(l.name + ".perm") != nullptr, st.find(l.name + ".bias") != nullptr}
+                      : ModuleForm{0, false, src_.has(m_.stored_name(l.name) + ".bias")});
+    }
+    return out;
+  }
 
  private:
+  // What a skeleton lacks besides the factors: its norms, and the modules the compression left dense.
+  void complete(model::DecoderLayer& L) const {
+    const std::string prefix = layer_prefix(L);
+    for (auto& [name, v] : L.norms) v = vector_of(src_.get(m_.stored_name(prefix + name)));
+    for (auto& l : L.linears) {
+      if (l.factored()) continue;
+      const std::string stored = m_.stored_name(l.name);
+      const std::vector<float> w = src_.get(stored + ".weight", std::vector<std::int64_t>{l.out, l.in}).to_f32();
+      l.weight = Eigen::Map<const MatrixF>(w.data(), l.out, l.in);
+      if (src_.has(stored + ".bias")) l.bias = vector_of(src_.get(stored + ".bias"));
+    }
+  }
+
   const model::Model& m_;
   fs::path dir_;
+  io::TensorStore src_;
   model::DecoderLayer copy_;
   int current_ = -1;
 };
+
+class LatentLayers final : public LayerSource {
+ public:
+  LatentLayers(std::unique_ptr<model::Model> m, std::map<std::string, io::LatentModule> modules)
+      : m_(std::move(m)), modules_(std::move(modules)), src_(io::TensorStore::open(m_->dir())) {}
+  const model::Model& model() const override { return *m_; }
+  const model::DecoderLayer& layer(int i) override {
+    if (i != current_) {
+      if (current_ >= 0) m_->release_layer(current_);
+      current_ = -1;
+      m_->load_layer(i);
+      current_ = i;
+    }
+    return m_->layer(i);
+  }
+  std::vector<ModuleForm> forms(int i) override {
+    std::vector<ModuleForm> out;
+    for (const auto& l : m_->layer_spec(i).linears) {
+      const auto it = modules_.find(l.name);
+      const bool bias = src_.has(m_->stored_name(l.name) + ".bias");
+      out.push_back(it == modules_.end() ? ModuleForm{0, false, bias}
+                                         : ModuleForm{it->second.rank, it->second.block_identity, bias});
+    }
+    return out;
+  }
+
+ private:
+  std::unique_ptr<model::Model> m_;
+  std::map<std::string, io::LatentModule> modules_;  // by HF module name
+  io::TensorStore src_;
+  int current_ = -1;
+};
+
+ConfigError not_latent(const fs::path& dir) {
+  return ConfigError(fmt::format("{}: not a latent checkpoint (expected a config.json with a latent section, as "
+                                 "latentllm compress writes; a dense checkpoint needs no export)", dir.string()));
+}
 
 std::vector<float> to_float(const std::vector<std::int32_t>& v) { return {v.begin(), v.end()}; }
 
 }  // namespace
 
+std::int64_t ModuleForm::params(const model::Linear& spec) const {
+  const std::int64_t w = rank == 0 ? spec.out * spec.in : spec.out * rank + rank * (spec.in - (block_identity ? rank : 0));
+  return w + (bias ? spec.out : 0);
+}
+
+std::string layer_prefix(const model::DecoderLayer& L) {
+  const std::string& n = L.linear(model::Role::Q).name;
+  return n.substr(0, n.size() - std::string_view("self_attn.q_proj").size());
+}
+
 std::unique_ptr<LayerSource> model_layers(const model::Model& m) { return std::make_unique<ModelLayers>(m); }
 
 std::unique_ptr<LayerSource> progress_layers(const model::Model& m, const fs::path& factors_dir) {
   return std::make_unique<ProgressLayers>(m, factors_dir);
+}
+
+std::unique_ptr<LayerSource> latent_layers(const fs::path& dir) {
+  const auto config = nlohmann::json::parse(core::read_file(dir / "config.json"), nullptr, false);
+  if (!config.is_object() || !config.contains("latent")) throw not_latent(dir);
+  // Lazy: names and shapes are checked, no layer is widened. Strict about unused tensors: the compressor
+  // updates only the biases the architecture has (its bias switches stay the source's), so a stored bias
+  // the config does not switch on is refused here, naming it.
+  auto m = model::Model::load(dir, {.lazy = true});
+  auto modules = io::parse_latent_modules(config, (dir / "config.json").string());
+  if (modules.empty()) throw not_latent(dir);
+  return std::make_unique<LatentLayers>(std::move(m), std::move(modules));
+}
+
+std::map<std::string, std::pair<int, std::size_t>> layer_modules(const model::Model& m) {
+  std::map<std::string, std::pair<int, std::size_t>> where;
+  for (int i = 0; i < m.num_layers(); ++i) {
+    const auto& lins = m.layer_spec(i).linears;
+    for (std::size_t k = 0; k < lins.size(); ++k) where.emplace(lins[k].name, std::pair{i, k});
+  }
+  return where;
+}
+
+std::string tensor_module(const std::string& name) {
+  for (const char* suffix : {".A.weight", ".B.weight"})
+    if (name.ends_with(suffix)) return name.substr(0, name.size() - std::string_view(suffix).size());
+  const auto dot = name.rfind('.');
+  return dot == std::string::npos ? name : name.substr(0, dot);
 }
 
 }  // namespace latentllm::format

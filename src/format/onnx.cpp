@@ -242,12 +242,6 @@ std::string mlp(Ctx& c, const model::DecoderLayer& L, const std::string& x) {
   return linear(c, L.linear(model::Role::Down), mid);
 }
 
-// The layer's HF prefix ("model.layers.3."): q_proj, the first module of every table, without its name.
-std::string layer_prefix(const model::DecoderLayer& L) {
-  const std::string& n = L.linear(model::Role::Q).name;
-  return n.substr(0, n.size() - std::string_view("self_attn.q_proj").size());
-}
-
 // One decoder layer: h: [B, S, d] -> [B, S, d] (pre-LN OPT or the Llama family).
 std::string decoder_layer(Ctx& c, const model::DecoderLayer& L, const std::string& h, LayerIo& io) {
   const std::string prefix = layer_prefix(L);
@@ -298,40 +292,19 @@ void rope_tables(Ctx& c) {
   c.sin = table("Sin");
 }
 
-// What the writer refuses: architectures and options it does not reproduce.
-void check_supported(const ExportSource& src, DType dtype) {
-  const model::ModelConfig& cfg = src.model.config();
-  const std::string dir = src.model.dir().string();
-  if (!cfg.multimodal_architecture.empty()) {
-    throw ConfigError(fmt::format("{}: --format onnx exports causal language models (expected OPT or the Llama family, "
-                                  "got {})", dir, cfg.multimodal_architecture));
-  }
-  if (src.model.family() == "opt" &&
-      (!cfg.do_layer_norm_before || cfg.word_embed_proj_dim != cfg.hidden_size || !cfg.layer_norm_elementwise_affine ||
-       cfg.raw.value("_remove_final_layer_norm", false))) {
-    throw ConfigError(fmt::format("{}: --format onnx supports pre-LN OPT only (expected do_layer_norm_before, "
-                                  "word_embed_proj_dim = hidden_size, layer norms with weights and a final layer "
-                                  "norm, got do_layer_norm_before = {}, word_embed_proj_dim = {})", dir,
-                                  cfg.do_layer_norm_before, cfg.word_embed_proj_dim));
-  }
-  if (dtype == DType::BF16) {
-    throw ConfigError("--dtype bf16 with --format onnx (expected f32 or f16: onnxruntime-node cannot read bfloat16)");
-  }
-}
-
 // The token embedding's initializer (tied: whichever of embed_tokens / lm_head is stored, once) and the
 // LM head's ([V, d], read by Gemm with transB).
 struct Tables {
   std::string embed, head;
 };
-Tables tables(Ctx& c, const ExportSource& src, const std::string& embed_name) {
+Tables tables(Ctx& c, const io::TensorStore& store, const std::string& embed_name) {
   const model::ModelConfig& cfg = c.m.config();
   auto table = [&](const std::string& hf) {
     const std::string s = stored(c, hf);
-    const TensorView& t = src.store.get(s);
+    const TensorView& t = store.get(s);
     return weight(c, s, {t.shape[0], t.shape[1]}, t.to_f32());
   };
-  const bool has_embed = src.store.has(stored(c, embed_name));
+  const bool has_embed = store.has(stored(c, embed_name));
   if (cfg.tie_word_embeddings) {
     const std::string t = table(has_embed ? embed_name : "lm_head.weight");
     return {t, t};
@@ -339,29 +312,29 @@ Tables tables(Ctx& c, const ExportSource& src, const std::string& embed_name) {
   return {table(embed_name), table("lm_head.weight")};
 }
 
-std::string embed(Ctx& c, const ExportSource& src, const std::string& table, const std::string& opt_pre) {
+std::string embed(Ctx& c, const io::TensorStore& store, const std::string& table, const std::string& opt_pre) {
   const std::string h = c.g.op("Gather", {table, "input_ids"});  // [B, S, d]
   if (c.m.family() != "opt") return h;
   const std::string name = stored(c, opt_pre + "embed_positions.weight");
-  const TensorView& t = src.store.get(name);
+  const TensorView& t = store.get(name);
   const std::string pos = weight(c, name, {t.shape[0], t.shape[1]}, t.to_f32());
   const std::string idx = c.g.op("Add", {"position_ids", c.g.ints({kOptPositionOffset})});
   return c.g.op("Add", {h, c.g.op("Gather", {pos, idx})});
 }
 
 // Final norm and LM head: h: [B, S, d] -> logits [B, S, V].
-std::string head(Ctx& c, const ExportSource& src, const std::string& h, const std::string& table, const std::string& opt_pre) {
+std::string head(Ctx& c, const io::TensorStore& store, const std::string& h, const std::string& table, const std::string& opt_pre) {
   std::string x;
   const std::int64_t d = c.m.config().hidden_size;
   if (c.m.family() == "opt") {
     const std::string n = stored(c, opt_pre + "final_layer_norm");
     x = c.g.op("LayerNormalization",
-               {h, weight(c, n + ".weight", {d}, src.store.get(n + ".weight").to_f32()),
-                weight(c, n + ".bias", {d}, src.store.get(n + ".bias").to_f32())},
+               {h, weight(c, n + ".weight", {d}, store.get(n + ".weight").to_f32()),
+                weight(c, n + ".bias", {d}, store.get(n + ".bias").to_f32())},
                {attr("axis", std::int64_t{-1}), attr("epsilon", kOptLayerNormEps)});
   } else {
     const std::string n = stored(c, "model.norm.weight");
-    const std::vector<float> w = src.store.get(n).to_f32();
+    const std::vector<float> w = store.get(n).to_f32();
     x = rms_norm(c, h, n, Eigen::Map<const VectorF>(w.data(), d), static_cast<float>(c.m.config().rms_norm_eps));
   }
   const std::string flat = c.g.op("Reshape", {x, c.g.ints({-1, d})});
@@ -371,10 +344,18 @@ std::string head(Ctx& c, const ExportSource& src, const std::string& h, const st
   return c.g.op("Reshape", {logits, shape});
 }
 
-// Bytes of every initializer: the checkpoint's tensors in the export's type (perm indices aside).
-std::int64_t weight_bytes(const ExportSource& src, DType dtype) {
+// Bytes of every initializer: the source's tensors outside the decoder layers' modules and the layers'
+// modules as `layers` holds them, in the export's type (perm indices aside).
+std::int64_t weight_bytes(LayerSource& layers, const io::TensorStore& store, DType dtype) {
+  const model::Model& m = layers.model();
+  const auto where = layer_modules(m);
   std::int64_t n = 0;
-  for (const auto& name : src.store.names()) n += src.store.get(name).numel();
+  for (const auto& name : store.names())
+    if (!where.count(m.module_name(tensor_module(name)))) n += store.get(name).numel();
+  for (int i = 0; i < m.num_layers(); ++i) {
+    const std::vector<ModuleForm> forms = layers.forms(i);
+    for (std::size_t k = 0; k < forms.size(); ++k) n += forms[k].params(m.layer_spec(i).linears[k]);
+  }
   return n * (dtype == DType::F16 ? 2 : 4);
 }
 
@@ -392,16 +373,41 @@ nlohmann::json past_json(const std::vector<LayerIo>& ios) {
 
 }  // namespace
 
-ExportSummary write_onnx(const ExportSource& src, const fs::path& dir, DType dtype) {
-  check_supported(src, dtype);
-  // A lazy model of our own: its layers are widened one at a time (the source's stays untouched).
-  auto m = model::Model::load(src.model.dir(), {.lazy = true});
+void check_onnx(const model::Model& m, const WriteOptions& opt) {
+  if (opt.kv_cache == model::KvCacheMode::Latent) {
+    throw ConfigError("--kv-cache latent with --format onnx (expected auto or dense: the graph absorbs a latent "
+                      "past into the attention, which keys rotated by RoPE do not allow)");
+  }
+  const model::ModelConfig& cfg = m.config();
+  const std::string dir = m.dir().string();
+  if (!cfg.multimodal_architecture.empty()) {
+    throw ConfigError(fmt::format("{}: --format onnx exports causal language models (expected OPT or the Llama family, "
+                                  "got {})", dir, cfg.multimodal_architecture));
+  }
+  if (m.family() == "opt" &&
+      (!cfg.do_layer_norm_before || cfg.word_embed_proj_dim != cfg.hidden_size || !cfg.layer_norm_elementwise_affine ||
+       cfg.raw.value("_remove_final_layer_norm", false))) {
+    throw ConfigError(fmt::format("{}: --format onnx supports pre-LN OPT only (expected do_layer_norm_before, "
+                                  "word_embed_proj_dim = hidden_size, layer norms with weights and a final layer "
+                                  "norm, got do_layer_norm_before = {}, word_embed_proj_dim = {})", dir,
+                                  cfg.do_layer_norm_before, cfg.word_embed_proj_dim));
+  }
+  if (opt.dtype == DType::BF16) {
+    throw ConfigError("--dtype bf16 with --format onnx (expected f32 or f16: onnxruntime-node cannot read bfloat16)");
+  }
+}
+
+ExportSummary write_onnx(LayerSource& layers, const fs::path& dir, const WriteOptions& opt) {
+  check_onnx(layers.model(), opt);
+  const model::Model* m = &layers.model();
+  const DType dtype = opt.dtype;
+  const auto store = io::TensorStore::open(m->dir());
   const model::ModelConfig& cfg = m->config();
   const model::AttentionInfo& a = m->attention();
 
   fs::create_directories(dir / "onnx");
   std::unique_ptr<onnx_graph::ExternalData> ext;
-  if (weight_bytes(src, dtype) > src.options.onnx_external_data_above) {
+  if (weight_bytes(layers, store, dtype) > opt.onnx_external_data_above) {
     ext = std::make_unique<onnx_graph::ExternalData>(dir / "onnx" / "model.onnx_data");
   }
   Graph g(dtype, ext.get());
@@ -413,21 +419,20 @@ ExportSummary write_onnx(const ExportSource& src, const fs::path& dir, DType dty
   std::vector<LayerIo> ios(static_cast<std::size_t>(m->num_layers()));
   c.mask = attention_mask(c);
   if (a.rope) rope_tables(c);
-  const std::string opt_pre = src.store.has(m->stored_name("model.decoder.embed_tokens.weight")) ||
-                                      src.store.has(m->stored_name("model.decoder.embed_positions.weight"))
+  const std::string opt_pre = store.has(m->stored_name("model.decoder.embed_tokens.weight")) ||
+                                      store.has(m->stored_name("model.decoder.embed_positions.weight"))
                                   ? "model.decoder."
                                   : "decoder.";
   const std::string embed_name = m->family() == "opt" ? opt_pre + "embed_tokens.weight" : "model.embed_tokens.weight";
-  const Tables t = tables(c, src, embed_name);
-  std::string h = embed(c, src, t.embed, opt_pre);
+  const Tables t = tables(c, store, embed_name);
+  std::string h = embed(c, store, t.embed, opt_pre);
   for (int i = 0; i < m->num_layers(); ++i) {
-    m->load_layer(i);
-    const model::DecoderLayer& L = m->layer(i);
+    const model::DecoderLayer& L = layers.layer(i);
     LayerIo& io = ios[static_cast<std::size_t>(i)];
     // The form `generate --kv-cache <mode>` gives each module (src/model/kv_cache.cpp), hence the past's
     // shape (mode auto or dense; latent is refused by the registry).
-    io.k_form = model::kv_cache_form(L.find(model::Role::K), true, a, src.options.kv_cache);
-    io.v_form = model::kv_cache_form(L.find(model::Role::V), false, a, src.options.kv_cache);
+    io.k_form = model::kv_cache_form(L.find(model::Role::K), true, a, opt.kv_cache);
+    io.v_form = model::kv_cache_form(L.find(model::Role::V), false, a, opt.kv_cache);
     io.k_rank = L.linear(model::Role::K).rank();
     io.v_rank = L.linear(model::Role::V).rank();
     auto dims = [&](model::KvForm f, std::int64_t r, const Graph::Dim& len) {
@@ -438,9 +443,8 @@ ExportSummary write_onnx(const ExportSource& src, const fs::path& dir, DType dty
     h = decoder_layer(c, L, h, io);
     io_output(c, io.present_k, fmt::format("present.{}.key", i), dims(io.k_form, io.k_rank, kTotal));
     io_output(c, io.present_v, fmt::format("present.{}.value", i), dims(io.v_form, io.v_rank, kTotal));
-    m->release_layer(i);
   }
-  io_output(c, head(c, src, h, t.head, opt_pre), "logits", {kBatch, kSeq, fixed(cfg.vocab_size)});
+  io_output(c, head(c, store, h, t.head, opt_pre), "logits", {kBatch, kSeq, fixed(cfg.vocab_size)});
   // Outputs in Optimum's order: logits, then the presents.
   auto& outputs = g.ir()["outputs"];
   std::rotate(outputs.begin(), outputs.end() - 1, outputs.end());
@@ -456,12 +460,12 @@ ExportSummary write_onnx(const ExportSource& src, const fs::path& dir, DType dty
   if (ext) ext->close();
   write_onnx_model(g.ir(), g.blobs(), dir / "onnx" / "model.onnx");
 
-  nlohmann::json config = src.config;
+  nlohmann::json config = cfg.raw;
   config.erase("latent");
   config["torch_dtype"] = dtype == DType::F16 ? "float16" : "float32";
   config["latentllm_export"] = {{"format", "onnx"}, {"past_key_values", past_json(ios)}};
   core::write_text_atomic(dir / "config.json", config.dump(2) + "\n");
-  const fs::path from = src.model.dir();
+  const fs::path from = m->dir();
   for (const char* f : checkpoint::companion_files())
     if (fs::exists(from / f)) core::write_text_atomic(dir / f, core::read_file(from / f));
 

@@ -72,6 +72,8 @@ fs::path onnx_module_path() {
 #endif
 }
 
+void load_onnx_module() { (void)module(); }
+
 void write_onnx_model(const nlohmann::json& ir, const std::vector<std::vector<char>>& blobs, const fs::path& file) {
   const Module& m = module();
   std::vector<const void*> ptrs;

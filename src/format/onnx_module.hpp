@@ -24,6 +24,10 @@ namespace latentllm::format {
 // executable, else where this build put it (when it is there), else where `cmake --install` puts it.
 std::filesystem::path onnx_module_path();
 
+// Loads the module now (before a long run that ends with an ONNX export): ConfigError as write_onnx_model
+// when it cannot.
+void load_onnx_module();
+
 // Writes the graph `ir` with the inline initializer bytes `blobs` to `file` (ModelProto, IR version and
 // opset as ir says). ConfigError when the module cannot be loaded (what to install), Error with the
 // module's message when encoding fails.

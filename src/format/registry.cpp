@@ -1,11 +1,11 @@
-// The export formats (one row each) and what every export does before and after its writer: the input
-// must be a latent checkpoint, the output obeys checkpoint::check_output_target and is written atomically.
+// The output formats (one row each) and what every export does around its writer: the checks before any
+// work (the format and its options, the output target, the input), and the atomic write after.
 #include <array>
 #include <optional>
 
 #include <fmt/format.h>
 
-#include "core/mapped_file.hpp"
+#include "format/onnx_module.hpp"
 #include "format/writers.hpp"
 #include "latentllm/checkpoint.hpp"
 #include "latentllm/error.hpp"
@@ -19,70 +19,95 @@ namespace fs = std::filesystem;
 
 struct FormatRow {
   const char* name;
-  ExportSummary (*write)(const ExportSource&, const fs::path&, DType);
-  std::optional<DType> default_dtype;  // unset: the latent checkpoint's storage type
+  ExportSummary (*write)(LayerSource&, const fs::path&, const WriteOptions&);
+  void (*check)(const model::Model&, const WriteOptions&);  // what the writer refuses, before any work; or null
+  std::optional<DType> default_dtype;  // unset: the input's storage type
+  bool exported;                       // written by `export` (a latent checkpoint is compress's own output)
+  // What the writer needs of this installation, made sure of by check_format before a long run; or null.
+  void (*ready)();
 };
 
 // A new format is a row here plus its writer's file.
-constexpr std::array kFormats = {FormatRow{"hf", write_hf, std::nullopt}, FormatRow{"onnx", write_onnx, DType::F32}};
+constexpr std::array kFormats = {FormatRow{"latent", write_latent, nullptr, std::nullopt, false, nullptr},
+                                 FormatRow{"hf", write_hf, nullptr, std::nullopt, true, nullptr},
+                                 FormatRow{"onnx", write_onnx, check_onnx, DType::F32, true, load_onnx_module}};
 
-const FormatRow& find_format(const std::string& name) {
+std::vector<std::string> names(bool with_latent) {
+  std::vector<std::string> out;
   for (const auto& row : kFormats)
-    if (name == row.name) return row;
-  throw ConfigError(fmt::format("export format (expected one of {}, got {})", fmt::join(export_formats(), ", "), name));
+    if (row.exported || with_latent) out.emplace_back(row.name);
+  return out;
 }
 
-// The storage type of the latent checkpoint: that of its factors (all floating tensors share it).
-DType stored_dtype(const io::TensorStore& store, const model::Model& m,
-                   const std::map<std::string, io::LatentModule>& modules) {
-  return store.get(m.stored_name(modules.begin()->first) + ".B.weight").dtype;
+// The row of opt.format and the checks that need no model: its options.
+const FormatRow& find_format(const ExportOptions& opt, std::string_view what, bool allow_latent) {
+  const FormatRow* found = nullptr;
+  for (const auto& row : kFormats)
+    if (opt.format == row.name && (row.exported || allow_latent)) found = &row;
+  if (!found) {
+    throw ConfigError(fmt::format("{} (expected one of {}, got {})", what, fmt::join(names(allow_latent), ", "), opt.format));
+  }
+  if (opt.kv_cache != model::KvCacheMode::Auto && std::string_view(found->name) != "onnx") {
+    throw ConfigError(fmt::format("--kv-cache {} with --format {} (expected --kv-cache only with --format onnx)",
+                                  model::kv_cache_mode_name(opt.kv_cache), found->name));
+  }
+  return *found;
 }
 
-ConfigError not_latent(const fs::path& dir) {
-  return ConfigError(fmt::format("{}: not a latent checkpoint (expected a config.json with a latent section, as "
-                                 "latentllm compress writes; a dense checkpoint needs no export)", dir.string()));
+WriteOptions write_options(const ExportOptions& opt, const FormatRow& row, DType fallback) {
+  WriteOptions w;
+  w.dtype = opt.dtype ? *opt.dtype : row.default_dtype ? *row.default_dtype : fallback;
+  w.kv_cache = opt.kv_cache;
+  w.onnx_external_data_above = opt.onnx_external_data_above;
+  return w;
+}
+
+// Checks what the writer refuses, then writes into a staged `out_dir`, committed when complete.
+ExportSummary write(const FormatRow& row, LayerSource& layers, const fs::path& out_dir, const WriteOptions& w,
+                    bool force) {
+  if (row.check) row.check(layers.model(), w);
+  core::StagedDirectory dir(out_dir, force);
+  const ExportSummary s = row.write(layers, dir.path(), w);
+  dir.commit();
+  log_info("exported {} as {} ({} tensors, {} modules multiplied back, {})", dir.target().string(), row.name,
+           s.tensors, s.multiplied, dtype_name(w.dtype));
+  return s;
+}
+
+// The storage type of a latent checkpoint: that of its factors (all floating tensors share it).
+DType stored_dtype(const fs::path& dir) {
+  const auto store = io::TensorStore::open(dir);
+  for (const auto& name : store.names())
+    if (name.ends_with(".B.weight")) return store.get(name).dtype;
+  return DType::F32;
 }
 
 }  // namespace
 
-std::vector<std::string> export_formats() {
-  std::vector<std::string> names;
-  for (const auto& row : kFormats) names.emplace_back(row.name);
-  return names;
+std::vector<std::string> export_formats() { return names(false); }
+std::vector<std::string> output_formats() { return names(true); }
+
+void check_format(const model::Model& m, const ExportOptions& opt, std::string_view what, bool allow_latent) {
+  const FormatRow& row = find_format(opt, what, allow_latent);
+  if (row.check) row.check(m, write_options(opt, row, DType::F16));
+  if (row.ready) row.ready();
+}
+
+ExportSummary export_model(const model::Model& m, const fs::path& layer_factors_dir, const fs::path& out_dir,
+                           const ExportOptions& opt, const std::vector<const model::Linear*>& tower_modules) {
+  const FormatRow& row = find_format(opt, "--format", false);
+  checkpoint::check_output_target(m.dir(), out_dir, opt.force);
+  const auto layers = layer_factors_dir.empty() ? model_layers(m) : progress_layers(m, layer_factors_dir);
+  WriteOptions w = write_options(opt, row, DType::F16);
+  w.tower_modules = tower_modules;
+  return write(row, *layers, out_dir, w, opt.force);
 }
 
 ExportSummary export_checkpoint(const fs::path& model_dir, const fs::path& out_dir, const ExportOptions& opt) {
-  const FormatRow& row = find_format(opt.format);
-  if (opt.kv_cache != model::KvCacheMode::Auto && std::string_view(row.name) != "onnx") {
-    throw ConfigError(fmt::format("--kv-cache {} with --format {} (expected --kv-cache only with --format onnx)",
-                                  model::kv_cache_mode_name(opt.kv_cache), row.name));
-  }
-  if (opt.kv_cache == model::KvCacheMode::Latent) {
-    throw ConfigError("--kv-cache latent with --format onnx (expected auto or dense: the graph absorbs a latent "
-                      "past into the attention, which keys rotated by RoPE do not allow)");
-  }
+  const FormatRow& row = find_format(opt, "export format", false);
   checkpoint::check_output_target(model_dir, out_dir, opt.force);
-  const auto config = nlohmann::json::parse(core::read_file(model_dir / "config.json"), nullptr, false);
-  if (!config.is_object() || !config.contains("latent")) {
-    throw not_latent(model_dir);
-  }
-  // Lazy: names and shapes are checked, no layer is widened; the writer reads the tensors it needs. Strict
-  // about unused tensors: the compressor updates only the biases the architecture has (its bias switches
-  // stay the source's), so a stored bias the config does not switch on is refused here, naming it.
-  const auto m = model::Model::load(model_dir, {.lazy = true});
-  const auto store = io::TensorStore::open(model_dir);
-  const auto modules = io::parse_latent_modules(config, (model_dir / "config.json").string());
-  if (modules.empty()) {
-    throw not_latent(model_dir);
-  }
-  const DType dtype = opt.dtype ? *opt.dtype : row.default_dtype ? *row.default_dtype : stored_dtype(store, *m, modules);
-
-  core::StagedDirectory dir(out_dir, opt.force);
-  const ExportSummary s = row.write({*m, store, config, modules, opt}, dir.path(), dtype);
-  dir.commit();
-  log_info("exported {} as {} ({} tensors, {} modules multiplied back, {})", dir.target().string(), row.name,
-           s.tensors, s.multiplied, dtype_name(dtype));
-  return s;
+  const auto layers = latent_layers(model_dir);
+  return write(row, *layers, out_dir, write_options(opt, row, stored_dtype(model_dir)), opt.force);
 }
 
 }  // namespace latentllm::format

@@ -1,9 +1,12 @@
-// The checkpoint writers, one function per format: the latent checkpoint (checkpoint::save) and the
-// exports behind format::export_checkpoint (one registry row each, src/format/registry.cpp). A writer
-// fills a staged directory; the caller checks the input and the output target before, and commits after.
+// The checkpoint writers, one per format, all with one input: the decoder layers through a LayerSource
+// (the model in memory, a lazy compression's per-layer files, or a latent checkpoint on disk) and what
+// lies outside them from the source checkpoint layers.model().dir(). One registry row each
+// (src/format/registry.cpp). A writer fills a staged directory; the caller checks the input and the
+// output target before, and commits after.
 #pragma once
 
 #include <filesystem>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -16,36 +19,34 @@
 
 namespace latentllm::format {
 
-// What every writer reads: the latent model (loaded lazily: names and shapes checked, stored name <-> HF
-// module name), its checkpoint's tensors, config.json as stored and its factored modules.
-struct ExportSource {
-  const model::Model& model;
-  const io::TensorStore& store;
-  const nlohmann::json& config;                             // config.json, with its `latent` section
-  const std::map<std::string, io::LatentModule>& modules;   // by HF module name
-  const ExportOptions& options;
+// What a writer is asked for besides its input.
+struct WriteOptions {
+  DType dtype = DType::F16;  // storage type of every floating tensor
+  // latent: provenance (method, ratio, calibration, ...) copied into the `latent` section.
+  nlohmann::json info;
+  // Modules outside the decoder layers (a LLaVA's vision tower and projector compressed by compress
+  // --components), under their stored names, in place of the source's tensors (latent, hf).
+  std::vector<const model::Linear*> tower_modules;
+  model::KvCacheMode kv_cache = model::KvCacheMode::Auto;  // onnx (ExportOptions::kv_cache)
+  std::int64_t onnx_external_data_above = kOnnxExternalDataAbove;
 };
 
-// What the latent writer wrote.
-struct LatentSummary {
-  std::size_t tensors = 0;  // tensors in model.safetensors
-  std::size_t modules = 0;  // factored modules (entries of latent.modules)
-};
-
-// Writes the latent checkpoint of `layers` (src/format/latent.cpp) into `dir`: the tensors of the source
-// checkpoint layers.model().dir() in its order, each module as `layers` holds it (factored: A and B),
-// opt.tower_modules in place of their source tensors, config.json with its `latent` section, the
-// companion files. Reads one layer and one tensor at a time. opt.overwrite and opt.layer_factors_dir are
-// the caller's (checkpoint::save). NumericError when a value overflows opt.dtype.
-LatentSummary write_latent(LayerSource& layers, const std::filesystem::path& dir, const checkpoint::SaveOptions& opt);
+// Writes the latent checkpoint (src/format/latent.cpp) into `dir`: the tensors of the source checkpoint in
+// its order, each module as `layers` holds it (factored: A and B), opt.tower_modules in place of their
+// source tensors, config.json with its `latent` section, the companion files. Reads one layer and one
+// tensor at a time. NumericError when a value overflows opt.dtype.
+ExportSummary write_latent(LayerSource& layers, const std::filesystem::path& dir, const WriteOptions& opt);
 
 // Writes the dense Hugging Face checkpoint (src/format/hf.cpp) into `dir`.
-ExportSummary write_hf(const ExportSource& src, const std::filesystem::path& dir, DType dtype);
+ExportSummary write_hf(LayerSource& layers, const std::filesystem::path& dir, const WriteOptions& opt);
 
+// Refuses, before any work, what the ONNX writer does not reproduce (src/format/onnx.cpp): a multimodal or
+// post-LN OPT model, bf16.
+void check_onnx(const model::Model& m, const WriteOptions& opt);
 // Writes the ONNX decoder graph (src/format/onnx.cpp) into `dir`: onnx/model.onnx (and
-// onnx/model.onnx_data above options.onnx_external_data_above bytes of weights), config.json with its
+// onnx/model.onnx_data above opt.onnx_external_data_above bytes of weights), config.json with its
 // `latentllm_export` record, the tokenizer files. Encoded by the ONNX encoder module (onnx_module.hpp).
-ExportSummary write_onnx(const ExportSource& src, const std::filesystem::path& dir, DType dtype);
+ExportSummary write_onnx(LayerSource& layers, const std::filesystem::path& dir, const WriteOptions& opt);
 
 // The safetensors metadata key that marks a model.safetensors latentllm exported (its value: the format).
 inline constexpr const char* kExportMetadataKey = "latentllm_export";

@@ -199,6 +199,29 @@ fs::path post_ln_opt() {
   return dir;
 }
 
+// A dense post-LN OPT (OPT-350M's layout) for compress --format onnx: opt-tiny without its final layer
+// norm and with do_layer_norm_before false.
+fs::path post_ln_dense_opt() {
+  const fs::path dir = make_temp_dir("onnx-postln-dense") / "opt";
+  const fs::path src_dir = shared_path("models/opt-tiny");
+  fs::copy(src_dir, dir, fs::copy_options::recursive);
+  const io::SafetensorsFile src(src_dir / "model.safetensors");
+  std::vector<std::vector<float>> values;
+  values.reserve(src.tensors().size());
+  std::vector<io::TensorToWrite> tensors;
+  for (const auto& t : src.tensors()) {
+    if (t.name.find("decoder.final_layer_norm.") != std::string::npos) continue;
+    values.push_back(t.to_f32());
+    tensors.push_back({t.name, DType::F32, t.shape, values.back()});
+  }
+  fs::remove(dir / "model.safetensors");
+  io::write_safetensors(dir / "model.safetensors", tensors);
+  json cfg = read_json(dir / "config.json");
+  cfg["do_layer_norm_before"] = false;
+  std::ofstream(dir / "config.json", std::ios::trunc) << cfg.dump(2);
+  return dir;
+}
+
 fs::path llava_latent() {
   const fs::path out = make_temp_dir("onnx-llava") / "latent";
   run_cli_ok("compress --model " + shq(shared_path("models/llava-shapes-tiny")) + " --method latentllm --ratio 0.3 " +
@@ -222,14 +245,24 @@ TEST(ErrorsDoc, OnnxExport) {
   const fs::path lat = latent_fixture("TinyStories-656K");
   const fs::path tmp = make_temp_dir("onnx-err");
   const std::string m = " --model " + shq(lat) + " --format onnx";
+  // compress --format onnx refuses the same before any work (the dry run stops after its checks).
+  auto compress = [](const fs::path& model, const std::string& args) {
+    return cli("compress --model " + shq(model) + " --format onnx --dry-run " + args);
+  };
+  const fs::path stories = shared_path("models/stories260K/hf");
   check_section("ONNX export (`latentllm export --format onnx`)",
                 {
                     {"onnx-module", {cli_with_env("LATENTLLM_ONNX_MODULE=/nonexistent/liblatentllm_onnx.so",
-                                                  "export" + m + " --out " + shq(tmp / "a"))}},
-                    {"onnx-dtype", {cli("export" + m + " --dtype bf16 --out " + shq(tmp / "b"))}},
-                    {"onnx-kv-cache-latent", {cli("export" + m + " --kv-cache latent --out " + shq(tmp / "f"))}},
-                    {"onnx-multimodal", {cli("export --model " + shq(llava_latent()) + " --format onnx --out " + shq(tmp / "c"))}},
-                    {"onnx-opt-post-ln", {cli("export --model " + shq(post_ln_opt()) + " --format onnx --out " + shq(tmp / "d"))}},
+                                                  "export" + m + " --out " + shq(tmp / "a")),
+                                     cli_with_env("LATENTLLM_ONNX_MODULE=/nonexistent/liblatentllm_onnx.so",
+                                                  "compress --model " + shq(stories) + " --format onnx --dry-run")}},
+                    {"onnx-dtype", {cli("export" + m + " --dtype bf16 --out " + shq(tmp / "b")), compress(stories, "--dtype bf16")}},
+                    {"onnx-kv-cache-latent", {cli("export" + m + " --kv-cache latent --out " + shq(tmp / "f")),
+                                              compress(stories, "--kv-cache latent")}},
+                    {"onnx-multimodal", {cli("export --model " + shq(llava_latent()) + " --format onnx --out " + shq(tmp / "c")),
+                                         compress(shared_path("models/llava-shapes-tiny"), "")}},
+                    {"onnx-opt-post-ln", {cli("export --model " + shq(post_ln_opt()) + " --format onnx --out " + shq(tmp / "d")),
+                                          compress(post_ln_dense_opt(), "")}},
                     {"onnx-overflow", {cli("export --model " + shq(latent_with_a_huge_factor()) +
                                            " --format onnx --dtype f16 --out " + shq(tmp / "e"))}},
                 });

@@ -1,4 +1,5 @@
-// `latentllm compress`: calibrate, compress with a method at a ratio, write a latent checkpoint.
+// `latentllm compress`: calibrate, compress with a method at a ratio, write a latent checkpoint (or, with
+// --format hf|onnx, its export directly: format::export_model).
 #include <chrono>
 #include <cstdio>
 
@@ -10,6 +11,7 @@
 #include "latentllm/checkpoint.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/error.hpp"
+#include "latentllm/export.hpp"
 #include "latentllm/log.hpp"
 #include "latentllm/multimodal.hpp"
 #include "latentllm/scienceqa.hpp"
@@ -19,7 +21,8 @@ namespace latentllm::cli {
 namespace {
 
 struct CompressArgs {
-  std::string model, out, method = "latentllm", dtype = "f16";
+  std::string model, out, method = "latentllm", dtype;  // dtype "": the format's default
+  std::string format = "latent", kv_cache = "auto";
   std::string max_memory;  // empty: physical memory − 2 GiB
   std::string components = "lm";
   double ratio = 0.2;
@@ -122,7 +125,12 @@ int run_compress(const CompressArgs& a) {
   opt.components = compress::parse_components(a.components);
   opt.validate();
   check_options_read(a.m, opt);
-  const DType dtype = parse_storage_dtype(a.dtype);
+  format::ExportOptions eo;
+  eo.format = a.format;
+  if (!a.dtype.empty()) eo.dtype = parse_storage_dtype(a.dtype);
+  eo.kv_cache = model::parse_kv_cache_mode(a.kv_cache);
+  eo.force = a.force;
+  const bool latent = a.format == "latent";
   if (!a.dry_run && a.out.empty()) throw ConfigError("--out is required (or use --dry-run)");
   const std::string out = a.out.empty() ? "" : output_dir(a.out);
   if (!out.empty()) {
@@ -133,6 +141,7 @@ int run_compress(const CompressArgs& a) {
   // Lazy: one decoder layer is widened at a time; the compressed ones go to the progress directory.
   auto model = model::Model::load(a.model, a.run.load(/*lazy=*/true, /*scan_finite=*/true));
   require_dense(*model, "compress");
+  format::check_format(*model, eo, "--format", /*allow_latent=*/true);  // as export refuses, before any work
   const bool global = opt.rank_alloc == compress::RankAlloc::Global;
   // Without calibration data a dry run can only show the uniform plan of the same total.
   std::optional<calib::CalibOptions> co;
@@ -189,10 +198,12 @@ int run_compress(const CompressArgs& a) {
     // --resume after a kill continues where the run stopped.
     opt.state_dir = out + ".resume";
     opt.resume = a.resume;
-    // A factor the storage type cannot hold fails at its layer, with the progress kept, not at write time.
-    opt.layer_done = [&opt, dtype](int layer) {
+    // A factor the storage type cannot hold fails at its layer, with the progress kept, not at write time
+    // (hf stores the products, checked as they are written).
+    const DType factors = eo.dtype.value_or(a.format == "onnx" ? DType::F32 : DType::F16);
+    if (a.format != "hf") opt.layer_done = [&opt, factors](int layer) {
       try {
-        checkpoint::check_layer_factors_storable(checkpoint::layer_factors_file(opt.state_dir, layer), dtype);
+        checkpoint::check_layer_factors_storable(checkpoint::layer_factors_file(opt.state_dir, layer), factors);
       } catch (const NumericError& e) {
         throw NumericError(fmt::format("{} (the {} finished layers are kept in {}: run the same command with "
                                        "--resume --dtype f32 to continue)", e.what(), layer + 1,
@@ -249,7 +260,7 @@ int run_compress(const CompressArgs& a) {
   const bool plan_resumed = resumed;
 
   checkpoint::SaveOptions so;
-  so.dtype = dtype;
+  so.dtype = eo.dtype.value_or(DType::F16);
   so.overwrite = a.force;
   // The options as run: joint up-down may have been skipped for few tokens (effective_options).
   const auto run_opt = compress::effective_options(model->config(), std::ssize(ids), opt);
@@ -259,7 +270,11 @@ int run_compress(const CompressArgs& a) {
   so.layer_factors_dir = opt.state_dir;
   if (towers) so.tower_modules = compress::tower_modules(*llava, opt.components);
   const auto tw = std::chrono::steady_clock::now();
-  checkpoint::save(*model, out, so);
+  if (latent) {
+    checkpoint::save(*model, out, so);
+  } else {
+    format::export_model(*model, opt.state_dir, out, eo, so.tower_modules);
+  }
   std::error_code ec;
   std::filesystem::remove_all(opt.state_dir, ec);
   if (ec) log_warn("{}: cannot remove the progress directory ({})", opt.state_dir.string(), ec.message());
@@ -271,6 +286,7 @@ int run_compress(const CompressArgs& a) {
   j["planned_peak_bytes"] = memory->total();
   j["options"] = so.info;
   j["out"] = out;
+  j["format"] = a.format;
   j["plan"] = plan_json(planned.plan);
   j["plan_resumed"] = plan_resumed;
   j["ranks"] = dist::size();
@@ -314,8 +330,15 @@ Command add_compress(CLI::App& app) {
   auto* sub = app.add_subcommand("compress", "Calibrate and compress a model into a latent checkpoint");
   auto a = std::make_shared<CompressArgs>();
   sub->add_option("--model", a->model, "Input model directory (HF format)")->required()->group("Model");
-  sub->add_option("--out", a->out, "Output directory for the latent checkpoint")->group("Model");
-  sub->add_option("--dtype", a->dtype, "Storage type of the output: f16, bf16, f32")->capture_default_str()->group("Model");
+  sub->add_option("--out", a->out, "Output directory for the latent checkpoint (or its export, --format)")->group("Model");
+  sub->add_option("--format", a->format, "Output format: latent (the latent checkpoint); hf or onnx (its export, as "
+                                         "latentllm export writes it, directly from the compression)")
+      ->capture_default_str()->group("Model");
+  sub->add_option("--dtype", a->dtype, "Storage type of the output: f16, bf16, f32 (default f16; --format onnx: f32 or f16, default f32)")
+      ->group("Model");
+  sub->add_option("--kv-cache", a->kv_cache,
+                  "--format onnx: which past inputs carry the latent: auto (where generate --kv-cache auto caches it) "
+                  "or dense (as latentllm export --kv-cache)")->capture_default_str()->group("Model");
   sub->add_flag("--force", a->force, "Replace an existing output directory")->group("Model");
   sub->add_option("--method", a->method, "plain-svd, asvd-hessian, asvd-l1, asvd-l2, asvd-cov, asvd-rootcov, latentllm")
       ->capture_default_str()->group("Method");
