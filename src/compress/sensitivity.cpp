@@ -1,6 +1,7 @@
 // The dense pre-pass of global rank allocation: the spectrum of W·P for every module, P the root
 // covariance of its dense inputs (include/latentllm/compress.hpp, "Global rank allocation").
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -10,6 +11,7 @@
 #include "compress/notes.hpp"
 #include "compress/sensitivity.hpp"
 #include "compress/whitening.hpp"
+#include "dist/comm.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/log.hpp"
@@ -51,13 +53,39 @@ std::vector<double> output_spectrum(const MatrixF& w, const MatrixF& x, bool cen
 
 namespace {
 
+constexpr std::array<model::Site, 4> kSites = {model::Site::AttnIn, model::Site::AttnOut, model::Site::MlpIn,
+                                               model::Site::MlpMid};
+
+// Which rank measures the spectra of (layer i, site kSites[s]): owners[i·4 + s]. A site's modules share
+// its whitening, so the site is the unit; its modelled cost is the whitening's eigendecomposition
+// (in³, unless fitted from its outputs: out³ per module) and per module the product with the whitening
+// and the eigenvalues of its Gram.
+std::vector<int> site_owners(const model::Model& m, const std::array<bool, 4>& output_side) {
+  std::vector<double> costs;
+  for (int i = 0; i < m.num_layers(); ++i) {
+    for (std::size_t s = 0; s < kSites.size(); ++s) {
+      double c = 0, in = 0;
+      for (const auto& lin : m.layer_spec(i).linears) {
+        if (lin.site != kSites[s]) continue;
+        const double o = static_cast<double>(lin.out), n = static_cast<double>(lin.in), k = std::min(o, n);
+        in = n;
+        c += output_side[s] ? o * o * o : o * n * n + k * k * k;
+      }
+      costs.push_back(c + (output_side[s] ? 0.0 : in * in * in));
+    }
+  }
+  return dist::owners_by_cost(costs, dist::size());
+}
+
 // Reads one site's statistics, or with the output side the statistics of its modules' outputs (from the
 // tapped batches), and records the spectra of its modules; rewrites nothing, so the pipeline's passes
-// run the dense layer once.
+// run the dense layer once. Under K ranks only the site's owner rank decomposes (the statistics are
+// combined on every rank, a collective); measure_spectra then broadcasts the spectra.
 class SpectrumStage final : public calib::Stage {
  public:
-  SpectrumStage(model::Site site, bool output_side, const CompressOptions& opt, std::map<std::string, ModuleSpectrum>& out)
-      : site_(site), output_side_(output_side), opt_(opt), out_(out) {}
+  SpectrumStage(model::Site site, bool output_side, const CompressOptions& opt, const std::vector<int>& owners,
+                std::map<std::string, ModuleSpectrum>& out)
+      : site_(site), output_side_(output_side), opt_(opt), owners_(owners), out_(out) {}
   std::string_view name() const override { return "spectrum"; }
   model::Site site() const override { return site_; }
   std::vector<model::Site> reads() const override { return output_side_ ? std::vector<model::Site>{} : std::vector{site_}; }
@@ -70,15 +98,17 @@ class SpectrumStage final : public calib::Stage {
   void run(const calib::StageInput& in, model::Model& m) override {
     NoteCollector silent(true);  // the compression itself records the whitening's notes
     std::optional<Whitening> whitening[2];  // of C and of the centered C: one per site, shared by its modules
+    const auto s_index = static_cast<std::size_t>(std::find(kSites.begin(), kSites.end(), site_) - kSites.begin());
+    const bool mine = owners_[static_cast<std::size_t>(in.layer) * kSites.size() + s_index] == dist::rank();
     for (const model::Linear& lin : m.layer(in.layer).linears) {
       if (lin.site != site_) continue;
       // As the local ASVD: a bias module whose bias is updated sees only the centered inputs.
       const bool centered = lin.bias.size() > 0 && opt_.local.update_bias;
       ModuleSpectrum s{lin.name, lin.role, lin.out, lin.in, {}};
       if (output_side_) {
-        const OutputStats& os = outputs_.finished(lin.name);
-        s.sigma2 = output_spectrum(os, lin.weight, centered, opt_.local.lambda_rel, lin.name);
-      } else {
+        const OutputStats& os = outputs_.finished(lin.name);  // a collective: every rank
+        if (mine) s.sigma2 = output_spectrum(os, lin.weight, centered, opt_.local.lambda_rel, lin.name);
+      } else if (mine) {
         std::optional<Whitening>& wh = whitening[centered ? 1 : 0];
         if (!wh) {
           const calib::SiteStats& st = in.stats_of(site_);
@@ -95,6 +125,7 @@ class SpectrumStage final : public calib::Stage {
   model::Site site_;
   bool output_side_;
   const CompressOptions& opt_;
+  const std::vector<int>& owners_;
   std::map<std::string, ModuleSpectrum>& out_;
   LayerOutputs outputs_;  // output side
 };
@@ -132,10 +163,12 @@ std::vector<ModuleSpectrum> measure_spectra(model::Model& m, std::span<const std
   log_info("rank allocation: dense pre-pass over {} layers ({} calibration tokens) for the spectra of W·P",
            m.num_layers(), ids.size());
   std::map<std::string, ModuleSpectrum> found;
+  std::array<bool, 4> output_side{};
+  for (std::size_t s = 0; s < kSites.size(); ++s) output_side[s] = site_output_side(m, kSites[s]);
+  const std::vector<int> owners = site_owners(m, output_side);
   std::vector<std::unique_ptr<calib::Stage>> stages;
-  for (model::Site s : {model::Site::AttnIn, model::Site::AttnOut, model::Site::MlpIn, model::Site::MlpMid}) {
-    const bool output_side = site_output_side(m, s);
-    stages.push_back(std::make_unique<SpectrumStage>(s, output_side, opt, found));
+  for (std::size_t s = 0; s < kSites.size(); ++s) {
+    stages.push_back(std::make_unique<SpectrumStage>(kSites[s], output_side[s], opt, owners, found));
   }
   std::vector<calib::Stage*> ptrs;
   for (const auto& s : stages) ptrs.push_back(s.get());
@@ -155,6 +188,8 @@ std::vector<ModuleSpectrum> measure_spectra(model::Model& m, std::span<const std
     for (const auto& lin : m.layer_spec(i).linears) {
       const auto it = found.find(lin.name);
       if (it == found.end()) throw Error(fmt::format("{}: the pre-pass measured no spectrum", lin.name));
+      const auto s = static_cast<std::size_t>(std::find(kSites.begin(), kSites.end(), lin.site) - kSites.begin());
+      if (s < kSites.size()) dist::broadcast_doubles(it->second.sigma2, owners[static_cast<std::size_t>(i) * kSites.size() + s]);
       out.push_back(std::move(it->second));
     }
   }

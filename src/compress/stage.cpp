@@ -1,10 +1,12 @@
 #include "compress/stage.hpp"
 
 #include <chrono>
+#include <cstring>
 
 #include "compress/asvd.hpp"
 #include "compress/junction.hpp"
 #include "compress/notes.hpp"
+#include "dist/comm.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/log.hpp"
 #include "model/ops.hpp"
@@ -27,6 +29,92 @@ void install_factors(model::Linear& lin, const LowRank& f) {
 }
 
 }  // namespace
+
+namespace {
+
+// Writes a trivially copyable value, a string, a vector or a matrix into bytes and reads it back.
+class Bytes {
+ public:
+  std::vector<char> data;
+  template <typename T>
+  void put(const T& v) {
+    const auto* p = reinterpret_cast<const char*>(&v);
+    data.insert(data.end(), p, p + sizeof v);
+  }
+  void put(const std::string& s) { put_span(s.data(), s.size()); }
+  template <typename T>
+  void put(const std::vector<T>& v) { put_span(v.data(), v.size()); }
+  template <typename T, int R, int C>
+  void put(const Eigen::Matrix<T, R, C>& m) {
+    put<std::int64_t>(m.rows());
+    put<std::int64_t>(m.cols());
+    put_raw(m.data(), static_cast<std::size_t>(m.size()));
+  }
+  template <typename T>
+  T get() {
+    T v;
+    std::memcpy(&v, take(sizeof v), sizeof v);
+    return v;
+  }
+  void get(std::string& s) { s.resize(get<std::uint64_t>()), std::memcpy(s.data(), take(s.size()), s.size()); }
+  template <typename T>
+  void get(std::vector<T>& v) {
+    v.resize(get<std::uint64_t>());
+    std::memcpy(v.data(), take(v.size() * sizeof(T)), v.size() * sizeof(T));
+  }
+  template <typename T, int R, int C>
+  void get(Eigen::Matrix<T, R, C>& m) {
+    const auto rows = get<std::int64_t>(), cols = get<std::int64_t>();
+    m.resize(rows, cols);
+    std::memcpy(m.data(), take(static_cast<std::size_t>(m.size()) * sizeof(T)), static_cast<std::size_t>(m.size()) * sizeof(T));
+  }
+
+ private:
+  template <typename T>
+  void put_raw(const T* p, std::size_t n) {
+    const auto* c = reinterpret_cast<const char*>(p);
+    data.insert(data.end(), c, c + n * sizeof(T));
+  }
+  template <typename T>
+  void put_span(const T* p, std::size_t n) {
+    put<std::uint64_t>(n);
+    put_raw(p, n);
+  }
+  const char* take(std::size_t n) {
+    if (at_ + n > data.size()) throw Error(fmt::format("module fit: broadcast bytes (expected {} more, got {})", n, data.size() - at_));
+    const char* p = data.data() + at_;
+    at_ += n;
+    return p;
+  }
+  std::size_t at_ = 0;
+};
+
+}  // namespace
+
+void broadcast_fit(ModuleFit& fit, int root) {
+  if (dist::size() == 1) return;
+  Bytes b;
+  if (dist::rank() == root) {
+    b.put(fit.f.B), b.put(fit.f.A), b.put(fit.f.perm), b.put(fit.f.bias), b.put(fit.loss), b.put(fit.energy);
+    b.put<std::uint64_t>(fit.notes.size());
+    for (const NumericNote& n : fit.notes) b.put(n.module), b.put(n.kind), b.put(n.detail);
+  }
+  auto size = static_cast<std::int64_t>(b.data.size());
+  dist::broadcast_bytes(&size, sizeof size, root);
+  b.data.resize(static_cast<std::size_t>(size));
+  dist::broadcast_bytes(b.data.data(), size, root);
+  if (dist::rank() == root) return;
+  b.get(fit.f.B), b.get(fit.f.A), b.get(fit.f.perm), b.get(fit.f.bias);
+  fit.loss = b.get<double>();
+  fit.energy = b.get<double>();
+  fit.notes.resize(b.get<std::uint64_t>());
+  for (NumericNote& n : fit.notes) b.get(n.module), b.get(n.kind), b.get(n.detail);
+}
+
+double fit_cost(const model::Linear& lin, bool output_side) {
+  const double o = static_cast<double>(lin.out), n = static_cast<double>(lin.in), k = std::min(o, n);
+  return output_side ? o * o * o + o * o * n : n * n * n + o * n * k + k * k * k;
+}
 
 MatrixD to_double(const MatrixF& m) { return m.cast<double>(); }
 VectorD to_double(const VectorF& v) { return v.cast<double>(); }

@@ -78,6 +78,20 @@ std::vector<std::unique_ptr<CompressStage>> plan_stages(StageContext& ctx, const
 
 // ---- helpers of the stage files ---------------------------------------------------------------
 
+// One module's factors as the rank that owns its decomposition computed them (module-parallel stages
+// under K ranks, docs/SCALE.md): loss and energy when the fit measured them itself (≥ 0), and the
+// numerical notes it recorded.
+struct ModuleFit {
+  LowRank f;
+  double loss = -1, energy = -1;
+  std::vector<NumericNote> notes;
+};
+// Every rank gets root's fit (a collective; nothing with one rank).
+void broadcast_fit(ModuleFit& fit, int root);
+// The modelled cost of decomposing a module alone: the eigendecomposition of its input covariance and
+// the SVD of the whitened weight, or from its outputs (output side) the [out, out] ones.
+double fit_cost(const model::Linear& lin, bool output_side);
+
 MatrixD to_double(const MatrixF& m);
 VectorD to_double(const VectorF& v);
 // "model.layers.0.self_attn.q_proj, k_proj": the modules a joint stage compresses together.

@@ -6,8 +6,10 @@
 
 #include "compress/asvd.hpp"
 #include "compress/compensate.hpp"
+#include "compress/notes.hpp"
 #include "compress/output_side.hpp"
 #include "compress/stage.hpp"
+#include "dist/comm.hpp"
 
 namespace latentllm::compress {
 namespace {
@@ -50,24 +52,67 @@ class LocalStage final : public CompressStage {
     return lin.site == site_ && std::find(roles_.begin(), roles_.end(), lin.role) != roles_.end();
   }
 
+  // One module's factors, computed by its owner rank: the output side measures its loss and energy
+  // itself (ModuleFit::loss ≥ 0), the other fits are measured at install over the site's statistics.
+  ModuleFit fit(const model::Linear& lin, const calib::SiteStats* st, const calib::CrossStats* cross,
+                const OutputStats* os) const {
+    const MatrixD w = to_double(lin.weight);  // [out, in]
+    const VectorD b = to_double(lin.bias);    // [out] or empty
+    LocalOptions lo = ctx_.local();
+    if (b.size() == 0) lo.update_bias = false;
+    ModuleFit r;
+    if (os != nullptr) {
+      OutputSideFit f = output_side_asvd(w, lin.weight, b, *os, ctx_.rank_of(lin), lo, lin.name);
+      r.f = std::move(f.f);
+      r.loss = f.loss;
+      r.energy = f.energy;
+    } else if (cross != nullptr) {
+      r.f = compensated_fit(w, b, *st, *cross, ctx_.rank_of(lin), lo, lin.name);
+    } else {
+      r.f = asvd(w, b, *st, ctx_.rank_of(lin), lo, lin.name);
+    }
+    return r;
+  }
+
+  void install(model::Linear& lin, ModuleFit r, const calib::SiteStats* st, bool cross) {
+    if (r.loss >= 0) return ctx_.install_measured(lin, std::move(r.f), r.loss, r.energy, "local, output side");
+    ctx_.install(lin, std::move(r.f), to_double(lin.weight), to_double(lin.bias), st, cross ? "compensate" : "local");
+  }
+
+  // The site's modules are independent: under K ranks each is decomposed by one owner rank (by modelled
+  // cost, dist::owners_by_cost) and its factors and notes are broadcast, so every rank installs the same
+  // bytes in module order; with one rank each module is fitted and installed in turn.
   void compress(const calib::StageInput& in, model::Model& m) override {
     const calib::SiteStats* st = output_side_ ? nullptr : &in.stats_of(site_);
-    for (model::Linear& lin : m.layer(in.layer).linears) {
-      if (!mine(lin) || lin.factored()) continue;
-      const MatrixD w = to_double(lin.weight);  // [out, in]
-      const VectorD b = to_double(lin.bias);    // [out] or empty
-      LocalOptions lo = ctx_.local();
-      if (b.size() == 0) lo.update_bias = false;
-      if (output_side_) {
-        const OutputStats& os = outputs_.finished(lin.name);
-        OutputSideFit fit = output_side_asvd(w, lin.weight, b, os, ctx_.rank_of(lin), lo, lin.name);
-        ctx_.install_measured(lin, std::move(fit.f), fit.loss, fit.energy, "local, output side");
-      } else if (in.cross) {
-        ctx_.install(lin, compensated_fit(w, b, *st, *in.cross, ctx_.rank_of(lin), lo, lin.name), w, b, st,
-                     "compensate");
-      } else {
-        ctx_.install(lin, asvd(w, b, *st, ctx_.rank_of(lin), lo, lin.name), w, b, st, "local");
+    std::vector<model::Linear*> todo;
+    for (model::Linear& lin : m.layer(in.layer).linears)
+      if (mine(lin) && !lin.factored()) todo.push_back(&lin);
+    // Output side: every module's output statistics combined over the ranks (collectives, in order).
+    std::vector<const OutputStats*> os(todo.size(), nullptr);
+    if (output_side_)
+      for (std::size_t i = 0; i < todo.size(); ++i) os[i] = &outputs_.finished(todo[i]->name);
+    const bool split = dist::size() > 1;
+    std::vector<ModuleFit> fits(todo.size());
+    std::vector<int> owners(todo.size(), 0);
+    if (split) {
+      std::vector<double> costs;
+      for (const model::Linear* lin : todo) costs.push_back(fit_cost(*lin, output_side_));
+      owners = dist::owners_by_cost(costs, dist::size());
+      for (std::size_t i = 0; i < todo.size(); ++i) {
+        if (owners[i] != dist::rank()) continue;
+        NoteCollector held(true);  // replayed below on every rank, in module order
+        fits[i] = fit(*todo[i], st, in.cross, os[i]);
+        fits[i].notes = held.notes();
       }
+    }
+    for (std::size_t i = 0; i < todo.size(); ++i) {
+      if (split) {
+        broadcast_fit(fits[i], owners[i]);
+        for (const NumericNote& n : fits[i].notes) record_note(n.module, n.kind, n.detail);
+      } else {
+        fits[i] = fit(*todo[i], st, in.cross, os[i]);
+      }
+      install(*todo[i], std::move(fits[i]), st, in.cross != nullptr);
     }
     outputs_.clear();
   }

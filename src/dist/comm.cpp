@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -248,6 +249,26 @@ void broadcast_bytes(void* data, std::int64_t bytes, int root) {
 #else
   (void)data, (void)bytes, (void)root;
 #endif
+}
+
+void broadcast_doubles(std::vector<double>& values, int root) {
+  if (g_size == 1) return;
+  auto n = static_cast<std::int64_t>(values.size());
+  broadcast_bytes(&n, sizeof n, root);
+  values.resize(static_cast<std::size_t>(n));
+  broadcast_bytes(values.data(), 8 * n, root);
+}
+
+std::vector<int> owners_by_cost(std::span<const double> costs, int k) {
+  std::vector<double> load(static_cast<std::size_t>(std::max(k, 1)), 0.0);
+  std::vector<int> owners;
+  owners.reserve(costs.size());
+  for (const double c : costs) {
+    const auto least = std::min_element(load.begin(), load.end());  // the first of equal loads
+    *least += c;
+    owners.push_back(static_cast<int>(least - load.begin()));
+  }
+  return owners;
 }
 
 void barrier() {

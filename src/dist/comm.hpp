@@ -35,6 +35,13 @@ void gather_rows(const float* mine, std::int64_t rows, std::int64_t width, Matri
 std::vector<double> gather_doubles(std::span<const double> mine);
 // root's bytes to every rank.
 void broadcast_bytes(void* data, std::int64_t bytes, int root);
+// root's values to every rank (resized there to root's size).
+void broadcast_doubles(std::vector<double>& values, int root);
+
+// The owner rank of each of n independent pieces of work of the given modelled costs, among k ranks:
+// in item order, each to the rank with the least cost so far (the lowest such rank). Fixed by the costs
+// and k alone, so every rank computes the same owners; with k = 1 all are rank 0.
+std::vector<int> owners_by_cost(std::span<const double> costs, int k);
 void barrier();
 
 }  // namespace latentllm::dist

@@ -30,7 +30,10 @@ digest() { cat "$1/model.safetensors" "$1/config.json" | sha256sum | cut -c1-16;
 
 case $CASE in
 identical)
-  for v in "opt-tiny|" "opt-tiny|--preset paper" "stories260K/hf|--fit compensate"; do
+  # asvd-rootcov: module-parallel local stages (q/k/v, gate/up on different ranks); with --lambda 0 the
+  # rank-deficient covariances record numerical notes on their owner ranks, replayed into config.json.
+  for v in "opt-tiny|" "opt-tiny|--preset paper" "stories260K/hf|--fit compensate" "stories260K/hf|--method asvd-rootcov" \
+           "opt-tiny|--method asvd-rootcov --lambda 0"; do
     model=${v%%|*}
     rm -rf "$TMP"/k?
     read -r -a args <<< "${v#*|}"
@@ -41,10 +44,12 @@ identical)
         { cat "$TMP/k$k.err"; fail "$model ${args[*]}: $k ranks failed"; }
       got=$(digest "$TMP/k$k")
       [ "$got" = "$want" ] || fail "$model ${args[*]}: $k ranks wrote $got, one process $want"
+      [ "$(grep -c 'numerics \[' "$TMP/k$k.err")" = "$(grep -c 'numerics \[' "$TMP/k0.err")" ] ||
+        fail "$model ${args[*]}: $k ranks logged other numerical notes than one process"
       grep -q "\"ranks\": $k" "$TMP/k$k.json" || fail "$model ${args[*]}: --json without \"ranks\": $k"
       grep -q "ranks: $k processes" "$TMP/k$k.err" || fail "$model ${args[*]}: no ranks header on stderr"
     done
-    echo "$model ${args[*]}: $want for 1, 2 and 3 ranks"
+    echo "$model ${args[*]}: $want for 1, 2 and 3 ranks ($(grep -c 'numerics \[' "$TMP/k0.err") numerical notes)"
   done
   # ppl: the per-batch NLLs summed in batch order, the same figure as one process.
   for k in 0 2 3; do
