@@ -34,13 +34,16 @@ params=$("$BUILD/latentllm" inspect --model "$W/latent" --json | sed -n '/^{/,$p
 machine_before=$("$BUILD/bench/onnx_latent" --machine 1)
 runs="[]"
 for r in $(seq "$ROUNDS"); do
+  # latentllm with the float32 weights the graph holds (the same bytes per token), then as stored (F16).
   ours=$(/usr/bin/time -f "%M" -o "$W/ours.rss" "$BUILD/latentllm" generate --model "$W/latent" --prompt "$PROMPT" \
-           --max-new-tokens "$STEPS" --temperature 0 --threads "$THREADS" --json -q | sed -n '/^{/,$p')
+           --max-new-tokens "$STEPS" --temperature 0 --threads "$THREADS" --weights f32 --json -q | sed -n '/^{/,$p')
   ids=$(echo "$ours" | node -e "let s='';process.stdin.on('data',d=>s+=d).on('end',()=>console.log(JSON.stringify(JSON.parse(s).prompt_tokens)))")
   steps=$(echo "$ours" | node -e "let s='';process.stdin.on('data',d=>s+=d).on('end',()=>console.log(JSON.parse(s).tokens.length))")
   ort=$(/usr/bin/time -f "%M" -o "$W/ort.rss" node tests/ort/bench_decode.js "$W/onnx" "$THREADS" "$ids" "$steps")
-  runs=$(node -e "const r=$runs; r.push({ours: $ours, ort: $ort, ours_peak_rss_kb: $(cat "$W/ours.rss"), ort_peak_rss_kb: $(cat "$W/ort.rss")}); console.log(JSON.stringify(r))")
-  echo "round $r: latentllm $(echo "$ours" | grep -o '"decode_tokens_per_s":[0-9.e+-]*') ORT $ort" >&2
+  ours16=$("$BUILD/latentllm" generate --model "$W/latent" --prompt "$PROMPT" --max-new-tokens "$STEPS" --temperature 0 \
+             --threads "$THREADS" --weights stored --json -q | sed -n '/^{/,$p')
+  runs=$(node -e "const r=$runs; r.push({ours: $ours, ort: $ort, ours_stored: $ours16, ours_peak_rss_kb: $(cat "$W/ours.rss"), ort_peak_rss_kb: $(cat "$W/ort.rss")}); console.log(JSON.stringify(r))")
+  echo "round $r: latentllm f32 $(echo "$ours" | grep -o '"decode_tokens_per_s":[0-9.e+-]*') ORT $ort" >&2
 done
 machine_after=$("$BUILD/bench/onnx_latent" --machine 1)
 
@@ -57,16 +60,19 @@ const f = (x, d = 1) => Number(x).toFixed(d);
 let md = `# ONNX Runtime vs latentllm: ${preset} latent ${Math.round(100 * ratio)} % (random factors, speed only)\n\n`;
 md += '`bench/run_onnx.sh`: `latentllm export --format onnx` (f32, external data) of a latent checkpoint with random ' +
   "factors at latentllm's planned ranks (bench/onnx_latent), then greedy decoding of the same prompt by `latentllm " +
-  'generate --temperature 0` (its KV cache: `--kv-cache auto`) and by onnxruntime-node ' +
-  `${runs[0].ort.ort} (tests/ort/bench_decode.js, the export's past/present), ${threads} threads each, interleaved.\n\n`;
+  'generate --temperature 0 --weights f32` (the float32 weights the graph holds, so both read the same bytes per token; ' +
+  'its KV cache: `--kv-cache auto`) and by onnxruntime-node ' +
+  `${runs[0].ort.ort} (tests/ort/bench_decode.js, the export's past/present), ${threads} threads each, interleaved; ` +
+  'then `latentllm generate --weights stored` (the checkpoint\'s F16 weights, half the bytes) for reference.\n\n';
 md += `Machine, same run: sgemm peak ${f(mb.sgemm_peak_gflops)} / ${f(ma.sgemm_peak_gflops)} GFLOP/s, read bandwidth ` +
   `${f(mb.read_bandwidth_gb_per_s)} / ${f(ma.read_bandwidth_gb_per_s)} GB/s, 1-minute load average ${f(mb.load_average, 2)} / ${f(ma.load_average, 2)} (before / after).\n\n`;
 md += `Export: ${f(exportS)} s, ${f(exportBytes / 1e9, 2)} GB (onnx/model.onnx + model.onnx_data), peak RSS ${f(exportRss / 1048576, 2)} GiB; ` +
   `${params} parameters (the graph's float initializers are the checkpoint's tensors).\n\n`;
-md += '| round | prompt tokens | decode steps | latentllm decode tok/s | ORT decode tok/s | ORT / latentllm | latentllm prefill s | ORT prefill s | peak RSS latentllm / ORT GiB |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n';
+md += '| round | prompt tokens | decode steps | latentllm f32 decode tok/s | ORT decode tok/s | ORT / latentllm f32 | latentllm stored (F16) tok/s | latentllm f32 prefill s | ORT prefill s | peak RSS latentllm f32 / ORT GiB |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n';
 runs.forEach((r, k) => {
   md += `| ${k + 1} | ${r.ours.prompt_tokens.length} | ${r.ort.decode_steps} | ${f(r.ours.decode_tokens_per_s, 2)} | ` +
     `${f(r.ort.decode_tokens_per_s, 2)} | ${f(r.ort.decode_tokens_per_s / r.ours.decode_tokens_per_s, 2)} | ` +
+    `${f(r.ours_stored.decode_tokens_per_s, 2)} | ` +
     `${f(r.ours.prefill_seconds, 3)} | ${f(r.ort.prefill_s, 3)} | ${f(r.ours_peak_rss_kb / 1048576, 2)} / ${f(r.ort_peak_rss_kb / 1048576, 2)} |\n`;
 });
 md += `\nBandwidth roofline of a decode step (every weight read once, f32): ${f(4 * params / 1e9, 2)} GB per token, ` +

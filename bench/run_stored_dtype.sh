@@ -8,6 +8,9 @@
 #                                               32 GB), peak RSS by /usr/bin/time, the roofline from
 #                                               bench/stored_dtype in the same script
 #   LATENT=DIR bench/run_stored_dtype.sh latent  a latent checkpoint (compress --dtype bf16) likewise
+#   bench/run_stored_dtype.sh llama-3-8b-latent[:R]  its latent R (default 0.4; BF16, all 32 layers) with
+#                                               random factors at latentllm's planned ranks
+#                                               (bench/onnx_latent, streamed one layer at a time), likewise
 # Checkpoints with RANDOM weights (latentllm-synth) go under $SYNTH (default /tmp): 16 GB for the whole
 # Llama-3-8B shape, deleted afterwards (KEEP=1 keeps them). RUNS (default 3) runs of each measurement.
 # Run on an idle machine.
@@ -39,6 +42,23 @@ for spec in "$@"; do
       dir=$SYNTH/synth-opt-1.3b
       synth opt-1.3b 0 f16 "$dir"
       "$BUILD/bench/stored_dtype" --model "$dir" --name opt-1.3b --runs "$RUNS" --tokens 32
+      [ "${KEEP:-0}" = 1 ] || rm -rf "$dir"
+      ;;
+    llama-3-8b-latent*)
+      ratio=$([[ $spec == *:* ]] && echo "${spec#*:}" || echo 0.4)
+      dense=$SYNTH/synth-llama-3-8b-0
+      dir=$SYNTH/synth-llama-3-8b-latent-$ratio
+      if [ ! -f "$dir/config.json" ]; then
+        synth llama-3-8b 0 bf16 "$dense"
+        /usr/bin/time -f "onnx_latent peak_rss_kb %M, %e s" "$BUILD/bench/onnx_latent" --model "$dense" --ratio "$ratio" \
+          --dtype BF16 --out "$dir" >&2
+      fi
+      [ "${KEEP:-0}" = 1 ] || rm -rf "$dense"
+      name=llama-3-8b-latent-$ratio
+      { echo "# generate on the Llama-3-8B shape's latent $ratio (bf16, 32 layers, random factors), --weights stored";
+        echo; echo '```'; generate_runs "$dir" "$name"; echo '```'; } > "$OUT/stored-dtype-$name-generate.md"
+      cat "$OUT/stored-dtype-$name-generate.md"
+      "$BUILD/bench/stored_dtype" --model "$dir" --name "$name" --weights stored --runs "$RUNS" --tokens 32
       [ "${KEEP:-0}" = 1 ] || rm -rf "$dir"
       ;;
     llama-3-8b*)
