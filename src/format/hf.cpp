@@ -177,7 +177,7 @@ ExportSummary write_hf(LayerSource& layers, const fs::path& dir, const WriteOpti
       w.append(e.values());
     } catch (const NumericError& ex) {
       // The writer names the tensor and the value; the user also needs the way out.
-      throw NumericError(fmt::format("{}; export with --dtype f32 (or bf16)", ex.what()));
+      throw NumericError(fmt::format("{}; write the export with --dtype f32 (or bf16)", ex.what()));
     }
   }
   w.finish();

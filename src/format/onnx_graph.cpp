@@ -76,8 +76,8 @@ std::string Graph::weight(const std::string& name, const std::vector<std::int64_
     std::vector<std::uint16_t> h(values.size());
     for (std::size_t i = 0; i < values.size(); ++i) {
       if (!(std::abs(values[i]) <= kF16Max)) {
-        throw NumericError(fmt::format("{}: value at [{}] overflows F16 (expected |x| <= 65504, got {}); export "
-                                       "with --dtype f32", name, i, values[i]));
+        throw NumericError(fmt::format("{}: value at [{}] overflows F16 (expected |x| <= 65504, got {}); write "
+                                       "the export with --dtype f32", name, i, values[i]));
       }
       h[i] = f32_to_f16(values[i]);
     }
