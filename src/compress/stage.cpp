@@ -7,6 +7,7 @@
 #include "compress/notes.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/log.hpp"
+#include "model/linear_fused.hpp"
 #include "model/ops.hpp"
 
 namespace latentllm::compress {
@@ -24,12 +25,18 @@ void install_factors(model::Linear& lin, const LowRank& f) {
   lin.perm.assign(f.perm.begin(), f.perm.end());
   if (f.bias.size() > 0) lin.bias = f.bias.cast<float>();
   lin.weight.resize(0, 0);
+  lin.weight16 = {};
 }
 
 }  // namespace
 
 MatrixD to_double(const MatrixF& m) { return m.cast<double>(); }
 VectorD to_double(const VectorF& v) { return v.cast<double>(); }
+
+MatrixD weight_double(const model::Linear& lin) {
+  MatrixF widened;  // [out, in] when lin keeps a 16-bit matrix
+  return model::weight_f32(lin, widened).cast<double>();
+}
 
 std::string joined_name(std::initializer_list<const model::Linear*> mods) {
   std::string out;

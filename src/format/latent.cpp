@@ -84,6 +84,9 @@ std::vector<Entry> plan_tensors(LayerSource& layers, const io::TensorStore& src,
     } else if (lin.weight.size() > 0) {
       add(stored + ".weight", {lin.weight.rows(), lin.weight.cols()}, current,
           [](const model::Linear& l) -> const MatrixF& { return l.weight; });
+    } else if (lin.weight16.size() > 0) {  // a dense module kept as stored (LoadOptions::Weights::Stored)
+      add(stored + ".weight", {lin.weight16.rows, lin.weight16.cols}, current,
+          [](const model::Linear& l) { return l.dense_weight(); });
     } else {
       return false;
     }
