@@ -10,12 +10,12 @@
 #include "compress/notes.hpp"
 #include "compress/sensitivity.hpp"
 #include "compress/stage.hpp"
-#include "model/linear_fused.hpp"
 #include "compress/whitening.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/log.hpp"
 #include "linalg/linalg.hpp"
+#include "model/linear_fused.hpp"
 
 namespace latentllm::compress {
 namespace {

@@ -55,15 +55,15 @@ class LocalStage final : public CompressStage {
     const calib::SiteStats* st = output_side_ ? nullptr : &in.stats_of(site_);
     for (model::Linear& lin : m.layer(in.layer).linears) {
       if (!mine(lin) || lin.factored()) continue;
-      MatrixF widened;  // [out, in] when lin keeps a 16-bit matrix; freed with the module's fit
-      const MatrixF& wf = model::weight_f32(lin, widened);  // [out, in]
-      const MatrixD w = to_double(wf);              // [out, in]
+      const MatrixD w = weight_double(lin);  // [out, in]
       const VectorD b = to_double(lin.bias);    // [out] or empty
       LocalOptions lo = ctx_.local();
       if (b.size() == 0) lo.update_bias = false;
       if (output_side_) {
         const OutputStats& os = outputs_.finished(lin.name);
-        OutputSideFit fit = output_side_asvd(w, wf, b, os, ctx_.rank_of(lin), lo, lin.name);
+        MatrixF widened;  // [out, in] when lin keeps a 16-bit matrix, for this fit
+        OutputSideFit fit =
+            output_side_asvd(w, model::weight_f32(lin, widened), b, os, ctx_.rank_of(lin), lo, lin.name);
         ctx_.install_measured(lin, std::move(fit.f), fit.loss, fit.energy, "local, output side");
       } else if (in.cross) {
         ctx_.install(lin, compensated_fit(w, b, *st, *in.cross, ctx_.rank_of(lin), lo, lin.name), w, b, st,
