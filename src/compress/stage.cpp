@@ -1,13 +1,14 @@
 #include "compress/stage.hpp"
 
+#include <algorithm>
 #include <chrono>
 
 #include "compress/asvd.hpp"
 #include "compress/junction.hpp"
 #include "compress/notes.hpp"
+#include "core/gemm16.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/log.hpp"
-#include "model/linear_fused.hpp"
 #include "model/ops.hpp"
 
 namespace latentllm::compress {
@@ -34,8 +35,18 @@ MatrixD to_double(const MatrixF& m) { return m.cast<double>(); }
 VectorD to_double(const VectorF& v) { return v.cast<double>(); }
 
 MatrixD weight_double(const model::Linear& lin) {
-  MatrixF widened;  // [out, in] when lin keeps a 16-bit matrix
-  return model::weight_f32(lin, widened).cast<double>();
+  const Matrix16& h = lin.weight16;  // [out, in] when lin keeps a 16-bit matrix
+  if (h.size() == 0) return lin.weight.cast<double>();
+  // Blocks of rows widened to float32, then to double: no float32 copy of the whole module.
+  constexpr std::int64_t kRows = 64;
+  MatrixD out(h.rows, h.cols);
+  MatrixF block(std::min(kRows, h.rows), h.cols);  // [rows, in]
+  for (std::int64_t r0 = 0; r0 < h.rows; r0 += kRows) {
+    const std::int64_t n = std::min(kRows, h.rows - r0);
+    core::widen_rows(h, r0, r0 + n, block.data());
+    out.middleRows(r0, n) = block.topRows(n).cast<double>();
+  }
+  return out;
 }
 
 std::string joined_name(std::initializer_list<const model::Linear*> mods) {
