@@ -7,6 +7,7 @@
 #include "compress/junction.hpp"
 #include "compress/notes.hpp"
 #include "core/gemm16.hpp"
+#include "core/mapped_file.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/log.hpp"
 #include "model/ops.hpp"
@@ -26,6 +27,11 @@ void install_factors(model::Linear& lin, const LowRank& f) {
   lin.perm.assign(f.perm.begin(), f.perm.end());
   if (f.bias.size() > 0) lin.bias = f.bias.cast<float>();
   lin.weight.resize(0, 0);
+  // A view of the mapped checkpoint (an owned copy is freed with it): its pages leave the resident set
+  // now, not when the layer is released (the dense stream's copy reads them again if it needs them).
+  if (lin.weight16.size() > 0 && !lin.weight16.owned) {
+    core::MappedFile::drop_pages_within(lin.weight16.data, static_cast<std::size_t>(lin.weight16.bytes()));
+  }
   lin.weight16 = {};
 }
 
