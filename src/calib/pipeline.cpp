@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "calib/dense_stream.hpp"
+#include "core/gemm16.hpp"
 #include "dist/comm.hpp"
 #include "latentllm/calib.hpp"
 #include "latentllm/error.hpp"
@@ -540,6 +541,9 @@ PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, 
                                   opt.input_embeddings->rows(), opt.input_embeddings->cols(), n_rows,
                                   m.config().hidden_size));
   }
+  // Weights kept as stored give the float32 path's bits for any batch height (a window of <= 4 tokens
+  // would otherwise take decoding's GEMV): the factors never depend on how the weights are held.
+  const core::ExactProducts exact;
   const Batches all_batches = make_batches(n_rows, seqlen, opt);
   const Batches batches = rank_share(all_batches);  // this rank's windows; all of them on one rank
   const std::int64_t row0 = batches.first_row, my_rows = share_rows(batches);

@@ -7,6 +7,7 @@
 #include "compress/sensitivity.hpp"
 #include "compress/stage.hpp"
 #include "compress/whitening.hpp"
+#include "core/gemm16.hpp"
 #include "dist/comm.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/error.hpp"
@@ -72,6 +73,7 @@ VisionRun vision_run(model::LlavaModel& m, const TowerCalibration& cal) {
 // `after(k, lin, x)` called once module k's input x is known (it may replace the module).
 template <typename After>
 void projector_passes(model::LlavaModel& m, const TowerCalibration& cal, bool f32_products, After after) {
+  const core::ExactProducts exact;  // as the layers' calibration (calib::run_layerwise)
   MatrixF x;  // [n_tiles·n_feat, d_v·m], then [n_tiles·n_feat, d]
   m.projector_input(cal.pixels, cal.n_tiles, x);
   const auto mods = m.projector_modules();
@@ -95,7 +97,7 @@ std::vector<ModuleSpectrum> projector_spectra(model::LlavaModel& m, const TowerC
     NoteCollector silent(/*silent=*/true);  // the compression itself records the whitening's notes
     const bool centered = lin.bias.size() > 0 && opt.local.update_bias;  // as the local ASVD
     const Whitening wh = whiten(centered ? st.centered() : st.xtx, opt.local.lambda_rel, lin.name);  // [d, d]
-    out.push_back({lin.name, k == 0 ? model::Role::Up : model::Role::Down, lin.out, lin.in, whitened_spectrum(lin.weight.cast<double>(), wh, lin.name)});
+    out.push_back({lin.name, k == 0 ? model::Role::Up : model::Role::Down, lin.out, lin.in, whitened_spectrum(weight_double(lin), wh, lin.name)});
   });
   return out;
 }
@@ -184,7 +186,7 @@ CompressReport compress_towers(model::LlavaModel& m, const TowerCalibration& cal
     const auto tp = Clock::now();
     NoteCollector notes;  // the numerical fallbacks, into the report
     projector_passes(m, cal, opt.pipeline.covariance_f32, [&](std::size_t, model::Linear& lin, const calib::SiteStats& st) {
-      const MatrixD w = to_double(lin.weight);  // [out, in]
+      const MatrixD w = weight_double(lin);  // [out, in]
       const VectorD b = to_double(lin.bias);    // [out] or empty
       LocalOptions lo = ctx.local();
       if (b.size() == 0) lo.update_bias = false;

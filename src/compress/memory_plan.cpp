@@ -46,10 +46,23 @@ core::MemoryPlan plan_compress_memory(const model::Model& m, std::int64_t n_tok,
   core::MemoryPlan p;
   p.title = "compress (lazy layers)";
   p.budget = budget;
-  p.add("one layer and its factors (float32)", 2 * fp.largest_layer(), "the largest decoder layer, twice");
+  const bool stored = fp.weights == model::LoadOptions::Weights::Stored;
+  if (stored) {
+    // The loaded layer's 16-bit matrices are the mapped checkpoint; its factors are float32 (at most the
+    // layer widened: twice its 16-bit bytes); the forward over a batch and a solver widen one module.
+    p.add("one layer as stored (mapped)", fp.largest_layer(), "the largest decoder layer's checkpoint bytes");
+    p.add("its factors (float32)", 2 * fp.largest_layer(), "at most the layer widened");
+    p.add("widened module (float32)", fp.largest_widened, "the largest module, widened for a product or a solver");
+  } else {
+    p.add("one layer and its factors (float32)", 2 * fp.largest_layer(), "the largest decoder layer, twice");
+  }
   p.add("other weights (float32)", fp.other, "norms, positions, projections");
-  p.add("mapped pages", fp.largest_table_stored + fp.largest_layer_tensor_stored,
-        "embedding (read per batch) + one layer tensor (while widened)");
+  if (stored) {
+    p.add("mapped pages", fp.largest_table_stored, "embedding (read per batch)");
+  } else {
+    p.add("mapped pages", fp.largest_table_stored + fp.largest_layer_tensor_stored,
+          "embedding (read per batch) + one layer tensor (while widened)");
+  }
   const std::int64_t limit = opt.pipeline.resume_limit_bytes >= 0 ? opt.pipeline.resume_limit_bytes
                                                                   : core::physical_memory_bytes() / 4;
   const auto& lengths = opt.pipeline.lengths;  // multimodal sequences: one per forward call
@@ -113,7 +126,11 @@ core::MemoryPlan plan_compress_memory(const model::Model& m, std::int64_t n_tok,
     p.add("dense stream hidden states", 4 * r_tok * d, fmt::format("{} tokens x {} x 4 B (error compensation)", r_tok, d));
     const std::int64_t dense_states = 8 * r_tok * (d + w) <= limit ? 4 * r_tok * (d + w) : 4 * batch_tokens * (d + w);
     p.add("dense stream pass states", dense_states, "residual + site input, all tokens or one batch");
-    p.add("dense copy of the layer", fp.largest_layer(), "its modules before the stages replace them");
+    if (stored) {
+      p.add("dense copy of the layer", 0, "views of the layer's mapped matrices, counted above");
+    } else {
+      p.add("dense copy of the layer", fp.largest_layer(), "its modules before the stages replace them");
+    }
     p.add("cross moments (double)", site_covariances(c, ud, down_out), "Σ x·x̂ᵀ of the tapped sites, [w, w] each");
   }
   p.add("runtime and token ids", kRuntime + 4 * n_tok, fmt::format("256 MiB + {} ids x 4 B", n_tok));

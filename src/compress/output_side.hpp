@@ -26,6 +26,7 @@
 #include "latentllm/compress.hpp"
 #include "latentllm/model.hpp"
 #include "latentllm/tensor.hpp"
+#include "model/linear_fused.hpp"
 
 namespace latentllm::compress {
 
@@ -81,7 +82,9 @@ class LayerOutputs {
     layer_ = i;
     double flops = 0;
     for (const model::Linear& lin : layer.linears) {
-      if (pick(lin)) flops += modules_[lin.name].add(lin.weight, x, first_token);
+      if (!pick(lin)) continue;
+      MatrixF widened;  // [out, in] when lin keeps a 16-bit matrix (stored weights), for this batch
+      flops += modules_[lin.name].add(model::weight_f32(lin, widened), x, first_token);
     }
     return flops;
   }

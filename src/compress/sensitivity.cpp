@@ -10,12 +10,14 @@
 
 #include "compress/notes.hpp"
 #include "compress/sensitivity.hpp"
+#include "compress/stage.hpp"
 #include "compress/whitening.hpp"
 #include "dist/comm.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/log.hpp"
 #include "linalg/linalg.hpp"
+#include "model/linear_fused.hpp"
 
 namespace latentllm::compress {
 namespace {
@@ -107,14 +109,17 @@ class SpectrumStage final : public calib::Stage {
       ModuleSpectrum s{lin.name, lin.role, lin.out, lin.in, {}};
       if (output_side_) {
         const OutputStats& os = outputs_.finished(lin.name);  // a collective: every rank
-        if (mine) s.sigma2 = output_spectrum(os, lin.weight, centered, opt_.local.lambda_rel, lin.name);
+        if (mine) {
+          MatrixF widened;  // [out, in] when lin keeps a 16-bit matrix
+          s.sigma2 = output_spectrum(os, model::weight_f32(lin, widened), centered, opt_.local.lambda_rel, lin.name);
+        }
       } else if (mine) {
         std::optional<Whitening>& wh = whitening[centered ? 1 : 0];
         if (!wh) {
           const calib::SiteStats& st = in.stats_of(site_);
           wh = whiten(centered ? st.centered() : st.xtx, opt_.local.lambda_rel, lin.name);  // [d, d]
         }
-        s.sigma2 = whitened_spectrum(lin.weight.cast<double>(), *wh, lin.name);
+        s.sigma2 = whitened_spectrum(weight_double(lin), *wh, lin.name);
       }
       out_[lin.name] = std::move(s);
     }

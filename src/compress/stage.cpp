@@ -1,11 +1,14 @@
 #include "compress/stage.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
 #include "compress/asvd.hpp"
 #include "compress/junction.hpp"
 #include "compress/notes.hpp"
+#include "core/gemm16.hpp"
+#include "core/mapped_file.hpp"
 #include "dist/comm.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/log.hpp"
@@ -26,6 +29,12 @@ void install_factors(model::Linear& lin, const LowRank& f) {
   lin.perm.assign(f.perm.begin(), f.perm.end());
   if (f.bias.size() > 0) lin.bias = f.bias.cast<float>();
   lin.weight.resize(0, 0);
+  // A view of the mapped checkpoint (an owned copy is freed with it): its pages leave the resident set
+  // now, not when the layer is released (the dense stream's copy reads them again if it needs them).
+  if (lin.weight16.size() > 0 && !lin.weight16.owned) {
+    core::MappedFile::drop_pages_within(lin.weight16.data, static_cast<std::size_t>(lin.weight16.bytes()));
+  }
+  lin.weight16 = {};
 }
 
 }  // namespace
@@ -118,6 +127,21 @@ double fit_cost(const model::Linear& lin, bool output_side) {
 
 MatrixD to_double(const MatrixF& m) { return m.cast<double>(); }
 VectorD to_double(const VectorF& v) { return v.cast<double>(); }
+
+MatrixD weight_double(const model::Linear& lin) {
+  const Matrix16& h = lin.weight16;  // [out, in] when lin keeps a 16-bit matrix
+  if (h.size() == 0) return lin.weight.cast<double>();
+  // Blocks of rows widened to float32, then to double: no float32 copy of the whole module.
+  constexpr std::int64_t kRows = 64;
+  MatrixD out(h.rows, h.cols);
+  MatrixF block(std::min(kRows, h.rows), h.cols);  // [rows, in]
+  for (std::int64_t r0 = 0; r0 < h.rows; r0 += kRows) {
+    const std::int64_t n = std::min(kRows, h.rows - r0);
+    core::widen_rows(h, r0, r0 + n, block.data());
+    out.middleRows(r0, n) = block.topRows(n).cast<double>();
+  }
+  return out;
+}
 
 std::string joined_name(std::initializer_list<const model::Linear*> mods) {
   std::string out;

@@ -94,6 +94,9 @@ double fit_cost(const model::Linear& lin, bool output_side);
 
 MatrixD to_double(const MatrixF& m);
 VectorD to_double(const VectorF& v);
+// The [out, in] weight of an unfactored module in double: from float32, or from the 16-bit matrix a model
+// with stored weights keeps (widened by blocks of rows, never whole in float32), exact either way.
+MatrixD weight_double(const model::Linear& lin);
 // "model.layers.0.self_attn.q_proj, k_proj": the modules a joint stage compresses together.
 std::string joined_name(std::initializer_list<const model::Linear*> mods);
 

@@ -26,7 +26,7 @@ class JointQkStage final : public CompressStage {
     model::Linear& q = layer.linear(model::Role::Q);
     model::Linear& k = layer.linear(model::Role::K);
     const calib::SiteStats& st = in.stats_of(model::Site::AttnIn);
-    const QkDense dense{to_double(q.weight), to_double(q.bias), to_double(k.weight), to_double(k.bias)};
+    const QkDense dense{weight_double(q), to_double(q.bias), weight_double(k), to_double(k.bias)};
     const std::string ctx = joined_name({&q, &k});
     const CompressOptions& o = ctx_.options();
     if (m.attention().qk_norm) {

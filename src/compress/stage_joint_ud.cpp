@@ -24,12 +24,12 @@ class JointUdStage final : public CompressStage {
     MlpDense dense;
     dense.act = m.mlp().act;
     dense.gated = m.mlp().gated;
-    dense.w_up = to_double(up.weight);
+    dense.w_up = weight_double(up);
     dense.b_up = to_double(up.bias);
-    dense.w_down = to_double(down.weight);
+    dense.w_down = weight_double(down);
     dense.b_down = to_double(down.bias);
     if (gate) {
-      dense.w_gate = to_double(gate->weight);
+      dense.w_gate = weight_double(*gate);
       dense.b_gate = to_double(gate->bias);
     }
     const CompressOptions& o = ctx_.options();

@@ -24,7 +24,7 @@ class JointVoStage final : public CompressStage {
     model::Linear& o = layer.linear(model::Role::O);
     const calib::SiteStats& v_st = in.stats_of(model::Site::AttnIn);
     const calib::SiteStats& o_st = in.stats_of(model::Site::AttnOut);
-    const VoDense dense{to_double(v.weight), to_double(v.bias), to_double(o.weight), to_double(o.bias)};
+    const VoDense dense{weight_double(v), to_double(v.bias), weight_double(o), to_double(o.bias)};
     const CompressOptions& opt = ctx_.options();
     VoOptions vo;
     vo.r_v = ctx_.rank_of(v);

@@ -10,6 +10,7 @@
 #include "compress/output_side.hpp"
 #include "compress/stage.hpp"
 #include "dist/comm.hpp"
+#include "model/linear_fused.hpp"
 
 namespace latentllm::compress {
 namespace {
@@ -52,17 +53,18 @@ class LocalStage final : public CompressStage {
     return lin.site == site_ && std::find(roles_.begin(), roles_.end(), lin.role) != roles_.end();
   }
 
-  // One module's factors, computed by its owner rank: the output side measures its loss and energy
-  // itself (ModuleFit::loss ≥ 0), the other fits are measured at install over the site's statistics.
-  ModuleFit fit(const model::Linear& lin, const calib::SiteStats* st, const calib::CrossStats* cross,
-                const OutputStats* os) const {
-    const MatrixD w = to_double(lin.weight);  // [out, in]
-    const VectorD b = to_double(lin.bias);    // [out] or empty
+  // One module's factors, computed by its owner rank from its weight w: [out, in] (weight_double): the
+  // output side measures its loss and energy itself (ModuleFit::loss ≥ 0), the other fits are measured at
+  // install over the site's statistics.
+  ModuleFit fit(const model::Linear& lin, const MatrixD& w, const calib::SiteStats* st,
+                const calib::CrossStats* cross, const OutputStats* os) const {
+    const VectorD b = to_double(lin.bias);  // [out] or empty
     LocalOptions lo = ctx_.local();
     if (b.size() == 0) lo.update_bias = false;
     ModuleFit r;
     if (os != nullptr) {
-      OutputSideFit f = output_side_asvd(w, lin.weight, b, *os, ctx_.rank_of(lin), lo, lin.name);
+      MatrixF widened;  // [out, in] when lin keeps a 16-bit matrix, for this fit
+      OutputSideFit f = output_side_asvd(w, model::weight_f32(lin, widened), b, *os, ctx_.rank_of(lin), lo, lin.name);
       r.f = std::move(f.f);
       r.loss = f.loss;
       r.energy = f.energy;
@@ -74,9 +76,9 @@ class LocalStage final : public CompressStage {
     return r;
   }
 
-  void install(model::Linear& lin, ModuleFit r, const calib::SiteStats* st, bool cross) {
+  void install(model::Linear& lin, ModuleFit r, const MatrixD& w, const calib::SiteStats* st, bool cross) {
     if (r.loss >= 0) return ctx_.install_measured(lin, std::move(r.f), r.loss, r.energy, "local, output side");
-    ctx_.install(lin, std::move(r.f), to_double(lin.weight), to_double(lin.bias), st, cross ? "compensate" : "local");
+    ctx_.install(lin, std::move(r.f), w, to_double(lin.bias), st, cross ? "compensate" : "local");
   }
 
   // The site's modules are independent: under K ranks each is decomposed by one owner rank (by modelled
@@ -101,18 +103,19 @@ class LocalStage final : public CompressStage {
       for (std::size_t i = 0; i < todo.size(); ++i) {
         if (owners[i] != dist::rank()) continue;
         NoteCollector held(true);  // replayed below on every rank, in module order
-        fits[i] = fit(*todo[i], st, in.cross, os[i]);
+        fits[i] = fit(*todo[i], weight_double(*todo[i]), st, in.cross, os[i]);
         fits[i].notes = held.notes();
       }
     }
     for (std::size_t i = 0; i < todo.size(); ++i) {
+      const MatrixD w = weight_double(*todo[i]);  // [out, in]
       if (split) {
         broadcast_fit(fits[i], owners[i]);
         for (const NumericNote& n : fits[i].notes) record_note(n.module, n.kind, n.detail);
       } else {
-        fits[i] = fit(*todo[i], st, in.cross, os[i]);
+        fits[i] = fit(*todo[i], w, st, in.cross, os[i]);
       }
-      install(*todo[i], std::move(fits[i]), st, in.cross != nullptr);
+      install(*todo[i], std::move(fits[i]), w, st, in.cross != nullptr);
     }
     outputs_.clear();
   }

@@ -273,11 +273,18 @@ void widen_rows(const Matrix16& w, std::int64_t r0, std::int64_t r1, float* out)
   widen_for(w.dtype)(w.row(r0), (r1 - r0) * w.cols, out);
 }
 
+namespace {
+std::atomic<int> g_exact_products{0};  // ExactProducts alive
+}  // namespace
+
+ExactProducts::ExactProducts() { g_exact_products.fetch_add(1); }
+ExactProducts::~ExactProducts() { g_exact_products.fetch_sub(1); }
+
 void xwt16(const float* x, int n, int ldx, const Matrix16& w, std::int64_t c0, std::int64_t c1, float beta, float* y,
            int ldy) {
   const std::int64_t k = w.cols, cols = c1 - c0;
   if (n <= 0 || cols <= 0) return;
-  if (n <= kGemvRows) {
+  if (n <= kGemvRows && g_exact_products.load(std::memory_order_relaxed) == 0) {
     // Four rows of W at a time (four streams in flight), then the rest one by one; each x row reads
     // the four rows again from L1.
     const DotFn dot = dot_for(w.dtype);

@@ -4,9 +4,10 @@
 // for the baseline x86-64 and only these functions carry target attributes.
 //
 // Numerics: widening F16/BF16 to float32 is exact, so
-//   - xwt16 with more than kGemvRows rows widens the block of W it is given and calls sgemm on it: the
-//     same bits as sgemm_rm on that block of the widened matrix (OpenBLAS's results depend on how the
-//     output columns are split for small products, so callers keep the float32 path's blocks);
+//   - xwt16 with more than kGemvRows rows (any number under ExactProducts) widens the block of W it
+//     is given and calls sgemm on it: the same bits as sgemm_rm on that block of the widened matrix
+//     (OpenBLAS's results depend on how the output columns are split for small products, so callers
+//     keep the float32 path's blocks);
 //   - the GEMV (at most kGemvRows rows, decoding) accumulates each dot product in float32 in its own
 //     order (blocks of the vector width, then a tree sum): it differs from OpenBLAS's sgemv on the
 //     widened matrix by rounding only, |Δy_j| <= 2·k·2⁻²⁴·Σ_i |x_i·w_ji| (each order's error is at
@@ -42,6 +43,17 @@ void widen_rows(const Matrix16& w, std::int64_t r0, std::int64_t r1, float* out)
 // w: [rows, k]. On the calling thread (callers split the columns across the pool). beta 0 ignores y.
 void xwt16(const float* x, int n, int ldx, const Matrix16& w, std::int64_t c0, std::int64_t c1, float beta, float* y,
            int ldy);
+
+// While one exists (on any thread), xwt16 widens and calls sgemm for any number of rows, never the
+// GEMV: products with 16-bit weights are then the float32 path's bits for every n (compress's
+// calibration forward, whose checkpoints do not depend on how the weights are held). Nests.
+class ExactProducts {
+ public:
+  ExactProducts();
+  ~ExactProducts();
+  ExactProducts(const ExactProducts&) = delete;
+  ExactProducts& operator=(const ExactProducts&) = delete;
+};
 
 // Index of the first non-finite value of w (Inf or NaN), or −1.
 std::int64_t first_non_finite(const Matrix16& w);

@@ -26,6 +26,10 @@ class MappedFile {
   // a failing madvise changes nothing but the resident set, so it is ignored.
   void drop_pages(const std::byte* p, std::size_t n) const;
   const std::filesystem::path& path() const { return path_; }
+  // drop_pages for a range of some read-only file mapping whose MappedFile is not at hand (a Matrix16
+  // view of a checkpoint): only the whole pages inside [p, p + n) are dropped, so no byte outside the
+  // range is touched. Never for anonymous memory, whose dropped pages would read as zeros.
+  static void drop_pages_within(const void* p, std::size_t n);
 
  private:
   std::filesystem::path path_;

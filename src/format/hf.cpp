@@ -52,7 +52,10 @@ std::vector<float> dense_weight(const model::Linear& l) {
 std::vector<float> to_vector(const VectorF& v) { return {v.data(), v.data() + v.size()}; }
 
 std::vector<float> weight_of(const model::Linear& l) {
-  return l.factored() ? dense_weight(l) : std::vector<float>(l.weight.data(), l.weight.data() + l.weight.size());
+  if (l.factored()) return dense_weight(l);
+  const MatrixF stored = l.weight.size() > 0 ? MatrixF() : l.dense_weight();  // kept as stored (16-bit views)
+  const MatrixF& w = l.weight.size() > 0 ? l.weight : stored;                  // [out, in]
+  return std::vector<float>(w.data(), w.data() + w.size());
 }
 
 // A factored module outside the decoder layers (a LLaVA's vision tower or projector): in memory (compress

@@ -76,7 +76,8 @@ std::vector<Entry> plan_tensors(LayerSource& layers, const io::TensorStore& src,
           [](const model::Linear& l) -> const MatrixF& { return l.A; });
       add(stored + ".B.weight", {spec.out, f.rank}, current, [](const model::Linear& l) -> const MatrixF& { return l.B; });
     } else {
-      add(stored + ".weight", {spec.out, spec.in}, current, [](const model::Linear& l) -> const MatrixF& { return l.weight; });
+      // Float32, or a dense module kept as stored (16-bit views, LoadOptions::Weights::Stored).
+      add(stored + ".weight", {spec.out, spec.in}, current, [](const model::Linear& l) { return l.dense_weight(); });
     }
     if (f.bias) add(stored + ".bias", {spec.out}, current, [](const model::Linear& l) -> const VectorF& { return l.bias; });
   };
@@ -87,7 +88,7 @@ std::vector<Entry> plan_tensors(LayerSource& layers, const io::TensorStore& src,
     if (const auto t = tower.find(stored_module); t != tower.end()) {
       if (!done.insert(t->first).second) continue;
       const model::Linear* lin = t->second;
-      if (!lin->factored() && lin->weight.size() == 0) {
+      if (!lin->factored() && lin->weight.size() == 0 && lin->weight16.size() == 0) {
         throw Error(fmt::format("{}: module {} holds no weight (expected a loaded module)", m.dir().string(), t->first));
       }
       const ModuleForm f{lin->factored() ? lin->rank() : 0, lin->block_identity, lin->bias.size() > 0};

@@ -222,6 +222,7 @@ void read_layer_factors(const fs::path& file, model::DecoderLayer& layer) {
       lin.bias = Eigen::Map<const VectorF>(v.data(), static_cast<Eigen::Index>(v.size()));
     }
     lin.weight.resize(0, 0);
+    lin.weight16 = {};
   }
 }
 

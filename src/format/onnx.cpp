@@ -99,7 +99,9 @@ std::string linear(Ctx& c, const model::Linear& l, const std::string& x) {
   const std::string n = stored(c, l.name);
   std::string y;
   if (!l.factored()) {
-    y = c.g.op("MatMul", {x, weight(c, n + ".weight", {l.in, l.out}, values_of(transposed(l.weight)))});
+    // Float32, or a dense module kept as stored (16-bit views).
+    const MatrixF w = l.weight.size() > 0 ? l.weight : l.dense_weight();  // [out, in]
+    y = c.g.op("MatMul", {x, weight(c, n + ".weight", {l.in, l.out}, values_of(transposed(w)))});
   } else {
     y = c.g.op("MatMul", {latent(c, l, x), weight(c, n + ".B.weight", {l.B.cols(), l.out}, values_of(transposed(l.B)))});
   }

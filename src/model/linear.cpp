@@ -249,6 +249,12 @@ MatrixF Linear::dense_weight() const {
   return B * a_dense;
 }
 
+const MatrixF& weight_f32(const Linear& l, MatrixF& widened) {
+  if (l.weight16.size() == 0) return l.weight;
+  widened = to_matrix(l.weight, l.weight16);
+  return widened;
+}
+
 Linear& DecoderLayer::linear(std::string_view rel_name) {
   return const_cast<Linear&>(std::as_const(*this).linear(rel_name));
 }

@@ -39,6 +39,11 @@ void linear_forward(const Linear& l, const MatrixF& x, MatrixF& y, const Epilogu
 // h widened whole into scratch (on the pool), valid until scratch changes.
 const float* widened(const MatrixF& m, const Matrix16& h, core::ScratchF& scratch);
 
+// The [out, in] weight of an unfactored l in float32, for a solver that reads it whole: l.weight
+// itself, or l.weight16 (LoadOptions::Weights::Stored) widened into `widened` (exact), which the caller
+// frees when it is done.
+const MatrixF& weight_f32(const Linear& l, MatrixF& widened);
+
 // z: [n, r] = the latent A·x of each row of x: [n, in] for a factored l (block identity: the gathered
 // identity inputs plus the others · A). Error unless l is factored with input width x.cols().
 void latent_forward(const Linear& l, const MatrixF& x, MatrixF& z);

@@ -220,7 +220,7 @@ TEST(ErrorsDoc, Generation) {
                     {"gen-weights", {cli(gen + "--weights f16"), cli("ppl --model " + model() + " --dataset text --data " +
                                          q(shared_path("data/tinystories/TinyStories-valid.stories0001-0232.clean.txt")) +
                                          " --weights F32"),
-                                     lib([] { model::parse_weights("half"); })}},
+                                     compress("--weights bf16 --dry-run"), lib([] { model::parse_weights("half"); })}},
                     {"gen-kv-full", {lib([&] {
                        model::KvCache cache(*m, 2);
                        MatrixF logits;

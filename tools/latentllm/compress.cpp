@@ -97,6 +97,7 @@ int report_stopped(const CompressArgs& a, const compress::CompressReport& report
   j["projected_seconds_all_layers"] = projected;
   j["peak_rss_bytes"] = core::peak_rss_bytes();
   j["planned_peak_bytes"] = memory.total();
+  j["weights"] = a.run.weights;
   j["ranks"] = dist::size();
   j["communication"] = {{"bytes", dist::traffic().bytes}, {"seconds", dist::traffic().seconds}};  // rank 0's
   if (a.json) {
@@ -138,7 +139,8 @@ int run_compress(const CompressArgs& a) {
     checkpoint::check_output_target(a.model, out, a.force);
     compress::check_progress_kept(out + ".resume", a.resume);
   }
-  // Lazy: one decoder layer is widened at a time; the compressed ones go to the progress directory.
+  // Lazy: one decoder layer is loaded at a time (--weights stored: its F16/BF16 matrices mapped, widened
+  // where a solver reads them); the compressed ones go to the progress directory.
   auto model = model::Model::load(a.model, a.run.load(/*lazy=*/true, /*scan_finite=*/true));
   require_dense(*model, "compress");
   format::check_format(*model, eo, "--format", /*allow_latent=*/true);  // as export refuses, before any work
@@ -284,6 +286,7 @@ int run_compress(const CompressArgs& a) {
   j["stage_seconds"]["write"] = write_s;
   j["peak_rss_bytes"] = core::peak_rss_bytes();
   j["planned_peak_bytes"] = memory->total();
+  j["weights"] = a.run.weights;
   j["options"] = so.info;
   j["out"] = out;
   j["format"] = a.format;
@@ -359,6 +362,7 @@ Command add_compress(CLI::App& app) {
                   "(docs/LMM.md)")->capture_default_str()->group("Method");
   add_calib_options(sub, a->c);
   add_run_options(sub, a->run);
+  add_weights_option(sub, a->run);
   sub->add_option("--max-memory", a->max_memory,
                   "Memory budget (e.g. 20G; default: physical memory - 2 GiB): the plan of the run is printed at "
                   "start and a run that does not fit is refused before any work")->group("Run");
