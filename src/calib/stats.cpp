@@ -223,7 +223,11 @@ void ExactSums::add_upper(const MatrixD& m, std::size_t offset, std::string_view
 }
 
 void ExactSums::read(std::span<double> out, std::size_t offset) const {
-  for (std::size_t i = 0; i < out.size(); ++i) out[i] = from_fixed(words_[2 * (offset + i)], words_[2 * (offset + i) + 1]);
+  // Entry by entry, on the pool's threads for long spans (joint up-down's [f, d] crosses).
+  core::parallel_for(static_cast<std::int64_t>(out.size()), 1 << 16, [&](std::int64_t i0, std::int64_t i1) {
+    for (auto i = static_cast<std::size_t>(i0); i < static_cast<std::size_t>(i1); ++i)
+      out[i] = from_fixed(words_[2 * (offset + i)], words_[2 * (offset + i) + 1]);
+  });
 }
 
 void ExactSums::read_upper(MatrixD& m, std::size_t offset) const {
