@@ -5,6 +5,8 @@
 # 0 sent and received through collectives and their time, and the checkpoint digests (the same for every
 # configuration). Writes bench/results/mpi/opt-1.3b.md.
 #   bench/run_mpi.sh [NSAMPLES] [SEQLEN] [REPEATS]     default 8 2048 1
+# EXTRA: more compress options, e.g. EXTRA="--ud-min-tokens-per-ffn 0" to run joint up-down (the
+# default preset skips it below 12 x ffn tokens, 98304 at this shape).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD_DIR:-build}
@@ -24,7 +26,7 @@ run() {  # name ranks threads
   local pre=()
   [ "$2" -gt 1 ] && pre=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$2")
   "${pre[@]}" "$BUILD/latentllm" compress --model "$TMP/model" --out "$TMP/$1" --force --ratio 0.3 --calib c4 \
-    --calib-data "$C4" --nsamples "$N" --seqlen "$L" --batch $((N / 2)) --seed 0 --threads "$3" --json \
+    --calib-data "$C4" --nsamples "$N" --seqlen "$L" --batch $((N / 2)) --seed 0 --threads "$3" ${EXTRA:-} --json \
     2> "$TMP/$1.err" > "$TMP/$1.json"
   python3 - "$1" "$2" "$3" "$TMP/$1.json" "$(cat "$TMP/$1/model.safetensors" | sha256sum | cut -c1-16)" <<'PY'
 import json, sys
@@ -35,7 +37,7 @@ print(f"| {k} x {t} | {s['total']:.1f} | {s['forward']:.1f} | {s['covariance']:.
 PY
 }
 {
-  echo "# Data-parallel calibration, OPT-1.3B shape, first 2 layers, $N x $L tokens"
+  echo "# Data-parallel calibration, OPT-1.3B shape, first 2 layers, $N x $L tokens${EXTRA:+, $EXTRA}"
   echo
   echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); sgemm peak before: $(peak) GFLOP/s"
   echo

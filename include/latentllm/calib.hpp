@@ -60,10 +60,14 @@ class ExactSums {
   // The entries rounded to double.
   void read(std::span<double> out, std::size_t offset) const;
   void read_upper(MatrixD& m, std::size_t offset) const;  // m: [w, w], its upper triangle written
+  // Every entry += other's (the same size): partial sums gathered apart, combined in one process.
+  void add(const ExactSums& other);
   // Every rank's sums added (dist::sum_int128): the same on every rank, and independent of K.
   void sum_ranks();
   int adds() const { return adds_; }
   void count_add() { ++adds_; }
+  // NumericError (naming `context`) when more than kMaxAdds partial sums went in, or will with `more`.
+  void check_adds(std::string_view context, int more = 0) const;
 
  private:
   std::vector<std::uint64_t> words_;  // (low, high) 64-bit words of each two's complement 128-bit entry
@@ -149,7 +153,9 @@ struct StageInput {
   int seqlen = 0;
   // The statistics of the sites the stage reads (Stage::reads), by Site; null for the others.
   std::array<const SiteStats*, 4> stats{};
-  const MatrixF* activations = nullptr;  // [N·L, w] the inputs of the stage's site, if it asked for them
+  // [n_r, w] the inputs of the stage's site, if it asked for them: this rank's tokens (all N·L on one
+  // process; under K ranks every rank's rows in rank order make the N·L, dist::redistribute_rows).
+  const MatrixF* activations = nullptr;
   // The cross moments of the stage's site with the dense model's inputs, if it asked for them
   // (Stage::needs_dense_cross); null otherwise.
   const CrossStats* cross = nullptr;
@@ -169,7 +175,7 @@ class Stage {
   virtual model::Site site() const = 0;
   // The sites whose statistics it reads (default: its own site); each is its site or an earlier one.
   virtual std::vector<model::Site> reads() const { return {site()}; }
-  // Whether it needs the [N·L, w] inputs of its site themselves, not only their statistics.
+  // Whether it needs the inputs of its site themselves (this rank's [n_r, w] rows), not only their statistics.
   virtual bool needs_activations() const { return false; }
   // Whether it needs the cross moments of its site's inputs with the dense model's inputs of the same
   // tokens (StageInput::cross). If any stage does, the pipeline also runs the calibration windows

@@ -275,6 +275,10 @@ struct CompressOptions {
   // Joint up-down's token passes in float (sgemm; statistics summed in double, regressions in double):
   // compress/joint_ud.hpp, UdOptions::f32_passes.
   bool ud_f32 = true;
+  // Tokens per unit of joint up-down's token passes (0 = about 4096, a multiple of the pass's chunk):
+  // the statistics are exact sums of per-unit partial sums, so they have the same bits on any number
+  // of ranks, and a run under K ranks splits the units among them (docs/SCALE.md).
+  int ud_unit_tokens = 0;
   // Also compress each joint group separately (local root covariance) and report both losses
   // (CompressReport::qk_losses, vo_losses): diagnostics only, the extra decompositions are discarded.
   bool diagnostics = false;

@@ -397,14 +397,8 @@ class LayerStats {
         tap->stats[k].combine_ranks();
         stats_[s] = std::make_unique<SiteStats>(std::move(tap->stats[k]));
       }
-      // Kept activations: every rank's rows in rank order, the rows of one process.
-      if (dist::size() > 1 && tap->activations[k].size() > 0) {
-        const MatrixF& a = tap->activations[k];
-        dist::allgather_rows(a.data(), a.rows(), a.cols(), activations_[s]);
-        MatrixF().swap(tap->activations[k]);
-      } else {
-        activations_[s] = std::move(tap->activations[k]);
-      }
+      // Kept activations: this rank's rows (the stage redistributes what it needs, StageInput).
+      activations_[s] = std::move(tap->activations[k]);
       if (tap->crosses[k].n > 0) tap->crosses[k].combine_ranks();
       crosses_[s] = std::move(tap->crosses[k]);
     }

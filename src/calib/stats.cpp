@@ -145,7 +145,7 @@ double from_fixed(std::uint64_t lo, std::uint64_t hi) {
 
 [[noreturn]] void throw_out_of_range(double v, std::string_view context) {
   throw NumericError(fmt::format("{}: a partial sum outside the exact accumulator's range (expected |v| < 2^47 = "
-                                 "1.4e14 per batch of windows, got {})", context, v));
+                                 "1.4e14 per added partial sum, got {})", context, v));
 }
 
 }  // namespace
@@ -223,7 +223,11 @@ void ExactSums::add_upper(const MatrixD& m, std::size_t offset, std::string_view
 }
 
 void ExactSums::read(std::span<double> out, std::size_t offset) const {
-  for (std::size_t i = 0; i < out.size(); ++i) out[i] = from_fixed(words_[2 * (offset + i)], words_[2 * (offset + i) + 1]);
+  // Entry by entry, on the pool's threads for long spans (joint up-down's [f, d] crosses).
+  core::parallel_for(static_cast<std::int64_t>(out.size()), 1 << 16, [&](std::int64_t i0, std::int64_t i1) {
+    for (auto i = static_cast<std::size_t>(i0); i < static_cast<std::size_t>(i1); ++i)
+      out[i] = from_fixed(words_[2 * (offset + i)], words_[2 * (offset + i) + 1]);
+  });
 }
 
 void ExactSums::read_upper(MatrixD& m, std::size_t offset) const {
@@ -234,6 +238,30 @@ void ExactSums::read_upper(MatrixD& m, std::size_t offset) const {
            offset + static_cast<std::size_t>(j * (j + 1) / 2));
     }
   });
+}
+
+void ExactSums::add(const ExactSums& other) {
+  if (other.size() != size()) {
+    throw Error(fmt::format("exact sums: sizes (expected {} entries, got {})", size(), other.size()));
+  }
+  core::parallel_for(static_cast<std::int64_t>(size()), 1 << 16, [&](std::int64_t i0, std::int64_t i1) {
+    for (auto i = i0; i < i1; ++i) {
+      std::uint64_t* w = words_.data() + 2 * i;
+      const std::uint64_t* o = other.words_.data() + 2 * i;
+      const unsigned __int128 s = ((static_cast<unsigned __int128>(w[1]) << 64) | w[0]) +
+                                  ((static_cast<unsigned __int128>(o[1]) << 64) | o[0]);
+      w[0] = static_cast<std::uint64_t>(s);
+      w[1] = static_cast<std::uint64_t>(s >> 64);
+    }
+  });
+  adds_ = std::min(adds_ + other.adds_, kMaxAdds + 1);
+}
+
+void ExactSums::check_adds(std::string_view context, int more) const {
+  if (adds_ + more > kMaxAdds) {
+    throw NumericError(fmt::format("{}: more partial sums than the exact accumulator takes (expected at most {}, got {})",
+                                   context, kMaxAdds, adds_ + more));
+  }
 }
 
 void ExactSums::sum_ranks() {
@@ -286,10 +314,7 @@ void SiteStats::add_upper(const MatrixF& x, std::int64_t first_token, bool f32_p
     throw Error(fmt::format("calibration statistics: input width (expected {}, got {})", xtx.rows(), w));
   }
   start_exact(*this);
-  if (exact.adds() >= ExactSums::kMaxAdds) {
-    throw NumericError(fmt::format("calibration statistics: more partial sums than the exact accumulator takes "
-                                   "(expected at most {}, got {})", ExactSums::kMaxAdds, exact.adds() + 1));
-  }
+  exact.check_adds("calibration statistics", 1);
   // This batch's partial sums from zero, then added exactly (ExactSums).
   xtx.triangularView<Eigen::Upper>().setZero();
   sum.setZero();

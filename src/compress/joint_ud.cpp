@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include <Eigen/QR>
 
@@ -213,7 +214,7 @@ struct Ctx {
   RegressionStats on_hidden(const MlpFactors& fs) const {
     const Mlp<T> m = Mlp<T>::of(w, fs);
     RegressionAccumulator acc(f(), d(), true);
-    token_pass<T>(tokens, {&acc}, [&](Eigen::Index, Eigen::Index, const Cols<T>& xt, const Cols<T>& yt, ChunkOut<T>& out) {
+    token_pass<T>(tokens, {&acc}, 0, [&](Eigen::Index, const Cols<T>& xt, const Cols<T>& yt, ChunkOut<T>& out) {
       out.pairs.emplace_back(hidden_of(m, xt).h, yt);
     });
     return acc.take();
@@ -278,8 +279,8 @@ void paper_iterations(const Ctx<T>& c, MlpFactors cur, Best& best, UdResult& out
     const RidgeStep<T> ridge(cur.down, o.alpha, o.beta, c.context);
     const Lin<T> up = Lin<T>::of(cur.up), down = Lin<T>::of(cur.down);
     RegressionAccumulator up_acc(c.d(), c.f(), false), down_acc(c.f(), c.d(), true);
-    const auto s = token_pass<T>(c.tokens, {&up_acc, &down_acc},
-                                 [&](Eigen::Index, Eigen::Index t0, const Cols<T>& xt, const Cols<T>& yt, ChunkOut<T>& r) {
+    const auto s = token_pass<T>(c.tokens, {&up_acc, &down_acc}, 2,
+                                 [&](Eigen::Index t0, const Cols<T>& xt, const Cols<T>& yt, ChunkOut<T>& r) {
                                    const Mat<T> ux = up(xt);  // [f, c] Ŵ_u·X of iterate it − 1
                                    evaluate(down, xt, yt, t0, it - 1, ux, r);
                                    const Mat<T> zc = it == 1 ? ux : rows_of<T>(z, t0, xt.cols());
@@ -296,8 +297,8 @@ void paper_iterations(const Ctx<T>& c, MlpFactors cur, Best& best, UdResult& out
   }
   RegressionAccumulator h_acc(c.f(), c.d(), true);
   const Lin<T> up = Lin<T>::of(cur.up), down = Lin<T>::of(cur.down);
-  const auto s = token_pass<T>(c.tokens, {&h_acc},
-                               [&](Eigen::Index, Eigen::Index t0, const Cols<T>& xt, const Cols<T>& yt, ChunkOut<T>& r) {
+  const auto s = token_pass<T>(c.tokens, {&h_acc}, 2,
+                               [&](Eigen::Index t0, const Cols<T>& xt, const Cols<T>& yt, ChunkOut<T>& r) {
                                  const Mat<T> ux = up(xt);
                                  evaluate(down, xt, yt, t0, o.iters, ux, r);
                                  r.pairs.emplace_back(act_of(relu, ux), yt);
@@ -321,7 +322,7 @@ double extension_candidate(const Ctx<T>& c, const MlpFactors& cur, const RidgeSt
   const Mlp<T> m = Mlp<T>::of(c.w, cur);
   cand = cur;
   RegressionAccumulator up_acc(c.d(), c.f(), false);
-  token_pass<T>(c.tokens, {&up_acc}, [&](Eigen::Index, Eigen::Index, const Cols<T>& xt, const Cols<T>& yt, ChunkOut<T>& r) {
+  token_pass<T>(c.tokens, {&up_acc}, 0, [&](Eigen::Index, const Cols<T>& xt, const Cols<T>& yt, ChunkOut<T>& r) {
     const Hidden<T> hd = hidden_of(m, xt);
     const Mat<T> dh = ridge(yt, hd.h) - hd.h;                                           // h* − h
     const Mat<T> su = m.gated ? act_of(m.act, hd.zg) : slope_of(m.act, hd.zu);  // ∂h/∂z_u
@@ -331,7 +332,7 @@ double extension_candidate(const Ctx<T>& c, const MlpFactors& cur, const RidgeSt
   if (m.gated) {
     const Lin<T> up_new = Lin<T>::of(cand.up);
     RegressionAccumulator gate_acc(c.d(), c.f(), false);
-    token_pass<T>(c.tokens, {&gate_acc}, [&](Eigen::Index, Eigen::Index, const Cols<T>& xt, const Cols<T>& yt, ChunkOut<T>& r) {
+    token_pass<T>(c.tokens, {&gate_acc}, 0, [&](Eigen::Index, const Cols<T>& xt, const Cols<T>& yt, ChunkOut<T>& r) {
       const Hidden<T> hd = hidden_of(m, xt);
       const Mat<T> hstar = ridge(yt, hd.h);
       const Mat<T> zu = up_new(xt);
@@ -381,9 +382,10 @@ void check_mlp(const MlpDense& w, Eigen::Index x_rows, Eigen::Index x_cols, cons
                                   "down [{}, {}], x [{}, {}])", context, f, d, w.w_down.rows(), w.w_down.cols(),
                                   x_rows, x_cols));
   }
-  if (o.iters < 0 || !(o.alpha > 0 && o.beta > 0 && o.gamma > 0) || o.chunk_tokens < 0) {
-    throw ConfigError(fmt::format("{}: joint UD options (expected iters ≥ 0, chunk_tokens ≥ 0 and α, β, γ > 0, got {} "
-                                  "{} {} {} {})", context, o.iters, o.chunk_tokens, o.alpha, o.beta, o.gamma));
+  if (o.iters < 0 || !(o.alpha > 0 && o.beta > 0 && o.gamma > 0) || o.chunk_tokens < 0 || o.unit_tokens < 0) {
+    throw ConfigError(fmt::format("{}: joint UD options (expected iters ≥ 0, chunk_tokens ≥ 0, unit_tokens ≥ 0 and "
+                                  "α, β, γ > 0, got {} {} {} {} {} {})", context, o.iters, o.chunk_tokens,
+                                  o.unit_tokens, o.alpha, o.beta, o.gamma));
   }
 }
 
@@ -395,31 +397,38 @@ Eigen::Index chunk_of(const UdOptions& o, Eigen::Index f) {
   return std::clamp<Eigen::Index>((elems / std::max<Eigen::Index>(f, 1)) / 256 * 256, 256, 4096);
 }
 
-// The dense outputs (into y), the input statistics, ‖Y‖² and the output energy ‖Y − mean Y‖².
+// The dense outputs (into y), the input statistics, ‖Y‖² and the output energy ‖Y − mean Y‖², over
+// every rank's tokens.
 template <typename T>
 void prepare(const MlpDense& w, const MatrixRow<T>& x, MatrixRow<T>& y, Ctx<T>& c, UdResult& out) {
   RegressionAccumulator x_acc(w.w_up.cols(), 0, true);
   const Mlp<T> dense = Mlp<T>::dense(w);
-  const TokenRows<T> self{x, x, c.tokens.chunk};  // y is written as the pass goes
-  const auto s = token_pass<T>(self, {&x_acc}, [&](Eigen::Index, Eigen::Index t0, const Cols<T>& xt, const Cols<T>&, ChunkOut<T>& r) {
-    const Mat<T> yc = forward(dense, xt);  // [d, c]
+  const TokenRows<T> self{x, x, c.tokens.chunk, c.tokens.unit, c.tokens.context};  // y is written as the pass goes
+  const auto dy = static_cast<std::size_t>(y.cols());
+  // Scalars: ‖Y‖², then Σ Y [d'].
+  const auto s = token_pass<T>(self, {&x_acc}, 1 + dy, [&](Eigen::Index t0, const Cols<T>& xt, const Cols<T>&, ChunkOut<T>& r) {
+    const Mat<T> yc = forward(dense, xt);  // [d', c]
     y.middleRows(t0, xt.cols()) = yc.transpose();
-    r.scalars = {sq_norm<T>(yc)};
+    r.scalars.assign(1 + dy, 0.0);
+    r.scalars[0] = sq_norm<T>(yc);
+    Eigen::Map<VectorD> sum(r.scalars.data() + 1, yc.rows());  // column by column: contiguous
+    for (Eigen::Index j = 0; j < yc.cols(); ++j) sum += yc.col(j).template cast<double>();
     r.pairs.emplace_back(xt, Mat<T>(0, xt.cols()));
   });
   c.x_stats = x_acc.take();
-  c.yy = s.empty() ? 0.0 : s[0];
-  VectorD mean = VectorD::Zero(y.cols());  // summed row by row in double: no [n, d] double copy of y
-  for (Eigen::Index t = 0; t < y.rows(); ++t) mean += y.row(t).transpose().template cast<double>();
-  if (y.rows() > 0) mean /= static_cast<double>(y.rows());
-  out.output_energy = std::max(c.yy - static_cast<double>(y.rows()) * mean.squaredNorm(), 0.0);
+  c.yy = s[0];
+  const double n = c.x_stats.n;
+  const VectorD mean = n > 0 ? VectorD(Eigen::Map<const VectorD>(s.data() + 1, y.cols()) / n) : VectorD::Zero(y.cols());
+  out.output_energy = std::max(c.yy - n * mean.squaredNorm(), 0.0);
 }
 
 template <typename T>
 UdResult solve(const MlpDense& w, const MatrixRow<T>& x, const UdOptions& opt, std::string_view context) {
   check_mlp(w, x.rows(), x.cols(), opt, context);
   MatrixRow<T> y(x.rows(), w.w_down.rows());  // [n, d] dense outputs
-  Ctx<T> c{w, TokenRows<T>{x, y, chunk_of(opt, w.w_up.rows())}, opt, context, {}, 0.0};
+  const Eigen::Index chunk = chunk_of(opt, w.w_up.rows());
+  const std::string stats_context = fmt::format("{}: {}", context, kStatsContext);
+  Ctx<T> c{w, TokenRows<T>{x, y, chunk, ud_unit_tokens(opt, w.w_up.rows()), stats_context}, opt, context, {}, 0.0};
   UdResult out;
   prepare(w, x, y, c, out);
   // The local root-cov start, sequential: down from the hidden activations of the compressed up/gate.
@@ -471,6 +480,13 @@ UdResult solve(const MlpDense& w, const MatrixRow<T>& x, const UdOptions& opt, s
 }
 
 }  // namespace
+
+Eigen::Index ud_unit_tokens(const UdOptions& opt, Eigen::Index f) {
+  constexpr Eigen::Index kUnitTokens = 4096;
+  if (opt.unit_tokens > 0) return opt.unit_tokens;
+  const Eigen::Index c = chunk_of(opt, f);
+  return (kUnitTokens + c - 1) / c * c;
+}
 
 MatrixD mlp_forward(const MlpDense& w, const MatrixD& xt) { return forward<double>(Mlp<double>::dense(w), xt); }
 

@@ -80,7 +80,14 @@ struct UdOptions {
   // regressions and the losses from statistics stay in double): sgemm's rate and half the token
   // memory. The regressions' statistics then carry float's rounding over one chunk (token_passes.hpp).
   bool f32_passes = false;
+  // Tokens per unit of the global token sequence (token_passes.hpp: the statistics are exact sums of
+  // per-unit partial sums, the same for any number of ranks); 0 = ud_unit_tokens's default.
+  int unit_tokens = 0;
 };
+
+// Tokens per unit: opt.unit_tokens, or by default the least multiple of the pass's chunk that is at
+// least 4096 tokens (chunks never cross a unit, so a unit of whole chunks wastes no chunk).
+Eigen::Index ud_unit_tokens(const UdOptions& opt, Eigen::Index f);
 
 struct UdResult {
   MlpFactors f;
@@ -92,7 +99,9 @@ struct UdResult {
   int best_iter = -1;             // index into `loss` of the returned solution; −1 = the local start
 };
 
-// X: [n, d] calibration inputs of the MLP (rows = tokens).
+// X: [n, d] calibration inputs of the MLP (rows = tokens). Under K ranks (data parallel) each rank
+// passes the rows of its own units of the global token sequence (ud_unit_tokens; dist::share_of the
+// units, in rank order) and every rank gets the same result, for any K: a collective.
 UdResult joint_ud(const MlpDense& w, const MatrixD& x, const UdOptions& opt, std::string_view context);
 UdResult joint_ud(const MlpDense& w, const MatrixF& x, const UdOptions& opt, std::string_view context);
 

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "compress/joint_ud.hpp"
 #include "compress/output_side.hpp"
 #include "dist/comm.hpp"
 #include "latentllm/compress.hpp"
@@ -94,8 +95,17 @@ core::MemoryPlan plan_compress_memory(const model::Model& m, std::int64_t n_tok,
   if (ud) {
     const std::int64_t n_ud = opt.ud_max_tokens > 0 ? std::min(n_tok, opt.ud_max_tokens) : n_tok;
     const std::int64_t mats = m.mlp().gated ? 3 : 2;
-    p.add("MLP inputs kept for joint up-down", 4 * n_tok * d + (n_ud < n_tok ? 4 * n_ud * d : 0),
-          fmt::format("{} tokens x {} x 4 B (+ the {} strided rows)", n_tok, d, n_ud));
+    // Each rank keeps its own tokens' MLP inputs and receives the rows of its share of joint up-down's
+    // units (stage_joint_ud.cpp); one process without a stride passes its kept rows as they are.
+    UdOptions uo;
+    uo.f32_passes = opt.ud_f32;
+    uo.unit_tokens = opt.ud_unit_tokens;
+    const std::int64_t unit = ud_unit_tokens(uo, f), units = (n_ud + unit - 1) / unit;
+    const std::int64_t r_ud = std::min(n_ud, (units + ranks - 1) / ranks * unit);
+    const bool copied = ranks > 1 || n_ud < n_tok;
+    p.add("MLP inputs kept for joint up-down", 4 * r_tok * d + (copied ? 4 * r_ud * d : 0),
+          fmt::format("{} tokens x {} x 4 B (+ the {} rows of this rank's units of {} tokens)", r_tok, d,
+                      copied ? r_ud : 0, unit));
     // Per thread, about a dozen [f, c] matrices of the chunk in flight (joint_ud.cpp sizes c so that
     // f·c is about 4 Mi doubles or 8 Mi floats, c >= 256). With float passes the inputs and outputs are
     // float, and the accumulators hold the chunk's float products ([f, f] + [f, d]) before adding them.
@@ -104,10 +114,14 @@ core::MemoryPlan plan_compress_memory(const model::Model& m, std::int64_t n_tok,
     const std::int64_t token_bytes = opt.ud_f32 ? 4 : 8;
     const std::int64_t f32_part = opt.ud_f32 ? 4 * (f * f + f * d) : 0;
     p.add("joint up-down working set",
-          token_bytes * n_ud * 2 * d + 4 * n_ud * f + 8 * (5 * f * f + (12 + mats) * f * d) + f32_part +
+          token_bytes * r_ud * 2 * d + 4 * r_ud * f + 8 * (5 * f * f + (12 + mats) * f * d) + f32_part +
               threads * 12 * 8 * chunk,
           fmt::format("{} tokens: inputs and outputs in {}, Z in float; [{}, {}] statistics, regressions, "
-                      "factor candidates; {} threads' chunks", n_ud, opt.ud_f32 ? "float" : "double", f, f, threads));
+                      "factor candidates; {} threads' chunks", r_ud, opt.ud_f32 ? "float" : "double", f, f, threads));
+    // The paper path's two accumulators at once (token_passes.hpp): up's cross [f, d], down's cross
+    // [d, f] and Gram upper triangle [f, f], and their sums, 128 bits per entry.
+    p.add("joint up-down exact sums", 16 * (2 * f * d + f * (f + 1) / 2 + 2 * (f + d + 1)),
+          "128-bit cross and Gram entries of the finished units (calib::ExactSums)");
   } else {
     // The widest module's whitening (in²) and the SVD of W·L ([out, in]) with its factors, in double.
     const std::int64_t q = c.num_attention_heads * c.head_dim;

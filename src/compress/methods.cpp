@@ -51,9 +51,9 @@ Stages latentllm_stages(StageContext& ctx, const model::Model& m) {
 constexpr std::array<std::string_view, 1> kHessian = {"lambda_rel"};
 constexpr std::array<std::string_view, 1> kL1 = {"alpha"};
 constexpr std::array<std::string_view, 3> kRootCov = {"lambda_rel", "fit", "output_side"};
-constexpr std::array<std::string_view, 13> kLatent = {
+constexpr std::array<std::string_view, 14> kLatent = {
     "lambda_rel", "fit",      "output_side", "joint",       "qk_iters",   "vo_iters",   "ud_iters",
-    "joint_tol",  "ud_tokens", "ud_min_tokens_per_ffn", "ud_precision", "rope_window", "diagnostics"};
+    "joint_tol",  "ud_tokens", "ud_min_tokens_per_ffn", "ud_precision", "ud_unit_tokens", "rope_window", "diagnostics"};
 
 struct MethodRow {
   Method id;

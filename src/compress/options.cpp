@@ -94,6 +94,7 @@ nlohmann::ordered_json CompressOptions::to_json() const {
   put("ud_tokens", ud_max_tokens);
   put("ud_min_tokens_per_ffn", ud_min_tokens_per_ffn);
   put("ud_precision", ud_f32 ? "f32" : "f64");
+  put("ud_unit_tokens", ud_unit_tokens);
   put("diagnostics", diagnostics);
   return j;
 }
@@ -126,6 +127,7 @@ CompressOptions CompressOptions::from_json(const nlohmann::json& j) {
     o.ud_max_tokens = j.value("ud_tokens", o.ud_max_tokens);
     o.ud_min_tokens_per_ffn = j.value("ud_min_tokens_per_ffn", o.ud_min_tokens_per_ffn);
     o.ud_f32 = j.value("ud_precision", std::string("f32")) == "f32";
+    o.ud_unit_tokens = j.value("ud_unit_tokens", o.ud_unit_tokens);
     o.diagnostics = j.value("diagnostics", o.diagnostics);
   } catch (const nlohmann::json::exception& e) {
     throw FormatError(fmt::format("options record: {} (expected the keys CompressOptions::to_json writes)", e.what()));
@@ -153,6 +155,7 @@ void CompressOptions::validate() const {
                                   qk_iters, vo_iters, ud_iters, rope_window));
   }
   if (ud_max_tokens < 0) throw ConfigError(fmt::format("--ud-tokens (expected >= 0, got {})", ud_max_tokens));
+  if (ud_unit_tokens < 0) throw ConfigError(fmt::format("--ud-unit-tokens (expected >= 0, got {})", ud_unit_tokens));
   if (pipeline.batch_windows <= 0) {
     throw ConfigError(fmt::format("--batch (expected > 0, got {})", pipeline.batch_windows));
   }

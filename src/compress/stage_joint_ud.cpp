@@ -2,10 +2,27 @@
 // joint_ud.hpp): the MLP's input activations themselves, its gate (gated MLPs), up and down.
 #include "compress/joint_ud.hpp"
 #include "compress/stage.hpp"
+#include "dist/comm.hpp"
 #include "latentllm/log.hpp"
 
 namespace latentllm::compress {
 namespace {
+
+// The tokens joint up-down sees: every rank's rows x_mine [n_r, d] in rank order, evenly strided to at
+// most max_tokens (--ud-tokens), cut into units of `unit` tokens; this rank's share of the units
+// (dist::share_of) is the returned rows, gathered from the ranks that hold them into `owned` (or x_mine
+// itself on one rank without a stride).
+const MatrixF& units_of(const MatrixF& x_mine, std::int64_t max_tokens, std::int64_t unit, int layer, MatrixF& owned) {
+  const std::int64_t n = dist::sum_of(x_mine.rows());
+  const std::int64_t stride = max_tokens > 0 && n > max_tokens ? (n + max_tokens - 1) / max_tokens : 1;
+  const std::int64_t n_sub = (n + stride - 1) / stride, units = (n_sub + unit - 1) / unit;
+  if (stride > 1) log_info("  layer {} joint up-down on {} of {} calibration tokens (--ud-tokens)", layer, n_sub, n);
+  if (dist::size() == 1 && stride == 1) return x_mine;
+  const dist::Share mine = dist::my_share(units);
+  dist::redistribute_rows(x_mine.data(), x_mine.rows(), x_mine.cols(), stride,
+                          {mine.begin * unit, std::min(mine.end * unit, n_sub)}, owned);
+  return owned;
+}
 
 class JointUdStage final : public CompressStage {
  public:
@@ -40,17 +57,11 @@ class JointUdStage final : public CompressStage {
     uo.iters = o.ud_iters;
     uo.lambda_rel = o.local.lambda_rel;
     uo.f32_passes = o.ud_f32;
-    const MatrixF& x_all = *in.activations;  // [N·L, d]
-    MatrixF x_sub;                            // [≤ ud_max_tokens, d] evenly strided rows, when capped
-    if (o.ud_max_tokens > 0 && x_all.rows() > o.ud_max_tokens) {
-      const std::int64_t stride = (x_all.rows() + o.ud_max_tokens - 1) / o.ud_max_tokens;
-      x_sub.resize((x_all.rows() + stride - 1) / stride, x_all.cols());
-      for (Eigen::Index i = 0; i < x_sub.rows(); ++i) x_sub.row(i) = x_all.row(i * stride);
-      log_info("  layer {} joint up-down on {} of {} calibration tokens (--ud-tokens)", in.layer, x_sub.rows(),
-               x_all.rows());
-    }
-    const UdResult res = joint_ud(dense, x_sub.size() > 0 ? x_sub : x_all, uo,
-                                  gate ? joined_name({gate, &up, &down}) : joined_name({&up, &down}));
+    uo.unit_tokens = o.ud_unit_tokens;
+    MatrixF x_units;  // [n_u, d] the rows of this rank's units, when not simply all of x_mine
+    const MatrixF& x = units_of(*in.activations, o.ud_max_tokens, ud_unit_tokens(uo, dense.w_up.rows()), in.layer,
+                                x_units);
+    const UdResult res = joint_ud(dense, x, uo, gate ? joined_name({gate, &up, &down}) : joined_name({&up, &down}));
     const double energy = res.output_energy > 0 ? res.output_energy : 1.0;
     const double best = res.best_iter >= 0 ? res.loss[static_cast<std::size_t>(res.best_iter)] : res.loss_local;
     log_info("  layer {} MLP output loss: local {:.4e} joint {:.4e} (rel {:.4f} -> {:.4f})", in.layer,

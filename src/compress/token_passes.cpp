@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 #include <type_traits>
 
 #include "core/gemm.hpp"
@@ -32,6 +33,7 @@ void add_row_sums(const MatrixX<T>& m, VectorD& sum) {
 RegressionAccumulator::RegressionAccumulator(Eigen::Index in, Eigen::Index out, bool gram)
     : cross_(MatrixD::Zero(out, in)), sum_s_(VectorD::Zero(in)), sum_t_(VectorD::Zero(out)), has_gram_(gram) {
   if (gram) gram_ = MatrixD::Zero(in, in);
+  exact_.resize(static_cast<std::size_t>(out * in + (gram ? in * (in + 1) / 2 : 0) + in + out + 1));
 }
 
 void RegressionAccumulator::add(const MatrixX<double>& s, const MatrixX<double>& t) { add_chunk(s, t); }
@@ -46,6 +48,7 @@ void RegressionAccumulator::add_chunk(const MatrixX<T>& s, const MatrixX<T>& t) 
                             in, out, s.rows(), s.cols(), t.rows(), t.cols()));
   }
   if (c == 0) return;
+  open_ = true;
   // Float: the cross's row blocks go to part_[0, out·in) ([o1 − o0, in] each at offset o0·in), the
   // Gram's column blocks to part_[out·in, ...) as a column-major [in, in]; both then added in double.
   if constexpr (f32) part_.resize(static_cast<std::size_t>(out * in + (has_gram_ ? in * in : 0)));
@@ -96,38 +99,97 @@ void RegressionAccumulator::add_chunk(const MatrixX<T>& s, const MatrixX<T>& t) 
   n_ += static_cast<double>(c);
 }
 
+void RegressionAccumulator::end_unit(std::string_view context) {
+  if (!open_) return;
+  const auto in = cross_.cols(), out = cross_.rows();
+  exact_.check_adds(context, 1);
+  auto add = [&](const double* v, std::int64_t n, std::int64_t at) {
+    exact_.add(std::span<const double>(v, static_cast<std::size_t>(n)), static_cast<std::size_t>(at), context);
+  };
+  std::int64_t at = out * in;
+  add(cross_.data(), at, 0);
+  if (has_gram_) {
+    exact_.add_upper(gram_, static_cast<std::size_t>(at), context);
+    at += in * (in + 1) / 2;
+  }
+  add(sum_s_.data(), in, at);
+  add(sum_t_.data(), out, at + in);
+  add(&n_, 1, at + in + out);
+  exact_.count_add();
+  cross_.setZero();
+  if (has_gram_) gram_.triangularView<Eigen::Upper>().setZero();
+  sum_s_.setZero();
+  sum_t_.setZero();
+  n_ = 0;
+  open_ = false;
+}
+
+void RegressionAccumulator::merge(const RegressionAccumulator& other) { exact_.add(other.exact_); }
+
+void RegressionAccumulator::combine_ranks(std::string_view context) {
+  end_unit(context);
+  exact_.sum_ranks();
+  exact_.check_adds(context);
+}
+
 RegressionStats RegressionAccumulator::take() {
+  end_unit();
+  const auto in = cross_.cols(), out = cross_.rows();
+  auto read = [&](double* v, std::int64_t n, std::int64_t at) {
+    exact_.read(std::span<double>(v, static_cast<std::size_t>(n)), static_cast<std::size_t>(at));
+  };
   RegressionStats st;
+  std::int64_t at = out * in;
+  read(cross_.data(), at, 0);
   st.cross = std::move(cross_);
   if (has_gram_) {
+    exact_.read_upper(gram_, static_cast<std::size_t>(at));
+    at += in * (in + 1) / 2;
     st.cov = std::move(gram_);
     core::mirror_upper(st.cov);
   }
+  read(sum_s_.data(), in, at);
+  read(sum_t_.data(), out, at + in);
+  read(&n_, 1, at + in + out);
   st.sum_s = std::move(sum_s_);
   st.sum_t = std::move(sum_t_);
   st.n = n_;
   part_ = {};
+  exact_.clear();
   return st;
 }
 
 template <typename T>
 std::vector<double> token_pass(const TokenRows<T>& tokens, const std::vector<RegressionAccumulator*>& accs,
-                               const ChunkBody<T>& body) {
-  const Eigen::Index n = tokens.size(), c = tokens.chunk, d = tokens.x.cols(), dy = tokens.y.cols();
-  std::vector<double> scalars;
+                               std::size_t scalars, const ChunkBody<T>& body) {
+  const Eigen::Index n = tokens.size(), c = tokens.chunk, u = tokens.unit, d = tokens.x.cols(), dy = tokens.y.cols();
+  if (c < 1 || u < 1) throw Error(fmt::format("token pass: chunk and unit (expected >= 1 token, got {} and {})", c, u));
+  struct Chunk {
+    Eigen::Index t0, len;
+    bool ends_unit;
+  };
+  std::vector<Chunk> chunks;
+  for (Eigen::Index u0 = 0; u0 < n; u0 += u) {
+    const Eigen::Index u1 = std::min(n, u0 + u);
+    for (Eigen::Index t0 = u0; t0 < u1; t0 += c) chunks.push_back({t0, std::min(c, u1 - t0), t0 + c >= u1});
+  }
+  calib::ExactSums exact;  // [scalars] the finished units' scalars
+  exact.resize(scalars);
+  std::vector<double> unit(scalars, 0.0);  // the current unit's, summed in chunk order
   ChunkOut<T> outs[2];
-  for (Eigen::Index k0 = 0; k0 < tokens.chunks(); k0 += 2) {
-    const Eigen::Index pair = std::min<Eigen::Index>(2, tokens.chunks() - k0);
+  const auto n_chunks = static_cast<Eigen::Index>(chunks.size());
+  for (Eigen::Index k0 = 0; k0 < n_chunks; k0 += 2) {
+    const Eigen::Index pair = std::min<Eigen::Index>(2, n_chunks - k0);
     {
       core::BlasSingleThreaded single;
       core::parallel_for(pair, 1, [&](std::int64_t a, std::int64_t b) {
         for (std::int64_t j = a; j < b; ++j) {
-          const Eigen::Index k = k0 + j, t0 = k * c, len = std::min(c, n - t0);
+          const Chunk& ch = chunks[static_cast<std::size_t>(k0 + j)];
           // Row-major [len, d] rows are the column-major [d, len] matrix of the chunk's tokens.
-          const Eigen::Map<const MatrixX<T>> xt(tokens.x.data() + t0 * d, d, len);
-          const Eigen::Map<const MatrixX<T>> yt(tokens.y.data() + t0 * dy, dy, len);
+          const Eigen::Map<const MatrixX<T>> xt(tokens.x.data() + ch.t0 * d, d, ch.len);
+          const Eigen::Map<const MatrixX<T>> yt(tokens.y.data() + ch.t0 * dy, dy, ch.len);
           outs[j] = ChunkOut<T>{};
-          body(k, t0, xt, yt, outs[j]);
+          body(ch.t0, xt, yt, outs[j]);
         }
       });
     }
@@ -135,16 +197,30 @@ std::vector<double> token_pass(const TokenRows<T>& tokens, const std::vector<Reg
       for (std::size_t a = 0; a < accs.size() && a < outs[j].pairs.size(); ++a) {
         if (outs[j].pairs[a].first.size() > 0) accs[a]->add(outs[j].pairs[a].first, outs[j].pairs[a].second);
       }
-      if (scalars.size() < outs[j].scalars.size()) scalars.resize(outs[j].scalars.size(), 0.0);
-      for (std::size_t s = 0; s < outs[j].scalars.size(); ++s) scalars[s] += outs[j].scalars[s];
+      if (outs[j].scalars.size() > scalars) {
+        throw Error(fmt::format("token pass: scalars of a chunk (expected at most {}, got {})", scalars,
+                                outs[j].scalars.size()));
+      }
+      for (std::size_t s = 0; s < outs[j].scalars.size(); ++s) unit[s] += outs[j].scalars[s];
+      if (!chunks[static_cast<std::size_t>(k0 + j)].ends_unit) continue;
+      for (RegressionAccumulator* acc : accs) acc->end_unit(tokens.context);
+      exact.check_adds(tokens.context, 1);
+      exact.add(unit, 0, tokens.context);
+      exact.count_add();
+      std::fill(unit.begin(), unit.end(), 0.0);
     }
   }
-  return scalars;
+  for (RegressionAccumulator* acc : accs) acc->combine_ranks(tokens.context);
+  exact.sum_ranks();
+  exact.check_adds(tokens.context);
+  std::vector<double> out(scalars);
+  exact.read(out, 0);
+  return out;
 }
 
-template std::vector<double> token_pass(const TokenRows<double>&, const std::vector<RegressionAccumulator*>&,
+template std::vector<double> token_pass(const TokenRows<double>&, const std::vector<RegressionAccumulator*>&, std::size_t,
                                         const ChunkBody<double>&);
-template std::vector<double> token_pass(const TokenRows<float>&, const std::vector<RegressionAccumulator*>&,
+template std::vector<double> token_pass(const TokenRows<float>&, const std::vector<RegressionAccumulator*>&, std::size_t,
                                         const ChunkBody<float>&);
 
 }  // namespace latentllm::compress

@@ -104,6 +104,58 @@ void collect_rows(const float* mine, std::int64_t rows, std::int64_t width, Matr
   MPI_Type_free(&row);
   check(rc, "gather");
 }
+
+// redistribute_rows under K > 1 ranks: every rank's (rows, want) known to all, then one Alltoallv of
+// whole rows. The rows a rank sends to q are the ones it holds of q's wanted range; they arrive in rank
+// order, which is the sequence's order, so `out` needs no reordering.
+void exchange_rows(const float* mine, std::int64_t rows, std::int64_t width, std::int64_t stride, Share want,
+                   MatrixF& out) {
+  const auto k = static_cast<std::size_t>(g_size);
+  std::vector<std::int64_t> info(3 * k);  // per rank: rows held, want.begin, want.end
+  const std::int64_t me[3] = {rows, want.begin, want.end};
+  check(MPI_Allgather(me, 3, MPI_INT64_T, info.data(), 3, MPI_INT64_T, MPI_COMM_WORLD), "allgather");
+  std::vector<std::int64_t> first(k + 1, 0);  // the sequence's index of each rank's first row
+  for (std::size_t r = 0; r < k; ++r) first[r + 1] = first[r] + info[3 * r];
+  // The wanted indices i (rows i·stride) of [b, e) whose rows rank p holds: [lo, hi).
+  const auto held = [&](std::size_t p, std::int64_t b, std::int64_t e) {
+    const std::int64_t lo = std::max(b, (first[p] + stride - 1) / stride);
+    const std::int64_t hi = std::min(e, (first[p + 1] + stride - 1) / stride);
+    return Share{lo, std::max(lo, hi)};
+  };
+  std::vector<int> scounts(k), sdispls(k), rcounts(k), rdispls(k);
+  const auto self = static_cast<std::size_t>(g_rank);
+  std::int64_t sent = 0, got = 0;
+  for (std::size_t q = 0; q < k; ++q) {
+    const Share s = held(self, info[3 * q + 1], info[3 * q + 2]);
+    scounts[q] = static_cast<int>(s.size());
+    sdispls[q] = static_cast<int>(sent);
+    sent += s.size();
+    const Share r = held(q, want.begin, want.end);
+    rcounts[q] = static_cast<int>(r.size());
+    rdispls[q] = static_cast<int>(got);
+    got += r.size();
+  }
+  if (got != want.size()) {
+    throw Error(fmt::format("redistribute rows on {}: rows {}..{} with stride {} (expected below {})", rank_label(),
+                            want.begin, want.end, stride, first[k]));
+  }
+  MatrixF packed(sent, width);  // [sent, width] the rows for each rank in rank order
+  for (std::size_t q = 0, row = 0; q < k; ++q) {
+    const Share s = held(self, info[3 * q + 1], info[3 * q + 2]);
+    for (std::int64_t i = s.begin; i < s.end; ++i, ++row) {
+      packed.row(static_cast<Eigen::Index>(row)) =
+          Eigen::Map<const Eigen::RowVectorXf>(mine + (i * stride - first[self]) * width, width);
+    }
+  }
+  MPI_Datatype row;
+  check(MPI_Type_contiguous(static_cast<int>(width), MPI_FLOAT, &row), "type");
+  MPI_Type_commit(&row);
+  const Timed t(4 * width * (sent - scounts[self]));
+  const int rc = MPI_Alltoallv(packed.data(), scounts.data(), sdispls.data(), row, out.data(), rcounts.data(),
+                               rdispls.data(), row, MPI_COMM_WORLD);
+  MPI_Type_free(&row);
+  check(rc, "alltoallv");
+}
 #endif
 
 }  // namespace
@@ -204,11 +256,23 @@ void sum_int64(std::span<std::int64_t> values) {
 #endif
 }
 
-void allgather_rows(const float* mine, std::int64_t rows, std::int64_t width, MatrixF& all) {
+std::int64_t sum_of(std::int64_t mine) {
+  sum_int64(std::span<std::int64_t>(&mine, 1));
+  return mine;
+}
+
+void redistribute_rows(const float* mine, std::int64_t rows, std::int64_t width, std::int64_t stride, Share want,
+                       MatrixF& out) {
+  out.resize(want.size(), width);
 #ifdef LATENTLLM_WITH_MPI
-  if (g_size > 1) return collect_rows(mine, rows, width, all, -1);
+  if (g_size > 1) return exchange_rows(mine, rows, width, stride, want, out);
 #endif
-  all = Eigen::Map<const MatrixF>(mine, rows, width);
+  if (want.begin < 0 || (want.size() > 0 && (want.end - 1) * stride >= rows)) {
+    throw Error(fmt::format("redistribute rows: rows {}..{} with stride {} (expected below {})", want.begin, want.end,
+                            stride, rows));
+  }
+  for (std::int64_t i = want.begin; i < want.end; ++i)
+    out.row(i - want.begin) = Eigen::Map<const Eigen::RowVectorXf>(mine + i * stride * width, width);
 }
 
 void gather_rows(const float* mine, std::int64_t rows, std::int64_t width, MatrixF& all) {

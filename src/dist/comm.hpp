@@ -27,8 +27,14 @@ inline Share my_share(std::int64_t n) { return share_of(n, rank(), size()); }
 void sum_int128(std::span<std::uint64_t> words);
 // In place, on every rank: the sum over the ranks (exact).
 void sum_int64(std::span<std::int64_t> values);
-// On every rank: every rank's rows [n_r, width] (row-major) one after another in rank order.
-void allgather_rows(const float* mine, std::int64_t rows, std::int64_t width, MatrixF& all);
+// On every rank: the sum over the ranks (exact).
+std::int64_t sum_of(std::int64_t mine);
+// Rows of one sequence spread over the ranks: every rank's rows [n_r, width] (row-major) one after
+// another in rank order. On every rank, out [want.size(), width] = the sequence's rows i·stride for
+// i in [want.begin, want.end) (`want` differs per rank), sent by the ranks that hold them (each row
+// travels once, to the rank that wants it; no rank holds the whole sequence).
+void redistribute_rows(const float* mine, std::int64_t rows, std::int64_t width, std::int64_t stride, Share want,
+                       MatrixF& out);
 // On rank 0 (`all`, untouched elsewhere): every rank's rows one after another in rank order.
 void gather_rows(const float* mine, std::int64_t rows, std::int64_t width, MatrixF& all);
 // On rank 0: every rank's values one after another in rank order.

@@ -43,6 +43,7 @@ TEST(ErrorsDoc, CompressOptions) {
                     {"opt-alpha", {compress("--alpha 0 --dry-run")}},
                     {"opt-iters", {compress("--qk-iters=-1 --dry-run"), compress("--rope-window=-2 --dry-run")}},
                     {"opt-ud-tokens", {compress("--ud-tokens=-5 --dry-run")}},
+                    {"opt-ud-unit-tokens", {compress("--ud-unit-tokens=-5 --dry-run")}},
                     {"opt-ud-min-tokens", {compress("--ud-min-tokens-per-ffn=-1 --dry-run"),
                                            compress("--ud-min-tokens-per-ffn inf --dry-run")}},
                     {"opt-alloc-tokens", {compress("--alloc-tokens=-1 --dry-run")}},

@@ -56,6 +56,7 @@ std::vector<std::pair<std::string, std::function<void(CompressOptions&)>>> field
       {"ud_tokens", [](CompressOptions& o) { o.ud_max_tokens = 1000; }},
       {"ud_min_tokens_per_ffn", [](CompressOptions& o) { o.ud_min_tokens_per_ffn = 3; }},
       {"ud_precision", [](CompressOptions& o) { o.ud_f32 = false; }},
+      {"ud_unit_tokens", [](CompressOptions& o) { o.ud_unit_tokens = 512; }},
       {"diagnostics", [](CompressOptions& o) { o.diagnostics = true; }},
   };
 }

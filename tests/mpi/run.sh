@@ -2,7 +2,8 @@
 # The CLI under mpirun on the fixtures (ctest label `mpi`, tests/CMakeLists.txt): checkpoints and
 # perplexities byte-identical to one plain process for K = 2 and 3 ranks, a resume with another K, a
 # killed rank. Small calibration sets (6 windows of 64 tokens in batches of 2: 3 batches, one per rank
-# at K = 3) keep each case to seconds.
+# at K = 3) keep each case to seconds. In the identical case joint up-down runs in units of 96 tokens
+# (4 units: 2 + 2 at K = 2, 1 + 1 + 2 at K = 3), so its token passes are split across the ranks.
 #
 # Usage: tests/mpi/run.sh CASE CLI SHARED     CASE: identical | resume | killed
 set -euo pipefail
@@ -30,15 +31,19 @@ digest() { cat "$1/model.safetensors" "$1/config.json" | sha256sum | cut -c1-16;
 
 case $CASE in
 identical)
-  # asvd-rootcov: module-parallel local stages (q/k/v, gate/up on different ranks); with --lambda 0 the
-  # rank-deficient covariances record numerical notes on their owner ranks, replayed into config.json.
-  for v in "opt-tiny|" "opt-tiny|--preset paper" "stories260K/hf|--fit compensate" "stories260K/hf|--method asvd-rootcov" \
-           "opt-tiny|--method asvd-rootcov --lambda 0"; do
+  # Joint up-down on 384 tokens: below the default's 12 x ffn, so asked for with --ud-min-tokens-per-ffn 0
+  # (the paper's ReLU path on opt-tiny, the extension's gated path on stories260K). asvd-rootcov:
+  # module-parallel local stages (q/k/v, gate/up on different ranks); with --lambda 0 the rank-deficient
+  # covariances record numerical notes on their owner ranks, replayed into config.json.
+  for v in "opt-tiny|--ud-min-tokens-per-ffn 0 --ud-unit-tokens 96" "opt-tiny|--preset paper --ud-unit-tokens 96" \
+           "stories260K/hf|--fit compensate --ud-min-tokens-per-ffn 0 --ud-unit-tokens 96" \
+           "stories260K/hf|--method asvd-rootcov" "opt-tiny|--method asvd-rootcov --lambda 0"; do
     model=${v%%|*}
     rm -rf "$TMP"/k?
     read -r -a args <<< "${v#*|}"
     compress 0 "$TMP/k0" "$model" "${args[@]}" > /dev/null 2> "$TMP/k0.err" || { cat "$TMP/k0.err"; fail "plain run"; }
     want=$(digest "$TMP/k0")
+    grep -q "MLP output loss" "$TMP/k0.err" || fail "$model ${args[*]}: joint up-down did not run"
     for k in 2 3; do
       compress "$k" "$TMP/k$k" "$model" "${args[@]}" --json > "$TMP/k$k.json" 2> "$TMP/k$k.err" ||
         { cat "$TMP/k$k.err"; fail "$model ${args[*]}: $k ranks failed"; }

@@ -162,10 +162,22 @@ TEST_F(Quiet, NumericsErrors) {
            })}},
           // One batch's Σ x² of 1e16: activations of 1e8, beyond the exact sums' range.
           {"num-exact-range", {lib([] {
-             calib::SiteStats st;
-             st.reset(2);
-             st.add(MatrixF::Constant(1, 2, 1e8f));
-           })}},
+                                  calib::SiteStats st;
+                                  st.reset(2);
+                                  st.add(MatrixF::Constant(1, 2, 1e8f));
+                                }),
+                                // Joint up-down's inputs of 1e6: a unit's Σ x² beyond the range.
+                                lib([] {
+                                  compress::MlpDense w;
+                                  w.act = model::Activation::Relu;
+                                  w.w_up = gaussian(12, 6, 4);
+                                  w.w_down = gaussian(6, 12, 5);
+                                  compress::UdOptions o;
+                                  o.ranks.up = 3;
+                                  o.ranks.down = 3;
+                                  (void)compress::joint_ud(w, MatrixD(gaussian(400, 6, 6) * 1e6), o,
+                                                           "model.decoder.layers.0.fc1, fc2");
+                                })}},
       });
 }
 

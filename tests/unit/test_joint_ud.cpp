@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "compress/joint_ud.hpp"
 #include "compress/token_passes.hpp"
@@ -161,6 +164,80 @@ TEST(RegressionAccumulator, FloatChunksMatchDouble) {
   EXPECT_GT((f.cov - ref.cov).norm(), 0.0);  // float really ran
   EXPECT_LT((f.sum_s - ref.sum_s).norm(), 1e-5 * ref.sum_s.norm());
   EXPECT_EQ(f.n, 700);
+}
+
+// Token rows [n, w] float, and a pass over them that fills a cross + Gram accumulator (s = the inputs,
+// t = their squares) and two scalars (Σ‖x‖², Σ x₀).
+struct PassCase {
+  MatrixRowF x, y;  // [n, w], [n, 0]
+  explicit PassCase(Eigen::Index n) : x(n, 24), y(n, 0) {
+    std::mt19937_64 rng(9);
+    x = test::gaussian(rng, n, 24, 1.0).cast<float>();
+  }
+  // Rows [r0, r1) as their own token rows, passed in units of `unit` tokens, chunks of 64.
+  std::vector<double> pass(Eigen::Index r0, Eigen::Index r1, Eigen::Index unit, RegressionAccumulator& acc) const {
+    const MatrixRowF xs = x.middleRows(r0, r1 - r0), ys = y.middleRows(r0, r1 - r0);
+    const TokenRows<float> rows{xs, ys, 64, unit};
+    return token_pass<float>(rows, {&acc}, 2, [](Eigen::Index, const Eigen::Ref<const MatrixX<float>>& xt,
+                                                 const Eigen::Ref<const MatrixX<float>>&, ChunkOut<float>& out) {
+      out.pairs.emplace_back(xt, MatrixX<float>(xt.array().square()));
+      out.scalars = {xt.cast<double>().squaredNorm(), xt.row(0).cast<double>().sum()};
+    });
+  }
+};
+
+void expect_same_bits(const RegressionStats& a, const RegressionStats& b) {
+  EXPECT_EQ(a.cross, b.cross);
+  EXPECT_EQ(a.cov, b.cov);
+  EXPECT_EQ(a.sum_s, b.sum_s);
+  EXPECT_EQ(a.sum_t, b.sum_t);
+  EXPECT_EQ(a.n, b.n);
+}
+
+// What ranks do (token_passes.hpp): each passes whole units of the global sequence and the finished
+// units' exact sums are added. Any split of the units, added in any order, gives the bits of one pass
+// over all the tokens; units that are not whole chunks (100 tokens, chunks of 64) and a short last unit
+// included.
+TEST(TokenPass, UnitsSplitInAnyWayGiveTheBitsOfOnePass) {
+  const Eigen::Index unit = 100, n = 730;  // 8 units, the last of 30 tokens
+  const PassCase pc(n);
+  RegressionAccumulator whole(24, 24, true);
+  const std::vector<double> scalars = pc.pass(0, n, unit, whole);
+  const RegressionStats ref = whole.take();
+  EXPECT_EQ(ref.n, n);
+  EXPECT_NEAR(scalars[0], pc.x.cast<double>().squaredNorm(), 1e-9 * scalars[0]);
+  // Pieces of whole units (as 3 ranks would hold them), merged in rank order and in reverse.
+  const std::vector<std::pair<Eigen::Index, Eigen::Index>> pieces = {{0, 200}, {200, 300}, {300, n}};
+  for (const bool reverse : {false, true}) {
+    std::vector<std::unique_ptr<RegressionAccumulator>> accs;
+    for (const auto& [r0, r1] : pieces) {
+      accs.push_back(std::make_unique<RegressionAccumulator>(24, 24, true));
+      pc.pass(r0, r1, unit, *accs.back());
+    }
+    RegressionAccumulator sum(24, 24, true);
+    for (std::size_t k = 0; k < accs.size(); ++k) sum.merge(*accs[reverse ? accs.size() - 1 - k : k]);
+    expect_same_bits(sum.take(), ref);
+  }
+  // The units' boundaries are part of the result: one unit of all tokens rounds differently (the
+  // check above would pass trivially if units changed nothing).
+  RegressionAccumulator one(24, 24, true);
+  pc.pass(0, n, n, one);
+  EXPECT_NE(one.take().cov, ref.cov);
+}
+
+// A unit's partial sum beyond the exact sums' range (|v| ≥ 2⁴⁷) fails with a NumericError naming the
+// statistics, never a silently wrong sum.
+TEST(TokenPass, HugeActivationsFailClearly) {
+  RegressionAccumulator acc(4, 4, true);
+  const MatrixX<float> s = MatrixX<float>::Constant(4, 64, 1e7f);  // Σ s² = 6.4e15 per unit
+  acc.add(s, s);
+  try {
+    acc.end_unit();
+    FAIL() << "no error";
+  } catch (const NumericError& e) {
+    EXPECT_NE(std::string(e.what()).find("joint up-down statistics: a partial sum outside the exact accumulator's range"),
+              std::string::npos) << e.what();
+  }
 }
 
 TEST(JointUd, LocalSequentialDownFitsTheCompressedHidden) {

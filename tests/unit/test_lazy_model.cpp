@@ -202,7 +202,9 @@ TEST(PlanCompressMemory, TotalsAreTheHandComputedBytes) {
   const auto plan = compress::plan_compress_memory(*m, 64, 8, o, std::int64_t{2} << 30);
   // Joint up-down with float passes (the default): inputs and outputs in float, plus the float
   // products of a chunk ([20, 20] + [20, 16]) before they are added to the double statistics.
-  const std::int64_t ud_common = 4 * 64 * 20 + 8 * (5 * 400 + 15 * 20 * 16) + kChunks;
+  // The exact sums of joint up-down's accumulators: crosses [20, 16] and [16, 20], the Gram's upper
+  // triangle (210 entries) and their sums (2 x (20 + 16 + 1)), 16 bytes each.
+  const std::int64_t ud_common = 4 * 64 * 20 + 8 * (5 * 400 + 15 * 20 * 16) + kChunks + 16 * (640 + 210 + 74);
   EXPECT_EQ(plan.total(), common + 4 * 64 * (16 + 24) + 2 * 8 * (2 * 256 + 576) + 4 * 64 * 16 +
                               (4 * 64 * 2 * 16 + 4 * (400 + 20 * 16) + ud_common));
   EXPECT_TRUE(plan.fits());

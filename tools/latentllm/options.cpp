@@ -56,6 +56,10 @@ void add_method_options(CLI::App* sub, MethodArgs& a) {
   sub->add_option("--ud-precision", a.ud_precision,
                   "Joint up-down's passes over the tokens: f32 (sgemm, statistics summed in double) or f64")
       ->check(CLI::IsMember({"f32", "f64"}))->capture_default_str()->group("Method");
+  sub->add_option("--ud-unit-tokens", a.ud_unit_tokens,
+                  "Tokens per unit of joint up-down's passes (0 = about 4096): the unit of its exact sums and of "
+                  "the split across MPI ranks (each rank passes whole units); small values are for tests")
+      ->capture_default_str()->group("Method");
   sub->add_option("--rope-window", a.rope_window, "RoPE-aware joint Q-K over offsets 0..w (0 = plain)")
       ->capture_default_str()->group("Method");
   sub->add_option("--fit", a.fit,
@@ -129,6 +133,7 @@ constexpr std::pair<std::string_view, std::string_view> kFlags[] = {
     {"--joint", "joint"},         {"--qk-iters", "qk_iters"},   {"--vo-iters", "vo_iters"},
     {"--ud-iters", "ud_iters"},   {"--joint-tol", "joint_tol"}, {"--ud-tokens", "ud_tokens"},
     {"--ud-min-tokens-per-ffn", "ud_min_tokens_per_ffn"},       {"--ud-precision", "ud_precision"},
+    {"--ud-unit-tokens", "ud_unit_tokens"},
     {"--rope-window", "rope_window"}, {"--fit", "fit"},         {"--diagnostics", "diagnostics"},
     {"--rank-alloc", "rank_alloc"}, {"--alloc-score", "alloc_score"}, {"--alloc-tokens", "alloc_tokens"},
     {"--no-intra-layer", "intra_layer"}, {"--covariance", "covariance"}, {"--output-side", "output_side"},
@@ -152,6 +157,7 @@ compress::CompressOptions to_compress_options(const MethodArgs& a, const std::st
   o.alloc_max_tokens = a.alloc_tokens;
   o.ud_max_tokens = a.ud_tokens;
   o.ud_f32 = a.ud_precision == "f32";
+  o.ud_unit_tokens = a.ud_unit_tokens;
   o.qk_iters = a.qk_iters;
   o.vo_iters = a.vo_iters;
   o.diagnostics = a.diagnostics;

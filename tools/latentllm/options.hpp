@@ -24,6 +24,7 @@ struct MethodArgs {
   double lambda_rel = std::numeric_limits<double>::quiet_NaN(), alpha = 0.5;
   int qk_iters = 8, vo_iters = 8, ud_iters = 4, rope_window = 0, batch = 8;
   std::int64_t ud_tokens = compress::CompressOptions{}.ud_max_tokens;
+  int ud_unit_tokens = 0;
   std::int64_t alloc_tokens = compress::CompressOptions{}.alloc_max_tokens;
   double ud_min_tokens_per_ffn = std::numeric_limits<double>::quiet_NaN();
   std::optional<double> joint_tol;  // unset: the preset's
