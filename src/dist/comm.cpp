@@ -23,7 +23,7 @@ namespace {
 
 int g_rank = 0;
 int g_size = 1;
-bool g_mpi = false;  // MPI_Init ran (launched by an MPI launcher)
+[[maybe_unused]] bool g_mpi = false;  // MPI_Init ran (launched by an MPI launcher)
 Traffic g_traffic;
 
 // The message of a rank the launcher stops, prebuilt (a signal handler may only write()): two buffers,
@@ -31,7 +31,7 @@ Traffic g_traffic;
 char g_stop_message[2][512] = {};
 std::atomic<int> g_stop_current{0};
 
-void on_terminate(int) {
+[[maybe_unused]] void on_terminate(int) {
   const char* m = g_stop_message[g_stop_current.load()];
   if (m[0] != '\0') {
     ssize_t ignored = ::write(2, m, std::strlen(m));
