@@ -177,33 +177,10 @@ fs::path latent_with_a_huge_factor() {
   return dir;
 }
 
-// A copy of the opt-tiny latent made post-LN as OPT-350M: do_layer_norm_before false, no final layer norm.
-fs::path post_ln_opt() {
-  const fs::path dir = make_temp_dir("onnx-postln") / "latent";
-  const fs::path lat = latent_fixture("opt-tiny");
-  fs::copy(lat, dir, fs::copy_options::recursive);
-  const io::SafetensorsFile src(lat / "model.safetensors");
-  std::vector<std::vector<float>> values;
-  values.reserve(src.tensors().size());
-  std::vector<io::TensorToWrite> tensors;
-  for (const auto& t : src.tensors()) {
-    if (t.name.starts_with("model.decoder.final_layer_norm.")) continue;
-    values.push_back(t.to_f32());
-    tensors.push_back({t.name, DType::F32, t.shape, values.back()});
-  }
-  fs::remove(dir / "model.safetensors");
-  io::write_safetensors(dir / "model.safetensors", tensors);
-  json cfg = read_json(dir / "config.json");
-  cfg["do_layer_norm_before"] = false;
-  std::ofstream(dir / "config.json", std::ios::trunc) << cfg.dump(2);
-  return dir;
-}
-
-// A dense post-LN OPT (OPT-350M's layout) for compress --format onnx: opt-tiny without its final layer
-// norm and with do_layer_norm_before false.
-fs::path post_ln_dense_opt() {
-  const fs::path dir = make_temp_dir("onnx-postln-dense") / "opt";
-  const fs::path src_dir = shared_path("models/opt-tiny");
+// A copy of the OPT checkpoint `src_dir` in `<temp>/<sub>` made post-LN as OPT-350M:
+// do_layer_norm_before false, no final layer norm.
+fs::path post_ln_copy(const fs::path& src_dir, const std::string& tag, const std::string& sub) {
+  const fs::path dir = make_temp_dir(tag) / sub;
   fs::copy(src_dir, dir, fs::copy_options::recursive);
   const io::SafetensorsFile src(src_dir / "model.safetensors");
   std::vector<std::vector<float>> values;
@@ -221,6 +198,10 @@ fs::path post_ln_dense_opt() {
   std::ofstream(dir / "config.json", std::ios::trunc) << cfg.dump(2);
   return dir;
 }
+
+// The opt-tiny latent made post-LN, and the dense opt-tiny made post-LN (for compress --format onnx).
+fs::path post_ln_opt() { return post_ln_copy(latent_fixture("opt-tiny"), "onnx-postln", "latent"); }
+fs::path post_ln_dense_opt() { return post_ln_copy(shared_path("models/opt-tiny"), "onnx-postln-dense", "opt"); }
 
 fs::path llava_latent() {
   const fs::path out = make_temp_dir("onnx-llava") / "latent";
