@@ -30,7 +30,8 @@ std::string rank_label();
 // stops it because another rank failed or was killed (SIGTERM under K > 1 ranks).
 void set_activity(const std::string& what);
 
-// Bytes this rank sent and received through collectives, and the seconds spent in them.
+// Bytes this rank sent and received through collectives, and the seconds spent in them (not counting
+// the waits of small broadcasts for their root, which wait for its work, not for the network).
 struct Traffic {
   std::int64_t bytes = 0;
   double seconds = 0;

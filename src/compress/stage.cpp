@@ -190,6 +190,31 @@ calib::StageInput input_of(const calib::Stage& st, const calib::StageInput& in) 
   return r;
 }
 
+// The site's rounds: [round][stage] its jobs. A stage of several rounds takes the last ones (they end
+// together); a stage of one round, whose jobs depend on nothing else, joins the round of the
+// multi-round stages with the largest modelled cost, where the other ranks would wait longest.
+std::vector<std::vector<std::vector<Job>>> schedule(std::span<CompressStage* const> stages,
+                                                    const std::vector<int>& rounds) {
+  const std::size_t n = stages.size();
+  const int longest = n > 0 ? *std::max_element(rounds.begin(), rounds.end()) : 0;
+  std::vector<std::vector<std::vector<Job>>> out(static_cast<std::size_t>(longest),
+                                                 std::vector<std::vector<Job>>(n));
+  if (longest == 0) return out;
+  std::vector<double> cost(out.size(), 0.0);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (rounds[i] < 2) continue;
+    for (int r = 0; r < rounds[i]; ++r) {
+      const auto at = static_cast<std::size_t>(longest - rounds[i] + r);
+      out[at][i] = stages[i]->jobs(r);
+      for (const Job& j : out[at][i]) cost[at] += j.cost;
+    }
+  }
+  const auto costliest = static_cast<std::size_t>(std::max_element(cost.begin(), cost.end()) - cost.begin());
+  for (std::size_t i = 0; i < n; ++i)
+    if (rounds[i] == 1) out[costliest][i] = stages[i]->jobs(0);
+  return out;
+}
+
 }  // namespace
 
 void run_site(StageContext& ctx, std::span<CompressStage* const> stages, const calib::StageInput& in,
@@ -210,15 +235,12 @@ void run_site(StageContext& ctx, std::span<CompressStage* const> stages, const c
     notes[i] = held.notes();
     if (observe) observe(part, false);
   }
-  const int longest = n > 0 ? *std::max_element(rounds.begin(), rounds.end()) : 0;
-  for (int round = 0; round < longest; ++round) {
+  const std::vector<std::vector<std::vector<Job>>> planned = schedule(stages, rounds);
+  for (std::size_t round = 0; round < planned.size(); ++round) {
     std::vector<Job> jobs;
     std::vector<std::size_t> stage_of;
-    for (std::size_t i = 0; i < n; ++i) {
-      const int own = round - (longest - rounds[i]);  // a shorter stage joins the last rounds
-      if (own < 0) continue;
-      for (Job& j : stages[i]->jobs(own)) jobs.push_back(std::move(j)), stage_of.push_back(i);
-    }
+    for (std::size_t i = 0; i < n; ++i)
+      for (const Job& j : planned[round][i]) jobs.push_back(j), stage_of.push_back(i);
     std::vector<int> owners(jobs.size(), 0);
     if (dist::size() > 1) {
       std::vector<double> costs;

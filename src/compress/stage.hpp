@@ -130,8 +130,9 @@ struct Job {
 
 // A stage of the compressor. Per layer, on every rank: begin() prepares its decompositions (the
 // collectives and the cheap shared work) and says how many rounds of jobs they take; jobs(r) are the
-// r-th round's (a round's jobs may read what the earlier rounds' done() kept); finish() installs the
-// factors and reports them. run_site runs the stages waiting for one site together (site_stages).
+// r-th round's, all asked for before any runs (a job reads what the earlier rounds' done() kept when
+// it runs, never when it is made); finish() installs the factors and reports them. run_site runs the
+// stages waiting for one site together (site_stages).
 class CompressStage : public calib::Stage {
  public:
   explicit CompressStage(StageContext& ctx) : ctx_(ctx) {}
@@ -148,8 +149,9 @@ class CompressStage : public calib::Stage {
 
 // Runs the stages of one site (all waiting for the same site; their inputs are in `in`) for layer
 // in.layer as one schedule, so that the ranks share their decompositions: every stage's begin() in
-// stage order; then round by round (a stage of fewer rounds than the longest joins in its last
-// ones) the round's jobs of all stages get owner ranks by modelled cost (dist::owners_by_cost), each
+// stage order; then round by round (a stage of several rounds takes the last ones; a stage of one
+// round joins the costliest round of the others, where the ranks would wait longest) the round's
+// jobs of all stages get owner ranks by modelled cost (dist::owners_by_cost), each
 // owner runs its jobs, and every rank receives every job's results (with the numerical notes it
 // recorded) in job order; then every stage's finish() in stage order, with its notes replayed in the
 // order one process records them. Each stage's seconds (begin, its jobs where they ran, finish) go to

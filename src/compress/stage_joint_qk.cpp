@@ -22,10 +22,10 @@ class JointQkStage final : public CompressStage {
   bool needs_dense_cross() const override { return ctx_.options().error_compensation && ctx_.options().rope_window == 0; }
 
  private:
-  // With one rank the starts and the iterations run in turn; under K ranks the four starts (one
-  // [d, d] eigendecomposition each) are the first round's jobs, the iterations from them (two per
-  // iteration, run by one owner, with the factors' junction form and losses) the second's, so another
-  // stage's jobs at the site (the local v_proj) run beside them.
+  // Three rounds of jobs (run_site): the four starts (one [d, d] eigendecomposition each); the
+  // iterations from them (two per iteration, a chain: one owner), beside which another stage's jobs at
+  // the site (the local v_proj) run; the attention-map loss and each factor's junction form and output
+  // error. With one rank they run in turn, the same computations as joint_qk.
   int begin(const calib::StageInput& in, model::Model& m) override {
     auto& layer = m.layer(in.layer);
     q_ = &layer.linear(model::Role::Q);
@@ -54,7 +54,7 @@ class JointQkStage final : public CompressStage {
     qo_.rope.window = o.rope_window;
     const QkDense target = cross_ ? compensated_target(dense_, *st_, *cross_, qo_.lambda_rel, name_) : dense_;
     problem_ = qk_problem(target, *attn_, *st_, qo_, name_);
-    return 2;
+    return 3;
   }
 
   std::vector<Job> jobs(int round) override {
@@ -75,8 +75,42 @@ class JointQkStage final : public CompressStage {
       }
       return out;
     }
-    out.push_back({fmt::format("{}: iterations", name_), 2.0 * qo_.iters * eig,
-                   [this](Payload& p) { solve(p); }, [this](Payload& p) { take(p); }});
+    if (round == 1) {
+      out.push_back({fmt::format("{}: iterations", name_), 2.0 * qo_.iters * eig,
+                     [this](Payload& p) {
+                       const QkResult res = qk_solve(problem_, *attn_, std::move(starts_), qo_, name_);
+                       p.put(res.f.q), p.put(res.f.k), p.put(static_cast<std::int64_t>(res.loss.size()) - 1);
+                       p.put(static_cast<char>(res.used_local_start));
+                     },
+                     [this](Payload& p) {
+                       p.get(res_.q), p.get(res_.k);
+                       iterations_ = p.get<std::int64_t>();
+                       local_start_ = p.get<char>() != 0;
+                     }});
+      return out;
+    }
+    // The attention-map loss (with diagnostics also the local solution's) and each factor's junction
+    // form and output error.
+    out.push_back({fmt::format("{}: attention-map loss", name_), 1.5 * eig,
+                   [this](Payload& p) {
+                     JointLoss loss{layer_, qk_attention_loss(dense_, res_, *attn_, *st_, qo_.rope)};
+                     if (ctx_.options().diagnostics) {
+                       NoteCollector discard(/*silent=*/true);  // only compared against: not the run's notes
+                       const QkFactors sep = separate_qk(dense_, *st_, qo_.r_q, qo_.r_k, qo_.lambda_rel, name_);
+                       loss.local = qk_attention_loss(dense_, sep, *attn_, *st_, qo_.rope);
+                     }
+                     p.put(loss.joint), p.put(loss.local);
+                   },
+                   [this](Payload& p) { loss_ = JointLoss{layer_, p.get<double>(), p.get<double>()}; }});
+    for (const bool is_q : {true, false}) {
+      model::Linear* lin = is_q ? q_ : k_;
+      out.push_back({lin->name, static_cast<double>(lin->out) * static_cast<double>(lin->in) * d,
+                     [this, is_q, lin](Payload& p) {
+                       p.put(is_q ? ctx_.fitted(*lin, res_.q, dense_.wq, dense_.bq, st_)
+                                  : ctx_.fitted(*lin, res_.k, dense_.wk, dense_.bk, st_));
+                     },
+                     [this, is_q](Payload& p) { p.get(is_q ? fq_ : fk_); }});
+    }
     return out;
   }
 
@@ -96,27 +130,6 @@ class JointQkStage final : public CompressStage {
     }
     p.put(ctx_.fitted(*q_, std::move(fq), dense_.wq, dense_.bq, st_));
     p.put(ctx_.fitted(*k_, std::move(fk), dense_.wk, dense_.bk, st_));
-  }
-
-  // On the owner: the iterations from the starts, the attention-map loss and the factors' junction form.
-  void solve(Payload& p) {
-    const QkResult res = qk_solve(problem_, *attn_, std::move(starts_), qo_, name_);
-    JointLoss loss{layer_, qk_attention_loss(dense_, res.f, *attn_, *st_, qo_.rope)};
-    if (ctx_.options().diagnostics) {
-      NoteCollector discard(/*silent=*/true);  // only compared against: its notes are not the run's
-      const QkFactors sep = separate_qk(dense_, *st_, qo_.r_q, qo_.r_k, qo_.lambda_rel, name_);
-      loss.local = qk_attention_loss(dense_, sep, *attn_, *st_, qo_.rope);
-    }
-    p.put(ctx_.fitted(*q_, res.f.q, dense_.wq, dense_.bq, st_));
-    p.put(ctx_.fitted(*k_, res.f.k, dense_.wk, dense_.bk, st_));
-    p.put(loss.joint), p.put(loss.local), p.put(static_cast<std::int64_t>(res.loss.size()) - 1);
-    p.put(static_cast<char>(res.used_local_start));
-  }
-  void take(Payload& p) {
-    p.get(fq_), p.get(fk_);
-    loss_ = JointLoss{layer_, p.get<double>(), p.get<double>()};
-    iterations_ = p.get<std::int64_t>();
-    local_start_ = p.get<char>() != 0;
   }
 
   void finish(model::Model&) override {
@@ -139,6 +152,7 @@ class JointQkStage final : public CompressStage {
     }
     dense_ = {};
     problem_ = {};
+    res_ = {};
     fq_ = fk_ = {};
   }
 
@@ -154,6 +168,7 @@ class JointQkStage final : public CompressStage {
   QkOptions qo_;
   QkProblem problem_;
   std::array<MatrixD, 4> starts_;  // QkStart order
+  QkFactors res_;                  // the iterations' factors, before their junction form
   Fitted fq_, fk_;
   JointLoss loss_;
   std::int64_t iterations_ = 0;
