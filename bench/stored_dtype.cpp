@@ -51,7 +51,7 @@ struct RunResult {
 RunResult run(const std::string& dir, model::LoadOptions::Weights w, int prompt, int tokens) {
   RunResult r;
   auto t0 = Clock::now();
-  const auto m = model::Model::load(dir, {.weights = w});
+  const auto m = model::Model::load(dir, {.weights = w, .huge_pages = true});  // as generate loads
   r.load_s = seconds_since(t0);
   const model::ModelConfig& c = m->config();
   model::KvCache cache(*m, prompt + tokens + 1, model::KvCacheMode::Auto);

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <new>
 #include <sstream>
 
 #include "latentllm/error.hpp"
@@ -51,6 +52,23 @@ void MappedFile::drop_pages_within(const void* p, std::size_t n) {
   const auto first = reinterpret_cast<std::uintptr_t>(p);
   const auto begin = (first + page - 1) / page * page, end = (first + n) / page * page;
   if (n > 0 && begin < end) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
+std::shared_ptr<const std::byte> copy_to_huge_pages(const void* src, std::size_t n) {
+  constexpr std::size_t kHuge = std::size_t{2} << 20;
+  const std::size_t size = std::max<std::size_t>((n + kHuge - 1) / kHuge * kHuge, kHuge);
+  // Over-map by one huge page and trim, so that the copy starts on a 2 MiB boundary.
+  void* raw = ::mmap(nullptr, size + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) throw std::bad_alloc();
+  const auto begin = reinterpret_cast<std::uintptr_t>(raw), aligned = (begin + kHuge - 1) / kHuge * kHuge;
+  if (aligned > begin) ::munmap(raw, aligned - begin);
+  if (const std::uintptr_t tail = begin + size + kHuge - (aligned + size); tail > 0) {
+    ::munmap(reinterpret_cast<void*>(aligned + size), tail);
+  }
+  auto* p = reinterpret_cast<std::byte*>(aligned);
+  ::madvise(p, size, MADV_HUGEPAGE);
+  if (n > 0) std::memcpy(p, src, n);
+  return {p, [size](const std::byte* q) { ::munmap(const_cast<std::byte*>(q), size); }};
 }
 
 MappedFile::~MappedFile() {

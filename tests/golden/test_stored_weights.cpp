@@ -5,6 +5,9 @@
 // counts the stored bytes; `latentllm ppl --weights` gives the same figure either way.
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <utility>
+
 #include <fmt/format.h>
 
 #include "latentllm/calib.hpp"
@@ -116,6 +119,44 @@ TEST(StoredWeights, DecodingLogitsWithinBound) {
       stored->forward_cached(std::vector<std::int32_t>{t}, cb, lb);
       const float scale = 1.0f + la.cwiseAbs().maxCoeff();
       EXPECT_LE((la - lb).cwiseAbs().maxCoeff(), 1e-4f * scale) << dir << " token " << t;
+    }
+  }
+}
+
+// With huge_pages (what generate loads) every 16-bit matrix is an owned copy of the mapped one, byte
+// for byte, and prefill and decoding give the mapped model's logits to the last bit.
+TEST(StoredWeights, HugePagesCopiesGiveTheSameBits) {
+  for (const fs::path& dir : {fixture().latent, fixture().dense_bf16, fixture().dense_f16}) {
+    const auto mapped = model::Model::load(dir, {.weights = Weights::Stored});
+    const auto huge = model::Model::load(dir, {.weights = Weights::Stored, .huge_pages = true});
+    for (int i = 0; i < mapped->num_layers(); ++i) {
+      const auto& a = mapped->layer(i).linears;
+      const auto& b = huge->layer(i).linears;
+      ASSERT_EQ(a.size(), b.size());
+      for (std::size_t j = 0; j < a.size(); ++j) {
+        for (const auto& [x, y] : {std::pair{&a[j].weight16, &b[j].weight16}, std::pair{&a[j].A16, &b[j].A16},
+                                   std::pair{&a[j].B16, &b[j].B16}}) {
+          ASSERT_EQ(x->size(), y->size()) << b[j].name;
+          if (y->size() == 0) continue;
+          EXPECT_EQ(x->owned, nullptr) << b[j].name;  // a view of the mapping
+          EXPECT_NE(y->owned, nullptr) << b[j].name;  // a copy
+          EXPECT_NE(x->data, y->data) << b[j].name;
+          EXPECT_EQ(std::memcmp(x->data, y->data, static_cast<std::size_t>(x->bytes())), 0) << b[j].name;
+        }
+      }
+    }
+    EXPECT_EQ(huge->footprint().all_layers(), mapped->footprint().all_layers());
+    EXPECT_EQ(huge->footprint().tables, mapped->footprint().tables);
+    model::KvCache ca(*mapped, 32), cb(*huge, 32);
+    const std::vector<std::int32_t> prompt = {1, 400, 401, 402, 403, 404, 405, 406};
+    MatrixF la, lb;
+    mapped->forward_cached(prompt, ca, la);
+    huge->forward_cached(prompt, cb, lb);
+    EXPECT_EQ(la, lb) << dir;
+    for (std::int32_t t : {7, 8, 9, 10}) {
+      mapped->forward_cached(std::vector<std::int32_t>{t}, ca, la);
+      huge->forward_cached(std::vector<std::int32_t>{t}, cb, lb);
+      EXPECT_EQ(la, lb) << dir << " token " << t;
     }
   }
 }

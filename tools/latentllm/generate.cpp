@@ -23,6 +23,14 @@
 namespace latentllm::cli {
 namespace {
 
+// Decoding streams every weight once per token: stored 16-bit weights are copied into huge pages at
+// load (model::LoadOptions::huge_pages).
+model::LoadOptions decode_load(const RunArgs& run) {
+  model::LoadOptions lo = run.load();
+  lo.huge_pages = true;
+  return lo;
+}
+
 struct GenerateArgs {
   std::string model;
   std::string prompt;
@@ -132,7 +140,7 @@ int run_llava(const GenerateArgs& a, const eval::GenerateOptions& opt) {
     const std::int64_t text_tokens = static_cast<std::int64_t>(io::load_tokenizer(a.model)->encode(text).size()) + 1;
     check_inference_memory("generate", a.model, a.max_memory, text_tokens + image_tokens + a.opt.max_new_tokens, a.run);
   }
-  const model::LlavaModel lm = model::LlavaModel::load(a.model, a.run.load());
+  const model::LlavaModel lm = model::LlavaModel::load(a.model, decode_load(a.run));
   std::int64_t n_tokens = lm.config().features_per_image();
   if (n_img) {
     const auto processor = image::load_processor_config(std::filesystem::path(a.model) / "preprocessor_config.json");
@@ -175,7 +183,7 @@ int run_generate(const GenerateArgs& a) {
   const auto tok = io::load_tokenizer(a.model);
   check_inference_memory("generate", a.model, a.max_memory,
                          static_cast<std::int64_t>(tok->encode(a.prompt).size()) + 1 + a.opt.max_new_tokens, a.run);
-  const std::unique_ptr<model::Model> m = model::Model::load(a.model, a.run.load());
+  const std::unique_ptr<model::Model> m = model::Model::load(a.model, decode_load(a.run));
   const std::vector<std::int32_t> prompt = eval::prompt_ids(*m, *tok, a.prompt);
   return run_text(a, opt, *m, *tok, prompt, {});
 }
