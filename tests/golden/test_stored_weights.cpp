@@ -161,6 +161,22 @@ TEST(StoredWeights, HugePagesCopiesGiveTheSameBits) {
   }
 }
 
+// generate's default (a copy in huge pages) and --map-weights (the mapping in place) give the same text.
+TEST(StoredWeights, GenerateMapWeightsSameText) {
+  const std::string base = fmt::format("{} generate --model '{}' --prompt 'Once upon a' --temperature 0 "
+                                       "--max-new-tokens 12",
+                                       test::cli_path().string(), fixture().dense_bf16.string());
+  std::string copied, mapped;
+  ASSERT_EQ(test::run_command(base, copied), 0) << copied;
+  ASSERT_EQ(test::run_command(base + " --map-weights", mapped), 0) << mapped;
+  auto text = [](const std::string& out) {  // the line after the header that ends "greedy"
+    const auto p = out.find("greedy\n");
+    return p == std::string::npos ? std::string() : out.substr(p + 7, out.find('\n', p + 7) - (p + 7));
+  };
+  EXPECT_GT(text(copied).size(), 5u) << copied;
+  EXPECT_EQ(text(copied), text(mapped));
+}
+
 TEST(StoredWeights, PplCliSameFigureAndStoredPlan) {
   const std::string base = fmt::format("{} ppl --model '{}' --dataset text --data '{}' --seqlen 128 --max-windows 3",
                                        test::cli_path().string(), fixture().dense_bf16.string(), stories().string());
