@@ -310,6 +310,9 @@ struct LoadOptions {
   // size; decoding, which streams every weight per token, reads them faster (`generate` sets it).
   // Costs a copy at load. Ignored for lazy models and float32 weights.
   bool huge_pages = false;
+  // Only tensors of at least this many bytes are copied; smaller ones stay views of the mapping (a
+  // copy would hold a whole 2 MiB page each).
+  std::int64_t huge_pages_min_bytes = std::int64_t{2} << 20;
 };
 // "f32", "stored"; parse: ConfigError "--weights (expected f32 or stored, got X)".
 std::string_view weights_name(LoadOptions::Weights w);

@@ -122,7 +122,7 @@ Matrix16 WeightLoader::matrix16(const std::string& name, std::int64_t rows, std:
   m.dtype = t.dtype;
   m.rows = rows;
   m.cols = cols;
-  if (huge_pages_ && !checking_) {
+  if (huge_pages_ && !checking_ && static_cast<std::int64_t>(t.nbytes) >= huge_min_bytes_) {
     m = huge_copy(t, rows, cols);
   } else if (reinterpret_cast<std::uintptr_t>(t.data) % alignof(std::uint16_t) == 0) {
     m.data = reinterpret_cast<const std::uint16_t*>(t.data);
@@ -156,7 +156,7 @@ VectorF WeightLoader::vector(const std::string& name, std::int64_t n) const {
 WeightTable WeightLoader::table(const std::string& name, std::int64_t rows, std::int64_t cols) const {
   const auto stored_bytes = static_cast<std::int64_t>(view(name, {rows, cols}).nbytes);
   largest_table_stored_ = std::max(largest_table_stored_, stored_bytes);
-  if (stored_ && is16(name) && huge_pages_ && !checking_) {  // a copy in huge pages, its stored bytes
+  if (stored_ && is16(name) && huge_pages_ && !checking_ && stored_bytes >= huge_min_bytes_) {  // a copy in huge pages
     table_bytes_ += stored_bytes;
     const TensorView& v = store_.get(resolve(name));
     auto [it, added] = huge_tables_.try_emplace(v.name);

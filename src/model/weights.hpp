@@ -87,9 +87,12 @@ class WeightLoader {
   // linear() keeps F16/BF16 matrices as stored (LoadOptions::Weights::Stored); the bytes counted for
   // them and for the tables are then the stored ones.
   void set_stored(bool on) { stored_ = on; }
-  // With set_stored on an eager model: 16-bit matrices and tables are copies in huge pages
-  // (LoadOptions::huge_pages), their mapped pages dropped.
-  void set_huge_pages(bool on) { huge_pages_ = on; }
+  // With set_stored on an eager model: 16-bit matrices and tables of at least min_bytes are copies in
+  // huge pages (LoadOptions::huge_pages), their mapped pages dropped.
+  void set_huge_pages(std::int64_t min_bytes) {
+    huge_pages_ = true;
+    huge_min_bytes_ = min_bytes;
+  }
   // Float32 bytes of the largest set of 16-bit matrices one linear() gave since the last call: what
   // the forward widens at once (Linear::weight16, or A16 + B16).
   std::int64_t take_largest_widened();
@@ -116,6 +119,7 @@ class WeightLoader {
   std::set<std::string> latent_used_;
   mutable std::set<std::string> used_;  // stored names resolved so far
   bool checking_ = false, lazy_ = false, scan_ = false, stored_ = false, huge_pages_ = false;
+  std::int64_t huge_min_bytes_ = 0;
   mutable std::map<std::string, Matrix16> huge_tables_;  // stored name → its copy: a tied embedding and head share it
   mutable std::int64_t counted_bytes_ = 0, table_bytes_ = 0, largest_stored_ = 0, largest_table_stored_ = 0;
   std::int64_t largest_widened_ = 0;
