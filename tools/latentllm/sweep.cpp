@@ -278,7 +278,7 @@ class Sweep {
   // The options shared by the grid (each run's own record is in its row: SweepRun::options).
   nlohmann::json settings() const {
     return {{"preset", a_.m.preset}, {"junction", a_.m.junction}, {"rank_alloc", a_.m.rank_alloc},
-            {"joint", a_.m.joint}};
+            {"joint", a_.m.joint}, {"weights", a_.run.weights}};
   }
 
   // --out: created, or, with --force, an earlier sweep's folder emptied of the files a sweep writes (so no
@@ -365,6 +365,7 @@ Command add_sweep(CLI::App& app) {
   sub->add_option("--max-windows", a->max_windows, "Evaluate only the first K windows (0 = all)")
       ->capture_default_str()->group("Evaluation");
   add_run_options(sub, a->run);
+  add_weights_option(sub, a->run);
   sub->add_flag("--json", a->json, "Print the results as JSON")->group("Run");
   return {sub, [a] { return Sweep(*a).run(); }};
 }
