@@ -118,7 +118,7 @@ killed)
 eval)
   # ScienceQA on llava-shapes-tiny: each rank answers a contiguous share of the problems, the outcomes
   # are gathered in rank order; the --json (timings and "ranks" aside) is byte-identical for 1, 2 and 3
-  # ranks, and the accuracy is REFERENCE.json's. Progress comes from rank 0 alone, counting the whole.
+  # ranks (and 2 threads each), and the accuracy is REFERENCE.json's. Progress comes from rank 0 alone, counting the whole.
   LLAVA=$SHARED/models/llava-shapes-tiny SQA=$SHARED/data/scienceqa-shapes
   strip_timing() { sed -E 's/"eval_seconds":[^,]*,//; s/"problems_per_s":[^,]*,//; s/"ranks":[0-9]+,//' "$1"; }
   accuracy() { grep -o '"accuracy":{[^}]*}' "$1" | grep -o '"avg":[0-9.]*' | cut -d: -f2; }
@@ -139,6 +139,11 @@ eval)
     done
     echo "eval $protocol: $n problems, accuracy $(accuracy "$TMP/eval0.json") % for 1, 2 and 3 ranks"
     [ "$protocol" = generate ] || continue
+    # Threads change nothing either: 2 ranks x 2 threads against one process x 1 thread.
+    ranks 2 eval --model "$LLAVA" --data "$SQA" --threads 2 --json > "$TMP/eval2t2.json" 2> /dev/null ||
+      fail "generate: 2 ranks x 2 threads failed"
+    cmp -s <(strip_timing "$TMP/eval0.json") <(strip_timing "$TMP/eval2t2.json") ||
+      fail "generate: 2 ranks x 2 threads printed another result than one process"
     # The whole val split by LLaVA's protocol: REFERENCE.json's greedy accuracy.
     want=$(tr -d ' \n' < "$LLAVA/REFERENCE.json" | grep -o '"greedy_accuracy":{"all":[0-9.]*' | cut -d: -f3)
     got=$(accuracy "$TMP/eval3.json")
