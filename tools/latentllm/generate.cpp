@@ -247,7 +247,8 @@ Command add_generate(CLI::App& app) {
                 "Print one JSON object (text, tokens, prompt_tokens_per_s, decode_tokens_per_s, "
                 "kv_cache_bytes_per_token, kv_cache_bytes) instead of streaming the text")
       ->group("Output");
-  return {sub, [args] { return run_generate(*args); }};
+  // One prompt is one sequential decode: rank 0 generates, the other ranks wait.
+  return {sub, [args] { return run_generate(*args); }, Ranks::Root};
 }
 
 }  // namespace latentllm::cli
