@@ -4,7 +4,8 @@
 #   bench/run_stored_dtype.sh opt-1.3b          the OPT-1.3B shape (F16): bench/stored_dtype alternating
 #                                               f32 and stored, median of 3, roofline and sgemm peak
 #   bench/run_stored_dtype.sh llama-3-8b[:K]    the Llama-3-8B shape (BF16, K layers; default all 32):
-#                                               `generate` 32 tokens, stored only (float32 would need
+#                                               `generate` 32 tokens (weights copied into huge pages), then
+#                                               bench/stored_dtype with stored-mapped and stored (float32 would need
 #                                               32 GB), peak RSS by /usr/bin/time, the roofline from
 #                                               bench/stored_dtype in the same script
 #   LATENT=DIR bench/run_stored_dtype.sh latent  a latent checkpoint (compress --dtype bf16) likewise
@@ -58,7 +59,7 @@ for spec in "$@"; do
       { echo "# generate on the Llama-3-8B shape's latent $ratio (bf16, 32 layers, random factors), --weights stored";
         echo; echo '```'; generate_runs "$dir" "$name"; echo '```'; } > "$OUT/stored-dtype-$name-generate.md"
       cat "$OUT/stored-dtype-$name-generate.md"
-      "$BUILD/bench/stored_dtype" --model "$dir" --name "$name" --weights stored --runs "$RUNS" --tokens 32
+      "$BUILD/bench/stored_dtype" --model "$dir" --name "$name" --weights stored-mapped,stored --runs "$RUNS" --tokens 32
       [ "${KEEP:-0}" = 1 ] || rm -rf "$dir"
       ;;
     llama-3-8b*)
@@ -68,7 +69,7 @@ for spec in "$@"; do
       { echo "# generate on the Llama-3-8B shape (bf16, layers: ${layers/#0/32}), --weights stored"; echo;
         echo '```'; generate_runs "$dir" llama-3-8b; echo '```'; } > "$OUT/stored-dtype-llama-3-8b-generate.md"
       cat "$OUT/stored-dtype-llama-3-8b-generate.md"
-      "$BUILD/bench/stored_dtype" --model "$dir" --name "llama-3-8b-$layers" --weights stored --runs "$RUNS" --tokens 32
+      "$BUILD/bench/stored_dtype" --model "$dir" --name "llama-3-8b-$layers" --weights stored-mapped,stored --runs "$RUNS" --tokens 32
       [ "${KEEP:-0}" = 1 ] || rm -rf "$dir"
       ;;
     latent)

@@ -3,9 +3,11 @@
 // the bytes each form actually reads per token, both measured in the same process. Writes
 // <out>.json and <out>.md.
 //
-//   stored_dtype --model DIR [--weights f32,stored] [--runs 3] [--tokens 32] [--prompt 16]
+//   stored_dtype --model DIR [--weights f32,stored[,stored-mapped]] [--runs 3] [--tokens 32] [--prompt 16]
 //                [--out bench/results/decode/stored-dtype-NAME] [--name NAME]
 //
+// Forms: f32 (widened at load), stored (16-bit copies in huge pages, as generate loads) and
+// stored-mapped (16-bit views of the mapped checkpoint, LoadOptions::huge_pages off).
 // Each run loads the model in each form in turn (so the forms alternate: f32, stored, f32, ...),
 // prefills a prompt of random ids and times `tokens` one-token decoding steps over a dense KV cache
 // (latent checkpoints: the cache generate's auto mode picks); the median step of a run counts, and the
@@ -48,10 +50,22 @@ struct RunResult {
   double bytes_per_token = 0;
 };
 
-RunResult run(const std::string& dir, model::LoadOptions::Weights w, int prompt, int tokens) {
+struct Form {
+  std::string name;  // "f32", "stored", "stored-mapped"
+  model::LoadOptions::Weights weights;
+  bool huge_pages;
+};
+
+Form parse_form(const std::string& s) {
+  if (s == "stored-mapped") return {s, model::LoadOptions::Weights::Stored, false};
+  return {s, model::parse_weights(s), true};
+}
+
+RunResult run(const std::string& dir, const Form& form, int prompt, int tokens) {
   RunResult r;
+  const model::LoadOptions::Weights w = form.weights;
   auto t0 = Clock::now();
-  const auto m = model::Model::load(dir, {.weights = w});
+  const auto m = model::Model::load(dir, {.weights = w, .huge_pages = form.huge_pages});
   r.load_s = seconds_since(t0);
   const model::ModelConfig& c = m->config();
   model::KvCache cache(*m, prompt + tokens + 1, model::KvCacheMode::Auto);
@@ -90,10 +104,10 @@ int main(int argc, char** argv) try {
   const int runs = std::stoi(arg(argc, argv, "--runs", "3"));
   const int tokens = std::stoi(arg(argc, argv, "--tokens", "32"));
   const int prompt = std::stoi(arg(argc, argv, "--prompt", "16"));
-  std::vector<model::LoadOptions::Weights> forms;
+  std::vector<Form> forms;
   {
     std::stringstream ss(arg(argc, argv, "--weights", "f32,stored"));
-    for (std::string t; std::getline(ss, t, ',');) forms.push_back(model::parse_weights(t));
+    for (std::string t; std::getline(ss, t, ',');) forms.push_back(parse_form(t));
   }
   nlohmann::json doc;
   doc["model"] = dir;
@@ -109,8 +123,8 @@ int main(int argc, char** argv) try {
   for (int r = 0; r < runs; ++r) {
     for (std::size_t k = 0; k < forms.size(); ++k) {
       results[k].push_back(run(dir, forms[k], prompt, tokens));
-      std::fprintf(stderr, "run %d %s: %.2f tok/s (load %.1f s)\n", r + 1,
-                   std::string(model::weights_name(forms[k])).c_str(), 1.0 / results[k].back().step_s,
+      std::fprintf(stderr, "run %d %s: %.2f tok/s (load %.1f s)\n", r + 1, forms[k].name.c_str(),
+                   1.0 / results[k].back().step_s,
                    results[k].back().load_s);
     }
   }
@@ -142,15 +156,14 @@ int main(int argc, char** argv) try {
     const double rate = median(rates), bytes = results[k].front().bytes_per_token;
     const double roof = bw * 1e9 / bytes;
     medians.push_back(rate);
-    md += fmt::format("| {} | {} | {:.2f} | {:.3f} GB | {:.2f} | {:.0f} % | {:.1f} |\n", model::weights_name(forms[k]),
+    md += fmt::format("| {} | {} | {:.2f} | {:.3f} GB | {:.2f} | {:.0f} % | {:.1f} |\n", forms[k].name,
                       list, rate, bytes / 1e9, roof, 100.0 * rate / roof, median(loads));
-    doc["forms"].push_back({{"weights", model::weights_name(forms[k])}, {"tokens_per_s", rates},
+    doc["forms"].push_back({{"weights", forms[k].name}, {"tokens_per_s", rates},
                             {"median_tokens_per_s", rate}, {"bytes_per_token", bytes}, {"roofline_tokens_per_s", roof},
                             {"roofline_fraction", rate / roof}, {"load_seconds", loads}});
   }
   if (forms.size() == 2) {
-    md += fmt::format("\n{} / {}: {:.2f}x\n", model::weights_name(forms[1]), model::weights_name(forms[0]),
-                      medians[1] / medians[0]);
+    md += fmt::format("\n{} / {}: {:.2f}x\n", forms[1].name, forms[0].name, medians[1] / medians[0]);
     doc["speedup"] = medians[1] / medians[0];
   }
   std::ofstream(out + ".json") << doc.dump(2) << "\n";

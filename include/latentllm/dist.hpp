@@ -29,6 +29,9 @@ std::string rank_label();
 // What this rank is doing ("layer 3 (model.layers.3)"), for the message it prints when the launcher
 // stops it because another rank failed or was killed (SIGTERM under K > 1 ranks).
 void set_activity(const std::string& what);
+// What the user can do after such a stop, appended to that message (compress: "finished layers stay
+// in the progress directory: ..."); empty (the default) when the run leaves nothing to continue from.
+void set_stop_advice(const std::string& advice);
 
 // Bytes this rank sent and received through collectives, and the seconds spent in them (not counting
 // the waits of small broadcasts for their root, which wait for its work, not for the network).

@@ -31,6 +31,8 @@ struct PplOptions {
 };
 
 struct PplProgress {
+  // Under K ranks (dist) windows_done is the whole run's estimate from this rank's share (its fraction
+  // done, times windows_total), windows_total when the share is done; with one rank it is exact.
   std::int64_t windows_done = 0, windows_total = 0;
   int layers_done = 0, layers_total = 0;  // layer-major evaluation (lazy model); 0 otherwise
   double seconds = 0;       // since the first window started

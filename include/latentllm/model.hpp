@@ -304,6 +304,15 @@ struct LoadOptions {
   // F32 except decoding's GEMV (core/gemm16.hpp states the bound).
   enum class Weights { F32, Stored };
   Weights weights = Weights::F32;
+  // Stored weights of an eager model: copy each 16-bit matrix, the embedding and the LM head into
+  // anonymous memory advised for transparent huge pages (core::copy_to_huge_pages) instead of
+  // viewing the mapped checkpoint, and drop the mapped pages. The same bytes and the same resident
+  // size; decoding, which streams every weight per token, reads them faster (`generate` sets it).
+  // Costs a copy at load. Ignored for lazy models and float32 weights.
+  bool huge_pages = false;
+  // Only tensors of at least this many bytes are copied; smaller ones stay views of the mapping (a
+  // copy would hold a whole 2 MiB page each).
+  std::int64_t huge_pages_min_bytes = std::int64_t{2} << 20;
 };
 // "f32", "stored"; parse: ConfigError "--weights (expected f32 or stored, got X)".
 std::string_view weights_name(LoadOptions::Weights w);

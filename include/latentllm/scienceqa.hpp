@@ -93,12 +93,18 @@ struct Result {
   double accuracy(const std::string& category) const;
 };
 
-// Called after each problem: i problems done of n, seconds since the start.
+// Called after each problem this process evaluates: i problems done of n, seconds since the start.
+// Under K ranks i is the whole run's estimate from this rank's share (its fraction done of its share,
+// times n: the ranks go at about one pace), n when the share is done; with one rank it is exact.
 using ProgressFn = std::function<void(int i, int n, double seconds)>;
 
 // Runs the evaluation. The image preprocessing is the checkpoint's preprocessor_config.json (`processor`);
 // the prompt is BOS + vicuna_v1_prompt(user_message) with "<image>" expanded to the model's
 // features per image. Works on any LLaVA checkpoint LlavaModel loads (dense or latent language model).
+// Under K ranks (dist) each rank evaluates a contiguous share of the problems (dist::share_of, fixed
+// by their number and K), the outcomes are gathered in rank order, and every rank returns the Result of
+// all of them in problem order: the same predictions and counts for any K and any thread count (a
+// collective: every rank calls it with the same problems). `seconds` is the whole run's time.
 Result evaluate(const model::LlavaModel& m, const io::Tokenizer& tok, const image::ProcessorConfig& processor,
                 const std::vector<Problem>& problems, const Options& opt, const ProgressFn& progress = {});
 

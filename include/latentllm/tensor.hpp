@@ -54,13 +54,14 @@ using MatrixF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowM
 using VectorF = Eigen::VectorXf;
 // A [rows, cols] row-major matrix of F16 or BF16 values kept as a checkpoint stores them
 // (model::LoadOptions::weights): a view of the mapped tensor (whoever mapped it keeps the mapping
-// alive for the matrix's lifetime) or an owned copy when the tensor's bytes are not 2-byte aligned.
+// alive for the matrix's lifetime) or an owned copy (the tensor's bytes are not 2-byte aligned, or
+// the model copies its weights into huge pages, LoadOptions::huge_pages).
 // The kernels of core/gemm16.hpp widen it to float32 per block; the widening is exact.
 struct Matrix16 {
   DType dtype = DType::F16;             // F16 or BF16
   std::int64_t rows = 0, cols = 0;
   const std::uint16_t* data = nullptr;  // [rows, cols] little-endian
-  std::shared_ptr<const std::vector<std::uint16_t>> owned;  // backs data when not a view
+  std::shared_ptr<const void> owned;    // backs data when not a view
 
   std::int64_t size() const { return rows * cols; }
   std::int64_t bytes() const { return 2 * size(); }

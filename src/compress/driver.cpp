@@ -206,6 +206,10 @@ CompressReport compress_model(model::Model& m, std::span<const std::int32_t> ids
   report.rank_alloc = opt.rank_alloc;
   std::optional<ResumeState> state = open_state(m, ids, seqlen, opt);
   const StrayStateGuard stray(state && dist::is_root() ? opt.state_dir : std::filesystem::path());
+  // A rank the launcher stops (another failed or was killed) says how to continue.
+  if (state) {
+    dist::set_stop_advice("finished layers stay in the progress directory: run the same command with --resume");
+  }
   const bool global = opt.rank_alloc == RankAlloc::Global;
   std::optional<PlannedRanks> planned;
   if (!given) {

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <filesystem>
+#include <memory>
 #include <span>
 #include <string>
 
@@ -37,5 +38,11 @@ class MappedFile {
   std::size_t size_ = 0;
 };
 
+// A private anonymous copy of the n bytes at src, 2 MiB-aligned and advised for transparent huge pages
+// (madvise MADV_HUGEPAGE; best effort: without THP it is ordinary memory). Decoding streams every
+// weight once per token: the page cache maps a checkpoint in 4 KiB pages, and their TLB misses cost
+// the GEMV part of its bandwidth (bench/results/decode). Freed with the last shared_ptr. std::bad_alloc
+// when the memory cannot be had.
+std::shared_ptr<const std::byte> copy_to_huge_pages(const void* src, std::size_t n);
 
 }  // namespace latentllm::core

@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <thread>
 
 #include "latentllm/error.hpp"
@@ -31,6 +32,8 @@ Traffic g_traffic;
 // the one being rewritten never the one the handler reads.
 char g_stop_message[2][512] = {};
 std::atomic<int> g_stop_current{0};
+std::string g_activity = "startup";  // what the message names, and what it advises
+std::string g_stop_advice;
 
 [[maybe_unused]] void on_terminate(int) {
   const char* m = g_stop_message[g_stop_current.load()];
@@ -222,12 +225,18 @@ void abort_all(int code) {
 
 void set_activity(const std::string& what) {
   if (g_size == 1) return;
+  g_activity = what;
   const int next = 1 - g_stop_current.load();
   const std::string m = fmt::format("latentllm: error: {}: stopped by the MPI launcher during {} (another rank failed "
-                                    "or was killed; finished layers stay in the progress directory: run the same "
-                                    "command with --resume)\n", rank_label(), what);
+                                    "or was killed{}{})\n", rank_label(), what, g_stop_advice.empty() ? "" : "; ",
+                                    g_stop_advice);
   std::snprintf(g_stop_message[next], sizeof g_stop_message[next], "%s", m.c_str());
   g_stop_current.store(next);
+}
+
+void set_stop_advice(const std::string& advice) {
+  g_stop_advice = advice;
+  set_activity(g_activity);
 }
 
 int rank() { return g_rank; }
@@ -343,6 +352,39 @@ std::vector<double> gather_doubles(std::span<const double> mine) {
   }
 #endif
   return {mine.begin(), mine.end()};
+}
+
+std::vector<std::string> all_gather_bytes(std::string_view mine) {
+#ifdef LATENTLLM_WITH_MPI
+  if (g_size > 1) {
+    if (mine.size() > static_cast<std::size_t>(std::numeric_limits<int>::max())) {
+      throw Error(fmt::format("all-gather on {}: {} bytes (expected at most {})", rank_label(), mine.size(),
+                              std::numeric_limits<int>::max()));
+    }
+    std::vector<int> counts(static_cast<std::size_t>(g_size));
+    const int n = static_cast<int>(mine.size());
+    check(MPI_Allgather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, MPI_COMM_WORLD), "allgather");
+    std::vector<int> displs(counts.size(), 0);
+    std::int64_t total = 0;
+    for (std::size_t r = 0; r < counts.size(); ++r) {
+      displs[r] = static_cast<int>(total);
+      total += counts[r];
+    }
+    if (total > std::numeric_limits<int>::max()) {
+      throw Error(fmt::format("all-gather on {}: {} bytes from all ranks (expected at most {})", rank_label(), total,
+                              std::numeric_limits<int>::max()));
+    }
+    std::string all(static_cast<std::size_t>(total), '\0');
+    const Timed t(total);
+    check(MPI_Allgatherv(mine.data(), n, MPI_BYTE, all.data(), counts.data(), displs.data(), MPI_BYTE,
+                         MPI_COMM_WORLD), "allgather");
+    std::vector<std::string> out;
+    for (std::size_t r = 0; r < counts.size(); ++r)
+      out.push_back(all.substr(static_cast<std::size_t>(displs[r]), static_cast<std::size_t>(counts[r])));
+    return out;
+  }
+#endif
+  return {std::string(mine)};
 }
 
 void broadcast_bytes(void* data, std::int64_t bytes, int root) {

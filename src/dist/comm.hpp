@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "latentllm/dist.hpp"
@@ -42,6 +44,8 @@ void redistribute_rows(const float* mine, std::int64_t rows, std::int64_t width,
 void gather_rows(const float* mine, std::int64_t rows, std::int64_t width, MatrixF& all);
 // On rank 0: every rank's values one after another in rank order.
 std::vector<double> gather_doubles(std::span<const double> mine);
+// On every rank: every rank's bytes (any length, 0 included), one string per rank in rank order.
+std::vector<std::string> all_gather_bytes(std::string_view mine);
 // root's bytes to every rank. A small broadcast (at most 4 KiB: a size, a flag) waits for root
 // without spinning, so that a rank waiting for another's work leaves the core to it (send the size
 // of a large result first).

@@ -84,6 +84,15 @@ double sum_in_order(const std::vector<double>& mine) {
   return nll;
 }
 
+// The whole run's windows done when this rank has done `done` of its batches' windows: its fraction of
+// its share times all windows (the ranks go at about one pace); exact with one rank.
+std::int64_t whole_done(std::int64_t done, const std::vector<std::span<const std::int32_t>>& mine, int seqlen,
+                        std::int64_t windows) {
+  std::int64_t share = 0;
+  for (const auto& b : mine) share += static_cast<std::int64_t>(b.size()) / seqlen;
+  return share > 0 ? done * windows / share : windows;
+}
+
 // Window-major: each batch through the whole model.
 double window_major_nll(const model::Model& m, std::span<const std::int32_t> ids, int seqlen, std::int64_t windows,
                         int per_batch, const PplProgressFn& progress, Clock::time_point t0) {
@@ -93,7 +102,7 @@ double window_major_nll(const model::Model& m, std::span<const std::int32_t> ids
   for (const auto& b : batches) {
     nll.push_back(m.windows_nll(b, seqlen));
     done += static_cast<std::int64_t>(b.size()) / seqlen;
-    report(progress, t0, done, windows, seqlen, 0, 0);
+    report(progress, t0, whole_done(done, batches, seqlen, windows), windows, seqlen, 0, 0);
   }
   return sum_in_order(nll);
 }
@@ -119,7 +128,7 @@ double layer_major_nll(model::Model& m, std::span<const std::int32_t> ids, int s
     nll.push_back(m.head_nll(hidden[b], batches[b], seqlen));
     MatrixF().swap(hidden[b]);
     done += static_cast<std::int64_t>(batches[b].size()) / seqlen;
-    report(progress, t0, done, windows, seqlen, layers, layers);
+    report(progress, t0, whole_done(done, batches, seqlen, windows), windows, seqlen, layers, layers);
   }
   return sum_in_order(nll);
 }

@@ -117,7 +117,7 @@ core::MemoryPlan plan_inference_memory(const model::Model& m, std::int64_t posit
   plan.budget = budget;
   if (stored(f)) {
     plan.add("weights (stored)", f.all_layers() + f.tables + f.other,
-             "every layer, the embedding and the head as stored (mapped)");
+             "every layer, the embedding and the head as stored");
     add_widened(plan, f);
   } else {
     plan.add("weights (float32)", f.all_layers() + f.tables + f.other,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <regex>
@@ -10,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "calib/random.hpp"
+#include "dist/comm.hpp"
 #include "io/json_keys.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/generate.hpp"
@@ -159,6 +161,103 @@ Input make_input(const model::LlavaModel& m, const io::Tokenizer& tok, const ima
   return in;
 }
 
+// What a problem's evaluation produced: the chosen option (-1: unparsable) and the reply.
+struct Outcome {
+  int pred = -1;
+  std::string reply;
+};
+
+Outcome answer(const model::LlavaModel& m, const io::Tokenizer& tok, const image::ProcessorConfig& processor,
+               const Problem& p, const Options& opt, const std::vector<std::int32_t>& letters,
+               const std::vector<std::int64_t>& stops) {
+  const Input in = make_input(m, tok, processor, p);
+  const int n = static_cast<int>(p.choices.size());
+  Outcome o;
+  if (opt.protocol == Protocol::Loglik) {
+    MatrixF logits;  // [1, V]
+    m.forward_last(in.ids, in.images, logits);
+    o.pred = best_letter(logits, letters, n);
+    o.reply = std::string(1, kLetters[static_cast<std::size_t>(o.pred)]);
+    return o;
+  }
+  const auto eos = static_cast<std::int32_t>(stops.empty() ? -1 : stops.front());
+  std::vector<std::int32_t> out = m.generate_greedy(in.ids, in.images, opt.max_new_tokens, eos);
+  // Any stop id ends the reply (generation_config.json may list several).
+  const auto stop = std::find_if(out.begin(), out.end(), [&](std::int32_t id) {
+    return std::find(stops.begin(), stops.end(), id) != stops.end();
+  });
+  out.erase(stop, out.end());
+  o.reply = strip(tok.decode(out));
+  o.pred = parse_answer(o.reply, n);
+  return o;
+}
+
+// One rank's outcomes as bytes, in its problems' order: per problem the int32 pred, the uint32 length of
+// the reply and its bytes (every rank runs the same binary, so native byte order is shared).
+std::string encode(const std::vector<Outcome>& outcomes) {
+  std::string b;
+  for (const Outcome& o : outcomes) {
+    const auto pred = static_cast<std::int32_t>(o.pred);
+    const auto len = static_cast<std::uint32_t>(o.reply.size());
+    b.append(reinterpret_cast<const char*>(&pred), sizeof pred);
+    b.append(reinterpret_cast<const char*>(&len), sizeof len);
+    b += o.reply;
+  }
+  return b;
+}
+
+// Appends the outcomes of `bytes` (encode's) to `out`.
+void decode(std::string_view bytes, std::vector<Outcome>& out) {
+  std::size_t at = 0;
+  const auto take = [&](void* dst, std::size_t n) {
+    if (bytes.size() - at < n) {
+      throw Error(fmt::format("scienceqa: outcomes of a rank truncated (expected {} more bytes at {}, got {})", n, at,
+                              bytes.size() - at));
+    }
+    std::memcpy(dst, bytes.data() + at, n);
+    at += n;
+  };
+  while (at < bytes.size()) {
+    std::int32_t pred = 0;
+    std::uint32_t len = 0;
+    take(&pred, sizeof pred);
+    take(&len, sizeof len);
+    Outcome o;
+    o.pred = pred;
+    o.reply.resize(len);
+    take(o.reply.data(), len);
+    out.push_back(std::move(o));
+  }
+}
+
+// The result of every problem's outcome, in the problems' order (the same on any number of ranks).
+Result tally(const std::vector<Problem>& problems, const std::vector<Outcome>& outcomes) {
+  if (outcomes.size() != problems.size()) {
+    throw Error(fmt::format("scienceqa: outcomes gathered from {} ranks (expected {}, got {})", dist::size(),
+                            problems.size(), outcomes.size()));
+  }
+  Result r;
+  for (const std::string& c : category_names()) r.correct[c] = r.count[c] = 0;
+  for (std::size_t i = 0; i < problems.size(); ++i) {
+    const Problem& p = problems[i];
+    Prediction pr;
+    pr.pid = p.pid;
+    pr.answer = p.answer;
+    pr.pred = outcomes[i].pred;
+    pr.reply = outcomes[i].reply;
+    pr.correct = pr.pred == p.answer;
+    r.unparsable += pr.pred < 0;
+    std::vector<std::string> cats = categories(p);
+    cats.push_back("avg");
+    for (const std::string& c : cats) {
+      ++r.count[c];
+      r.correct[c] += pr.correct;
+    }
+    r.predictions.push_back(std::move(pr));
+  }
+  return r;
+}
+
 }  // namespace
 
 std::vector<Problem> load_problems(const fs::path& data, const std::string& split, int max_problems) {
@@ -272,43 +371,28 @@ Result evaluate(const model::LlavaModel& m, const io::Tokenizer& tok, const imag
                 const std::vector<Problem>& problems, const Options& opt, const ProgressFn& progress) {
   const std::vector<std::int32_t> letters = letter_token_ids(tok);
   const std::vector<std::int64_t> stops = stop_token_ids(m.language_model());
-  const auto eos = static_cast<std::int32_t>(stops.empty() ? -1 : stops.front());
-  Result r;
-  for (const std::string& c : category_names()) r.correct[c] = r.count[c] = 0;
+  const auto n = static_cast<std::int64_t>(problems.size());
+  // This rank's contiguous share of the problems; rank order is problem order.
+  const dist::Share share = dist::my_share(n);
+  std::vector<Outcome> mine;
   const auto t0 = Clock::now();
-  for (const Problem& p : problems) {
-    const Input in = make_input(m, tok, processor, p);
-    const int n = static_cast<int>(p.choices.size());
-    Prediction pr;
-    pr.pid = p.pid;
-    pr.answer = p.answer;
-    if (opt.protocol == Protocol::Loglik) {
-      MatrixF logits;  // [1, V]
-      m.forward_last(in.ids, in.images, logits);
-      pr.pred = best_letter(logits, letters, n);
-      pr.reply = std::string(1, kLetters[static_cast<std::size_t>(pr.pred)]);
-    } else {
-      std::vector<std::int32_t> out = m.generate_greedy(in.ids, in.images, opt.max_new_tokens, eos);
-      // Any stop id ends the reply (generation_config.json may list several).
-      const auto stop = std::find_if(out.begin(), out.end(), [&](std::int32_t id) {
-        return std::find(stops.begin(), stops.end(), id) != stops.end();
-      });
-      out.erase(stop, out.end());
-      pr.reply = strip(tok.decode(out));
-      pr.pred = parse_answer(pr.reply, n);
+  for (std::int64_t i = share.begin; i < share.end; ++i) {
+    const Problem& p = problems[static_cast<std::size_t>(i)];
+    dist::set_activity(fmt::format("eval: problem {} ({} of {})", p.pid, i + 1, n));
+    mine.push_back(answer(m, tok, processor, p, opt, letters, stops));
+    if (progress) {
+      // The whole run's progress as this rank's fraction of its share (the ranks go at about one pace).
+      const auto done = static_cast<std::int64_t>(mine.size());
+      progress(static_cast<int>(done * n / share.size()), static_cast<int>(n),
+               std::chrono::duration<double>(Clock::now() - t0).count());
     }
-    pr.correct = pr.pred == p.answer;
-    r.unparsable += pr.pred < 0;
-    std::vector<std::string> cats = categories(p);
-    cats.push_back("avg");
-    for (const std::string& c : cats) {
-      ++r.count[c];
-      r.correct[c] += pr.correct;
-    }
-    r.predictions.push_back(std::move(pr));
-    r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (progress) progress(static_cast<int>(r.predictions.size()), static_cast<int>(problems.size()), r.seconds);
   }
+  dist::set_activity("eval: gathering the outcomes");
+  std::vector<Outcome> all;
+  all.reserve(problems.size());
+  for (const std::string& bytes : dist::all_gather_bytes(encode(mine))) decode(bytes, all);
+  Result r = tally(problems, all);
+  r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return r;
 }
 

@@ -109,6 +109,9 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, const LoadO
   auto source = std::make_shared<WeightSource>(dir, config.raw, (dir / "config.json").string());
   source->loader.set_lazy(opt.lazy);
   source->loader.set_stored(opt.weights == LoadOptions::Weights::Stored);
+  if (opt.huge_pages && !opt.lazy && opt.weights == LoadOptions::Weights::Stored) {
+    source->loader.set_huge_pages(opt.huge_pages_min_bytes);
+  }
   source->loader.set_scan(opt.lazy && opt.scan_finite);
   std::vector<std::string> language;  // a multimodal checkpoint's language-model prefixes: what is checked here
   std::vector<std::string> towers;    // and its other parts' (their latent modules are LlavaModel's)

@@ -106,7 +106,7 @@ void fused_head_nll(const MatrixF& x, const WeightTable& w, std::span<const std:
 }
 
 void head_logits(const MatrixF& x, const WeightTable& w, MatrixF& logits) {
-  if (!w.is_mapped()) {
+  if (w.is_widened()) {
     core::parallel_xwt(x, w.matrix(), logits);  // eager: one product, as every other wide GEMM
     return;
   }

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/gemm16.hpp"
 #include "latentllm/error.hpp"
 #include "model/ops.hpp"
 
@@ -43,6 +44,14 @@ WeightTable WeightTable::mapped(const io::TensorStore& store, const std::string&
   return t;
 }
 
+WeightTable WeightTable::held(Matrix16 m) {
+  WeightTable t;
+  t.rows_ = m.rows;
+  t.cols_ = m.cols;
+  t.held_ = std::move(m);
+  return t;
+}
+
 void WeightTable::gather(std::span<const std::int32_t> ids, MatrixF& h) const {
   const auto n = static_cast<std::int64_t>(ids.size());
   h.resize(n, cols_);
@@ -50,6 +59,10 @@ void WeightTable::gather(std::span<const std::int32_t> ids, MatrixF& h) const {
     const std::int32_t id = ids[static_cast<std::size_t>(i)];
     if (id < 0 || id >= rows_) {
       throw FormatError(fmt::format("token id at position {} (expected 0..{}, got {})", i, rows_ - 1, id));
+    }
+    if (held_.size() > 0) {
+      core::widen_rows(held_, id, id + 1, h.data() + i * cols_);  // checked finite at load
+      continue;
     }
     if (view_ == nullptr) {
       h.row(i) = m_.row(id);
@@ -63,6 +76,11 @@ void WeightTable::gather(std::span<const std::int32_t> ids, MatrixF& h) const {
 }
 
 const float* WeightTable::block(std::int64_t r0, std::int64_t n, core::ScratchF& scratch) const {
+  if (held_.size() > 0) {
+    scratch.resize(static_cast<std::size_t>(n * cols_));
+    core::widen_rows(held_, r0, r0 + n, scratch.data());  // checked finite at load
+    return scratch.data();
+  }
   if (view_ == nullptr) return m_.data() + r0 * cols_;
   scratch.resize(static_cast<std::size_t>(n * cols_));
   view_->to_f32(r0 * cols_, std::span<float>(scratch.data(), scratch.size()));
@@ -75,6 +93,7 @@ void WeightTable::release_pages() const {
 }
 
 std::optional<Matrix16> WeightTable::view16() const {
+  if (held_.size() > 0) return held_;
   if (view_ == nullptr || (view_->dtype != DType::F16 && view_->dtype != DType::BF16) ||
       reinterpret_cast<std::uintptr_t>(view_->data) % alignof(std::uint16_t) != 0) {
     return std::nullopt;

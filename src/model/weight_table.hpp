@@ -1,8 +1,9 @@
 // The token embedding and the LM head as the forward reads them: a [rows, cols] weight read by rows
 // (embedding lookups) or by blocks of rows (the LM head's vocabulary blocks). An eager model holds it
 // widened to float32; a lazy model (model::LoadOptions) reads the checkpoint's memory-mapped tensor
-// (F32, F16 or BF16) and widens only the rows it needs, when it needs them. Both give the same floats
-// (the widening is exact), so the same arithmetic on them gives the same bits.
+// (F32, F16 or BF16) and widens only the rows it needs, when it needs them; so does a model that
+// holds its 16-bit tables in memory (LoadOptions::huge_pages). All give the same floats (the
+// widening is exact), so the same arithmetic on them gives the same bits.
 #pragma once
 
 #include <cstdint>
@@ -25,12 +26,17 @@ class WeightTable {
   // keep_pages: release_pages() leaves the pages mapped in (a model with stored weights reads its head
   // every decoding step; dropping its pages would fault them in again each time).
   static WeightTable mapped(const io::TensorStore& store, const std::string& name, bool keep_pages = false);
+  // A 16-bit table held in memory (a copy in huge pages, LoadOptions::huge_pages), checked finite by
+  // the loader.
+  static WeightTable held(Matrix16 m);
 
   std::int64_t rows() const { return rows_; }
   std::int64_t cols() const { return cols_; }
   std::int64_t size() const { return rows_ * cols_; }  // parameters
   bool empty() const { return rows_ == 0; }
   bool is_mapped() const { return view_ != nullptr; }
+  // Widened to float32 at load: matrix() holds it.
+  bool is_widened() const { return m_.size() > 0; }
 
   // h: [ids.size(), cols] = the rows ids. Throws FormatError "token id at position i (expected
   // 0..rows−1, got id)"; lazy: NumericError "<tensor>: non-finite value at [id, j] (...)" for a
@@ -42,14 +48,15 @@ class WeightTable {
   const float* block(std::int64_t r0, std::int64_t n, core::ScratchF& scratch) const;
   // The float32 matrix of an eager table (empty for a mapped one).
   const MatrixF& matrix() const { return m_; }
-  // The mapped tensor as a Matrix16 view when it is F16 or BF16 with 2-byte aligned data; else
-  // nullopt.
+  // The held 16-bit table, or the mapped tensor as a Matrix16 view when it is F16 or BF16 with 2-byte
+  // aligned data; else nullopt.
   std::optional<Matrix16> view16() const;
   // Lazy: drops the tensor's mapped pages from this process (TensorStore::release_pages); eager: nothing.
   void release_pages() const;
 
  private:
-  MatrixF m_;                              // [rows, cols] eager; empty when mapped
+  MatrixF m_;                              // [rows, cols] eager; empty when mapped or held
+  Matrix16 held_;                          // [rows, cols] held 16-bit; empty otherwise
   const io::TensorStore* store_ = nullptr;  // lazy
   const TensorView* view_ = nullptr;        // lazy: [rows, cols] in the mapping
   std::int64_t rows_ = 0, cols_ = 0;

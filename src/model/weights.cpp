@@ -7,10 +7,24 @@
 #include <fmt/ranges.h>
 
 #include "core/gemm16.hpp"
+#include "core/mapped_file.hpp"
 #include "latentllm/error.hpp"
 #include "model/ops.hpp"
 
 namespace latentllm::model {
+
+namespace {
+
+// NumericError "<name>: non-finite value at [i, j] (expected finite, got v)" for m's first Inf or NaN.
+void check_finite16(const Matrix16& m, const std::string& name) {
+  if (const std::int64_t bad = core::first_non_finite(m); bad >= 0) {
+    const std::uint16_t h = m.data[bad];
+    throw NumericError(fmt::format("{}: non-finite value at [{}, {}] (expected finite, got {})", name, bad / m.cols,
+                                   bad % m.cols, m.dtype == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h)));
+  }
+}
+
+}  // namespace
 
 WeightLoader::WeightLoader(const io::TensorStore& store, std::map<std::string, io::LatentModule> latent)
     : store_(store), latent_(std::move(latent)) {}
@@ -79,6 +93,18 @@ MatrixF WeightLoader::matrix_of(const std::string& name, std::initializer_list<s
   return m;
 }
 
+Matrix16 WeightLoader::huge_copy(const TensorView& t, std::int64_t rows, std::int64_t cols) const {
+  Matrix16 m;
+  m.dtype = t.dtype;
+  m.rows = rows;
+  m.cols = cols;
+  auto copy = core::copy_to_huge_pages(t.data, t.nbytes);
+  m.data = reinterpret_cast<const std::uint16_t*>(copy.get());
+  m.owned = std::move(copy);
+  store_.release_pages(t.name);
+  return m;
+}
+
 bool WeightLoader::is16(const std::string& name) const {
   const DType d = store_.get(resolve(name)).dtype;
   return d == DType::F16 || d == DType::BF16;
@@ -96,7 +122,9 @@ Matrix16 WeightLoader::matrix16(const std::string& name, std::int64_t rows, std:
   m.dtype = t.dtype;
   m.rows = rows;
   m.cols = cols;
-  if (reinterpret_cast<std::uintptr_t>(t.data) % alignof(std::uint16_t) == 0) {
+  if (huge_pages_ && !checking_ && static_cast<std::int64_t>(t.nbytes) >= huge_min_bytes_) {
+    m = huge_copy(t, rows, cols);
+  } else if (reinterpret_cast<std::uintptr_t>(t.data) % alignof(std::uint16_t) == 0) {
     m.data = reinterpret_cast<const std::uint16_t*>(t.data);
   } else {
     auto copy = std::make_shared<std::vector<std::uint16_t>>(static_cast<std::size_t>(rows * cols));
@@ -104,11 +132,7 @@ Matrix16 WeightLoader::matrix16(const std::string& name, std::int64_t rows, std:
     m.data = copy->data();
     m.owned = std::move(copy);
   }
-  if (const std::int64_t bad = core::first_non_finite(m); bad >= 0) {
-    const std::uint16_t h = m.data[bad];
-    throw NumericError(fmt::format("{}: non-finite value at [{}, {}] (expected finite, got {})", name, bad / cols,
-                                   bad % cols, m.dtype == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h)));
-  }
+  check_finite16(m, name);
   if (checking_) {  // scanned only
     store_.release_pages(t.name);
     return {};
@@ -132,19 +156,23 @@ VectorF WeightLoader::vector(const std::string& name, std::int64_t n) const {
 WeightTable WeightLoader::table(const std::string& name, std::int64_t rows, std::int64_t cols) const {
   const auto stored_bytes = static_cast<std::int64_t>(view(name, {rows, cols}).nbytes);
   largest_table_stored_ = std::max(largest_table_stored_, stored_bytes);
+  if (stored_ && is16(name) && huge_pages_ && !checking_ && stored_bytes >= huge_min_bytes_) {  // a copy in huge pages
+    table_bytes_ += stored_bytes;
+    const TensorView& v = store_.get(resolve(name));
+    auto [it, added] = huge_tables_.try_emplace(v.name);
+    if (added) {
+      it->second = huge_copy(v, rows, cols);
+      check_finite16(it->second, name);
+    }
+    return WeightTable::held(it->second);
+  }
   if (stored_ && is16(name)) {  // mapped, its stored bytes
     table_bytes_ += stored_bytes;
     WeightTable t = WeightTable::mapped(store_, resolve(name), /*keep_pages=*/!lazy_);
     if (!checking_ && !lazy_) {
       // An eager model checks every value at load; the GEMV of decoding reads a 16-bit head unchecked.
       const TensorView& v = store_.get(resolve(name));
-      if (const auto m = t.view16()) {
-        if (const std::int64_t bad = core::first_non_finite(*m); bad >= 0) {
-          const std::uint16_t h = m->data[bad];
-          throw NumericError(fmt::format("{}: non-finite value at [{}, {}] (expected finite, got {})", name,
-                                         bad / cols, bad % cols, m->dtype == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h)));
-        }
-      }
+      if (const auto m = t.view16()) check_finite16(*m, name);
       store_.release_pages(v.name);
     }
     return t;

@@ -87,6 +87,12 @@ class WeightLoader {
   // linear() keeps F16/BF16 matrices as stored (LoadOptions::Weights::Stored); the bytes counted for
   // them and for the tables are then the stored ones.
   void set_stored(bool on) { stored_ = on; }
+  // With set_stored on an eager model: 16-bit matrices and tables of at least min_bytes are copies in
+  // huge pages (LoadOptions::huge_pages), their mapped pages dropped.
+  void set_huge_pages(std::int64_t min_bytes) {
+    huge_pages_ = true;
+    huge_min_bytes_ = min_bytes;
+  }
   // Float32 bytes of the largest set of 16-bit matrices one linear() gave since the last call: what
   // the forward widens at once (Linear::weight16, or A16 + B16).
   std::int64_t take_largest_widened();
@@ -104,13 +110,17 @@ class WeightLoader {
 
  private:
   const TensorView& view(const std::string& name, std::initializer_list<std::int64_t> shape) const;
+  // The tensor t (F16 or BF16, [rows, cols]) copied into huge pages; its mapped pages dropped.
+  Matrix16 huge_copy(const TensorView& t, std::int64_t rows, std::int64_t cols) const;
 
   const io::TensorStore& store_;
   std::vector<PrefixRule> rules_;
   std::map<std::string, io::LatentModule> latent_;
   std::set<std::string> latent_used_;
   mutable std::set<std::string> used_;  // stored names resolved so far
-  bool checking_ = false, lazy_ = false, scan_ = false, stored_ = false;
+  bool checking_ = false, lazy_ = false, scan_ = false, stored_ = false, huge_pages_ = false;
+  std::int64_t huge_min_bytes_ = 0;
+  mutable std::map<std::string, Matrix16> huge_tables_;  // stored name → its copy: a tied embedding and head share it
   mutable std::int64_t counted_bytes_ = 0, table_bytes_ = 0, largest_stored_ = 0, largest_table_stored_ = 0;
   std::int64_t largest_widened_ = 0;
 };

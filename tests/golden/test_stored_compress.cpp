@@ -4,7 +4,7 @@
 // the weights in each way (local ASVD from the inputs and from the outputs, joint Q-K / V-O / up-down,
 // the dense stream of --fit compensate, the global allocation's pre-pass, windows of 4 tokens that
 // the decoding GEMV would otherwise take); --json says which form ran; the memory plan counts the
-// stored bytes.
+// stored bytes. sweep takes the same switch.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -131,6 +131,46 @@ TEST(StoredCompress, MemoryPlanCountsStoredBytes) {
   // Every matrix of opt-tiny's layers is 16-bit here: the stored layer is about half the float32 one.
   EXPECT_LT(layer16, f32->footprint().largest_layer() * 6 / 10);
   EXPECT_LT(b.total(), a.total());
+}
+
+// `latentllm sweep --json` of `model` (one method, one ratio, perplexity on 4 windows) with `args`: its
+// results document.
+nlohmann::json sweep(const fs::path& model, const std::string& args) {
+  const fs::path out = test::make_temp_dir("stored-sweep") / "grid";
+  const std::string text = test::shared_path("data/tinystories/TinyStories-valid.stories0001-0232.clean.txt").string();
+  const std::string cmd = fmt::format(
+      "{{ {} sweep --model '{}' --out '{}' --methods latentllm --ratios 0.3 --calib text --calib-data '{}' "
+      "--nsamples 6 --seqlen 32 --seed 1 --datasets text='{}' --eval-seqlen 32 --max-windows 4 --json {} 2>/dev/null; }}",
+      test::cli_path().string(), model.string(), out.string(), text, text, args);
+  std::string output;
+  EXPECT_EQ(test::run_command(cmd, output), 0) << cmd << "\n" << output;
+  return nlohmann::json::parse(output, nullptr, /*allow_exceptions=*/false);
+}
+
+// sweep takes --weights like compress: the same compressions and perplexities either way (the dense row
+// and the compressed one), the choice recorded in its settings; a bad value refused like compress's.
+TEST(StoredCompress, SweepWeightsSwitch) {
+  const nlohmann::json f32 = sweep(copies().llama_f16, "--weights f32");
+  const nlohmann::json stored = sweep(copies().llama_f16, "");
+  ASSERT_TRUE(f32.is_object() && stored.is_object());
+  EXPECT_EQ(f32.at("settings").at("weights"), "f32");
+  EXPECT_EQ(stored.at("settings").at("weights"), "stored");
+  ASSERT_EQ(f32.at("runs").size(), 2u);  // dense + latentllm at 0.3
+  ASSERT_EQ(stored.at("runs").size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    const nlohmann::json& a = f32.at("runs")[i];
+    const nlohmann::json& b = stored.at("runs")[i];
+    EXPECT_EQ(a.at("ppl").at("text").get<double>(), b.at("ppl").at("text").get<double>()) << a.at("method");
+    EXPECT_EQ(a.at("params"), b.at("params")) << a.at("method");
+    EXPECT_EQ(a.at("mean_relative_output_error"), b.at("mean_relative_output_error")) << a.at("method");
+  }
+  std::string output;
+  EXPECT_NE(test::run_command(fmt::format("{} sweep --model '{}' --out '{}' --weights f8 2>&1", test::cli_path().string(),
+                                          copies().llama_f16.string(),
+                                          (test::make_temp_dir("stored-sweep-bad") / "grid").string()),
+                              output),
+            0);
+  EXPECT_NE(output.find("--weights (expected f32 or stored, got f8)"), std::string::npos) << output;
 }
 
 }  // namespace

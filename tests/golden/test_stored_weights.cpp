@@ -5,6 +5,9 @@
 // counts the stored bytes; `latentllm ppl --weights` gives the same figure either way.
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <utility>
+
 #include <fmt/format.h>
 
 #include "latentllm/calib.hpp"
@@ -118,6 +121,65 @@ TEST(StoredWeights, DecodingLogitsWithinBound) {
       EXPECT_LE((la - lb).cwiseAbs().maxCoeff(), 1e-4f * scale) << dir << " token " << t;
     }
   }
+}
+
+// With huge_pages (what generate loads) every 16-bit matrix is an owned copy of the mapped one, byte
+// for byte, and prefill and decoding give the mapped model's logits to the last bit.
+TEST(StoredWeights, HugePagesCopiesGiveTheSameBits) {
+  for (const fs::path& dir : {fixture().latent, fixture().dense_bf16, fixture().dense_f16}) {
+    const auto mapped = model::Model::load(dir, {.weights = Weights::Stored});
+    // Every tensor copied (by default only those of 2 MiB and more, which these small models lack).
+    const auto huge =
+        model::Model::load(dir, {.weights = Weights::Stored, .huge_pages = true, .huge_pages_min_bytes = 0});
+    const auto defaults = model::Model::load(dir, {.weights = Weights::Stored, .huge_pages = true});
+    EXPECT_EQ(defaults->layer(0).linears[0].weight16.owned, nullptr);
+    EXPECT_EQ(defaults->layer(0).linears[0].B16.owned, nullptr);
+    for (int i = 0; i < mapped->num_layers(); ++i) {
+      const auto& a = mapped->layer(i).linears;
+      const auto& b = huge->layer(i).linears;
+      ASSERT_EQ(a.size(), b.size());
+      for (std::size_t j = 0; j < a.size(); ++j) {
+        for (const auto& [x, y] : {std::pair{&a[j].weight16, &b[j].weight16}, std::pair{&a[j].A16, &b[j].A16},
+                                   std::pair{&a[j].B16, &b[j].B16}}) {
+          ASSERT_EQ(x->size(), y->size()) << b[j].name;
+          if (y->size() == 0) continue;
+          EXPECT_EQ(x->owned, nullptr) << b[j].name;  // a view of the mapping
+          EXPECT_NE(y->owned, nullptr) << b[j].name;  // a copy
+          EXPECT_NE(x->data, y->data) << b[j].name;
+          EXPECT_EQ(std::memcmp(x->data, y->data, static_cast<std::size_t>(x->bytes())), 0) << b[j].name;
+        }
+      }
+    }
+    EXPECT_EQ(huge->footprint().all_layers(), mapped->footprint().all_layers());
+    EXPECT_EQ(huge->footprint().tables, mapped->footprint().tables);
+    model::KvCache ca(*mapped, 32), cb(*huge, 32);
+    const std::vector<std::int32_t> prompt = {1, 400, 401, 402, 403, 404, 405, 406};
+    MatrixF la, lb;
+    mapped->forward_cached(prompt, ca, la);
+    huge->forward_cached(prompt, cb, lb);
+    EXPECT_EQ(la, lb) << dir;
+    for (std::int32_t t : {7, 8, 9, 10}) {
+      mapped->forward_cached(std::vector<std::int32_t>{t}, ca, la);
+      huge->forward_cached(std::vector<std::int32_t>{t}, cb, lb);
+      EXPECT_EQ(la, lb) << dir << " token " << t;
+    }
+  }
+}
+
+// generate's default (a copy in huge pages) and --map-weights (the mapping in place) give the same text.
+TEST(StoredWeights, GenerateMapWeightsSameText) {
+  const std::string base = fmt::format("{} generate --model '{}' --prompt 'Once upon a' --temperature 0 "
+                                       "--max-new-tokens 12",
+                                       test::cli_path().string(), fixture().dense_bf16.string());
+  std::string copied, mapped;
+  ASSERT_EQ(test::run_command(base, copied), 0) << copied;
+  ASSERT_EQ(test::run_command(base + " --map-weights", mapped), 0) << mapped;
+  auto text = [](const std::string& out) {  // the line after the header that ends "greedy"
+    const auto p = out.find("greedy\n");
+    return p == std::string::npos ? std::string() : out.substr(p + 7, out.find('\n', p + 7) - (p + 7));
+  };
+  EXPECT_GT(text(copied).size(), 5u) << copied;
+  EXPECT_EQ(text(copied), text(mapped));
 }
 
 TEST(StoredWeights, PplCliSameFigureAndStoredPlan) {

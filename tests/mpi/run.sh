@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The CLI under mpirun on the fixtures (ctest label `mpi`, tests/CMakeLists.txt): checkpoints and
-# perplexities byte-identical to one plain process for K = 2 and 3 ranks, a resume with another K, a
-# killed rank. Small calibration sets (6 windows of 64 tokens in batches of 2: 3 batches, one per rank
+# The CLI under mpirun on the fixtures (ctest label `mpi`, tests/CMakeLists.txt): checkpoints,
+# perplexities and ScienceQA results byte-identical to one plain process for K = 2 and 3 ranks, a resume
+# with another K, a killed rank, a failing rank during eval, the commands rank 0 runs alone. Small calibration sets (6 windows of 64 tokens in batches of 2: 3 batches, one per rank
 # at K = 3) keep each case to seconds. In the identical case joint up-down runs in units of 96 tokens
 # (4 units: 2 + 2 at K = 2, 1 + 1 + 2 at K = 3), so its token passes are split across the ranks.
 #
-# Usage: tests/mpi/run.sh CASE CLI SHARED     CASE: identical | resume | killed
+# Usage: tests/mpi/run.sh CASE CLI SHARED
+#   CASE: identical | resume | killed | eval | eval-fault | commands
 set -euo pipefail
 CASE=$1 CLI=$2 SHARED=$3
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
@@ -129,6 +130,108 @@ killed)
   compress 3 "$TMP/out" opt-tiny --resume > /dev/null 2> "$TMP/resume.err" || { cat "$TMP/resume.err"; fail "resume"; }
   [ "$(digest "$TMP/out")" = "$(digest "$TMP/ref12")" ] || fail "resumed after the kill: other bytes"
   echo "rank 1 killed: ended in $((t1 - t0)) s; resumed on 3 ranks to the bytes of one process"
+  ;;
+eval)
+  # ScienceQA on llava-shapes-tiny: each rank answers a contiguous share of the problems, the outcomes
+  # are gathered in rank order; the --json (timings and "ranks" aside) is byte-identical for 1, 2 and 3
+  # ranks (and 2 threads each), and the accuracy is REFERENCE.json's. Progress comes from rank 0 alone, counting the whole.
+  LLAVA=$SHARED/models/llava-shapes-tiny SQA=$SHARED/data/scienceqa-shapes
+  strip_timing() { sed -E 's/"eval_seconds":[^,]*,//; s/"problems_per_s":[^,]*,//; s/"ranks":[0-9]+,//' "$1"; }
+  accuracy() { grep -o '"accuracy":{[^}]*}' "$1" | grep -o '"avg":[0-9.]*' | cut -d: -f2; }
+  for v in "generate|" "loglik|--max-problems 40"; do
+    protocol=${v%%|*}
+    read -r -a args <<< "${v#*|}"
+    for k in 0 2 3; do
+      ranks "$k" eval --model "$LLAVA" --data "$SQA" --protocol "$protocol" --threads 1 --json "${args[@]}" \
+        > "$TMP/eval$k.json" 2> "$TMP/eval$k.err" || { cat "$TMP/eval$k.err"; fail "$protocol: $k ranks failed"; }
+    done
+    n=$(grep -o '"problem_count":[0-9]*' "$TMP/eval0.json" | cut -d: -f2)
+    for k in 2 3; do
+      cmp -s <(strip_timing "$TMP/eval0.json") <(strip_timing "$TMP/eval$k.json") ||
+        fail "$protocol: $k ranks printed another result than one process"
+      grep -q "\"ranks\":$k" "$TMP/eval$k.json" || fail "$protocol: --json without \"ranks\": $k"
+      [ "$(grep -c '^eval: scienceqa' "$TMP/eval$k.err")" = 1 ] || fail "$protocol: $k ranks printed the header more than once"
+      grep -q "^eval: $n/$n problems" "$TMP/eval$k.err" || { cat "$TMP/eval$k.err"; fail "$protocol: no final progress $n/$n"; }
+    done
+    echo "eval $protocol: $n problems, accuracy $(accuracy "$TMP/eval0.json") % for 1, 2 and 3 ranks"
+    [ "$protocol" = generate ] || continue
+    # Threads change nothing either: 2 ranks x 2 threads against one process x 1 thread.
+    ranks 2 eval --model "$LLAVA" --data "$SQA" --threads 2 --json > "$TMP/eval2t2.json" 2> /dev/null ||
+      fail "generate: 2 ranks x 2 threads failed"
+    cmp -s <(strip_timing "$TMP/eval0.json") <(strip_timing "$TMP/eval2t2.json") ||
+      fail "generate: 2 ranks x 2 threads printed another result than one process"
+    # The whole val split by LLaVA's protocol: REFERENCE.json's greedy accuracy.
+    want=$(tr -d ' \n' < "$LLAVA/REFERENCE.json" | grep -o '"greedy_accuracy":{"all":[0-9.]*' | cut -d: -f3)
+    got=$(accuracy "$TMP/eval3.json")
+    [ -n "$want" ] && awk -v a="$got" -v b="$want" 'BEGIN { exit !(a - b < 0.005 && b - a < 0.005) }' ||
+      fail "accuracy on 3 ranks $got % (expected REFERENCE.json's $want %)"
+  done
+  ;;
+eval-fault)
+  # An image that fails to decode in one rank's share only (problem 7 of 9: rank 2 of 3, rank 1 of 2)
+  # ends the run on every rank within seconds with one error naming the rank and the file; the others
+  # say they were stopped (at start-up or at their problem), and nothing is printed on stdout.
+  SQA=$(cd "$SHARED/data/scienceqa-shapes" && pwd)
+  DATA=$TMP/sqa
+  mkdir -p "$DATA/images/val"
+  ln -s "$SQA/problems.json" "$DATA/problems.json"
+  list=""
+  for p in 500001 500002 500003 500004 500005 500006 500007 500008 500009; do
+    list="$list${list:+, }\"$p\""
+    [ ! -d "$SQA/images/val/$p" ] || ln -s "$SQA/images/val/$p" "$DATA/images/val/$p"
+  done
+  echo "{\"val\": [$list]}" > "$DATA/pid_splits.json"
+  [ -L "$DATA/images/val/500007" ] || fail "problem 500007 has no image to break"
+  rm "$DATA/images/val/500007"
+  mkdir "$DATA/images/val/500007"
+  echo "not an image" > "$DATA/images/val/500007/image.png"
+  for v in "2|1" "3|2"; do
+    k=${v%%|*} bad=${v#*|}
+    t0=$(date +%s)
+    rc=0
+    ranks "$k" eval --model "$SHARED/models/llava-shapes-tiny" --data "$DATA" --threads 1 > "$TMP/out" 2> "$TMP/err" || rc=$?
+    t1=$(date +%s)
+    [ "$rc" != 0 ] || fail "$k ranks: the run succeeded with a broken image"
+    [ $((t1 - t0)) -le 10 ] || fail "$k ranks: the run took $((t1 - t0)) s to end"
+    [ ! -s "$TMP/out" ] || fail "$k ranks: printed a result: $(cat "$TMP/out")"
+    errors=$(grep '^latentllm: error: ' "$TMP/err" | grep -v 'stopped by the MPI launcher' || true)
+    [ "$(printf '%s\n' "$errors" | grep -c .)" = 1 ] || { cat "$TMP/err"; fail "$k ranks: not one error"; }
+    [[ "$errors" == *"rank $bad of $k: $DATA/images/val/500007/image.png: unknown image format"* ]] ||
+      { cat "$TMP/err"; fail "$k ranks: the error does not name rank $bad and the image"; }
+    # A stopped rank names what it was doing (its start-up or its problem) and advises no --resume.
+    ! grep 'stopped by the MPI launcher' "$TMP/err" | grep -q -e '--resume' -e 'progress directory' ||
+      { cat "$TMP/err"; fail "$k ranks: a stopped rank advises a resume eval does not have"; }
+    echo "$k ranks: $errors (ended in $((t1 - t0)) s)"
+  done
+  ;;
+commands)
+  # sweep: compressions, perplexities and ScienceQA split across the ranks, rank 0 writes the files: the
+  # same results (timings and memory aside) and tables as one process. generate, inspect and export run
+  # on rank 0 alone while the others wait: their output once, as one process prints or writes it.
+  LLAVA=$SHARED/models/llava-shapes-tiny SQA=$SHARED/data/scienceqa-shapes
+  results() { grep -v -E '"(compress_seconds|eval_seconds|peak_rss_bytes)"' "$1/results.json"; }
+  for k in 0 2; do
+    ranks "$k" sweep --model "$LLAVA" --methods plain-svd,latentllm --ratios 0.3 --calib scienceqa --nsamples 16 \
+      --calib-data "$SQA" --scienceqa "$SQA" --protocol loglik --max-problems 60 --threads 1 -q --out "$TMP/sweep$k" \
+      > /dev/null 2> "$TMP/sweep$k.err" || { cat "$TMP/sweep$k.err"; fail "sweep: $k ranks failed"; }
+  done
+  cmp -s <(results "$TMP/sweep0") <(results "$TMP/sweep2") || fail "sweep: 2 ranks wrote other results than one process"
+  cmp -s "$TMP/sweep0/table4.md" "$TMP/sweep2/table4.md" || fail "sweep: 2 ranks wrote another table4.md"
+  echo "sweep: the same results.json and table4.md for 1 and 2 ranks"
+  compress 0 "$TMP/latent" opt-tiny > /dev/null 2>&1 || fail "plain compress"
+  for k in 0 2; do
+    ranks "$k" generate --model "$TMP/latent" --prompt "Hello" --max-new-tokens 8 --threads 1 > "$TMP/gen$k" \
+      2> "$TMP/gen$k.err" || { cat "$TMP/gen$k.err"; fail "generate: $k ranks failed"; }
+    ranks "$k" inspect "$TMP/latent" > "$TMP/inspect$k" 2> /dev/null || fail "inspect: $k ranks failed"
+    ranks "$k" export --model "$TMP/latent" --out "$TMP/hf$k" --threads 1 > /dev/null 2> "$TMP/export$k.err" ||
+      { cat "$TMP/export$k.err"; fail "export: $k ranks failed"; }
+  done
+  [ -s "$TMP/gen0" ] || fail "generate: no text"
+  cmp -s "$TMP/gen0" "$TMP/gen2" || fail "generate: 2 ranks printed '$(cat "$TMP/gen2")', one process '$(cat "$TMP/gen0")'"
+  grep -q "generate runs on rank 0 alone" "$TMP/gen2.err" || fail "generate: stderr does not say rank 0 runs it"
+  cmp -s "$TMP/inspect0" "$TMP/inspect2" || fail "inspect: 2 ranks printed another description"
+  cmp -s "$TMP/hf0/model.safetensors" "$TMP/hf2/model.safetensors" || fail "export: 2 ranks wrote other bytes"
+  echo "generate, inspect, export: rank 0 alone, the output of one process"
   ;;
 *) fail "unknown case" ;;
 esac

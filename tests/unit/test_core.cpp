@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdint>
+#include <cstring>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -8,6 +10,7 @@
 #include <vector>
 
 #include "core/gemm.hpp"
+#include "core/mapped_file.hpp"
 #include "core/parallel.hpp"
 #include "latentllm/threads.hpp"
 #include "model/ops.hpp"
@@ -136,6 +139,19 @@ TEST(Parallel, SmallWorkRunsTheSameChunksOnTheCaller) {
 
 // The weights' finiteness check: any NaN or ±Inf anywhere (a vector tail included), never a finite value
 // however large; the row-major matrix check names the first one.
+// The copy holds the same bytes from a 2 MiB boundary (where transparent huge pages can back it),
+// for sizes below, at and above a huge page, and an empty one.
+TEST(MappedFile, CopyToHugePagesSameBytesAligned) {
+  for (const std::size_t n : {std::size_t{0}, std::size_t{5}, std::size_t{2} << 20, (std::size_t{2} << 20) + 3}) {
+    std::vector<unsigned char> src(n);
+    for (std::size_t i = 0; i < n; ++i) src[i] = static_cast<unsigned char>(i * 131 + 7);
+    const auto copy = core::copy_to_huge_pages(src.data(), n);
+    ASSERT_NE(copy, nullptr);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(copy.get()) % (std::uintptr_t{2} << 20), 0u) << n;
+    EXPECT_EQ(n == 0 ? 0 : std::memcmp(copy.get(), src.data(), n), 0) << n;
+  }
+}
+
 TEST(Ops, AllFiniteFindsEveryNonFiniteValue) {
   std::vector<float> v(1003, 1.0f);
   v[17] = std::numeric_limits<float>::max();

@@ -1,6 +1,6 @@
 // The collectives on one process (a plain run is one rank; tests/mpi/run.sh checks them under mpirun):
 // shares cover the items in contiguous blocks independent of timing, and redistribute_rows hands back
-// exactly the strided rows asked for.
+// exactly the strided rows asked for, all_gather_bytes a rank's own bytes.
 #include <gtest/gtest.h>
 
 #include "dist/comm.hpp"
@@ -37,6 +37,15 @@ TEST(RedistributeRows, OneRankGetsTheStridedRowsItAsks) {
   EXPECT_EQ(out.rows(), 0);
   EXPECT_THROW(redistribute_rows(x.data(), x.rows(), x.cols(), 3, {2, 5}, out), Error);  // row 12 of 10
   EXPECT_EQ(sum_of(7), 7);
+}
+
+TEST(AllGatherBytes, OneRankGetsItsOwnBytes) {
+  ASSERT_EQ(size(), 1);
+  const std::string bytes("a\0b\xff", 4);  // any bytes, NULs included
+  const std::vector<std::string> all = all_gather_bytes(bytes);
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0], bytes);
+  EXPECT_EQ(all_gather_bytes({}), std::vector<std::string>{std::string()});
 }
 
 }  // namespace

@@ -141,14 +141,14 @@ TEST(Gemm16, PanelPathIsBitIdenticalToSgemm) {
 TEST(Gemm16, FirstNonFinite) {
   Matrix16 w = random16(DType::F16, 3, 5000, 5);
   EXPECT_EQ(core::first_non_finite(w), -1);
-  auto v = std::make_shared<std::vector<std::uint16_t>>(*w.owned);
+  auto v = std::make_shared<std::vector<std::uint16_t>>(w.data, w.data + w.size());
   (*v)[7777] = 0x7c00;  // F16 +Inf
   (*v)[9000] = 0x7e00;  // F16 NaN
   w.data = v->data();
   w.owned = v;
   EXPECT_EQ(core::first_non_finite(w), 7777);
   Matrix16 b = random16(DType::BF16, 2, 10, 6);
-  auto vb = std::make_shared<std::vector<std::uint16_t>>(*b.owned);
+  auto vb = std::make_shared<std::vector<std::uint16_t>>(b.data, b.data + b.size());
   (*vb)[13] = 0xff80;  // BF16 −Inf
   b.data = vb->data();
   b.owned = vb;

@@ -4,7 +4,9 @@
 
 #include <fmt/format.h>
 
+#include "latentllm/dist.hpp"
 #include "latentllm/error.hpp"
+#include "options.hpp"
 
 namespace latentllm::cli {
 namespace {
@@ -56,8 +58,17 @@ void register_commands(CLI::App& app) {
 }
 
 int run_selected(CLI::App& app) {
-  for (auto& c : registry())
-    if (c.app->parsed()) return c.run();
+  for (auto& c : registry()) {
+    if (!c.app->parsed()) continue;
+    if (c.ranks == Ranks::Root && dist::size() > 1) {
+      if (!dist::is_root()) {
+        dist::set_activity(fmt::format("the wait for rank 0 to run {}", c.app->get_name()));
+        return 0;
+      }
+      run_on_root_only(c.app->get_name());
+    }
+    return c.run();
+  }
   throw ConfigError(fmt::format("a command is required (expected one of {})", command_names(app)));
 }
 

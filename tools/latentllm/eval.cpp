@@ -122,7 +122,7 @@ int run_eval(const EvalArgs& a) {
                  problems.size(), a.data.c_str(), a.protocol.c_str(), a.model.c_str());
   }
   Progress progress;
-  // Not split across ranks yet: under mpirun every rank evaluates every problem, rank 0 prints.
+  // Under K ranks each evaluates its share of the problems; every rank gets the whole result, rank 0 prints.
   const sqa::Result r = sqa::evaluate(m, *tok, processor, problems, opt, std::ref(progress));
   if (!dist::is_root()) return 0;
   if (a.json) {

@@ -60,7 +60,7 @@ Command add_export(CLI::App& app) {
   // An export holds exactly the tensors its architecture reads: a stored tensor config.json does not use
   // (e.g. a bias the architecture has no switch on for) is an error, never copied along.
   sub->remove_option(sub->get_option("--allow-unused-tensors"));
-  return {sub, [a] { return run_export(*a); }};
+  return {sub, [a] { return run_export(*a); }, Ranks::Root};  // one output written once, by rank 0
 }
 
 }  // namespace latentllm::cli

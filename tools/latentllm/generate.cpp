@@ -23,6 +23,14 @@
 namespace latentllm::cli {
 namespace {
 
+// Decoding streams every weight once per token: stored 16-bit weights are copied into huge pages at
+// load (model::LoadOptions::huge_pages) unless --map-weights.
+model::LoadOptions decode_load(const RunArgs& run, bool map_weights) {
+  model::LoadOptions lo = run.load();
+  lo.huge_pages = !map_weights;
+  return lo;
+}
+
 struct GenerateArgs {
   std::string model;
   std::string prompt;
@@ -34,6 +42,7 @@ struct GenerateArgs {
   std::string seed = "0";
   std::string max_memory;  // empty: physical memory − 2 GiB
   bool json = false;
+  bool map_weights = false;  // --map-weights: 16-bit weights read in place (LoadOptions::huge_pages off)
 };
 
 // "LlamaForCausalLM", or "LlavaForConditionalGeneration, language model LlamaForCausalLM".
@@ -132,7 +141,7 @@ int run_llava(const GenerateArgs& a, const eval::GenerateOptions& opt) {
     const std::int64_t text_tokens = static_cast<std::int64_t>(io::load_tokenizer(a.model)->encode(text).size()) + 1;
     check_inference_memory("generate", a.model, a.max_memory, text_tokens + image_tokens + a.opt.max_new_tokens, a.run);
   }
-  const model::LlavaModel lm = model::LlavaModel::load(a.model, a.run.load());
+  const model::LlavaModel lm = model::LlavaModel::load(a.model, decode_load(a.run, a.map_weights));
   std::int64_t n_tokens = lm.config().features_per_image();
   if (n_img) {
     const auto processor = image::load_processor_config(std::filesystem::path(a.model) / "preprocessor_config.json");
@@ -175,7 +184,7 @@ int run_generate(const GenerateArgs& a) {
   const auto tok = io::load_tokenizer(a.model);
   check_inference_memory("generate", a.model, a.max_memory,
                          static_cast<std::int64_t>(tok->encode(a.prompt).size()) + 1 + a.opt.max_new_tokens, a.run);
-  const std::unique_ptr<model::Model> m = model::Model::load(a.model, a.run.load());
+  const std::unique_ptr<model::Model> m = model::Model::load(a.model, decode_load(a.run, a.map_weights));
   const std::vector<std::int32_t> prompt = eval::prompt_ids(*m, *tok, a.prompt);
   return run_text(a, opt, *m, *tok, prompt, {});
 }
@@ -225,16 +234,21 @@ Command add_generate(CLI::App& app) {
       ->capture_default_str()
       ->group("Performance");
   sub->add_option("--max-memory", args->max_memory,
-                  "Memory budget (e.g. 20G; default: physical memory - 2 GiB): the weights are widened to float32 at "
-                  "load, so a model whose plan (printed at start) does not fit is refused before it is read")
+                  "Memory budget (e.g. 20G; default: physical memory - 2 GiB): the weights take their size as held "
+                  "(--weights), so a model whose plan (printed at start) does not fit is refused before it is read")
       ->group("Run");
   add_run_options(sub, args->run);
   add_weights_option(sub, args->run);
+  sub->add_flag("--map-weights", args->map_weights,
+                "With --weights stored: decode from the memory-mapped checkpoint in place instead of a copy in "
+                "huge pages made at load (loads faster and shares the page cache between runs; decodes slower)")
+      ->group("Performance");
   sub->add_flag("--json", args->json,
                 "Print one JSON object (text, tokens, prompt_tokens_per_s, decode_tokens_per_s, "
                 "kv_cache_bytes_per_token, kv_cache_bytes) instead of streaming the text")
       ->group("Output");
-  return {sub, [args] { return run_generate(*args); }};
+  // One prompt is one sequential decode: rank 0 generates, the other ranks wait.
+  return {sub, [args] { return run_generate(*args); }, Ranks::Root};
 }
 
 }  // namespace latentllm::cli

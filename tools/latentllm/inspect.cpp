@@ -170,7 +170,8 @@ Command add_inspect(CLI::App& app) {
               print_text(j);
             }
             return 0;
-          }};
+          },
+          Ranks::Root};  // one checkpoint described once
 }
 
 }  // namespace latentllm::cli

@@ -271,6 +271,7 @@ nlohmann::json plan_json(const compress::RankPlan& p) {
 
 namespace {
 bool g_quiet = false;
+std::string g_root_only;  // a command rank 0 runs alone under K > 1 ranks (run_on_root_only)
 }  // namespace
 
 void add_run_options(CLI::App* sub, RunArgs& a) {
@@ -303,10 +304,17 @@ void apply_run_options(const RunArgs& a) {
              "the run down", a.threads, cores);
   }
   core::set_num_threads(a.threads);
-  if (dist::size() > 1) log_info("ranks: {} processes x {} threads each", dist::size(), core::num_threads());
+  if (dist::size() > 1 && !g_root_only.empty()) {
+    log_info("ranks: {} processes; {} runs on rank 0 alone with {} threads, the other ranks wait", dist::size(),
+             g_root_only, core::num_threads());
+  } else if (dist::size() > 1) {
+    log_info("ranks: {} processes x {} threads each", dist::size(), core::num_threads());
+  }
 }
 
 bool quiet() { return g_quiet; }
+
+void run_on_root_only(const std::string& command) { g_root_only = command; }
 
 void require_dense(const model::Model& m, std::string_view what) {
   if (!m.config().raw.contains("latent")) return;

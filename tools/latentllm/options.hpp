@@ -58,6 +58,9 @@ void add_weights_option(CLI::App* sub, RunArgs& a);
 void apply_run_options(const RunArgs& a);
 // Whether --quiet was given: progress and plans printed by the CLI itself are then left out.
 bool quiet();
+// Under K > 1 ranks: `command` runs on rank 0 alone (Ranks::Root), which apply_run_options says in its
+// "ranks:" line.
+void run_on_root_only(const std::string& command);
 
 // Refuses a latent checkpoint where a dense one is needed (`what`: "compress", "sweep"), before any work.
 void require_dense(const model::Model& m, std::string_view what);

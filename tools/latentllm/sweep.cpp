@@ -13,6 +13,7 @@
 
 #include "commands.hpp"
 #include "latentllm/threads.hpp"
+#include "latentllm/dist.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/eval.hpp"
 #include "latentllm/files.hpp"
@@ -138,7 +139,8 @@ class Sweep {
     if (a_.eval_seqlen < 0) throw ConfigError(fmt::format("--eval-seqlen (expected >= 0, got {})", a_.eval_seqlen));
     eval_seqlen_ = a_.eval_seqlen > 0 ? a_.eval_seqlen : eval::default_seqlen(dense->config());
     check_seqlen(eval_seqlen_, dense->config(), "--eval-seqlen");
-    prepare_output();
+    // Under K ranks every rank compresses and evaluates (each on its share); rank 0 alone writes and prints.
+    if (dist::is_root()) prepare_output();
     tok_ = io::load_tokenizer(a_.model);
     co_ = to_calib_options(a_.c, dense->config());
     if (co_.source == "scienceqa") {
@@ -176,7 +178,7 @@ class Sweep {
     ref.params = ref.dense_params = dense_linear_params(*dense);
     evaluate(dense, ref);
     res_.runs.push_back(ref);
-    write_results(out_, res_);
+    save();
     dense.reset();
 
     const auto t0 = Clock::now();
@@ -185,12 +187,13 @@ class Sweep {
     for (double ratio : ratios) {
       for (const auto& method : methods) {
         res_.runs.push_back(compress_and_evaluate(method, ratio));
-        write_results(out_, res_);
+        save();
         ++done;
         const double el = std::chrono::duration<double>(Clock::now() - t0).count();
         log_info("sweep: {}/{} done (elapsed {:.0f}s, ETA {:.0f}s)", done, total, el, el / done * (total - done));
       }
     }
+    if (!dist::is_root()) return 0;
     plot(out_, res_);
     print_table();
     return 0;
@@ -201,6 +204,11 @@ class Sweep {
     std::string s;
     for (const auto m : compress::all_methods()) s += (s.empty() ? "" : ",") + std::string(compress::method_name(m));
     return s;
+  }
+
+  // The results so far (rank 0's files).
+  void save() const {
+    if (dist::is_root()) write_results(out_, res_);
   }
 
   // Perplexities, and for an LMM sweep the ScienceQA accuracy with `m` as the language model (it is
@@ -270,7 +278,7 @@ class Sweep {
   // The options shared by the grid (each run's own record is in its row: SweepRun::options).
   nlohmann::json settings() const {
     return {{"preset", a_.m.preset}, {"junction", a_.m.junction}, {"rank_alloc", a_.m.rank_alloc},
-            {"joint", a_.m.joint}};
+            {"joint", a_.m.joint}, {"weights", a_.run.weights}};
   }
 
   // --out: created, or, with --force, an earlier sweep's folder emptied of the files a sweep writes (so no
@@ -357,6 +365,7 @@ Command add_sweep(CLI::App& app) {
   sub->add_option("--max-windows", a->max_windows, "Evaluate only the first K windows (0 = all)")
       ->capture_default_str()->group("Evaluation");
   add_run_options(sub, a->run);
+  add_weights_option(sub, a->run);
   sub->add_flag("--json", a->json, "Print the results as JSON")->group("Run");
   return {sub, [a] { return Sweep(*a).run(); }};
 }
