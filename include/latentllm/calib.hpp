@@ -64,6 +64,9 @@ class ExactSums {
   void add(const ExactSums& other);
   // Every rank's sums added (dist::sum_int128): the same on every rank, and independent of K.
   void sum_ranks();
+  // The same sums on `root` only (the other ranks' entries are left unspecified; their count of adds
+  // is the total too): for statistics only root decomposes.
+  void reduce_to(int root);
   int adds() const { return adds_; }
   void count_add() { ++adds_; }
   // NumericError (naming `context`) when more than kMaxAdds partial sums went in, or will with `more`.

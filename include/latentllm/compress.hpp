@@ -375,6 +375,17 @@ struct CompressReport {
   std::vector<JointLoss> vo_losses;     // own-token-attention block output loss (joint V-O)
   calib::PipelineTimes times;
   std::map<std::string, double> part_seconds;  // decompositions by stage: local, joint-qk, joint-vo, joint-ud
+  // The decompositions one by one (a module's fit, a joint group's eigenproblems): the rank that ran
+  // each and its seconds there, in the order every rank received them. Under K ranks they overlap, so
+  // their sum may exceed the wall time. Of the layers this run computed (not restored by --resume).
+  struct Job {
+    int layer = 0;
+    std::string stage;  // "local", "joint-qk", ...
+    std::string what;   // "model.layers.0.self_attn.v_proj", "... q_proj, k_proj: start U_q"
+    int rank = 0;
+    double seconds = 0;
+  };
+  std::vector<Job> jobs;
   double calib_sample_s = 0;        // tokenizing and sampling the calibration set
   double total_s = 0;
   int layers_done = 0, layers_total = 0;  // compressed layers (resumed ones included) of the model's

@@ -33,7 +33,8 @@ void set_activity(const std::string& what);
 // in the progress directory: ..."); empty (the default) when the run leaves nothing to continue from.
 void set_stop_advice(const std::string& advice);
 
-// Bytes this rank sent and received through collectives, and the seconds spent in them.
+// Bytes this rank sent and received through collectives, and the seconds spent in them (not counting
+// the waits of small broadcasts for their root, which wait for its work, not for the network).
 struct Traffic {
   std::int64_t bytes = 0;
   double seconds = 0;

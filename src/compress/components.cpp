@@ -190,7 +190,7 @@ CompressReport compress_towers(model::LlavaModel& m, const TowerCalibration& cal
       const VectorD b = to_double(lin.bias);    // [out] or empty
       LocalOptions lo = ctx.local();
       if (b.size() == 0) lo.update_bias = false;
-      ctx.install(lin, asvd(w, b, st, ctx.rank_of(lin), lo, lin.name), w, b, &st, "local");
+      ctx.install(lin, ctx.fitted(lin, asvd(w, b, st, ctx.rank_of(lin), lo, lin.name), w, b, &st), "local");
     });
     pr.part_seconds["local"] += std::chrono::duration<double>(Clock::now() - tp).count();
     for (const NumericNote& n : notes.notes()) pr.add_note(n);

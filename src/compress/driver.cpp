@@ -220,8 +220,9 @@ CompressReport compress_model(model::Model& m, std::span<const std::int32_t> ids
   if (global && state && dist::is_root()) state->save_plan(plan);  // for resumed_plan after a kill
   StageContext ctx(opt, plan, report);
   const auto stages = plan_stages(ctx, m);
+  const auto sites = site_stages(ctx, stages);  // a site's stages share the ranks (run_site)
   std::vector<calib::Stage*> stage_ptrs;
-  for (const auto& s : stages) stage_ptrs.push_back(s.get());
+  for (const auto& s : sites) stage_ptrs.push_back(s.get());
   calib::PipelineOptions po = opt.pipeline;
   po.layer_weights = layer_weights(m, plan);
   const bool dense_stream = std::any_of(stages.begin(), stages.end(), [](const auto& s) { return s->needs_dense_cross(); });

@@ -9,8 +9,6 @@
 
 #include "compress/asvd.hpp"
 #include "compress/bias.hpp"
-#include "compress/pair_solver.hpp"
-#include "compress/whitening.hpp"
 #include "latentllm/error.hpp"
 #include "model/rope.hpp"
 
@@ -69,63 +67,93 @@ MatrixD head_rows(const MatrixD& w, int h, int d_h) { return w.middleRows(static
 
 }  // namespace
 
-QkResult joint_qk(const QkDense& w, const model::AttentionInfo& s, const calib::SiteStats& m, const QkOptions& opt,
-                  std::string_view context) {
+QkProblem qk_problem(const QkDense& w, const model::AttentionInfo& s, const calib::SiteStats& m, const QkOptions& opt,
+                     std::string_view context) {
   check_dense(w, s, m, context);
   const bool has_bias = w.bq.size() > 0 || w.bk.size() > 0;
-  const bool aug = opt.bias_aware && has_bias;
-  const MatrixD wq = aug ? augment(w.wq, w.bq) : w.wq;  // [H·d_h, d']
-  const MatrixD wk = aug ? augment(w.wk, w.bk) : w.wk;  // [H_kv·d_h, d']
+  QkProblem p;
+  p.aug = opt.bias_aware && has_bias;
+  p.bq = w.bq;
+  p.bk = w.bk;
+  const MatrixD wq = p.aug ? augment(w.wq, w.bq) : w.wq;  // [H·d_h, d']
+  const MatrixD wk = p.aug ? augment(w.wk, w.bk) : w.wk;  // [H_kv·d_h, d']
   // Any F·Fᵀ = C + λI serves as P (whitening.hpp): ‖Fᵀ·Δ·F‖ = ‖P·Δ·P‖, the optimal U rotate with F.
-  const Whitening wh = whiten(aug ? m.augmented() : m.xtx, opt.lambda_rel, context);
+  p.wh = whiten(p.aug ? m.augmented() : m.xtx, opt.lambda_rel, context);
 
   // G_i^(Δ) = (W_q,i·F)ᵀ·R_{−Δ}·(W_k,g·F), kept factored: never a [d, d] matrix per head.
-  const MatrixD qt = wh.times(wq);  // [H·d_h, d']
-  const MatrixD kt = wh.times(wk);  // [H_kv·d_h, d']
-  PairProblem p;
-  for (int i = 0; i < s.num_heads; ++i) p.left.push_back(head_rows(qt, i, s.head_dim));
-  for (int g = 0; g < s.num_kv_heads; ++g) p.right.push_back(head_rows(kt, g, s.head_dim));
+  p.qt = p.wh.times(wq);  // [H·d_h, d']
+  p.kt = p.wh.times(wk);  // [H_kv·d_h, d']
+  for (int i = 0; i < s.num_heads; ++i) p.pair.left.push_back(head_rows(p.qt, i, s.head_dim));
+  for (int g = 0; g < s.num_kv_heads; ++g) p.pair.right.push_back(head_rows(p.kt, g, s.head_dim));
   for (const Offset& o : offsets(s, opt.rope)) {
     const MatrixD mid = offset_mid(s, o.delta);
-    for (int i = 0; i < s.num_heads; ++i) p.terms.push_back({i, s.kv_head(i), mid, o.weight});
+    for (int i = 0; i < s.num_heads; ++i) p.pair.terms.push_back({i, s.kv_head(i), mid, o.weight});
   }
-
   const int r_q = opt.r_q, r_k = opt.r_k;
   if (r_q < 1 || r_q > s.hidden || r_k < 1 || r_k > s.hidden) {
     throw ConfigError(fmt::format("{}: joint QK ranks (expected 1..{}, got r_q={} r_k={})", context, s.hidden, r_q, r_k));
   }
-  QkResult out;
-  PairSolution sol = solve_pair(p, r_q, r_k, opt.iters, context, opt.tol);
-  if (opt.local_safeguard) {
+  return p;
+}
+
+MatrixD qk_start(const QkProblem& p, QkStart which, const QkOptions& opt, std::string_view context) {
+  switch (which) {
+    // Algorithm 1's initialization: U_q from Σ G Gᵀ, U_k from Σ GᵀG.
+    case QkStart::Left: return top_eigenvectors(pair_left_gram(p.pair, MatrixD()), opt.r_q, context);
+    case QkStart::Right: return top_eigenvectors(pair_right_gram(p.pair, MatrixD()), opt.r_k, context);
     // Separate root-cov compression keeps the top right-singular subspaces of W_q·P and W_k·P.
-    MatrixD u_q = top_eigenvectors(qt.transpose() * qt, r_q, context);
-    MatrixD u_k = top_eigenvectors(kt.transpose() * kt, r_k, context);
-    const double total = pair_total(p);
-    out.loss_local_start = total - pair_objective(p, u_q, u_k);
+    case QkStart::LocalQ: return top_eigenvectors(p.qt.transpose() * p.qt, opt.r_q, context);
+    case QkStart::LocalK: return top_eigenvectors(p.kt.transpose() * p.kt, opt.r_k, context);
+  }
+  throw Error(fmt::format("{}: unknown joint Q-K start", context));
+}
+
+QkResult qk_solve(const QkProblem& p, const model::AttentionInfo& s, std::array<MatrixD, 4> starts,
+                  const QkOptions& opt, std::string_view context) {
+  auto start = [&](QkStart k) -> MatrixD& { return starts[static_cast<std::size_t>(k)]; };
+  QkResult out;
+  PairSolution sol = refine_pair(p.pair, std::move(start(QkStart::Left)), std::move(start(QkStart::Right)), opt.iters,
+                                 context, opt.tol);
+  if (opt.local_safeguard) {
+    const double total = pair_total(p.pair);
+    out.loss_local_start = total - pair_objective(p.pair, start(QkStart::LocalQ), start(QkStart::LocalK));
     if (out.loss_local_start < sol.loss.back()) {
-      sol = refine_pair(p, std::move(u_q), std::move(u_k), opt.iters, context, opt.tol);
+      sol = refine_pair(p.pair, std::move(start(QkStart::LocalQ)), std::move(start(QkStart::LocalK)), opt.iters,
+                        context, opt.tol);
       out.used_local_start = true;
     }
   }
   out.loss = sol.loss;
 
   // A' = Uᵀ·F⁻¹ (shared), B = W'·F·U (per head, stacked).
-  const MatrixD aq = wh.times_pinv(sol.u_l.transpose());  // [r_q, d']
-  const MatrixD ak = wh.times_pinv(sol.u_r.transpose());  // [r_k, d']
-  out.f.q.B = qt * sol.u_l;                               // [H·d_h, r_q]
-  out.f.k.B = kt * sol.u_r;                               // [H_kv·d_h, r_k]
+  const MatrixD aq = p.wh.times_pinv(sol.u_l.transpose());  // [r_q, d']
+  const MatrixD ak = p.wh.times_pinv(sol.u_r.transpose());  // [r_k, d']
+  out.f.q.B = p.qt * sol.u_l;                               // [H·d_h, r_q]
+  out.f.k.B = p.kt * sol.u_r;                               // [H_kv·d_h, r_k]
   const int d = s.hidden;
   out.f.q.A = aq.leftCols(d);
   out.f.k.A = ak.leftCols(d);
-  if (aug) {
+  if (p.aug) {
     // The last column of A' is a latent bias: b̂ = B·a.
     out.f.q.bias = out.f.q.B * aq.col(d);
     out.f.k.bias = out.f.k.B * ak.col(d);
   } else {
-    out.f.q.bias = w.bq;
-    out.f.k.bias = w.bk;
+    out.f.q.bias = p.bq;
+    out.f.k.bias = p.bk;
   }
   return out;
+}
+
+QkResult joint_qk(const QkDense& w, const model::AttentionInfo& s, const calib::SiteStats& m, const QkOptions& opt,
+                  std::string_view context) {
+  const QkProblem p = qk_problem(w, s, m, opt, context);
+  std::array<MatrixD, 4> starts;
+  for (QkStart k : {QkStart::Left, QkStart::Right, QkStart::LocalQ, QkStart::LocalK}) {
+    if (opt.local_safeguard || k == QkStart::Left || k == QkStart::Right) {
+      starts[static_cast<std::size_t>(k)] = qk_start(p, k, opt, context);
+    }
+  }
+  return qk_solve(p, s, std::move(starts), opt, context);
 }
 
 QkFactors separate_qk(const QkDense& w, const calib::SiteStats& m, int r_q, int r_k, double lambda_rel,

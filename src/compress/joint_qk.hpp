@@ -17,11 +17,14 @@
 // causal offsets Δ = m − n = 0..w with G_i^(Δ) = P·W_q,iᵀ·R_{−Δ}·W_k,g·P (optionally both signs).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string_view>
 #include <vector>
 
 #include "compress/low_rank.hpp"
+#include "compress/pair_solver.hpp"
+#include "compress/whitening.hpp"
 #include "latentllm/calib.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/model.hpp"
@@ -77,6 +80,27 @@ struct QkResult {
 
 QkResult joint_qk(const QkDense& w, const model::AttentionInfo& s, const calib::SiteStats& m, const QkOptions& opt,
                   std::string_view context);
+
+// joint_qk in parts, so that its independent eigenproblems can run on different ranks (the joint Q-K
+// stage): the problem (the whitening and the whitened weights, cheap), the four starts (each one
+// [d, d] eigendecomposition: Algorithm 1's U_q from Σ G Gᵀ and U_k from Σ GᵀG, and the local
+// safeguard's subspaces of P·W_qᵀW_q·P and P·W_kᵀW_k·P), and the iterations from them. joint_qk is
+// qk_problem, every qk_start and qk_solve in turn; the parts give the same bits wherever they run.
+struct QkProblem {
+  bool aug = false;  // solved in the augmented space [x; 1] (biases, bias_aware)
+  Whitening wh;      // of C (or C') + λI
+  MatrixD qt, kt;    // [H·d_h, d'], [H_kv·d_h, d'] the whitened weights W'·F
+  PairProblem pair;  // G_i^(Δ) = (W_q,i·F)ᵀ·R_{−Δ}·(W_k,g·F), kept factored
+  VectorD bq, bk;    // the dense biases (kept as they are when not augmented)
+};
+enum class QkStart { Left, Right, LocalQ, LocalK };
+QkProblem qk_problem(const QkDense& w, const model::AttentionInfo& s, const calib::SiteStats& m, const QkOptions& opt,
+                     std::string_view context);
+// The start `which`: [d', r_q] (Left, LocalQ) or [d', r_k] (Right, LocalK).
+MatrixD qk_start(const QkProblem& p, QkStart which, const QkOptions& opt, std::string_view context);
+// From the starts in QkStart order (LocalQ and LocalK empty without opt.local_safeguard).
+QkResult qk_solve(const QkProblem& p, const model::AttentionInfo& s, std::array<MatrixD, 4> starts,
+                  const QkOptions& opt, std::string_view context);
 
 // Baseline: q_proj and k_proj each by local root-cov ASVD (with the bias update where there is a bias).
 QkFactors separate_qk(const QkDense& w, const calib::SiteStats& m, int r_q, int r_k, double lambda_rel,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <string>
 
@@ -10,7 +11,9 @@
 #include "compress/asvd.hpp"
 #include "compress/notes.hpp"
 #include "compress/regression.hpp"
+#include "compress/stage.hpp"
 #include "compress/token_passes.hpp"
+#include "dist/comm.hpp"
 #include "latentllm/error.hpp"
 #include "linalg/linalg.hpp"
 #include "model/activation.hpp"
@@ -181,6 +184,32 @@ double loss_from_stats(const RegressionStats& st, double yy, const LowRank& down
   return std::max(l, 0.0);
 }
 
+// Runs `solve` on kStatsOwner, the rank the passes' statistics are added on (token_passes.hpp), and
+// gives every rank what it wrote: `read` reads it back in the same order on every rank (the owner
+// included, so one process runs the same code). Every decision taken from the statistics (a candidate
+// accepted, an iterate's loss) is the owner's, the same on every rank.
+void on_owner(const std::function<void(Payload&)>& solve, const std::function<void(Payload&)>& read) {
+  Payload p;
+  std::vector<NumericNote> notes;  // what solve recorded, replayed on every rank
+  if (dist::rank() == kStatsOwner) {
+    NoteCollector held(/*silent=*/true);
+    solve(p);
+    notes = held.notes();
+  }
+  p.put<std::uint64_t>(notes.size());
+  for (const NumericNote& n : notes) p.put(n.module), p.put(n.kind), p.put(n.detail);
+  if (dist::size() > 1) {
+    auto size = static_cast<std::int64_t>(p.bytes().size());
+    dist::broadcast_bytes(&size, sizeof size, kStatsOwner);
+    p.bytes().resize(static_cast<std::size_t>(size));
+    dist::broadcast_bytes(p.bytes().data(), size, kStatsOwner);
+  }
+  read(p);
+  notes.resize(p.get<std::uint64_t>());
+  for (NumericNote& n : notes) p.get(n.module), p.get(n.kind), p.get(n.detail);
+  for (const NumericNote& n : notes) record_note(n.module, n.kind, n.detail);
+}
+
 template <typename T>
 Mat<T> rows_of(const MatrixRowF& m, Eigen::Index t0, Eigen::Index c) {  // [f, c] from token rows
   return m.middleRows(t0, c).transpose().template cast<T>();
@@ -210,14 +239,15 @@ struct Ctx {
   LowRank refit_down(const RegressionStats& st) const {
     return reduced_rank_regression(st, opt.ranks.down, w.b_down.size() > 0, opt.lambda_rel, context);
   }
-  // The regression stats of (hidden activations of f, Y) over all tokens: one pass.
+  // The regression stats of (hidden activations of f, Y) over all tokens: one pass (on kStatsOwner; empty
+  // elsewhere).
   RegressionStats on_hidden(const MlpFactors& fs) const {
     const Mlp<T> m = Mlp<T>::of(w, fs);
     RegressionAccumulator acc(f(), d(), true);
     token_pass<T>(tokens, {&acc}, 0, [&](Eigen::Index, const Cols<T>& xt, const Cols<T>& yt, ChunkOut<T>& out) {
       out.pairs.emplace_back(hidden_of(m, xt).h, yt);
     });
-    return acc.take();
+    return dist::rank() == kStatsOwner ? acc.take() : RegressionStats{};
   }
 };
 
@@ -292,8 +322,12 @@ void paper_iterations(const Ctx<T>& c, MlpFactors cur, Best& best, UdResult& out
                                    r.pairs.emplace_back(std::move(zpc), yt);
                                  });
     record(s, it - 1);
-    cur.up = c.fit_from_inputs(up_acc, o.ranks.up, bu);
-    cur.down = reduced_rank_regression(down_acc.take(), o.ranks.down, bd, o.lambda_rel, c.context);
+    on_owner(
+        [&](Payload& p) {
+          p.put(c.fit_from_inputs(up_acc, o.ranks.up, bu));
+          p.put(reduced_rank_regression(down_acc.take(), o.ranks.down, bd, o.lambda_rel, c.context));
+        },
+        [&](Payload& p) { p.get(cur.up), p.get(cur.down); });
   }
   RegressionAccumulator h_acc(c.f(), c.d(), true);
   const Lin<T> up = Lin<T>::of(cur.up), down = Lin<T>::of(cur.down);
@@ -305,10 +339,15 @@ void paper_iterations(const Ctx<T>& c, MlpFactors cur, Best& best, UdResult& out
                                });
   record(s, o.iters);
   if (!o.refit_down || o.iters == 0) return;
-  const RegressionStats st = h_acc.take();
   MlpFactors refit = cur;
-  refit.down = c.refit_down(st);
-  const double lr = loss_from_stats(st, c.yy, refit.down);
+  double lr = 0;
+  on_owner(
+      [&](Payload& p) {
+        const RegressionStats st = h_acc.take();
+        const LowRank down = c.refit_down(st);
+        p.put(down), p.put(loss_from_stats(st, c.yy, down));
+      },
+      [&](Payload& p) { p.get(refit.down), lr = p.get<double>(); });
   best.offer(refit, lr, o.iters);
   out.loss.back() = std::min(out.loss.back(), lr);
 }
@@ -328,7 +367,8 @@ double extension_candidate(const Ctx<T>& c, const MlpFactors& cur, const RidgeSt
     const Mat<T> su = m.gated ? act_of(m.act, hd.zg) : slope_of(m.act, hd.zu);  // ∂h/∂z_u
     r.pairs.emplace_back(xt, gn_target(hd.zu, su, dh, eta));
   });
-  cand.up = c.fit_from_inputs(up_acc, o.ranks.up, c.w.b_up.size() > 0);
+  on_owner([&](Payload& p) { p.put(c.fit_from_inputs(up_acc, o.ranks.up, c.w.b_up.size() > 0)); },
+           [&](Payload& p) { p.get(cand.up); });
   if (m.gated) {
     const Lin<T> up_new = Lin<T>::of(cand.up);
     RegressionAccumulator gate_acc(c.d(), c.f(), false);
@@ -340,11 +380,18 @@ double extension_candidate(const Ctx<T>& c, const MlpFactors& cur, const RidgeSt
       const Mat<T> sg = slope_of(m.act, hd.zg).cwiseProduct(zu);  // ∂h/∂z_g
       r.pairs.emplace_back(xt, gn_target<T>(hd.zg, sg, hstar - h, eta));
     });
-    cand.gate = c.fit_from_inputs(gate_acc, o.ranks.gate, c.w.b_gate.size() > 0);
+    on_owner([&](Payload& p) { p.put(c.fit_from_inputs(gate_acc, o.ranks.gate, c.w.b_gate.size() > 0)); },
+             [&](Payload& p) { p.get(cand.gate); });
   }
   const RegressionStats st = c.on_hidden(cand);
-  cand.down = c.refit_down(st);
-  return loss_from_stats(st, c.yy, cand.down);
+  double loss = 0;
+  on_owner(
+      [&](Payload& p) {
+        const LowRank down = c.refit_down(st);
+        p.put(down), p.put(loss_from_stats(st, c.yy, down));
+      },
+      [&](Payload& p) { p.get(cand.down), loss = p.get<double>(); });
+  return loss;
 }
 
 // The extension (any activation, gated or not): see the header and docs/JOINT.md.
@@ -415,11 +462,17 @@ void prepare(const MlpDense& w, const MatrixRow<T>& x, MatrixRow<T>& y, Ctx<T>& 
     for (Eigen::Index j = 0; j < yc.cols(); ++j) sum += yc.col(j).template cast<double>();
     r.pairs.emplace_back(xt, Mat<T>(0, xt.cols()));
   });
-  c.x_stats = x_acc.take();
   c.yy = s[0];
-  const double n = c.x_stats.n;
-  const VectorD mean = n > 0 ? VectorD(Eigen::Map<const VectorD>(s.data() + 1, y.cols()) / n) : VectorD::Zero(y.cols());
-  out.output_energy = std::max(c.yy - n * mean.squaredNorm(), 0.0);
+  // The input statistics only on the owner (the sources of its regressions); the energy from their count.
+  on_owner(
+      [&](Payload& p) {
+        c.x_stats = x_acc.take();
+        const double n = c.x_stats.n;
+        const VectorD mean = n > 0 ? VectorD(Eigen::Map<const VectorD>(s.data() + 1, y.cols()) / n)
+                                   : VectorD::Zero(y.cols());
+        p.put(std::max(c.yy - n * mean.squaredNorm(), 0.0));
+      },
+      [&](Payload& p) { out.output_energy = p.get<double>(); });
 }
 
 template <typename T>
@@ -432,32 +485,43 @@ UdResult solve(const MlpDense& w, const MatrixRow<T>& x, const UdOptions& opt, s
   UdResult out;
   prepare(w, x, y, c, out);
   // The local root-cov start, sequential: down from the hidden activations of the compressed up/gate.
-  calib::SiteStats xs;
-  xs.xtx = c.x_stats.cov;
-  xs.sum = c.x_stats.sum_s;
-  xs.n = static_cast<std::int64_t>(c.x_stats.n);
   MlpFactors start;
-  start.up = local_rootcov(w.w_up, w.b_up, xs, opt.ranks.up, opt.lambda_rel, context);
-  if (w.gated) start.gate = local_rootcov(w.w_gate, w.b_gate, xs, opt.ranks.gate, opt.lambda_rel, context);
-  xs = {};
+  on_owner(
+      [&](Payload& p) {
+        calib::SiteStats xs;
+        xs.xtx = c.x_stats.cov;
+        xs.sum = c.x_stats.sum_s;
+        xs.n = static_cast<std::int64_t>(c.x_stats.n);
+        p.put(local_rootcov(w.w_up, w.b_up, xs, opt.ranks.up, opt.lambda_rel, context));
+        if (w.gated) p.put(local_rootcov(w.w_gate, w.b_gate, xs, opt.ranks.gate, opt.lambda_rel, context));
+      },
+      [&](Payload& p) {
+        p.get(start.up);
+        if (w.gated) p.get(start.gate);
+      });
   const RegressionStats st = c.on_hidden(start);
-  {
-    calib::SiteStats hs;
-    hs.xtx = st.cov;
-    hs.sum = st.sum_s;
-    hs.n = static_cast<std::int64_t>(st.n);
-    start.down = local_rootcov(w.w_down, w.b_down, hs, opt.ranks.down, opt.lambda_rel, context);
-  }
-  Best best;
-  out.loss_local = loss_from_stats(st, c.yy, start.down);
-  best.offer(start, out.loss_local, -1);
   MlpFactors cur = start;
-  double cur_loss = out.loss_local;
-  if (opt.refit_down) {
-    cur.down = c.refit_down(st);
-    cur_loss = loss_from_stats(st, c.yy, cur.down);
-    best.offer(cur, cur_loss, 0);
-  }
+  double cur_loss = 0;
+  on_owner(
+      [&](Payload& p) {
+        calib::SiteStats hs;
+        hs.xtx = st.cov;
+        hs.sum = st.sum_s;
+        hs.n = static_cast<std::int64_t>(st.n);
+        const LowRank down = local_rootcov(w.w_down, w.b_down, hs, opt.ranks.down, opt.lambda_rel, context);
+        p.put(down), p.put(loss_from_stats(st, c.yy, down));
+        if (!opt.refit_down) return;
+        const LowRank refit = c.refit_down(st);
+        p.put(refit), p.put(loss_from_stats(st, c.yy, refit));
+      },
+      [&](Payload& p) {
+        p.get(start.down), out.loss_local = p.get<double>();
+        cur.down = start.down, cur_loss = out.loss_local;
+        if (opt.refit_down) p.get(cur.down), cur_loss = p.get<double>();
+      });
+  Best best;
+  best.offer(start, out.loss_local, -1);
+  if (opt.refit_down) best.offer(cur, cur_loss, 0);
   out.loss.push_back(cur_loss);
   // The ridge step's β, γ are relative to the mean squared singular value of the down factor; when it
   // is zero (a zero down_proj, or hidden activations that are all zero) the step is undefined and

@@ -61,6 +61,7 @@ void CompressReport::merge(CompressReport from) {
   }
   for (const auto& n : from.notes) into.add_note(n);
   for (const auto& [part, s] : from.part_seconds) into.part_seconds[part] += s;
+  into.jobs.insert(into.jobs.end(), from.jobs.begin(), from.jobs.end());
   into.qk_losses.insert(into.qk_losses.end(), from.qk_losses.begin(), from.qk_losses.end());
   into.vo_losses.insert(into.vo_losses.end(), from.vo_losses.begin(), from.vo_losses.end());
   into.ud_losses.insert(into.ud_losses.end(), from.ud_losses.begin(), from.ud_losses.end());
@@ -77,6 +78,11 @@ nlohmann::json CompressReport::to_json() const {
   for (const auto& l : qk_losses) qk.push_back(l.to_json());
   for (const auto& l : vo_losses) vo.push_back(l.to_json());
   for (const auto& l : ud_losses) ud.push_back(l.to_json());
+  nlohmann::json jobs_json = nlohmann::json::array();
+  for (const auto& jb : jobs) {
+    jobs_json.push_back({{"layer", jb.layer}, {"stage", jb.stage}, {"what", jb.what}, {"rank", jb.rank},
+                         {"seconds", jb.seconds}});
+  }
   nlohmann::json notes_json = nlohmann::json::array();
   for (const auto& n : notes) notes_json.push_back(note_to_json(n));
   nlohmann::json j = {{"method", method_name(method)},
@@ -97,7 +103,8 @@ nlohmann::json CompressReport::to_json() const {
                        {"covariance", times.covariance},
                        {"output_statistics", times.consume},
                        {"decompositions", times.compress},
-                       {"decompositions_by_part", part_seconds}}},
+                       {"decompositions_by_part", part_seconds},
+                       {"decompositions_by_job", jobs_json}}},
           {"stage_flops", {{"forward", times.forward_flops}, {"covariance", times.covariance_flops},
                      {"output_statistics", times.consume_flops}}}};
   if (times.dense_forward > 0 || times.cross > 0) {  // error-compensating fits only

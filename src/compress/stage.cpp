@@ -39,85 +39,18 @@ void install_factors(model::Linear& lin, const LowRank& f) {
 
 }  // namespace
 
-namespace {
+const char* Payload::take(std::size_t n) {
+  if (at_ + n > data_.size()) {
+    throw Error(fmt::format("decomposition job: result bytes (expected {} more, got {})", n, data_.size() - at_));
+  }
+  const char* p = data_.data() + at_;
+  at_ += n;
+  return p;
+}
 
-// Writes a trivially copyable value, a string, a vector or a matrix into bytes and reads it back.
-class Bytes {
- public:
-  std::vector<char> data;
-  template <typename T>
-  void put(const T& v) {
-    const auto* p = reinterpret_cast<const char*>(&v);
-    data.insert(data.end(), p, p + sizeof v);
-  }
-  void put(const std::string& s) { put_span(s.data(), s.size()); }
-  template <typename T>
-  void put(const std::vector<T>& v) { put_span(v.data(), v.size()); }
-  template <typename T, int R, int C>
-  void put(const Eigen::Matrix<T, R, C>& m) {
-    put<std::int64_t>(m.rows());
-    put<std::int64_t>(m.cols());
-    put_raw(m.data(), static_cast<std::size_t>(m.size()));
-  }
-  template <typename T>
-  T get() {
-    T v;
-    std::memcpy(&v, take(sizeof v), sizeof v);
-    return v;
-  }
-  void get(std::string& s) { s.resize(get<std::uint64_t>()), std::memcpy(s.data(), take(s.size()), s.size()); }
-  template <typename T>
-  void get(std::vector<T>& v) {
-    v.resize(get<std::uint64_t>());
-    std::memcpy(v.data(), take(v.size() * sizeof(T)), v.size() * sizeof(T));
-  }
-  template <typename T, int R, int C>
-  void get(Eigen::Matrix<T, R, C>& m) {
-    const auto rows = get<std::int64_t>(), cols = get<std::int64_t>();
-    m.resize(rows, cols);
-    std::memcpy(m.data(), take(static_cast<std::size_t>(m.size()) * sizeof(T)), static_cast<std::size_t>(m.size()) * sizeof(T));
-  }
-
- private:
-  template <typename T>
-  void put_raw(const T* p, std::size_t n) {
-    const auto* c = reinterpret_cast<const char*>(p);
-    data.insert(data.end(), c, c + n * sizeof(T));
-  }
-  template <typename T>
-  void put_span(const T* p, std::size_t n) {
-    put<std::uint64_t>(n);
-    put_raw(p, n);
-  }
-  const char* take(std::size_t n) {
-    if (at_ + n > data.size()) throw Error(fmt::format("module fit: broadcast bytes (expected {} more, got {})", n, data.size() - at_));
-    const char* p = data.data() + at_;
-    at_ += n;
-    return p;
-  }
-  std::size_t at_ = 0;
-};
-
-}  // namespace
-
-void broadcast_fit(ModuleFit& fit, int root) {
-  if (dist::size() == 1) return;
-  Bytes b;
-  if (dist::rank() == root) {
-    b.put(fit.f.B), b.put(fit.f.A), b.put(fit.f.perm), b.put(fit.f.bias), b.put(fit.loss), b.put(fit.energy);
-    b.put<std::uint64_t>(fit.notes.size());
-    for (const NumericNote& n : fit.notes) b.put(n.module), b.put(n.kind), b.put(n.detail);
-  }
-  auto size = static_cast<std::int64_t>(b.data.size());
-  dist::broadcast_bytes(&size, sizeof size, root);
-  b.data.resize(static_cast<std::size_t>(size));
-  dist::broadcast_bytes(b.data.data(), size, root);
-  if (dist::rank() == root) return;
-  b.get(fit.f.B), b.get(fit.f.A), b.get(fit.f.perm), b.get(fit.f.bias);
-  fit.loss = b.get<double>();
-  fit.energy = b.get<double>();
-  fit.notes.resize(b.get<std::uint64_t>());
-  for (NumericNote& n : fit.notes) b.get(n.module), b.get(n.kind), b.get(n.detail);
+void Payload::get(std::string& s) {
+  s.resize(get<std::uint64_t>());
+  std::memcpy(s.data(), take(s.size()), s.size());
 }
 
 double fit_cost(const model::Linear& lin, bool output_side) {
@@ -161,54 +94,254 @@ int StageContext::rank_of(const model::Linear& lin) const {
   return static_cast<int>(it->second);
 }
 
-void StageContext::install(model::Linear& lin, LowRank f, const MatrixD& w, const VectorD& b,
-                           const calib::SiteStats* st, std::string_view how) {
-  f = with_junction(std::move(f), local_.junction, lin.name);
-  if (st == nullptr) return report_and_install(lin, f, (w - f.dense()).squaredNorm(), -1.0, how);
-  const MatrixD e = w - f.dense();
+Fitted StageContext::fitted(const model::Linear& lin, LowRank f, const MatrixD& w, const VectorD& b,
+                           const calib::SiteStats* st) const {
+  Fitted r;
+  r.f = with_junction(std::move(f), local_.junction, lin.name);
+  if (st == nullptr) {
+    r.loss = (w - r.f.dense()).squaredNorm();
+    return r;
+  }
+  const MatrixD e = w - r.f.dense();
   VectorD delta;
-  if (b.size() > 0) delta = b - f.bias;
+  if (b.size() > 0) delta = b - r.f.bias;
   const VectorD mean = st->mean();
   const auto n = static_cast<double>(st->n);
-  const double loss = output_error_f32(e, delta, st->xtx, mean, n);
-  report_and_install(lin, f, loss, output_error_f32(w, b, st->xtx, mean, n), how);
+  r.loss = output_error_f32(e, delta, st->xtx, mean, n);
+  r.energy = output_error_f32(w, b, st->xtx, mean, n);
+  return r;
 }
 
-void StageContext::install_measured(model::Linear& lin, LowRank f, double loss, double energy, std::string_view how) {
-  f = with_junction(std::move(f), local_.junction, lin.name);
-  report_and_install(lin, f, loss, energy, how);
+Fitted StageContext::fitted_measured(const model::Linear& lin, LowRank f, double loss, double energy) const {
+  return {with_junction(std::move(f), local_.junction, lin.name), loss, energy};
 }
 
-void StageContext::report_and_install(model::Linear& lin, const LowRank& f, double loss, double energy,
-                                      std::string_view how) {
+void StageContext::install(model::Linear& lin, const Fitted& f, std::string_view how) {
   ModuleReport r;
   r.name = lin.name;
   r.out = lin.out;
   r.in = lin.in;
-  r.rank = f.rank();
+  r.rank = f.f.rank();
   r.dense_params = lin.out * lin.in;
-  r.params = f.weight_params();
+  r.params = f.f.weight_params();
   r.how = how;
-  r.loss = loss;
-  if (energy >= 0) {
-    r.loss_rel = energy > 0 ? r.loss / energy : 0.0;
+  r.loss = f.loss;
+  if (f.energy >= 0) {
+    r.loss_rel = f.energy > 0 ? r.loss / f.energy : 0.0;
     log_info("  {} rank {} params {}/{} loss {:.4e} (rel {:.4f}) [{}]", lin.name, r.rank, r.params, r.dense_params,
              r.loss, r.loss_rel, how);
   }
   report_.modules.push_back(std::move(r));
-  install_factors(lin, f);
+  install_factors(lin, f.f);
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// A job's results as its owner sends them: the payload, the notes it recorded, its seconds.
+struct JobOut {
+  Payload payload;
+  std::vector<NumericNote> notes;
+  double seconds = 0;
+};
+
+JobOut run_job(const Job& job) {
+  JobOut out;
+  NoteCollector held(/*silent=*/true);  // replayed on every rank in the stage's order (run_site)
+  const auto t0 = Clock::now();
+  job.run(out.payload);
+  out.seconds = seconds_since(t0);
+  out.notes = held.notes();
+  return out;
+}
+
+// root's job results to every rank (nothing with one rank).
+void broadcast_job(JobOut& out, int root) {
+  if (dist::size() == 1) return;
+  Payload b;
+  if (dist::rank() == root) {
+    b.put(out.payload.bytes()), b.put(out.seconds);
+    b.put<std::uint64_t>(out.notes.size());
+    for (const NumericNote& n : out.notes) b.put(n.module), b.put(n.kind), b.put(n.detail);
+  }
+  auto size = static_cast<std::int64_t>(b.bytes().size());
+  dist::broadcast_bytes(&size, sizeof size, root);
+  b.bytes().resize(static_cast<std::size_t>(size));
+  dist::broadcast_bytes(b.bytes().data(), size, root);
+  if (dist::rank() == root) return;
+  out = JobOut{};
+  b.get(out.payload.bytes());
+  out.seconds = b.get<double>();
+  out.notes.resize(b.get<std::uint64_t>());
+  for (NumericNote& n : out.notes) b.get(n.module), b.get(n.kind), b.get(n.detail);
+}
+
+// The input of one of a site's stages: the statistics it reads, its activations and cross moments only
+// when it asks for them (a stage tells its fits apart by them).
+calib::StageInput input_of(const calib::Stage& st, const calib::StageInput& in) {
+  calib::StageInput r;
+  r.layer = in.layer;
+  r.seqlen = in.seqlen;
+  for (const model::Site s : st.reads()) r.stats[static_cast<std::size_t>(s)] = in.stats[static_cast<std::size_t>(s)];
+  r.activations = st.needs_activations() ? in.activations : nullptr;
+  r.cross = st.needs_dense_cross() ? in.cross : nullptr;
+  return r;
+}
+
+// The site's rounds: [round][stage] its jobs. A stage of several rounds takes the last ones (they end
+// together); a stage of one round, whose jobs depend on nothing else, joins the round of the
+// multi-round stages with the largest modelled cost, where the other ranks would wait longest.
+std::vector<std::vector<std::vector<Job>>> schedule(std::span<CompressStage* const> stages,
+                                                    const std::vector<int>& rounds) {
+  const std::size_t n = stages.size();
+  const int longest = n > 0 ? *std::max_element(rounds.begin(), rounds.end()) : 0;
+  std::vector<std::vector<std::vector<Job>>> out(static_cast<std::size_t>(longest),
+                                                 std::vector<std::vector<Job>>(n));
+  if (longest == 0) return out;
+  std::vector<double> cost(out.size(), 0.0);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (rounds[i] < 2) continue;
+    for (int r = 0; r < rounds[i]; ++r) {
+      const auto at = static_cast<std::size_t>(longest - rounds[i] + r);
+      out[at][i] = stages[i]->jobs(r);
+      for (const Job& j : out[at][i]) cost[at] += j.cost;
+    }
+  }
+  const auto costliest = static_cast<std::size_t>(std::max_element(cost.begin(), cost.end()) - cost.begin());
+  for (std::size_t i = 0; i < n; ++i)
+    if (rounds[i] == 1) out[costliest][i] = stages[i]->jobs(0);
+  return out;
+}
+
+}  // namespace
+
+void run_site(StageContext& ctx, std::span<CompressStage* const> stages, const calib::StageInput& in,
+              model::Model& m) {
+  CompressReport& report = ctx.report();
+  const std::size_t n = stages.size();
+  std::vector<std::vector<NumericNote>> notes(n);  // per stage, in the order one process records them
+  std::vector<double> seconds(n, 0.0);
+  std::vector<int> rounds(n, 0);
+  const auto& observe = ctx.options().part_observer;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::string part(stages[i]->name());
+    if (observe) observe(part, true);
+    NoteCollector held(/*silent=*/true);
+    const auto t0 = Clock::now();
+    rounds[i] = stages[i]->begin(input_of(*stages[i], in), m);
+    seconds[i] += seconds_since(t0);
+    notes[i] = held.notes();
+    if (observe) observe(part, false);
+  }
+  const std::vector<std::vector<std::vector<Job>>> planned = schedule(stages, rounds);
+  for (std::size_t round = 0; round < planned.size(); ++round) {
+    std::vector<Job> jobs;
+    std::vector<std::size_t> stage_of;
+    for (std::size_t i = 0; i < n; ++i)
+      for (const Job& j : planned[round][i]) jobs.push_back(j), stage_of.push_back(i);
+    std::vector<int> owners(jobs.size(), 0);
+    if (dist::size() > 1) {
+      std::vector<double> costs;
+      for (const Job& j : jobs) costs.push_back(j.cost);
+      owners = dist::owners_by_cost(costs, dist::size());
+    }
+    std::vector<JobOut> outs(jobs.size());
+    for (std::size_t j = 0; j < jobs.size(); ++j) {
+      if (owners[j] != dist::rank()) continue;
+      const std::string part(stages[stage_of[j]]->name());
+      if (observe) observe(part, true);
+      outs[j] = run_job(jobs[j]);
+      if (observe) observe(part, false);
+    }
+    for (std::size_t j = 0; j < jobs.size(); ++j) {
+      broadcast_job(outs[j], owners[j]);
+      const std::size_t i = stage_of[j];
+      notes[i].insert(notes[i].end(), outs[j].notes.begin(), outs[j].notes.end());
+      jobs[j].done(outs[j].payload);
+      seconds[i] += outs[j].seconds;
+      report.jobs.push_back({in.layer, std::string(stages[i]->name()), jobs[j].what, owners[j], outs[j].seconds});
+    }
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::string part(stages[i]->name());
+    if (observe) observe(part, true);
+    NoteCollector collect;  // the stage's numerical fallbacks, into the report in order
+    for (const NumericNote& note : notes[i]) record_note(note.module, note.kind, note.detail);
+    const auto t0 = Clock::now();
+    stages[i]->finish(m);
+    seconds[i] += seconds_since(t0);
+    if (observe) observe(part, false);
+    report.part_seconds[part] += seconds[i];
+    for (const NumericNote& note : collect.notes()) report.add_note(note);
+  }
 }
 
 void CompressStage::run(const calib::StageInput& in, model::Model& m) {
-  NoteCollector notes;  // the numerical fallbacks of this stage, into the report in order
-  const std::string part(name());
-  const auto& observe = ctx_.options().part_observer;
-  if (observe) observe(part, true);
-  const auto t0 = std::chrono::steady_clock::now();
-  compress(in, m);
-  if (observe) observe(part, false);
-  ctx_.report().part_seconds[part] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  for (const NumericNote& n : notes.notes()) ctx_.report().add_note(n);
+  CompressStage* self = this;
+  run_site(ctx_, std::span<CompressStage* const>(&self, 1), in, m);
+}
+
+namespace {
+
+// The stages waiting for one site, as the pipeline's one stage of that site.
+class SiteStage final : public calib::Stage {
+ public:
+  SiteStage(StageContext& ctx, std::vector<CompressStage*> stages) : ctx_(ctx), stages_(std::move(stages)) {
+    for (const CompressStage* s : stages_) name_ += (name_.empty() ? "" : "+") + std::string(s->name());
+  }
+  std::string_view name() const override { return name_; }
+  model::Site site() const override { return stages_.front()->site(); }
+  std::vector<model::Site> reads() const override {
+    return joined([](const CompressStage* s) { return s->reads(); });
+  }
+  std::vector<model::Site> rewrites() const override {
+    return joined([](const CompressStage* s) { return s->rewrites(); });
+  }
+  bool needs_activations() const override {
+    return std::any_of(stages_.begin(), stages_.end(), [](const CompressStage* s) { return s->needs_activations(); });
+  }
+  bool needs_dense_cross() const override {
+    return std::any_of(stages_.begin(), stages_.end(), [](const CompressStage* s) { return s->needs_dense_cross(); });
+  }
+  bool consumes_batches() const override {
+    return std::any_of(stages_.begin(), stages_.end(), [](const CompressStage* s) { return s->consumes_batches(); });
+  }
+  double consume(const model::DecoderLayer& layer, int i, const MatrixF& x, std::int64_t first_token) override {
+    double flops = 0;
+    for (CompressStage* s : stages_)
+      if (s->consumes_batches()) flops += s->consume(layer, i, x, first_token);
+    return flops;
+  }
+  void run(const calib::StageInput& in, model::Model& m) override { run_site(ctx_, stages_, in, m); }
+
+ private:
+  template <typename F>
+  std::vector<model::Site> joined(F sites_of) const {
+    std::vector<model::Site> out;
+    for (const CompressStage* s : stages_)
+      for (const model::Site site : sites_of(s))
+        if (std::find(out.begin(), out.end(), site) == out.end()) out.push_back(site);
+    return out;
+  }
+  StageContext& ctx_;
+  std::vector<CompressStage*> stages_;
+  std::string name_;
+};
+
+}  // namespace
+
+std::vector<std::unique_ptr<calib::Stage>> site_stages(StageContext& ctx,
+                                                       std::span<const std::unique_ptr<CompressStage>> stages) {
+  std::vector<std::vector<CompressStage*>> groups;
+  for (const auto& s : stages) {
+    if (groups.empty() || groups.back().front()->site() != s->site()) groups.emplace_back();
+    groups.back().push_back(s.get());
+  }
+  std::vector<std::unique_ptr<calib::Stage>> out;
+  for (auto& g : groups) out.push_back(std::make_unique<SiteStage>(ctx, std::move(g)));
+  return out;
 }
 
 }  // namespace latentllm::compress

@@ -8,10 +8,14 @@
 //   joint-ud   stage_joint_ud.cpp   MlpIn (activations) Gate, Up, Down    MlpIn, MlpMid
 #pragma once
 
+#include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "compress/low_rank.hpp"
@@ -20,6 +24,14 @@
 #include "latentllm/model.hpp"
 
 namespace latentllm::compress {
+
+// A module's factors in their junction form with their output error: loss = Σ ‖W·x + b − B·A·x − b̂‖²
+// and energy = Σ ‖W·x + b‖² over the calibration inputs (energy < 0: the weight error ‖W − B·A‖²
+// only, unlogged).
+struct Fitted {
+  LowRank f;
+  double loss = 0, energy = -1;
+};
 
 // What the stages of one compression run share: the options, the planned ranks, the report.
 class StageContext {
@@ -32,37 +44,126 @@ class StageContext {
   CompressReport& report() { return report_; }
   int rank_of(const model::Linear& lin) const;
 
-  // Puts f into the junction form the options ask for, reports it (its output error over the inputs
-  // `st` against the dense w, b; st null: the weight error ‖W − B·A‖² only, unlogged) under `how`,
-  // and installs it in lin in place of the dense weight.
-  void install(model::Linear& lin, LowRank f, const MatrixD& w, const VectorD& b, const calib::SiteStats* st,
-               std::string_view how);
-  // The same with the output error already known (the output side, output_side.hpp): loss = Σ ‖W·x + b
-  // − B·A·x − b̂‖² and energy = Σ ‖W·x + b‖² over the calibration inputs.
-  void install_measured(model::Linear& lin, LowRank f, double loss, double energy, std::string_view how);
+  // f put into the junction form the options ask for and measured: its output error over the inputs
+  // `st` against the dense w, b (st null: the weight error only).
+  Fitted fitted(const model::Linear& lin, LowRank f, const MatrixD& w, const VectorD& b,
+                const calib::SiteStats* st) const;
+  // The same with the output error already known (the output side, output_side.hpp).
+  Fitted fitted_measured(const model::Linear& lin, LowRank f, double loss, double energy) const;
+  // Reports f under `how` (its log line, the report's row) and installs it in lin in place of the
+  // dense weight.
+  void install(model::Linear& lin, const Fitted& f, std::string_view how);
 
  private:
   const CompressOptions& opt_;
   LocalOptions local_;
-  // Reports f (already in its junction form) with its loss (and energy; < 0: unlogged weight error) and
-  // installs it.
-  void report_and_install(model::Linear& lin, const LowRank& f, double loss, double energy, std::string_view how);
-
   CompressReport& report_;
   std::map<std::string, std::int64_t> ranks_;
 };
 
-// A stage of the compressor: times compress() (CompressReport::part_seconds, the part observer) and
-// moves the numerical notes it records into the report.
+// The bytes of a decomposition's results, written by the rank that computed them and read back on
+// every rank in the same order.
+class Payload {
+ public:
+  template <typename T>
+  void put(const T& v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    put_raw(reinterpret_cast<const char*>(&v), sizeof v);
+  }
+  void put(const std::string& s) { put_span(s.data(), s.size()); }
+  template <typename T>
+  void put(const std::vector<T>& v) { put_span(v.data(), v.size()); }
+  template <typename T, int R, int C>
+  void put(const Eigen::Matrix<T, R, C>& m) {
+    put<std::int64_t>(m.rows());
+    put<std::int64_t>(m.cols());
+    put_raw(reinterpret_cast<const char*>(m.data()), static_cast<std::size_t>(m.size()) * sizeof(T));
+  }
+  void put(const LowRank& f) { put(f.B), put(f.A), put(f.perm), put(f.bias); }
+  void put(const Fitted& f) { put(f.f), put(f.loss), put(f.energy); }
+
+  template <typename T>
+  T get() {
+    static_assert(std::is_trivially_copyable_v<T>);
+    T v;
+    std::memcpy(&v, take(sizeof v), sizeof v);
+    return v;
+  }
+  void get(std::string& s);
+  template <typename T>
+  void get(std::vector<T>& v) {
+    v.resize(get<std::uint64_t>());
+    std::memcpy(v.data(), take(v.size() * sizeof(T)), v.size() * sizeof(T));
+  }
+  template <typename T, int R, int C>
+  void get(Eigen::Matrix<T, R, C>& m) {
+    const auto rows = get<std::int64_t>(), cols = get<std::int64_t>();
+    m.resize(rows, cols);
+    const auto n = static_cast<std::size_t>(m.size()) * sizeof(T);
+    std::memcpy(m.data(), take(n), n);
+  }
+  void get(LowRank& f) { get(f.B), get(f.A), get(f.perm), get(f.bias); }
+  void get(Fitted& f) { get(f.f), f.loss = get<double>(), f.energy = get<double>(); }
+
+  std::vector<char>& bytes() { return data_; }
+
+ private:
+  void put_raw(const char* p, std::size_t n) { data_.insert(data_.end(), p, p + n); }
+  template <typename T>
+  void put_span(const T* p, std::size_t n) {
+    put<std::uint64_t>(n);
+    put_raw(reinterpret_cast<const char*>(p), n * sizeof(T));
+  }
+  const char* take(std::size_t n);
+  std::vector<char> data_;
+  std::size_t at_ = 0;
+};
+
+// One decomposition of a stage: computed by one owner rank (all of them with one rank), its results
+// handed to every rank. The jobs of a round are independent of each other.
+struct Job {
+  std::string what;   // the module(s) and part, for --json's timing ("...v_proj", "...q_proj, k_proj: start U_q")
+  double cost = 0;    // modelled, in the units of fit_cost (owners are chosen by it)
+  std::function<void(Payload&)> run;   // on the owner: computes and writes its results
+  std::function<void(Payload&)> done;  // on every rank, in job order: reads them back
+};
+
+// A stage of the compressor. Per layer, on every rank: begin() prepares its decompositions (the
+// collectives and the cheap shared work) and says how many rounds of jobs they take; jobs(r) are the
+// r-th round's, all asked for before any runs (a job reads what the earlier rounds' done() kept when
+// it runs, never when it is made); finish() installs the factors and reports them. run_site runs the
+// stages waiting for one site together (site_stages).
 class CompressStage : public calib::Stage {
  public:
   explicit CompressStage(StageContext& ctx) : ctx_(ctx) {}
+  // The stage alone at its site (site_stages wraps every site's stages instead).
   void run(const calib::StageInput& in, model::Model& m) final;
 
+  virtual int begin(const calib::StageInput& in, model::Model& m) = 0;
+  virtual std::vector<Job> jobs(int round) = 0;
+  virtual void finish(model::Model& m) = 0;
+
  protected:
-  virtual void compress(const calib::StageInput& in, model::Model& m) = 0;
   StageContext& ctx_;
 };
+
+// Runs the stages of one site (all waiting for the same site; their inputs are in `in`) for layer
+// in.layer as one schedule, so that the ranks share their decompositions: every stage's begin() in
+// stage order; then round by round (a stage of several rounds takes the last ones; a stage of one
+// round joins the costliest round of the others, where the ranks would wait longest) the round's
+// jobs of all stages get owner ranks by modelled cost (dist::owners_by_cost), each
+// owner runs its jobs, and every rank receives every job's results (with the numerical notes it
+// recorded) in job order; then every stage's finish() in stage order, with its notes replayed in the
+// order one process records them. Each stage's seconds (begin, its jobs where they ran, finish) go to
+// CompressReport::part_seconds, each job's to CompressReport::jobs. Every rank installs the same bytes
+// for any number of ranks; with one rank the jobs run in turn on it.
+void run_site(StageContext& ctx, std::span<CompressStage* const> stages, const calib::StageInput& in,
+              model::Model& m);
+
+// The pipeline's stages: each run of consecutive stages waiting for the same site as one stage
+// (run_site). The stages must outlive them.
+std::vector<std::unique_ptr<calib::Stage>> site_stages(StageContext& ctx,
+                                                       std::span<const std::unique_ptr<CompressStage>> stages);
 
 // Local ASVD (the method's pre-conditioner) of the not yet compressed modules with these roles at `site`.
 // With the root covariance, the wide modules among them (output_side.hpp) are fitted from their
@@ -78,16 +179,6 @@ std::vector<std::unique_ptr<CompressStage>> plan_stages(StageContext& ctx, const
 
 // ---- helpers of the stage files ---------------------------------------------------------------
 
-// One module's factors as the rank that owns its decomposition computed them (module-parallel stages
-// under K ranks, docs/SCALE.md): loss and energy when the fit measured them itself (≥ 0), and the
-// numerical notes it recorded.
-struct ModuleFit {
-  LowRank f;
-  double loss = -1, energy = -1;
-  std::vector<NumericNote> notes;
-};
-// Every rank gets root's fit (a collective; nothing with one rank).
-void broadcast_fit(ModuleFit& fit, int root);
 // The modelled cost of decomposing a module alone: the eigendecomposition of its input covariance and
 // the SVD of the whitened weight, or from its outputs (output side) the [out, out] ones.
 double fit_cost(const model::Linear& lin, bool output_side);

@@ -5,6 +5,7 @@
 #include "compress/bias.hpp"
 #include "compress/compensate.hpp"
 #include "compress/joint_qk.hpp"
+#include "compress/junction.hpp"
 #include "compress/notes.hpp"
 #include "compress/stage.hpp"
 #include "latentllm/log.hpp"
@@ -21,59 +22,157 @@ class JointQkStage final : public CompressStage {
   bool needs_dense_cross() const override { return ctx_.options().error_compensation && ctx_.options().rope_window == 0; }
 
  private:
-  void compress(const calib::StageInput& in, model::Model& m) override {
+  // Three rounds of jobs (run_site): the four starts (one [d, d] eigendecomposition each); the
+  // iterations from them (two per iteration, a chain: one owner), beside which another stage's jobs at
+  // the site (the local v_proj) run; the attention-map loss and each factor's junction form and output
+  // error. With one rank they run in turn, the same computations as joint_qk.
+  int begin(const calib::StageInput& in, model::Model& m) override {
     auto& layer = m.layer(in.layer);
-    model::Linear& q = layer.linear(model::Role::Q);
-    model::Linear& k = layer.linear(model::Role::K);
-    const calib::SiteStats& st = in.stats_of(model::Site::AttnIn);
-    const QkDense dense{weight_double(q), to_double(q.bias), weight_double(k), to_double(k.bias)};
-    const std::string ctx = joined_name({&q, &k});
+    q_ = &layer.linear(model::Role::Q);
+    k_ = &layer.linear(model::Role::K);
+    st_ = &in.stats_of(model::Site::AttnIn);
+    cross_ = in.cross;
+    layer_ = in.layer;
+    attn_ = &m.attention();
+    dense_ = QkDense{weight_double(*q_), to_double(q_->bias), weight_double(*k_), to_double(k_->bias)};
+    name_ = joined_name({q_, k_});
     const CompressOptions& o = ctx_.options();
-    if (m.attention().qk_norm) {
-      record_note(ctx, "joint-skipped",
+    separate_ = attn_->qk_norm;
+    if (separate_) {
+      record_note(name_, "joint-skipped",
                   "joint Q-K compression skipped: the per-head RMSNorm of q and k (q_norm, k_norm) between the "
                   "projections and the attention map is not part of its objective; q_proj and k_proj are "
                   "compressed separately (local root covariance)");
-      if (in.cross) {  // each by itself: the local stage's compensating fit
-        LocalOptions lo = ctx_.local();
-        lo.junction = Junction::Identity;
-        const LowRank fq = compensated_fit(dense.wq, dense.bq, st, *in.cross, ctx_.rank_of(q), lo, q.name);
-        const LowRank fk = compensated_fit(dense.wk, dense.bk, st, *in.cross, ctx_.rank_of(k), lo, k.name);
-        ctx_.install(q, fq, dense.wq, dense.bq, &st, "compensate");
-        ctx_.install(k, fk, dense.wk, dense.bk, &st, "compensate");
-        return;
-      }
-      const QkFactors sep = separate_qk(dense, st, ctx_.rank_of(q), ctx_.rank_of(k), o.local.lambda_rel, ctx);
-      ctx_.install(q, sep.q, dense.wq, dense.bq, &st, "local");
-      ctx_.install(k, sep.k, dense.wk, dense.bk, &st, "local");
-      return;
+      return 1;
     }
-    QkOptions qo;
-    qo.r_q = ctx_.rank_of(q);
-    qo.r_k = ctx_.rank_of(k);
-    qo.iters = o.qk_iters;
-    qo.tol = o.joint_tol;
-    qo.lambda_rel = o.local.lambda_rel;
-    qo.rope.window = o.rope_window;
-    const model::AttentionInfo& s = m.attention();
-    const QkDense target = in.cross ? compensated_target(dense, st, *in.cross, qo.lambda_rel, ctx) : dense;
-    const QkResult res = joint_qk(target, s, st, qo, ctx);
-    JointLoss loss{in.layer, qk_attention_loss(dense, res.f, s, st, qo.rope)};
-    if (o.diagnostics) {
-      NoteCollector discard(/*silent=*/true);  // only compared against: its notes are not the run's
-      const QkFactors sep = separate_qk(dense, st, qo.r_q, qo.r_k, qo.lambda_rel, ctx);
-      loss.local = qk_attention_loss(dense, sep, s, st, qo.rope);
-      log_info("  layer {} attention-map loss: local {:.4e} joint {:.4e} (ratio {:.3f}){}", in.layer, loss.local,
-               loss.joint, loss.local > 0 ? loss.joint / loss.local : 0.0, res.used_local_start ? " [local start]" : "");
-    } else {
-      log_info("  layer {} attention-map loss: joint {:.4e} ({} iterations){}", in.layer, loss.joint,
-               res.loss.size() - 1, res.used_local_start ? " [local start]" : "");
-    }
-    ctx_.report().qk_losses.push_back(loss);
-    const char* how = in.cross ? "joint-qk-compensate" : "joint-qk";
-    ctx_.install(q, res.f.q, dense.wq, dense.bq, &st, how);
-    ctx_.install(k, res.f.k, dense.wk, dense.bk, &st, how);
+    qo_ = QkOptions{};
+    qo_.r_q = ctx_.rank_of(*q_);
+    qo_.r_k = ctx_.rank_of(*k_);
+    qo_.iters = o.qk_iters;
+    qo_.tol = o.joint_tol;
+    qo_.lambda_rel = o.local.lambda_rel;
+    qo_.rope.window = o.rope_window;
+    const QkDense target = cross_ ? compensated_target(dense_, *st_, *cross_, qo_.lambda_rel, name_) : dense_;
+    problem_ = qk_problem(target, *attn_, *st_, qo_, name_);
+    return 3;
   }
+
+  std::vector<Job> jobs(int round) override {
+    const auto d = static_cast<double>(dense_.wq.cols()), eig = d * d * d;
+    std::vector<Job> out;
+    if (separate_) {  // each by itself: the local stage's fits (compensating with cross moments)
+      out.push_back({name_, fit_cost(*q_, false) + fit_cost(*k_, false), [this](Payload& p) { separate(p); },
+                     [this](Payload& p) { p.get(fq_), p.get(fk_); }});
+      return out;
+    }
+    if (round == 0) {
+      for (QkStart k : {QkStart::Left, QkStart::Right, QkStart::LocalQ, QkStart::LocalK}) {
+        static constexpr const char* kWhat[] = {"start U_q", "start U_k", "local start U_q", "local start U_k"};
+        const auto i = static_cast<std::size_t>(k);
+        out.push_back({fmt::format("{}: {}", name_, kWhat[i]), eig,
+                       [this, k](Payload& p) { p.put(qk_start(problem_, k, qo_, name_)); },
+                       [this, i](Payload& p) { p.get(starts_[i]); }});
+      }
+      return out;
+    }
+    if (round == 1) {
+      out.push_back({fmt::format("{}: iterations", name_), 2.0 * qo_.iters * eig,
+                     [this](Payload& p) {
+                       const QkResult res = qk_solve(problem_, *attn_, std::move(starts_), qo_, name_);
+                       p.put(res.f.q), p.put(res.f.k), p.put(static_cast<std::int64_t>(res.loss.size()) - 1);
+                       p.put(static_cast<char>(res.used_local_start));
+                     },
+                     [this](Payload& p) {
+                       p.get(res_.q), p.get(res_.k);
+                       iterations_ = p.get<std::int64_t>();
+                       local_start_ = p.get<char>() != 0;
+                     }});
+      return out;
+    }
+    // The attention-map loss (with diagnostics also the local solution's) and each factor's junction
+    // form and output error.
+    out.push_back({fmt::format("{}: attention-map loss", name_), 1.5 * eig,
+                   [this](Payload& p) {
+                     JointLoss loss{layer_, qk_attention_loss(dense_, res_, *attn_, *st_, qo_.rope)};
+                     if (ctx_.options().diagnostics) {
+                       NoteCollector discard(/*silent=*/true);  // only compared against: not the run's notes
+                       const QkFactors sep = separate_qk(dense_, *st_, qo_.r_q, qo_.r_k, qo_.lambda_rel, name_);
+                       loss.local = qk_attention_loss(dense_, sep, *attn_, *st_, qo_.rope);
+                     }
+                     p.put(loss.joint), p.put(loss.local);
+                   },
+                   [this](Payload& p) { loss_ = JointLoss{layer_, p.get<double>(), p.get<double>()}; }});
+    for (const bool is_q : {true, false}) {
+      model::Linear* lin = is_q ? q_ : k_;
+      out.push_back({lin->name, static_cast<double>(lin->out) * static_cast<double>(lin->in) * d,
+                     [this, is_q, lin](Payload& p) {
+                       p.put(is_q ? ctx_.fitted(*lin, res_.q, dense_.wq, dense_.bq, st_)
+                                  : ctx_.fitted(*lin, res_.k, dense_.wk, dense_.bk, st_));
+                     },
+                     [this, is_q](Payload& p) { p.get(is_q ? fq_ : fk_); }});
+    }
+    return out;
+  }
+
+  // On the owner: q_proj and k_proj each by itself (both fits, then their junction forms, as their notes
+  // come on one process).
+  void separate(Payload& p) {
+    LocalOptions lo = ctx_.local();
+    lo.junction = Junction::Identity;
+    LowRank fq, fk;
+    if (cross_) {
+      fq = compensated_fit(dense_.wq, dense_.bq, *st_, *cross_, ctx_.rank_of(*q_), lo, q_->name);
+      fk = compensated_fit(dense_.wk, dense_.bk, *st_, *cross_, ctx_.rank_of(*k_), lo, k_->name);
+    } else {
+      QkFactors sep = separate_qk(dense_, *st_, ctx_.rank_of(*q_), ctx_.rank_of(*k_), lo.lambda_rel, name_);
+      fq = std::move(sep.q);
+      fk = std::move(sep.k);
+    }
+    p.put(ctx_.fitted(*q_, std::move(fq), dense_.wq, dense_.bq, st_));
+    p.put(ctx_.fitted(*k_, std::move(fk), dense_.wk, dense_.bk, st_));
+  }
+
+  void finish(model::Model&) override {
+    if (separate_) {
+      const char* how = cross_ ? "compensate" : "local";
+      ctx_.install(*q_, fq_, how);
+      ctx_.install(*k_, fk_, how);
+    } else {
+      if (ctx_.options().diagnostics) {
+        log_info("  layer {} attention-map loss: local {:.4e} joint {:.4e} (ratio {:.3f}){}", layer_, loss_.local,
+                 loss_.joint, loss_.local > 0 ? loss_.joint / loss_.local : 0.0, local_start_ ? " [local start]" : "");
+      } else {
+        log_info("  layer {} attention-map loss: joint {:.4e} ({} iterations){}", layer_, loss_.joint, iterations_,
+                 local_start_ ? " [local start]" : "");
+      }
+      ctx_.report().qk_losses.push_back(loss_);
+      const char* how = cross_ ? "joint-qk-compensate" : "joint-qk";
+      ctx_.install(*q_, fq_, how);
+      ctx_.install(*k_, fk_, how);
+    }
+    dense_ = {};
+    problem_ = {};
+    res_ = {};
+    fq_ = fk_ = {};
+  }
+
+  // The layer's work (begin to finish).
+  model::Linear *q_ = nullptr, *k_ = nullptr;
+  const calib::SiteStats* st_ = nullptr;
+  const calib::CrossStats* cross_ = nullptr;
+  const model::AttentionInfo* attn_ = nullptr;
+  int layer_ = 0;
+  QkDense dense_;
+  std::string name_;
+  bool separate_ = false;  // q_norm / k_norm: each by itself
+  QkOptions qo_;
+  QkProblem problem_;
+  std::array<MatrixD, 4> starts_;  // QkStart order
+  QkFactors res_;                  // the iterations' factors, before their junction form
+  Fitted fq_, fk_;
+  JointLoss loss_;
+  std::int64_t iterations_ = 0;
+  bool local_start_ = false;
 
   // W_q·M and W_k·M (compensate.hpp compensation_map): the dense weights seen through x̂. With biases on
   // both (the augmented joint Q-K), [W | b]·M' in the augmented space; with a bias on one of them only

@@ -18,37 +18,67 @@ class JointVoStage final : public CompressStage {
   std::vector<model::Site> rewrites() const override { return {model::Site::AttnIn, model::Site::AttnOut}; }
 
  private:
-  void compress(const calib::StageInput& in, model::Model& m) override {
+  // One job: the joint solve, its loss and both factors' junction forms, on one owner rank.
+  int begin(const calib::StageInput& in, model::Model& m) override {
     auto& layer = m.layer(in.layer);
-    model::Linear& v = layer.linear(model::Role::V);
-    model::Linear& o = layer.linear(model::Role::O);
-    const calib::SiteStats& v_st = in.stats_of(model::Site::AttnIn);
-    const calib::SiteStats& o_st = in.stats_of(model::Site::AttnOut);
-    const VoDense dense{weight_double(v), to_double(v.bias), weight_double(o), to_double(o.bias)};
+    v_ = &layer.linear(model::Role::V);
+    o_ = &layer.linear(model::Role::O);
+    v_st_ = &in.stats_of(model::Site::AttnIn);
+    o_st_ = &in.stats_of(model::Site::AttnOut);
+    layer_ = in.layer;
+    attn_ = &m.attention();
+    name_ = joined_name({v_, o_});
+    return 1;
+  }
+  std::vector<Job> jobs(int) override {
+    const double cost = fit_cost(*v_, false) + fit_cost(*o_, false) * (1 + ctx_.options().vo_iters);
+    return {{name_, cost, [this](Payload& p) { solve(p); }, [this](Payload& p) {
+               p.get(fv_), p.get(fo_);
+               loss_ = JointLoss{layer_, p.get<double>(), p.get<double>()};
+             }}};
+  }
+  void solve(Payload& p) const {
+    const VoDense dense{weight_double(*v_), to_double(v_->bias), weight_double(*o_), to_double(o_->bias)};
     const CompressOptions& opt = ctx_.options();
     VoOptions vo;
-    vo.r_v = ctx_.rank_of(v);
-    vo.r_o = ctx_.rank_of(o);
+    vo.r_v = ctx_.rank_of(*v_);
+    vo.r_o = ctx_.rank_of(*o_);
     vo.iters = opt.vo_iters;
     vo.tol = opt.joint_tol;
     vo.lambda_rel = opt.local.lambda_rel;
-    vo.o_moments = &o_st;
-    const model::AttentionInfo& s = m.attention();
-    const std::string ctx = joined_name({&v, &o});
-    const VoResult res = joint_vo(dense, s, v_st, vo, ctx);
-    JointLoss loss{in.layer, vo_output_loss(dense, res.f, s, v_st)};
+    vo.o_moments = o_st_;
+    const VoResult res = joint_vo(dense, *attn_, *v_st_, vo, name_);
+    JointLoss loss{layer_, vo_output_loss(dense, res.f, *attn_, *v_st_)};
     if (opt.diagnostics) {
       NoteCollector discard(/*silent=*/true);  // only compared against: its notes are not the run's
-      loss.local = vo_output_loss(dense, separate_vo(dense, v_st, o_st, vo.r_v, vo.r_o, vo.lambda_rel, ctx), s, v_st);
-      log_info("  layer {} V-O output loss (own-token attention): local {:.4e} joint {:.4e} (ratio {:.3f})", in.layer,
-               loss.local, loss.joint, loss.local > 0 ? loss.joint / loss.local : 0.0);
-    } else {
-      log_info("  layer {} V-O output loss (own-token attention): joint {:.4e}", in.layer, loss.joint);
+      loss.local = vo_output_loss(dense, separate_vo(dense, *v_st_, *o_st_, vo.r_v, vo.r_o, vo.lambda_rel, name_),
+                                  *attn_, *v_st_);
     }
-    ctx_.report().vo_losses.push_back(loss);
-    ctx_.install(v, res.f.v, dense.wv, dense.bv, &v_st, "joint-vo");
-    ctx_.install(o, res.f.o, dense.wo, dense.bo, &o_st, "joint-vo");
+    p.put(ctx_.fitted(*v_, res.f.v, dense.wv, dense.bv, v_st_));
+    p.put(ctx_.fitted(*o_, res.f.o, dense.wo, dense.bo, o_st_));
+    p.put(loss.joint), p.put(loss.local);
   }
+  void finish(model::Model&) override {
+    if (ctx_.options().diagnostics) {
+      log_info("  layer {} V-O output loss (own-token attention): local {:.4e} joint {:.4e} (ratio {:.3f})", layer_,
+               loss_.local, loss_.joint, loss_.local > 0 ? loss_.joint / loss_.local : 0.0);
+    } else {
+      log_info("  layer {} V-O output loss (own-token attention): joint {:.4e}", layer_, loss_.joint);
+    }
+    ctx_.report().vo_losses.push_back(loss_);
+    ctx_.install(*v_, fv_, "joint-vo");
+    ctx_.install(*o_, fo_, "joint-vo");
+    fv_ = fo_ = {};
+  }
+
+  // The layer's work (begin to finish).
+  model::Linear *v_ = nullptr, *o_ = nullptr;
+  const calib::SiteStats *v_st_ = nullptr, *o_st_ = nullptr;
+  const model::AttentionInfo* attn_ = nullptr;
+  int layer_ = 0;
+  std::string name_;
+  Fitted fv_, fo_;
+  JointLoss loss_;
 };
 
 }  // namespace

@@ -9,7 +9,6 @@
 #include "compress/notes.hpp"
 #include "compress/output_side.hpp"
 #include "compress/stage.hpp"
-#include "dist/comm.hpp"
 #include "model/linear_fused.hpp"
 
 namespace latentllm::compress {
@@ -53,77 +52,66 @@ class LocalStage final : public CompressStage {
     return lin.site == site_ && std::find(roles_.begin(), roles_.end(), lin.role) != roles_.end();
   }
 
-  // One module's factors, computed by its owner rank from its weight w: [out, in] (weight_double): the
-  // output side measures its loss and energy itself (ModuleFit::loss ≥ 0), the other fits are measured at
-  // install over the site's statistics.
-  ModuleFit fit(const model::Linear& lin, const MatrixD& w, const calib::SiteStats* st,
-                const calib::CrossStats* cross, const OutputStats* os) const {
+  // One module's factors in their junction form, measured: the output side measures its loss and
+  // energy itself, the other fits are measured over the site's statistics.
+  Fitted fit(const model::Linear& lin, const calib::SiteStats* st, const calib::CrossStats* cross,
+             const OutputStats* os) const {
+    const MatrixD w = weight_double(lin);  // [out, in]
     const VectorD b = to_double(lin.bias);  // [out] or empty
     LocalOptions lo = ctx_.local();
     if (b.size() == 0) lo.update_bias = false;
-    ModuleFit r;
     if (os != nullptr) {
       MatrixF widened;  // [out, in] when lin keeps a 16-bit matrix, for this fit
       OutputSideFit f = output_side_asvd(w, model::weight_f32(lin, widened), b, *os, ctx_.rank_of(lin), lo, lin.name);
-      r.f = std::move(f.f);
-      r.loss = f.loss;
-      r.energy = f.energy;
-    } else if (cross != nullptr) {
-      r.f = compensated_fit(w, b, *st, *cross, ctx_.rank_of(lin), lo, lin.name);
-    } else {
-      r.f = asvd(w, b, *st, ctx_.rank_of(lin), lo, lin.name);
+      return ctx_.fitted_measured(lin, std::move(f.f), f.loss, f.energy);
     }
-    return r;
+    LowRank f = cross != nullptr ? compensated_fit(w, b, *st, *cross, ctx_.rank_of(lin), lo, lin.name)
+                                 : asvd(w, b, *st, ctx_.rank_of(lin), lo, lin.name);
+    return ctx_.fitted(lin, std::move(f), w, b, st);
   }
 
-  void install(model::Linear& lin, ModuleFit r, const MatrixD& w, const calib::SiteStats* st, bool cross) {
-    if (r.loss >= 0) return ctx_.install_measured(lin, std::move(r.f), r.loss, r.energy, "local, output side");
-    ctx_.install(lin, std::move(r.f), w, to_double(lin.bias), st, cross ? "compensate" : "local");
-  }
-
-  // The site's modules are independent: under K ranks each is decomposed by one owner rank (by modelled
-  // cost, dist::owners_by_cost) and its factors and notes are broadcast, so every rank installs the same
-  // bytes in module order; with one rank each module is fitted and installed in turn.
-  void compress(const calib::StageInput& in, model::Model& m) override {
-    const calib::SiteStats* st = output_side_ ? nullptr : &in.stats_of(site_);
-    std::vector<model::Linear*> todo;
+  // The site's modules are independent: one job each (run_site gives each an owner rank by its
+  // modelled cost); every rank installs them in module order.
+  int begin(const calib::StageInput& in, model::Model& m) override {
+    st_ = output_side_ ? nullptr : &in.stats_of(site_);
+    cross_ = in.cross;
+    todo_.clear();
     for (model::Linear& lin : m.layer(in.layer).linears)
-      if (mine(lin) && !lin.factored()) todo.push_back(&lin);
+      if (mine(lin) && !lin.factored()) todo_.push_back(&lin);
     // Output side: every module's output statistics combined over the ranks (collectives, in order).
-    std::vector<const OutputStats*> os(todo.size(), nullptr);
+    os_.assign(todo_.size(), nullptr);
     if (output_side_)
-      for (std::size_t i = 0; i < todo.size(); ++i) os[i] = &outputs_.finished(todo[i]->name);
-    const bool split = dist::size() > 1;
-    std::vector<ModuleFit> fits(todo.size());
-    std::vector<int> owners(todo.size(), 0);
-    if (split) {
-      std::vector<double> costs;
-      for (const model::Linear* lin : todo) costs.push_back(fit_cost(*lin, output_side_));
-      owners = dist::owners_by_cost(costs, dist::size());
-      for (std::size_t i = 0; i < todo.size(); ++i) {
-        if (owners[i] != dist::rank()) continue;
-        NoteCollector held(true);  // replayed below on every rank, in module order
-        fits[i] = fit(*todo[i], weight_double(*todo[i]), st, in.cross, os[i]);
-        fits[i].notes = held.notes();
-      }
+      for (std::size_t i = 0; i < todo_.size(); ++i) os_[i] = &outputs_.finished(todo_[i]->name);
+    fits_.assign(todo_.size(), Fitted{});
+    return todo_.empty() ? 0 : 1;
+  }
+  std::vector<Job> jobs(int) override {
+    std::vector<Job> out;
+    for (std::size_t i = 0; i < todo_.size(); ++i) {
+      const model::Linear* lin = todo_[i];
+      out.push_back({lin->name, fit_cost(*lin, output_side_),
+                     [this, i](Payload& p) { p.put(fit(*todo_[i], st_, cross_, os_[i])); },
+                     [this, i](Payload& p) { p.get(fits_[i]); }});
     }
-    for (std::size_t i = 0; i < todo.size(); ++i) {
-      const MatrixD w = weight_double(*todo[i]);  // [out, in]
-      if (split) {
-        broadcast_fit(fits[i], owners[i]);
-        for (const NumericNote& n : fits[i].notes) record_note(n.module, n.kind, n.detail);
-      } else {
-        fits[i] = fit(*todo[i], w, st, in.cross, os[i]);
-      }
-      install(*todo[i], std::move(fits[i]), w, st, in.cross != nullptr);
-    }
+    return out;
+  }
+  void finish(model::Model&) override {
+    const char* how = output_side_ ? "local, output side" : cross_ != nullptr ? "compensate" : "local";
+    for (std::size_t i = 0; i < todo_.size(); ++i) ctx_.install(*todo_[i], fits_[i], how);
     outputs_.clear();
+    fits_.clear();
   }
 
   model::Site site_;
   std::vector<model::Role> roles_;
   bool output_side_ = false;
   LayerOutputs outputs_;  // output side
+  // The layer's work (begin to finish): the modules to fit, their inputs and their fits.
+  std::vector<model::Linear*> todo_;
+  const calib::SiteStats* st_ = nullptr;
+  const calib::CrossStats* cross_ = nullptr;
+  std::vector<const OutputStats*> os_;
+  std::vector<Fitted> fits_;
 };
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "core/gemm.hpp"
 #include "core/parallel.hpp"
+#include "dist/comm.hpp"
 #include "latentllm/error.hpp"
 
 namespace latentllm::compress {
@@ -128,11 +129,17 @@ void RegressionAccumulator::merge(const RegressionAccumulator& other) { exact_.a
 
 void RegressionAccumulator::combine_ranks(std::string_view context) {
   end_unit(context);
-  exact_.sum_ranks();
+  exact_.reduce_to(kStatsOwner);
   exact_.check_adds(context);
+  reduced_ = true;
 }
 
 RegressionStats RegressionAccumulator::take() {
+  if (reduced_ && dist::rank() != kStatsOwner) {
+    throw Error(fmt::format("regression accumulator: statistics reduced to rank {} (expected to take them there, "
+                            "got rank {})", kStatsOwner, dist::rank()));
+  }
+  reduced_ = false;
   end_unit();
   const auto in = cross_.cols(), out = cross_.rows();
   auto read = [&](double* v, std::int64_t n, std::int64_t at) {

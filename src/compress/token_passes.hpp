@@ -8,8 +8,10 @@
 // Under K ranks (data parallel, docs/SCALE.md) the tokens are one global sequence cut into units of a
 // fixed number of tokens, each rank passing the rows of its own units. Chunks never cross a unit; a
 // unit's chunks are folded in chunk order in double, and at the unit's end its partial sums are added
-// exactly (calib::ExactSums) and zeroed. At the end of a pass every rank's exact sums are added
-// (a collective). The statistics therefore have the same bits for any K and any split of the units.
+// exactly (calib::ExactSums) and zeroed. At the end of a pass every rank's exact sums are added on
+// one rank, kStatsOwner (a collective), which alone solves the regressions from them; the scalars
+// (losses) are added on every rank. The statistics therefore have the same bits for any K and any
+// split of the units.
 //
 // Passes run in double or in float (T). In float, each chunk's products are formed by sgemm/ssyrk
 // (twice dgemm's rate) and added to the double accumulators, so the rounding of float stays within one
@@ -35,6 +37,9 @@ using MatrixRowF = MatrixRow<float>;
 template <typename T>
 using MatrixX = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic>;  // column-major
 
+// The rank the regression statistics of every pass are added on (RegressionAccumulator::combine_ranks).
+inline constexpr int kStatsOwner = 0;
+
 // What the exact sums' errors name (after the module, TokenRows::context).
 inline constexpr std::string_view kStatsContext = "joint up-down statistics";
 
@@ -54,10 +59,12 @@ class RegressionAccumulator {
   void end_unit(std::string_view context = kStatsContext);
   // Adds another accumulator's finished units (the same shapes): units gathered apart, in one process.
   void merge(const RegressionAccumulator& other);
-  // Ends the unit, then adds every rank's finished units (a collective: every rank calls it in turn).
+  // Ends the unit, then adds every rank's finished units on kStatsOwner (a collective: every rank
+  // calls it in turn).
   void combine_ranks(std::string_view context = kStatsContext);
   // The statistics of the finished units (Gram mirrored; cov left empty without `gram`, the caller
-  // supplies it), after ending the current unit: the accumulator is empty afterwards.
+  // supplies it), after ending the current unit: the accumulator is empty afterwards. After
+  // combine_ranks only on kStatsOwner (an Error elsewhere).
   RegressionStats take();
 
  private:
@@ -68,6 +75,7 @@ class RegressionAccumulator {
   VectorD sum_s_, sum_t_;  // [in], [out]
   double n_ = 0;
   bool has_gram_, open_ = false;  // open_: the current unit has chunks
+  bool reduced_ = false;          // combine_ranks added the ranks' sums on kStatsOwner
   // The finished units: cross (out·in, column-major), the Gram's upper triangle, sum_s, sum_t, n.
   calib::ExactSums exact_;
 };
@@ -97,7 +105,7 @@ struct TokenRows {
 // Bodies of different chunks run concurrently and may write only their own tokens' rows of shared
 // storage. A collective: every rank passes its own rows (possibly none) with the same accumulators'
 // shapes and `scalars`. Returns the scalars summed over every rank's tokens (units as the
-// accumulators'); the accumulators hold every rank's sums, ready to take().
+// accumulators'); the accumulators hold every rank's sums on kStatsOwner, ready to take() there.
 template <typename T>
 using ChunkBody = std::function<void(Eigen::Index t0, const Eigen::Ref<const MatrixX<T>>& xt,
                                      const Eigen::Ref<const MatrixX<T>>& yt, ChunkOut<T>& out)>;

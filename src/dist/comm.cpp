@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <thread>
 
 #include "latentllm/error.hpp"
 
@@ -72,6 +73,23 @@ struct Timed {
   explicit Timed(std::int64_t bytes) { g_traffic.bytes += bytes; }
   ~Timed() { g_traffic.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
 };
+
+// A broadcast of at most this many bytes (a size, a flag) waits without spinning (wait_quietly).
+constexpr std::int64_t kQuietBytes = 4096;
+
+// Waits for a request while leaving the core to others: a rank waiting for another's decomposition
+// would otherwise spin in MPI's progress loop for seconds on the core the other needs. Tests, then
+// sleeps between tests, growing from 50 µs to 2 ms (the latency it adds to a wait of seconds).
+void wait_quietly(MPI_Request& req, const char* what) {
+  auto nap = std::chrono::microseconds(50);
+  for (;;) {
+    int done = 0;
+    check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), what);
+    if (done) return;
+    std::this_thread::sleep_for(nap);
+    nap = std::min(2 * nap, std::chrono::microseconds(2000));
+  }
+}
 
 bool launched_by_mpi() {
   for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK"})
@@ -254,6 +272,32 @@ void sum_int128(std::span<std::uint64_t> words) {
 #endif
 }
 
+void reduce_int128(std::span<std::uint64_t> words, int root) {
+#ifdef LATENTLLM_WITH_MPI
+  if (g_size == 1) return;
+  MPI_Datatype pair;
+  check(MPI_Type_contiguous(2, MPI_UINT64_T, &pair), "type");
+  MPI_Type_commit(&pair);
+  MPI_Op op;
+  MPI_Op_create(&add_int128, /*commute=*/1, &op);
+  const Timed t(static_cast<std::int64_t>(words.size_bytes()));
+  int rc = MPI_SUCCESS;
+  const std::int64_t per = kPieceBytes / 16;
+  const auto n = static_cast<std::int64_t>(words.size() / 2);
+  for (std::int64_t i = 0; i < n && rc == MPI_SUCCESS; i += per) {
+    std::uint64_t* p = words.data() + 2 * i;
+    const int count = static_cast<int>(std::min(per, n - i));
+    rc = MPI_Reduce(g_rank == root ? MPI_IN_PLACE : p, g_rank == root ? p : nullptr, count, pair, op, root,
+                    MPI_COMM_WORLD);
+  }
+  MPI_Op_free(&op);
+  MPI_Type_free(&pair);
+  check(rc, "reduce");
+#else
+  (void)words, (void)root;
+#endif
+}
+
 void sum_int64(std::span<std::int64_t> values) {
 #ifdef LATENTLLM_WITH_MPI
   if (g_size == 1) return;
@@ -346,6 +390,13 @@ std::vector<std::string> all_gather_bytes(std::string_view mine) {
 void broadcast_bytes(void* data, std::int64_t bytes, int root) {
 #ifdef LATENTLLM_WITH_MPI
   if (g_size == 1) return;
+  if (bytes <= kQuietBytes) {
+    // The wait is for root's work, not for the network: not counted as communication time.
+    g_traffic.bytes += bytes;
+    MPI_Request req;
+    check(MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE, root, MPI_COMM_WORLD, &req), "broadcast");
+    return wait_quietly(req, "broadcast");
+  }
   const Timed t(bytes);
   auto* p = static_cast<char*>(data);
   for (std::int64_t i = 0; i < bytes; i += kPieceBytes) {
@@ -379,7 +430,10 @@ std::vector<int> owners_by_cost(std::span<const double> costs, int k) {
 
 void barrier() {
 #ifdef LATENTLLM_WITH_MPI
-  if (g_size > 1) check(MPI_Barrier(MPI_COMM_WORLD), "barrier");
+  if (g_size == 1) return;
+  MPI_Request req;
+  check(MPI_Ibarrier(MPI_COMM_WORLD, &req), "barrier");
+  wait_quietly(req, "barrier");
 #endif
 }
 

@@ -29,24 +29,33 @@ compress() {  # K out model args...
     --nsamples "${NSAMPLES:-6}" --seqlen 64 --batch 2 --seed 0 --dtype f32 --threads 1 "$@"
 }
 digest() { cat "$1/model.safetensors" "$1/config.json" | sha256sum | cut -c1-16; }
+# The ranks that ran a stage's decomposition jobs (--json stage_seconds.decompositions_by_job, whose
+# objects list "rank" before "stage"), sorted, on one line.
+job_ranks() {
+  awk -v stage="\"stage\": \"$2\"," '/"rank": [0-9]+,/ { r = $2 } index($0, stage) { print r + 0 }' "$1" |
+    sort -un | tr '\n' ' ' | sed 's/ $//'
+}
 
 case $CASE in
 identical)
   # Joint up-down on 384 tokens: below the default's 12 x ffn, so asked for with --ud-min-tokens-per-ffn 0
   # (the paper's ReLU path on opt-tiny, the extension's gated path on stories260K). asvd-rootcov:
   # module-parallel local stages (q/k/v, gate/up on different ranks); with --lambda 0 the rank-deficient
-  # covariances record numerical notes on their owner ranks, replayed into config.json.
+  # covariances record numerical notes on their owner ranks, replayed into config.json. latentllm: joint
+  # Q-K's starts and iterations are jobs on several ranks beside the local v_proj (checked below); with
+  # --joint qk,vo the joint V-O group is a job of its own.
   for v in "opt-tiny|--ud-min-tokens-per-ffn 0 --ud-unit-tokens 96" "opt-tiny|--preset paper --ud-unit-tokens 96" \
            "stories260K/hf|--fit compensate --ud-min-tokens-per-ffn 0 --ud-unit-tokens 96" \
-           "stories260K/hf|--method asvd-rootcov" "opt-tiny|--method asvd-rootcov --lambda 0"; do
+           "stories260K/hf|--method asvd-rootcov" "opt-tiny|--method asvd-rootcov --lambda 0" \
+           "TinyStories-656K|--joint qk,vo"; do
     model=${v%%|*}
     rm -rf "$TMP"/k?
     read -r -a args <<< "${v#*|}"
     compress 0 "$TMP/k0" "$model" "${args[@]}" > /dev/null 2> "$TMP/k0.err" || { cat "$TMP/k0.err"; fail "plain run"; }
     want=$(digest "$TMP/k0")
     # latentllm's runs must exercise joint up-down's split passes (asvd-rootcov has none).
-    [[ " ${args[*]} " == *" --method "* ]] || grep -q "MLP output loss" "$TMP/k0.err" ||
-      fail "$model ${args[*]}: joint up-down did not run"
+    [[ " ${args[*]} " == *" --method "* || " ${args[*]} " == *" --joint "* ]] ||
+      grep -q "MLP output loss" "$TMP/k0.err" || fail "$model ${args[*]}: joint up-down did not run"
     for k in 2 3; do
       compress "$k" "$TMP/k$k" "$model" "${args[@]}" --json > "$TMP/k$k.json" 2> "$TMP/k$k.err" ||
         { cat "$TMP/k$k.err"; fail "$model ${args[*]}: $k ranks failed"; }
@@ -55,6 +64,13 @@ identical)
       [ "$(grep -c 'numerics \[' "$TMP/k$k.err")" = "$(grep -c 'numerics \[' "$TMP/k0.err")" ] ||
         fail "$model ${args[*]}: $k ranks logged other numerical notes than one process"
       grep -q "\"ranks\": $k" "$TMP/k$k.json" || fail "$model ${args[*]}: --json without \"ranks\": $k"
+      # latentllm: joint Q-K's eigenproblems ran on every rank (its starts are 4 jobs of equal cost), so
+      # the joint group's results really came from other ranks.
+      if [[ " ${args[*]} " != *" --method "* ]]; then
+        owners=$(job_ranks "$TMP/k$k.json" joint-qk)
+        [ "$owners" = "$(seq -s ' ' 0 $((k - 1)))" ] ||
+          fail "$model ${args[*]}: joint Q-K's jobs ran on ranks '$owners' of $k"
+      fi
       grep -q "ranks: $k processes" "$TMP/k$k.err" || fail "$model ${args[*]}: no ranks header on stderr"
     done
     echo "$model ${args[*]}: $want for 1, 2 and 3 ranks ($(grep -c 'numerics \[' "$TMP/k0.err") numerical notes)"
