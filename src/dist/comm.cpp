@@ -248,9 +248,13 @@ Share share_of(std::int64_t n, int r, int k) {
   return {n * r / k, n * (r + 1) / k};
 }
 
-void sum_int128(std::span<std::uint64_t> words) {
 #ifdef LATENTLLM_WITH_MPI
-  if (g_size == 1) return;
+namespace {
+// Runs piece(p, count, pair, op) on words in pieces of kPieceBytes, with the 128-bit pair type and the
+// exact addition (add_int128) made around them; stops at the first failing return code, which it
+// returns (MPI_SUCCESS when all succeed).
+template <typename Piece>
+int over_int128_pieces(std::span<std::uint64_t> words, Piece piece) {
   MPI_Datatype pair;
   check(MPI_Type_contiguous(2, MPI_UINT64_T, &pair), "type");
   MPI_Type_commit(&pair);
@@ -261,12 +265,23 @@ void sum_int128(std::span<std::uint64_t> words) {
   const std::int64_t per = kPieceBytes / 16;
   const auto n = static_cast<std::int64_t>(words.size() / 2);
   for (std::int64_t i = 0; i < n && rc == MPI_SUCCESS; i += per) {
-    rc = MPI_Allreduce(MPI_IN_PLACE, words.data() + 2 * i, static_cast<int>(std::min(per, n - i)), pair, op,
-                       MPI_COMM_WORLD);
+    rc = piece(words.data() + 2 * i, static_cast<int>(std::min(per, n - i)), pair, op);
   }
   MPI_Op_free(&op);
   MPI_Type_free(&pair);
-  check(rc, "allreduce");
+  return rc;
+}
+}  // namespace
+#endif
+
+void sum_int128(std::span<std::uint64_t> words) {
+#ifdef LATENTLLM_WITH_MPI
+  if (g_size == 1) return;
+  check(over_int128_pieces(words,
+                           [](std::uint64_t* p, int count, MPI_Datatype pair, MPI_Op op) {
+                             return MPI_Allreduce(MPI_IN_PLACE, p, count, pair, op, MPI_COMM_WORLD);
+                           }),
+        "allreduce");
 #else
   (void)words;
 #endif
@@ -275,24 +290,13 @@ void sum_int128(std::span<std::uint64_t> words) {
 void reduce_int128(std::span<std::uint64_t> words, int root) {
 #ifdef LATENTLLM_WITH_MPI
   if (g_size == 1) return;
-  MPI_Datatype pair;
-  check(MPI_Type_contiguous(2, MPI_UINT64_T, &pair), "type");
-  MPI_Type_commit(&pair);
-  MPI_Op op;
-  MPI_Op_create(&add_int128, /*commute=*/1, &op);
-  const Timed t(static_cast<std::int64_t>(words.size_bytes()));
-  int rc = MPI_SUCCESS;
-  const std::int64_t per = kPieceBytes / 16;
-  const auto n = static_cast<std::int64_t>(words.size() / 2);
-  for (std::int64_t i = 0; i < n && rc == MPI_SUCCESS; i += per) {
-    std::uint64_t* p = words.data() + 2 * i;
-    const int count = static_cast<int>(std::min(per, n - i));
-    rc = MPI_Reduce(g_rank == root ? MPI_IN_PLACE : p, g_rank == root ? p : nullptr, count, pair, op, root,
-                    MPI_COMM_WORLD);
-  }
-  MPI_Op_free(&op);
-  MPI_Type_free(&pair);
-  check(rc, "reduce");
+  const bool at_root = g_rank == root;
+  check(over_int128_pieces(words,
+                           [&](std::uint64_t* p, int count, MPI_Datatype pair, MPI_Op op) {
+                             return MPI_Reduce(at_root ? MPI_IN_PLACE : p, at_root ? p : nullptr, count, pair, op,
+                                               root, MPI_COMM_WORLD);
+                           }),
+        "reduce");
 #else
   (void)words, (void)root;
 #endif
