@@ -50,7 +50,7 @@ const char* Payload::take(std::size_t n) {
 
 void Payload::get(std::string& s) {
   s.resize(get<std::uint64_t>());
-  std::memcpy(s.data(), take(s.size()), s.size());
+  take_into(s.data(), s.size());
 }
 
 double fit_cost(const model::Linear& lin, bool output_side) {

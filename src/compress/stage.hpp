@@ -86,21 +86,20 @@ class Payload {
   T get() {
     static_assert(std::is_trivially_copyable_v<T>);
     T v;
-    std::memcpy(&v, take(sizeof v), sizeof v);
+    take_into(&v, sizeof v);
     return v;
   }
   void get(std::string& s);
   template <typename T>
   void get(std::vector<T>& v) {
     v.resize(get<std::uint64_t>());
-    std::memcpy(v.data(), take(v.size() * sizeof(T)), v.size() * sizeof(T));
+    take_into(v.data(), v.size() * sizeof(T));
   }
   template <typename T, int R, int C>
   void get(Eigen::Matrix<T, R, C>& m) {
     const auto rows = get<std::int64_t>(), cols = get<std::int64_t>();
     m.resize(rows, cols);
-    const auto n = static_cast<std::size_t>(m.size()) * sizeof(T);
-    std::memcpy(m.data(), take(n), n);
+    take_into(m.data(), static_cast<std::size_t>(m.size()) * sizeof(T));
   }
   void get(LowRank& f) { get(f.B), get(f.A), get(f.perm), get(f.bias); }
   void get(Fitted& f) { get(f.f), f.loss = get<double>(), f.energy = get<double>(); }
@@ -115,6 +114,11 @@ class Payload {
     put_raw(reinterpret_cast<const char*>(p), n * sizeof(T));
   }
   const char* take(std::size_t n);
+  // The next n bytes into dst (which may be null when n is 0: an empty vector's or matrix's data()).
+  void take_into(void* dst, std::size_t n) {
+    const char* p = take(n);
+    if (n > 0) std::memcpy(dst, p, n);
+  }
   std::vector<char> data_;
   std::size_t at_ = 0;
 };
