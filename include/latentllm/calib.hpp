@@ -199,6 +199,9 @@ class Stage {
   // earlier module changes every later site's input); otherwise it restarts at the layer's input.
   virtual std::vector<model::Site> rewrites() const { return {site()}; }
   virtual void run(const StageInput& in, model::Model& m) = 0;
+  // After layer i's output is propagated (the next layer's input), before layer_done saves it: work
+  // it deferred (compress::StageContext::defer). Every stage is called, in order.
+  virtual void end_layer(int i, model::Model& m) { (void)i, (void)m; }
 };
 
 // Seconds spent per part of the pipeline (the speed report of issue 3).

@@ -625,6 +625,9 @@ PipelineTimes run_layerwise(model::Model& m, std::span<const std::int32_t> ids, 
                                      "{} at token {}, feature {})", layer_name(m.layer(i), i), hidden(t, f), row0 + t,
                                      f));
     }
+    t0 = Clock::now();
+    for (Stage* stage : stages) with_context(fmt::format("layer {}", i), [&] { stage->end_layer(i, m); });
+    times.compress += seconds_since(t0);
     if (dense) {
       const double s0 = dense->seconds();
       dense->finish_layer();

@@ -245,6 +245,10 @@ CompressReport compress_model(model::Model& m, std::span<const std::int32_t> ids
   po.end_layer = opt.stop_after_layers > 0 ? std::max(po.start_layer, std::min(opt.stop_after_layers, m.num_layers()))
                                            : m.num_layers();
   report.times = calib::run_layerwise(m, ids, seqlen, stage_ptrs, po);
+  if (!ctx.deferred().empty()) {  // every layer's end_layer finishes its deferred work
+    throw Error(fmt::format("compression: {} deferred jobs left after the layers (expected none)",
+                            ctx.deferred().size()));
+  }
   report.layers_done = po.end_layer;
   for (const auto& r : report.modules) {
     report.dense_params += r.dense_params;

@@ -108,23 +108,17 @@ MatrixD qk_start(const QkProblem& p, QkStart which, const QkOptions& opt, std::s
   throw Error(fmt::format("{}: unknown joint Q-K start", context));
 }
 
-QkResult qk_solve(const QkProblem& p, const model::AttentionInfo& s, std::array<MatrixD, 4> starts,
-                  const QkOptions& opt, std::string_view context) {
-  auto start = [&](QkStart k) -> MatrixD& { return starts[static_cast<std::size_t>(k)]; };
-  QkResult out;
-  PairSolution sol = refine_pair(p.pair, std::move(start(QkStart::Left)), std::move(start(QkStart::Right)), opt.iters,
-                                 context, opt.tol);
-  if (opt.local_safeguard) {
-    const double total = pair_total(p.pair);
-    out.loss_local_start = total - pair_objective(p.pair, start(QkStart::LocalQ), start(QkStart::LocalK));
-    if (out.loss_local_start < sol.loss.back()) {
-      sol = refine_pair(p.pair, std::move(start(QkStart::LocalQ)), std::move(start(QkStart::LocalK)), opt.iters,
-                        context, opt.tol);
-      out.used_local_start = true;
-    }
-  }
-  out.loss = sol.loss;
+PairSolution qk_refine(const QkProblem& p, MatrixD u_q, MatrixD u_k, const QkOptions& opt, std::string_view context) {
+  return refine_pair(p.pair, std::move(u_q), std::move(u_k), opt.iters, context, opt.tol);
+}
 
+double qk_start_loss(const QkProblem& p, const MatrixD& u_q, const MatrixD& u_k) {
+  return pair_total(p.pair) - pair_objective(p.pair, u_q, u_k);
+}
+
+QkResult qk_factors(const QkProblem& p, const model::AttentionInfo& s, const PairSolution& sol) {
+  QkResult out;
+  out.loss = sol.loss;
   // A' = Uᵀ·F⁻¹ (shared), B = W'·F·U (per head, stacked).
   const MatrixD aq = p.wh.times_pinv(sol.u_l.transpose());  // [r_q, d']
   const MatrixD ak = p.wh.times_pinv(sol.u_r.transpose());  // [r_k, d']
@@ -141,6 +135,25 @@ QkResult qk_solve(const QkProblem& p, const model::AttentionInfo& s, std::array<
     out.f.q.bias = p.bq;
     out.f.k.bias = p.bk;
   }
+  return out;
+}
+
+QkResult qk_solve(const QkProblem& p, const model::AttentionInfo& s, std::array<MatrixD, 4> starts,
+                  const QkOptions& opt, std::string_view context) {
+  auto start = [&](QkStart k) -> MatrixD& { return starts[static_cast<std::size_t>(k)]; };
+  PairSolution sol = qk_refine(p, std::move(start(QkStart::Left)), std::move(start(QkStart::Right)), opt, context);
+  double loss_local = 0;
+  bool used_local = false;
+  if (opt.local_safeguard) {
+    loss_local = qk_start_loss(p, start(QkStart::LocalQ), start(QkStart::LocalK));
+    if (loss_local < sol.loss.back()) {
+      sol = qk_refine(p, std::move(start(QkStart::LocalQ)), std::move(start(QkStart::LocalK)), opt, context);
+      used_local = true;
+    }
+  }
+  QkResult out = qk_factors(p, s, sol);
+  out.loss_local_start = loss_local;
+  out.used_local_start = used_local;
   return out;
 }
 

@@ -98,9 +98,16 @@ QkProblem qk_problem(const QkDense& w, const model::AttentionInfo& s, const cali
                      std::string_view context);
 // The start `which`: [d', r_q] (Left, LocalQ) or [d', r_k] (Right, LocalK).
 MatrixD qk_start(const QkProblem& p, QkStart which, const QkOptions& opt, std::string_view context);
-// From the starts in QkStart order (LocalQ and LocalK empty without opt.local_safeguard).
+// From the starts in QkStart order (LocalQ and LocalK empty without opt.local_safeguard): the
+// iterations from Left and Right (qk_refine), the safeguard (qk_start_loss of LocalQ and LocalK; when
+// lower, the iterations from them instead) and the factors (qk_factors).
 QkResult qk_solve(const QkProblem& p, const model::AttentionInfo& s, std::array<MatrixD, 4> starts,
                   const QkOptions& opt, std::string_view context);
+PairSolution qk_refine(const QkProblem& p, MatrixD u_q, MatrixD u_k, const QkOptions& opt, std::string_view context);
+// The solver loss at the subspaces u_q, u_k (before any iteration).
+double qk_start_loss(const QkProblem& p, const MatrixD& u_q, const MatrixD& u_k);
+// The factors of a solution (A' = Uᵀ·F⁻¹ shared, B = W'·F·U per head), with its loss history.
+QkResult qk_factors(const QkProblem& p, const model::AttentionInfo& s, const PairSolution& sol);
 
 // Baseline: q_proj and k_proj each by local root-cov ASVD (with the bias update where there is a bias).
 QkFactors separate_qk(const QkDense& w, const calib::SiteStats& m, int r_q, int r_k, double lambda_rel,

@@ -7,7 +7,9 @@
 #include "compress/asvd.hpp"
 #include "compress/junction.hpp"
 #include "compress/notes.hpp"
+#include "core/gemm.hpp"
 #include "core/gemm16.hpp"
+#include "core/parallel.hpp"
 #include "core/mapped_file.hpp"
 #include "dist/comm.hpp"
 #include "latentllm/error.hpp"
@@ -53,18 +55,32 @@ void Payload::get(std::string& s) {
   take_into(s.data(), s.size());
 }
 
+// In units of one multiply-add of a [d, d] eigendecomposition (d³ for one): the weights below are
+// this machine's single-thread seconds of each part relative to it (eigendecompositions of d ≤ 8192;
+// the Cholesky whitening and its products; the Gram of the whitened weight and U_r; the column-pivoted
+// QR of the block identity and its solve; the two output errors in float32).
 double fit_cost(const model::Linear& lin, bool output_side) {
   const double o = static_cast<double>(lin.out), n = static_cast<double>(lin.in), k = std::min(o, n);
-  return output_side ? o * o * o + o * o * n : n * n * n + o * n * k + k * k * k;
+  return output_side ? o * o * o + 0.15 * o * o * n + 0.25 * o * n * k
+                     : k * k * k + 0.1 * n * n * n + 0.1 * o * n * n + 0.25 * o * n * k;
+}
+
+double StageContext::finish_cost(const model::Linear& lin, std::int64_t rank, bool measured) const {
+  const double o = static_cast<double>(lin.out), n = static_cast<double>(lin.in), r = static_cast<double>(rank);
+  double c = local_.junction == Junction::BlockIdentity ? r * n * (1.5 * r + 0.1 * n) : 0.0;
+  if (measured) c += 0.2 * o * n * n;
+  return c;
 }
 
 MatrixD to_double(const MatrixF& m) { return m.cast<double>(); }
 VectorD to_double(const VectorF& v) { return v.cast<double>(); }
 
-MatrixD weight_double(const model::Linear& lin) {
-  const Matrix16& h = lin.weight16;  // [out, in] when lin keeps a 16-bit matrix
-  if (h.size() == 0) return lin.weight.cast<double>();
-  // Blocks of rows widened to float32, then to double: no float32 copy of the whole module.
+namespace {
+
+// [out, in] in double from float32 or from a 16-bit matrix (widened by blocks of rows, never whole in
+// float32), exact either way.
+MatrixD widened_double(const MatrixF& weight, const Matrix16& h) {
+  if (h.size() == 0) return weight.cast<double>();
   constexpr std::int64_t kRows = 64;
   MatrixD out(h.rows, h.cols);
   MatrixF block(std::min(kRows, h.rows), h.cols);  // [rows, in]
@@ -74,6 +90,27 @@ MatrixD weight_double(const model::Linear& lin) {
     out.middleRows(r0, n) = block.topRows(n).cast<double>();
   }
   return out;
+}
+
+}  // namespace
+
+MatrixD weight_double(const model::Linear& lin) { return widened_double(lin.weight, lin.weight16); }
+MatrixD weight_double(const DenseWeight& w) { return widened_double(w.weight, w.weight16); }
+
+std::shared_ptr<const DenseWeight> take_dense(model::Linear& lin) {
+  auto d = std::make_shared<DenseWeight>();
+  d->weight = std::move(lin.weight);
+  d->weight16 = std::move(lin.weight16);
+  lin.weight.resize(0, 0);
+  lin.weight16 = {};
+  return d;
+}
+
+DenseWeight::~DenseWeight() {
+  // A view of the mapped checkpoint: its pages leave the resident set now (install_factors' reason).
+  if (weight16.size() > 0 && !weight16.owned) {
+    core::MappedFile::drop_pages_within(weight16.data, static_cast<std::size_t>(weight16.bytes()));
+  }
 }
 
 std::string joined_name(std::initializer_list<const model::Linear*> mods) {
@@ -116,6 +153,41 @@ Fitted StageContext::fitted_measured(const model::Linear& lin, LowRank f, double
   return {with_junction(std::move(f), local_.junction, lin.name), loss, energy};
 }
 
+void StageContext::install_for_passes(model::Linear& lin, const LowRank& f) {
+  in_passes_.insert(lin.name);
+  const double r = static_cast<double>(f.rank()), o = static_cast<double>(lin.out), n = static_cast<double>(lin.in);
+  if (f.block_identity() || r * (o + n) < o * n) return install_factors(lin, f);
+  // B·A as one [out, in] matrix takes fewer multiply-adds per token than the two factors (ranks near
+  // the width, where the block identity would have saved the difference). Formed in float32 on one
+  // BLAS thread: the same bits on every rank for any thread count.
+  const MatrixF b = f.B.cast<float>(), a = f.A.cast<float>();  // [out, r], [r, in]
+  model::check_finite(b, lin.name + ".B.weight");
+  model::check_finite(a, lin.name + ".A.weight");
+  MatrixF w(lin.out, lin.in);  // [out, in]
+  {
+    const core::BlasSingleThreaded single;
+    core::sgemm_rm(false, false, static_cast<int>(lin.out), static_cast<int>(lin.in), static_cast<int>(f.rank()), 1.0f,
+                   b.data(), static_cast<int>(f.rank()), a.data(), static_cast<int>(lin.in), 0.0f, w.data(),
+                   static_cast<int>(lin.in));
+  }
+  if (f.bias.size() > 0) lin.bias = f.bias.cast<float>();
+  if (lin.weight16.size() > 0 && !lin.weight16.owned) {
+    core::MappedFile::drop_pages_within(lin.weight16.data, static_cast<std::size_t>(lin.weight16.bytes()));
+  }
+  lin.weight16 = {};
+  lin.weight = std::move(w);
+}
+
+void StageContext::defer(int layer, std::string_view stage, Job job, std::function<void()> install) {
+  Deferred d;
+  d.layer = layer;
+  d.stage = stage;
+  d.ran = !job.run;  // nothing to compute: only the install
+  d.job = std::move(job);
+  d.install = std::move(install);
+  deferred_.push_back(std::move(d));
+}
+
 void StageContext::install(model::Linear& lin, const Fitted& f, std::string_view how) {
   ModuleReport r;
   r.name = lin.name;
@@ -147,11 +219,12 @@ struct JobOut {
   double seconds = 0;
 };
 
-JobOut run_job(const Job& job) {
+JobOut run_job(const Job& job, bool with_then = false) {
   JobOut out;
   NoteCollector held(/*silent=*/true);  // replayed on every rank in the stage's order (run_site)
   const auto t0 = Clock::now();
   job.run(out.payload);
+  if (with_then) job.then_run(out.payload);
   out.seconds = seconds_since(t0);
   out.notes = held.notes();
   return out;
@@ -215,7 +288,96 @@ std::vector<std::vector<std::vector<Job>>> schedule(std::span<CompressStage* con
   return out;
 }
 
+// The pending deferred jobs (StageContext::defer) that fit, in defer order, into a round's idle
+// time: each to the least loaded rank while that stays within the busiest rank's load (by modelled
+// cost, so every rank computes the same). With one rank, or a round without jobs, none.
+struct Fillers {
+  std::vector<std::size_t> which;  // indices into StageContext::deferred()
+  std::vector<int> owners;
+};
+
+// First the jobs' own finishing work (Job::then_run) in job order, each where its owner stays within
+// the busiest rank's load (with_then), then the fillers.
+Fillers fillers(const std::vector<StageContext::Deferred>& deferred, const std::vector<Job>& jobs,
+                const std::vector<int>& owners, std::vector<char>& with_then) {
+  Fillers out;
+  const int k = dist::size();
+  with_then.assign(jobs.size(), 0);
+  if (k == 1 || jobs.empty()) return out;
+  std::vector<double> load(static_cast<std::size_t>(k), 0.0);
+  for (std::size_t j = 0; j < jobs.size(); ++j) load[static_cast<std::size_t>(owners[j])] += jobs[j].cost;
+  const double busiest = *std::max_element(load.begin(), load.end());
+  for (std::size_t j = 0; j < jobs.size(); ++j) {
+    double& l = load[static_cast<std::size_t>(owners[j])];
+    if (!jobs[j].then_run || l + jobs[j].then_cost > busiest) continue;
+    l += jobs[j].then_cost;
+    with_then[j] = 1;
+  }
+  for (std::size_t d = 0; d < deferred.size(); ++d) {
+    if (deferred[d].ran) continue;
+    const auto least = std::min_element(load.begin(), load.end());  // the first of equal loads
+    if (*least + deferred[d].job.cost > busiest) continue;
+    *least += deferred[d].job.cost;
+    out.which.push_back(d);
+    out.owners.push_back(static_cast<int>(least - load.begin()));
+  }
+  return out;
+}
+
+// This rank's share of the deferred jobs `f` (the others' stay empty until take_deferred).
+std::vector<JobOut> run_deferred(StageContext& ctx, const Fillers& f) {
+  std::vector<JobOut> outs(f.which.size());
+  const auto& observe = ctx.options().part_observer;
+  for (std::size_t j = 0; j < f.which.size(); ++j) {
+    if (f.owners[j] != dist::rank()) continue;
+    const StageContext::Deferred& d = ctx.deferred()[f.which[j]];
+    if (observe) observe(d.stage, true);
+    outs[j] = run_job(d.job);
+    if (observe) observe(d.stage, false);
+  }
+  return outs;
+}
+
+// Every rank receives the deferred jobs' results in order and keeps them (and their notes) for the
+// installs of StageContext::finish_deferred.
+void take_deferred(StageContext& ctx, const Fillers& f, std::vector<JobOut>& outs) {
+  CompressReport& report = ctx.report();
+  for (std::size_t j = 0; j < f.which.size(); ++j) {
+    StageContext::Deferred& d = ctx.deferred()[f.which[j]];
+    broadcast_job(outs[j], f.owners[j]);
+    d.job.done(outs[j].payload);
+    d.ran = true;
+    d.notes = std::move(outs[j].notes);
+    report.part_seconds[d.stage] += outs[j].seconds;
+    report.jobs.push_back({d.layer, d.stage, d.job.what, f.owners[j], outs[j].seconds});
+  }
+}
+
 }  // namespace
+
+void StageContext::finish_deferred() {
+  if (deferred_.empty()) return;
+  Fillers rest;  // costliest first (a stable order: ties keep the defer order), for the owners' balance
+  for (std::size_t d = 0; d < deferred_.size(); ++d)
+    if (!deferred_[d].ran) rest.which.push_back(d);
+  std::stable_sort(rest.which.begin(), rest.which.end(),
+                   [&](std::size_t a, std::size_t b) { return deferred_[a].job.cost > deferred_[b].job.cost; });
+  std::vector<double> costs;
+  for (const std::size_t d : rest.which) costs.push_back(deferred_[d].job.cost);
+  rest.owners = dist::size() > 1 ? dist::owners_by_cost(costs, dist::size()) : std::vector<int>(costs.size(), 0);
+  std::vector<JobOut> outs = run_deferred(*this, rest);
+  take_deferred(*this, rest, outs);
+  for (Deferred& d : deferred_) {
+    NoteCollector collect;  // the job's numerical fallbacks, into the report in defer order
+    for (const NumericNote& note : d.notes) record_note(note.module, note.kind, note.detail);
+    const auto t0 = Clock::now();
+    d.install();
+    report_.part_seconds[d.stage] += seconds_since(t0);
+    for (const NumericNote& note : collect.notes()) report_.add_note(note);
+  }
+  deferred_.clear();
+  in_passes_.clear();
+}
 
 void run_site(StageContext& ctx, std::span<CompressStage* const> stages, const calib::StageInput& in,
               model::Model& m) {
@@ -242,27 +404,32 @@ void run_site(StageContext& ctx, std::span<CompressStage* const> stages, const c
     for (std::size_t i = 0; i < n; ++i)
       for (const Job& j : planned[round][i]) jobs.push_back(j), stage_of.push_back(i);
     std::vector<int> owners(jobs.size(), 0);
-    if (dist::size() > 1) {
-      std::vector<double> costs;
-      for (const Job& j : jobs) costs.push_back(j.cost);
-      owners = dist::owners_by_cost(costs, dist::size());
-    }
+    std::vector<double> costs;
+    for (const Job& j : jobs) costs.push_back(j.cost);
+    if (dist::size() > 1) owners = dist::owners_by_cost(costs, dist::size());
+    std::vector<char> with_then;
+    const Fillers fill = fillers(ctx.deferred(), jobs, owners, with_then);
     std::vector<JobOut> outs(jobs.size());
     for (std::size_t j = 0; j < jobs.size(); ++j) {
       if (owners[j] != dist::rank()) continue;
       const std::string part(stages[stage_of[j]]->name());
       if (observe) observe(part, true);
-      outs[j] = run_job(jobs[j]);
+      outs[j] = run_job(jobs[j], with_then[j] != 0);
       if (observe) observe(part, false);
     }
+    std::vector<JobOut> fill_outs = run_deferred(ctx, fill);
     for (std::size_t j = 0; j < jobs.size(); ++j) {
       broadcast_job(outs[j], owners[j]);
       const std::size_t i = stage_of[j];
       notes[i].insert(notes[i].end(), outs[j].notes.begin(), outs[j].notes.end());
       jobs[j].done(outs[j].payload);
+      if (with_then[j]) jobs[j].then_done(outs[j].payload);
       seconds[i] += outs[j].seconds;
-      report.jobs.push_back({in.layer, std::string(stages[i]->name()), jobs[j].what, owners[j], outs[j].seconds});
+      report.jobs.push_back({in.layer, std::string(stages[i]->name()),
+                             with_then[j] ? jobs[j].what + " + junction form" : jobs[j].what, owners[j],
+                             outs[j].seconds});
     }
+    take_deferred(ctx, fill, fill_outs);
   }
   for (std::size_t i = 0; i < n; ++i) {
     const std::string part(stages[i]->name());
@@ -315,6 +482,7 @@ class SiteStage final : public calib::Stage {
     return flops;
   }
   void run(const calib::StageInput& in, model::Model& m) override { run_site(ctx_, stages_, in, m); }
+  void end_layer(int, model::Model&) override { ctx_.finish_deferred(); }
 
  private:
   template <typename F>

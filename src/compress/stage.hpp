@@ -11,6 +11,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <span>
 #include <string>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "compress/low_rank.hpp"
+#include "compress/notes.hpp"
 #include "latentllm/calib.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/model.hpp"
@@ -31,34 +33,6 @@ namespace latentllm::compress {
 struct Fitted {
   LowRank f;
   double loss = 0, energy = -1;
-};
-
-// What the stages of one compression run share: the options, the planned ranks, the report.
-class StageContext {
- public:
-  StageContext(const CompressOptions& opt, const RankPlan& plan, CompressReport& report);
-
-  const CompressOptions& options() const { return opt_; }
-  // The local options of the method (its pre-conditioner, the junction, λ, α).
-  const LocalOptions& local() const { return local_; }
-  CompressReport& report() { return report_; }
-  int rank_of(const model::Linear& lin) const;
-
-  // f put into the junction form the options ask for and measured: its output error over the inputs
-  // `st` against the dense w, b (st null: the weight error only).
-  Fitted fitted(const model::Linear& lin, LowRank f, const MatrixD& w, const VectorD& b,
-                const calib::SiteStats* st) const;
-  // The same with the output error already known (the output side, output_side.hpp).
-  Fitted fitted_measured(const model::Linear& lin, LowRank f, double loss, double energy) const;
-  // Reports f under `how` (its log line, the report's row) and installs it in lin in place of the
-  // dense weight.
-  void install(model::Linear& lin, const Fitted& f, std::string_view how);
-
- private:
-  const CompressOptions& opt_;
-  LocalOptions local_;
-  CompressReport& report_;
-  std::map<std::string, std::int64_t> ranks_;
 };
 
 // The bytes of a decomposition's results, written by the rank that computed them and read back on
@@ -81,6 +55,12 @@ class Payload {
   }
   void put(const LowRank& f) { put(f.B), put(f.A), put(f.perm), put(f.bias); }
   void put(const Fitted& f) { put(f.f), put(f.loss), put(f.energy); }
+  // Final factors as install() keeps them: B and A in float32 (half the bytes to send; exact, as the
+  // model holds them in float32), the rest as they are.
+  void put_installed(const Fitted& f) {
+    put(Eigen::MatrixXf(f.f.B.cast<float>())), put(Eigen::MatrixXf(f.f.A.cast<float>()));
+    put(f.f.perm), put(f.f.bias), put(f.loss), put(f.energy);
+  }
 
   template <typename T>
   T get() {
@@ -103,6 +83,14 @@ class Payload {
   }
   void get(LowRank& f) { get(f.B), get(f.A), get(f.perm), get(f.bias); }
   void get(Fitted& f) { get(f.f), f.loss = get<double>(), f.energy = get<double>(); }
+  void get_installed(Fitted& f) {
+    Eigen::MatrixXf b, a;
+    get(b), get(a);
+    f.f.B = b.cast<double>();
+    f.f.A = a.cast<double>();
+    get(f.f.perm), get(f.f.bias);
+    f.loss = get<double>(), f.energy = get<double>();
+  }
 
   std::vector<char>& bytes() { return data_; }
 
@@ -130,7 +118,85 @@ struct Job {
   double cost = 0;    // modelled, in the units of fit_cost (owners are chosen by it)
   std::function<void(Payload&)> run;   // on the owner: computes and writes its results
   std::function<void(Payload&)> done;  // on every rank, in job order: reads them back
+  // Optional finishing work (a fit's junction form and output error) that the stage otherwise defers:
+  // run on the same owner right after run, appending to its results, when the round leaves that owner
+  // idle for it (run_site decides by modelled cost; with one rank never); then_done reads it back on
+  // every rank after done. The bytes are the same either way.
+  double then_cost = 0;
+  std::function<void(Payload&)> then_run;
+  std::function<void(Payload&)> then_done;
 };
+
+// What the stages of one compression run share: the options, the planned ranks, the report.
+class StageContext {
+ public:
+  StageContext(const CompressOptions& opt, const RankPlan& plan, CompressReport& report);
+
+  const CompressOptions& options() const { return opt_; }
+  // The local options of the method (its pre-conditioner, the junction, λ, α).
+  const LocalOptions& local() const { return local_; }
+  CompressReport& report() { return report_; }
+  int rank_of(const model::Linear& lin) const;
+
+  // f put into the junction form the options ask for and measured: its output error over the inputs
+  // `st` against the dense w, b (st null: the weight error only).
+  Fitted fitted(const model::Linear& lin, LowRank f, const MatrixD& w, const VectorD& b,
+                const calib::SiteStats* st) const;
+  // The same with the output error already known (the output side, output_side.hpp).
+  Fitted fitted_measured(const model::Linear& lin, LowRank f, double loss, double energy) const;
+  // Reports f under `how` (its log line, the report's row) and installs it in lin in place of the
+  // dense weight.
+  void install(model::Linear& lin, const Fitted& f, std::string_view how);
+
+  // ---- finishing work, off the critical path ----
+  // A fit's factors before their junction form (B·A is the same product) serve the layer's later
+  // passes at once (install_for_passes); the junction form and the output error, which no later
+  // decomposition reads, are a deferred job: run_site gives pending ones to the ranks a round leaves
+  // idle, and finish_deferred runs the rest, then each one's install in the order they were deferred,
+  // after the layer's output is propagated and before it is saved. The bytes do not depend on which
+  // rank ran a job or when (the propagation always uses the factors as fitted).
+  struct Deferred {
+    int layer = 0;
+    std::string stage;  // its stage's name, for the timing
+    Job job;            // run on its owner, done on every rank
+    std::function<void()> install;  // on every rank, in defer order, with the job's notes replayed before it
+    bool ran = false;
+    std::vector<NumericNote> notes;
+  };
+  // The modelled cost (fit_cost's units) of a module's junction form and, when measured, its output
+  // error: the work StageContext::fitted does.
+  double finish_cost(const model::Linear& lin, std::int64_t rank, bool measured) const;
+  // Installs f in lin for the layer's later calibration passes only (no report row, no log line): as
+  // its two factors, or as their product when that is cheaper per token (a dense-looking module until
+  // finish_deferred installs its final form; fitted_in_layer tells it apart).
+  void install_for_passes(model::Linear& lin, const LowRank& f);
+  bool fitted_in_layer(const model::Linear& lin) const { return in_passes_.count(lin.name) > 0; }
+  void defer(int layer, std::string_view stage, Job job, std::function<void()> install);
+  std::vector<Deferred>& deferred() { return deferred_; }
+  // The pending deferred jobs as one round (owners by cost), then every deferred install in order.
+  void finish_deferred();
+
+ private:
+  const CompressOptions& opt_;
+  LocalOptions local_;
+  CompressReport& report_;
+  std::map<std::string, std::int64_t> ranks_;
+  std::vector<Deferred> deferred_;
+  std::set<std::string> in_passes_;  // the modules installed for passes, until finish_deferred
+};
+
+// The dense weight of a module, moved out of it before its factors are installed, for its deferred
+// output error; a mapped view's pages are dropped when the last holder lets go.
+struct DenseWeight {
+  MatrixF weight;     // [out, in] float32, or empty
+  Matrix16 weight16;  // [out, in] 16-bit, or empty
+  DenseWeight() = default;
+  DenseWeight(const DenseWeight&) = delete;
+  DenseWeight& operator=(const DenseWeight&) = delete;
+  ~DenseWeight();
+};
+std::shared_ptr<const DenseWeight> take_dense(model::Linear& lin);
+MatrixD weight_double(const DenseWeight& w);
 
 // A stage of the compressor. Per layer, on every rank: begin() prepares its decompositions (the
 // collectives and the cheap shared work) and says how many rounds of jobs they take; jobs(r) are the

@@ -10,6 +10,9 @@
 #include "compress/stage.hpp"
 #include "latentllm/log.hpp"
 
+#include <limits>
+#include <memory>
+
 namespace latentllm::compress {
 namespace {
 
@@ -22,10 +25,12 @@ class JointQkStage final : public CompressStage {
   bool needs_dense_cross() const override { return ctx_.options().error_compensation && ctx_.options().rope_window == 0; }
 
  private:
-  // Three rounds of jobs (run_site): the four starts (one [d, d] eigendecomposition each); the
-  // iterations from them (two per iteration, a chain: one owner), beside which another stage's jobs at
-  // the site (the local v_proj) run; the attention-map loss and each factor's junction form and output
-  // error. With one rank they run in turn, the same computations as joint_qk.
+  // Three rounds of jobs (run_site): Algorithm 1's two starts (one [d, d] eigendecomposition each);
+  // the iterations from them (two per iteration, a chain: one owner), beside which the local
+  // safeguard's starts and their loss and another stage's jobs at the site (the local v_proj) run; the
+  // safeguard's choice (the iterations from the local starts when they start lower) and the factors.
+  // The attention-map loss and each factor's junction form and output error are deferred
+  // (StageContext::defer). With one rank they run in turn, the same computations as joint_qk.
   int begin(const calib::StageInput& in, model::Model& m) override {
     auto& layer = m.layer(in.layer);
     q_ = &layer.linear(model::Role::Q);
@@ -66,10 +71,9 @@ class JointQkStage final : public CompressStage {
       return out;
     }
     if (round == 0) {
-      for (QkStart k : {QkStart::Left, QkStart::Right, QkStart::LocalQ, QkStart::LocalK}) {
-        static constexpr const char* kWhat[] = {"start U_q", "start U_k", "local start U_q", "local start U_k"};
+      for (QkStart k : {QkStart::Left, QkStart::Right}) {
         const auto i = static_cast<std::size_t>(k);
-        out.push_back({fmt::format("{}: {}", name_, kWhat[i]), eig,
+        out.push_back({fmt::format("{}: {}", name_, k == QkStart::Left ? "start U_q" : "start U_k"), eig,
                        [this, k](Payload& p) { p.put(qk_start(problem_, k, qo_, name_)); },
                        [this, i](Payload& p) { p.get(starts_[i]); }});
       }
@@ -78,39 +82,39 @@ class JointQkStage final : public CompressStage {
     if (round == 1) {
       out.push_back({fmt::format("{}: iterations", name_), 2.0 * qo_.iters * eig,
                      [this](Payload& p) {
-                       const QkResult res = qk_solve(problem_, *attn_, std::move(starts_), qo_, name_);
-                       p.put(res.f.q), p.put(res.f.k), p.put(static_cast<std::int64_t>(res.loss.size()) - 1);
-                       p.put(static_cast<char>(res.used_local_start));
+                       const PairSolution sol = qk_refine(problem_, std::move(starts_[0]), std::move(starts_[1]), qo_,
+                                                          name_);
+                       p.put(sol.u_l), p.put(sol.u_r), p.put(sol.loss);
                      },
-                     [this](Payload& p) {
-                       p.get(res_.q), p.get(res_.k);
-                       iterations_ = p.get<std::int64_t>();
-                       local_start_ = p.get<char>() != 0;
-                     }});
+                     [this](Payload& p) { p.get(sol_.u_l), p.get(sol_.u_r), p.get(sol_.loss); }});
+      if (qo_.local_safeguard) {
+        out.push_back({fmt::format("{}: local starts", name_), 2.5 * eig,
+                       [this](Payload& p) {
+                         const MatrixD uq = qk_start(problem_, QkStart::LocalQ, qo_, name_);
+                         const MatrixD uk = qk_start(problem_, QkStart::LocalK, qo_, name_);
+                         p.put(uq), p.put(uk), p.put(qk_start_loss(problem_, uq, uk));
+                       },
+                       [this](Payload& p) { p.get(local_q_), p.get(local_k_), loss_local_ = p.get<double>(); }});
+      }
       return out;
     }
-    // The attention-map loss (with diagnostics also the local solution's) and each factor's junction
-    // form and output error.
-    out.push_back({fmt::format("{}: attention-map loss", name_), 1.5 * eig,
+    // The safeguard (qk_solve's) and the factors.
+    out.push_back({fmt::format("{}: factors", name_), 0.2 * eig,
                    [this](Payload& p) {
-                     JointLoss loss{layer_, qk_attention_loss(dense_, res_, *attn_, *st_, qo_.rope)};
-                     if (ctx_.options().diagnostics) {
-                       NoteCollector discard(/*silent=*/true);  // only compared against: not the run's notes
-                       const QkFactors sep = separate_qk(dense_, *st_, qo_.r_q, qo_.r_k, qo_.lambda_rel, name_);
-                       loss.local = qk_attention_loss(dense_, sep, *attn_, *st_, qo_.rope);
+                     bool used_local = false;
+                     if (qo_.local_safeguard && loss_local_ < sol_.loss.back()) {
+                       sol_ = qk_refine(problem_, std::move(local_q_), std::move(local_k_), qo_, name_);
+                       used_local = true;
                      }
-                     p.put(loss.joint), p.put(loss.local);
+                     const QkResult res = qk_factors(problem_, *attn_, sol_);
+                     p.put(res.f.q), p.put(res.f.k), p.put(static_cast<std::int64_t>(res.loss.size()) - 1);
+                     p.put(static_cast<char>(used_local));
                    },
-                   [this](Payload& p) { loss_ = JointLoss{layer_, p.get<double>(), p.get<double>()}; }});
-    for (const bool is_q : {true, false}) {
-      model::Linear* lin = is_q ? q_ : k_;
-      out.push_back({lin->name, static_cast<double>(lin->out) * static_cast<double>(lin->in) * d,
-                     [this, is_q, lin](Payload& p) {
-                       p.put(is_q ? ctx_.fitted(*lin, res_.q, dense_.wq, dense_.bq, st_)
-                                  : ctx_.fitted(*lin, res_.k, dense_.wk, dense_.bk, st_));
-                     },
-                     [this, is_q](Payload& p) { p.get(is_q ? fq_ : fk_); }});
-    }
+                   [this](Payload& p) {
+                     p.get(res_.q), p.get(res_.k);
+                     iterations_ = p.get<std::int64_t>();
+                     local_start_ = p.get<char>() != 0;
+                   }});
     return out;
   }
 
@@ -135,25 +139,75 @@ class JointQkStage final : public CompressStage {
   void finish(model::Model&) override {
     if (separate_) {
       const char* how = cross_ ? "compensate" : "local";
-      ctx_.install(*q_, fq_, how);
-      ctx_.install(*k_, fk_, how);
+      ctx_.install_for_passes(*q_, fq_.f);
+      ctx_.install_for_passes(*k_, fk_.f);
+      ctx_.defer(layer_, name(), {}, [this, q = q_, k = k_, fq = fq_, fk = fk_, how] {
+        ctx_.install(*q, fq, how);
+        ctx_.install(*k, fk, how);
+      });
     } else {
-      if (ctx_.options().diagnostics) {
-        log_info("  layer {} attention-map loss: local {:.4e} joint {:.4e} (ratio {:.3f}){}", layer_, loss_.local,
-                 loss_.joint, loss_.local > 0 ? loss_.joint / loss_.local : 0.0, local_start_ ? " [local start]" : "");
-      } else {
-        log_info("  layer {} attention-map loss: joint {:.4e} ({} iterations){}", layer_, loss_.joint, iterations_,
-                 local_start_ ? " [local start]" : "");
-      }
-      ctx_.report().qk_losses.push_back(loss_);
-      const char* how = cross_ ? "joint-qk-compensate" : "joint-qk";
-      ctx_.install(*q_, fq_, how);
-      ctx_.install(*k_, fk_, how);
+      defer_finishing();
     }
     dense_ = {};
     problem_ = {};
     res_ = {};
+    sol_ = {};
+    local_q_ = local_k_ = {};
+    starts_ = {};
     fq_ = fk_ = {};
+  }
+
+  // The factors serve the layer's later passes as fitted; the attention-map loss and each factor's
+  // junction form and output error are deferred (they hold what they read: the dense weights, the
+  // factors, a copy of the site's statistics).
+  void defer_finishing() {
+    ctx_.install_for_passes(*q_, res_.q);
+    ctx_.install_for_passes(*k_, res_.k);
+    auto dense = std::make_shared<const QkDense>(std::move(dense_));
+    auto res = std::make_shared<const QkFactors>(std::move(res_));
+    auto stats = std::make_shared<const calib::SiteStats>(*st_);
+    const double d = static_cast<double>(dense->wq.cols());
+    auto loss = std::make_shared<JointLoss>(JointLoss{layer_, 0.0, 0.0});
+    const bool diagnostics = ctx_.options().diagnostics;
+    ctx_.defer(layer_, name(),
+               {fmt::format("{}: attention-map loss", name_), 1.5 * d * d * d,
+                [this, dense, res, stats, diagnostics, attn = attn_, qo = qo_, name = name_](Payload& p) {
+                  p.put(qk_attention_loss(*dense, *res, *attn, *stats, qo.rope));
+                  double local = std::numeric_limits<double>::quiet_NaN();
+                  if (diagnostics) {
+                    NoteCollector discard(/*silent=*/true);  // only compared against: not the run's notes
+                    const QkFactors sep = separate_qk(*dense, *stats, qo.r_q, qo.r_k, qo.lambda_rel, name);
+                    local = qk_attention_loss(*dense, sep, *attn, *stats, qo.rope);
+                  }
+                  p.put(local);
+                },
+                [loss](Payload& p) { loss->joint = p.get<double>(), loss->local = p.get<double>(); }},
+               [this, loss, diagnostics, iterations = iterations_, local_start = local_start_] {
+                 const JointLoss& l = *loss;
+                 if (diagnostics) {
+                   log_info("  layer {} attention-map loss: local {:.4e} joint {:.4e} (ratio {:.3f}){}", l.layer,
+                            l.local, l.joint, l.local > 0 ? l.joint / l.local : 0.0,
+                            local_start ? " [local start]" : "");
+                 } else {
+                   log_info("  layer {} attention-map loss: joint {:.4e} ({} iterations){}", l.layer, l.joint,
+                            iterations, local_start ? " [local start]" : "");
+                 }
+                 ctx_.report().qk_losses.push_back(l);
+               });
+    const char* how = cross_ ? "joint-qk-compensate" : "joint-qk";
+    for (const bool is_q : {true, false}) {
+      model::Linear* lin = is_q ? q_ : k_;
+      auto fit = std::make_shared<Fitted>();
+      const LowRank& f = is_q ? res->q : res->k;
+      ctx_.defer(layer_, name(),
+                 {lin->name + ": junction form", ctx_.finish_cost(*lin, f.rank(), true),
+                  [this, lin, is_q, dense, res, stats](Payload& p) {
+                    p.put_installed(is_q ? ctx_.fitted(*lin, res->q, dense->wq, dense->bq, stats.get())
+                                         : ctx_.fitted(*lin, res->k, dense->wk, dense->bk, stats.get()));
+                  },
+                  [fit](Payload& p) { p.get_installed(*fit); }},
+                 [this, lin, fit, how] { ctx_.install(*lin, *fit, how); });
+    }
   }
 
   // The layer's work (begin to finish).
@@ -167,10 +221,12 @@ class JointQkStage final : public CompressStage {
   bool separate_ = false;  // q_norm / k_norm: each by itself
   QkOptions qo_;
   QkProblem problem_;
-  std::array<MatrixD, 4> starts_;  // QkStart order
-  QkFactors res_;                  // the iterations' factors, before their junction form
-  Fitted fq_, fk_;
-  JointLoss loss_;
+  std::array<MatrixD, 2> starts_;  // Left, Right
+  PairSolution sol_;               // the iterations from them
+  MatrixD local_q_, local_k_;      // the local safeguard's starts
+  double loss_local_ = 0;          // and the solver loss at them
+  QkFactors res_;                  // the chosen solution's factors, before their junction form
+  Fitted fq_, fk_;                 // q_norm / k_norm: each by itself
   std::int64_t iterations_ = 0;
   bool local_start_ = false;
 

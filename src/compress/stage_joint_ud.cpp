@@ -91,9 +91,14 @@ class JointUdStage final : public CompressStage {
     log_info("  layer {} MLP output loss: local {:.4e} joint {:.4e} (rel {:.4f} -> {:.4f})", layer_, res_.loss_local,
              best, res_.loss_local / energy, best / energy);
     ctx_.report().ud_losses.push_back({layer_, best, res_.loss_local});
-    ctx_.install(*up_, fits_[0], "joint-ud");
-    if (gate_) ctx_.install(*gate_, fits_[1], "joint-ud");
-    ctx_.install(*down_, fits_[2], "joint-ud");
+    ctx_.install_for_passes(*up_, fits_[0].f);
+    if (gate_) ctx_.install_for_passes(*gate_, fits_[1].f);
+    ctx_.install_for_passes(*down_, fits_[2].f);
+    ctx_.defer(layer_, name(), {}, [this, up = up_, gate = gate_, down = down_, fits = fits_] {
+      ctx_.install(*up, fits[0], "joint-ud");
+      if (gate) ctx_.install(*gate, fits[1], "joint-ud");
+      ctx_.install(*down, fits[2], "joint-ud");
+    });
     dense_ = {};
     res_ = {};
     fits_ = {};

@@ -59,15 +59,20 @@ class JointVoStage final : public CompressStage {
     p.put(loss.joint), p.put(loss.local);
   }
   void finish(model::Model&) override {
-    if (ctx_.options().diagnostics) {
-      log_info("  layer {} V-O output loss (own-token attention): local {:.4e} joint {:.4e} (ratio {:.3f})", layer_,
-               loss_.local, loss_.joint, loss_.local > 0 ? loss_.joint / loss_.local : 0.0);
-    } else {
-      log_info("  layer {} V-O output loss (own-token attention): joint {:.4e}", layer_, loss_.joint);
-    }
-    ctx_.report().vo_losses.push_back(loss_);
-    ctx_.install(*v_, fv_, "joint-vo");
-    ctx_.install(*o_, fo_, "joint-vo");
+    ctx_.install_for_passes(*v_, fv_.f);
+    ctx_.install_for_passes(*o_, fo_.f);
+    // Reported with the layer's deferred work, in stage order (StageContext::defer).
+    ctx_.defer(layer_, name(), {}, [this, v = v_, o = o_, fv = fv_, fo = fo_, loss = loss_] {
+      if (ctx_.options().diagnostics) {
+        log_info("  layer {} V-O output loss (own-token attention): local {:.4e} joint {:.4e} (ratio {:.3f})",
+                 loss.layer, loss.local, loss.joint, loss.local > 0 ? loss.joint / loss.local : 0.0);
+      } else {
+        log_info("  layer {} V-O output loss (own-token attention): joint {:.4e}", loss.layer, loss.joint);
+      }
+      ctx_.report().vo_losses.push_back(loss);
+      ctx_.install(*v, fv, "joint-vo");
+      ctx_.install(*o, fo, "joint-vo");
+    });
     fv_ = fo_ = {};
   }
 

@@ -3,6 +3,7 @@
 // error-compensating fit to the dense model's output (compensate.hpp). With the root covariance, wide
 // modules are fitted from their outputs (output_side.hpp): their site's covariance is never formed.
 #include <map>
+#include <memory>
 
 #include "compress/asvd.hpp"
 #include "compress/compensate.hpp"
@@ -32,7 +33,7 @@ class LocalStage final : public CompressStage {
   std::vector<model::Site> reads() const override { return output_side_ ? std::vector<model::Site>{} : std::vector{site_}; }
   bool consumes_batches() const override { return output_side_; }
   double consume(const model::DecoderLayer& layer, int i, const MatrixF& x, std::int64_t first_token) override {
-    return outputs_.add(layer, i, x, first_token, [&](const model::Linear& lin) { return mine(lin) && !lin.factored(); });
+    return outputs_.add(layer, i, x, first_token, [&](const model::Linear& lin) { return mine(lin) && !lin.factored() && !ctx_.fitted_in_layer(lin); });
   }
   // The compensating fit is the root-covariance ASVD of W̃ (compensate.hpp); the other pre-conditioners
   // have no such form and stay local. Without intra-layer passes only at the layer's input: a later
@@ -52,22 +53,26 @@ class LocalStage final : public CompressStage {
     return lin.site == site_ && std::find(roles_.begin(), roles_.end(), lin.role) != roles_.end();
   }
 
-  // One module's factors in their junction form, measured: the output side measures its loss and
-  // energy itself, the other fits are measured over the site's statistics.
-  Fitted fit(const model::Linear& lin, const calib::SiteStats* st, const calib::CrossStats* cross,
-             const OutputStats* os) const {
+  // One module's fit, before its junction form (the output side measures its loss and energy itself;
+  // the other fits are measured with their junction form, deferred).
+  struct Fit {
+    LowRank f;
+    double loss = 0, energy = -1;
+  };
+  Fit fit(const model::Linear& lin, const calib::SiteStats* st, const calib::CrossStats* cross,
+          const OutputStats* os) const {
     const MatrixD w = weight_double(lin);  // [out, in]
     const VectorD b = to_double(lin.bias);  // [out] or empty
     LocalOptions lo = ctx_.local();
     if (b.size() == 0) lo.update_bias = false;
+    lo.junction = Junction::Identity;  // B = U·S, A = M: the junction form is taken from them (deferred)
     if (os != nullptr) {
       MatrixF widened;  // [out, in] when lin keeps a 16-bit matrix, for this fit
       OutputSideFit f = output_side_asvd(w, model::weight_f32(lin, widened), b, *os, ctx_.rank_of(lin), lo, lin.name);
-      return ctx_.fitted_measured(lin, std::move(f.f), f.loss, f.energy);
+      return {std::move(f.f), f.loss, f.energy};
     }
-    LowRank f = cross != nullptr ? compensated_fit(w, b, *st, *cross, ctx_.rank_of(lin), lo, lin.name)
-                                 : asvd(w, b, *st, ctx_.rank_of(lin), lo, lin.name);
-    return ctx_.fitted(lin, std::move(f), w, b, st);
+    return {cross != nullptr ? compensated_fit(w, b, *st, *cross, ctx_.rank_of(lin), lo, lin.name)
+                             : asvd(w, b, *st, ctx_.rank_of(lin), lo, lin.name)};
   }
 
   // The site's modules are independent: one job each (run_site gives each an owner rank by its
@@ -75,31 +80,80 @@ class LocalStage final : public CompressStage {
   int begin(const calib::StageInput& in, model::Model& m) override {
     st_ = output_side_ ? nullptr : &in.stats_of(site_);
     cross_ = in.cross;
+    layer_ = in.layer;
     todo_.clear();
     for (model::Linear& lin : m.layer(in.layer).linears)
-      if (mine(lin) && !lin.factored()) todo_.push_back(&lin);
+      if (mine(lin) && !lin.factored() && !ctx_.fitted_in_layer(lin)) todo_.push_back(&lin);
     // Output side: every module's output statistics combined over the ranks (collectives, in order).
     os_.assign(todo_.size(), nullptr);
     if (output_side_)
       for (std::size_t i = 0; i < todo_.size(); ++i) os_[i] = &outputs_.finished(todo_[i]->name);
-    fits_.assign(todo_.size(), Fitted{});
+    fits_.assign(todo_.size(), Fit{});
+    finals_.assign(todo_.size(), Fitted{});
+    has_final_.assign(todo_.size(), 0);
     return todo_.empty() ? 0 : 1;
   }
   std::vector<Job> jobs(int) override {
     std::vector<Job> out;
     for (std::size_t i = 0; i < todo_.size(); ++i) {
       const model::Linear* lin = todo_[i];
-      out.push_back({lin->name, fit_cost(*lin, output_side_),
-                     [this, i](Payload& p) { p.put(fit(*todo_[i], st_, cross_, os_[i])); },
-                     [this, i](Payload& p) { p.get(fits_[i]); }});
+      Job job{lin->name, fit_cost(*lin, output_side_),
+              [this, i](Payload& p) {
+                fits_[i] = fit(*todo_[i], st_, cross_, os_[i]);  // also kept for then_run on this rank
+                p.put(fits_[i].f), p.put(fits_[i].loss), p.put(fits_[i].energy);
+              },
+              [this, i](Payload& p) {
+                p.get(fits_[i].f), fits_[i].loss = p.get<double>(), fits_[i].energy = p.get<double>();
+              }};
+      // Its junction form and output error at once where the round leaves time for them (the module
+      // is still dense: its weight and bias as they were).
+      job.then_cost = ctx_.finish_cost(*lin, ctx_.rank_of(*lin), !output_side_);
+      job.then_run = [this, i](Payload& p) { p.put_installed(finished(i)); };
+      job.then_done = [this, i](Payload& p) { p.get_installed(finals_[i]), has_final_[i] = 1; };
+      out.push_back(std::move(job));
     }
     return out;
   }
+  Fitted finished(std::size_t i) const {
+    const model::Linear& lin = *todo_[i];
+    const Fit& f = fits_[i];
+    if (output_side_) return ctx_.fitted_measured(lin, f.f, f.loss, f.energy);
+    return ctx_.fitted(lin, f.f, weight_double(lin), to_double(lin.bias), st_);
+  }
+  // The fits serve the layer's later passes at once; each one's junction form and output error, unless
+  // a job did them already, are deferred, holding what they read (the dense weight, a copy of the
+  // site's statistics).
   void finish(model::Model&) override {
     const char* how = output_side_ ? "local, output side" : cross_ != nullptr ? "compensate" : "local";
-    for (std::size_t i = 0; i < todo_.size(); ++i) ctx_.install(*todo_[i], fits_[i], how);
+    std::shared_ptr<const calib::SiteStats> stats;
+    if (!output_side_ && !todo_.empty()) stats = std::make_shared<const calib::SiteStats>(*st_);
+    for (std::size_t i = 0; i < todo_.size(); ++i) {
+      model::Linear* lin = todo_[i];
+      if (has_final_[i]) {
+        ctx_.install_for_passes(*lin, fits_[i].f);
+        ctx_.defer(layer_, name(), {}, [this, lin, done = std::move(finals_[i]), how] { ctx_.install(*lin, done, how); });
+        continue;
+      }
+      auto f = std::make_shared<const Fit>(std::move(fits_[i]));
+      auto done = std::make_shared<Fitted>();
+      Job job{lin->name + ": junction form", ctx_.finish_cost(*lin, f->f.rank(), !output_side_), {},
+              [done](Payload& p) { p.get_installed(*done); }};
+      if (output_side_) {
+        job.run = [this, lin, f](Payload& p) { p.put_installed(ctx_.fitted_measured(*lin, f->f, f->loss, f->energy)); };
+      } else {
+        auto b = std::make_shared<const VectorD>(to_double(lin->bias));  // the dense bias, before the fit's
+        auto dense = take_dense(*lin);
+        job.run = [this, lin, f, b, dense, stats](Payload& p) {
+          p.put_installed(ctx_.fitted(*lin, f->f, weight_double(*dense), *b, stats.get()));
+        };
+      }
+      ctx_.install_for_passes(*lin, f->f);
+      ctx_.defer(layer_, name(), std::move(job), [this, lin, done, how] { ctx_.install(*lin, *done, how); });
+    }
     outputs_.clear();
     fits_.clear();
+    finals_.clear();
+    has_final_.clear();
   }
 
   model::Site site_;
@@ -110,8 +164,11 @@ class LocalStage final : public CompressStage {
   std::vector<model::Linear*> todo_;
   const calib::SiteStats* st_ = nullptr;
   const calib::CrossStats* cross_ = nullptr;
+  int layer_ = 0;
   std::vector<const OutputStats*> os_;
-  std::vector<Fitted> fits_;
+  std::vector<Fit> fits_;
+  std::vector<Fitted> finals_;    // junction forms done by the fit's job (Job::then_run)
+  std::vector<char> has_final_;
 };
 
 }  // namespace

@@ -70,6 +70,12 @@ identical)
         owners=$(job_ranks "$TMP/k$k.json" joint-qk)
         [ "$owners" = "$(seq -s ' ' 0 $((k - 1)))" ] ||
           fail "$model ${args[*]}: joint Q-K's jobs ran on ranks '$owners' of $k"
+        # Junction forms and output errors off the critical path: deferred jobs (filling idle ranks or
+        # at the layer's end) and a local v_proj's right after its fit beside joint Q-K's iterations; the
+        # bytes above are one process's all the same.
+        grep -q ': junction form"' "$TMP/k$k.json" || fail "$model ${args[*]}: no deferred junction form on $k ranks"
+        [[ " ${args[*]} " == *" --joint "* ]] || grep -q 'v_proj + junction form"' "$TMP/k$k.json" ||
+          fail "$model ${args[*]}: v_proj's junction form did not run with its fit on $k ranks"
       fi
       grep -q "ranks: $k processes" "$TMP/k$k.err" || fail "$model ${args[*]}: no ranks header on stderr"
     done
