@@ -134,6 +134,16 @@ core::MemoryPlan plan_compress_memory(const model::Model& m, std::int64_t n_tok,
     p.add("decomposition working set", 8 * work,
           fmt::format("whitening and SVD of a [{}, {}] module in double", out, in));
   }
+  {
+    // Held from a module's fit to the layer's end (StageContext::defer): the fits in float32 (r·(out + in)
+    // at most twice a module's weights), copies of the sites' statistics the deferred output errors read,
+    // joint Q-K's dense q/k weights in double.
+    const std::int64_t q = c.num_attention_heads * c.head_dim;
+    const std::int64_t kv = (c.num_key_value_heads > 0 ? c.num_key_value_heads : c.num_attention_heads) * c.head_dim;
+    const std::int64_t layer = d * q + 2 * d * kv + q * d + (m.mlp().gated ? 3 : 2) * d * f;
+    p.add("deferred finishing work", 8 * layer + site_covariances(c, ud, down_out) + 8 * (q + kv) * d,
+          "the layer's fits in float32, its sites' statistics and q/k in double until the layer's end");
+  }
   if (opt.error_compensation && preconditioner_of(opt.method) == Preconditioner::RootCovariance) {
     // The dense stream (calib/dense_stream.hpp): its hidden states, its pass states (resumable when both
     // streams' fit in the limit), the dense copy of the layer, and the cross moments of the sites.

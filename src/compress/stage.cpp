@@ -97,6 +97,12 @@ MatrixD widened_double(const MatrixF& weight, const Matrix16& h) {
 MatrixD weight_double(const model::Linear& lin) { return widened_double(lin.weight, lin.weight16); }
 MatrixD weight_double(const DenseWeight& w) { return widened_double(w.weight, w.weight16); }
 
+LowRank round_factors(LowRank f) {
+  f.B = f.B.cast<float>().cast<double>();
+  f.A = f.A.cast<float>().cast<double>();
+  return f;
+}
+
 std::shared_ptr<const DenseWeight> take_dense(model::Linear& lin) {
   auto d = std::make_shared<DenseWeight>();
   d->weight = std::move(lin.weight);

@@ -83,6 +83,18 @@ class Payload {
   }
   void get(LowRank& f) { get(f.B), get(f.A), get(f.perm), get(f.bias); }
   void get(Fitted& f) { get(f.f), f.loss = get<double>(), f.energy = get<double>(); }
+  // A fit's factors as the layer's passes and its deferred finishing work read them: B and A rounded to
+  // float32 (round_factors first, so that the rank that computed them holds the same values).
+  void put_rounded(const LowRank& f) {
+    put(Eigen::MatrixXf(f.B.cast<float>())), put(Eigen::MatrixXf(f.A.cast<float>())), put(f.perm), put(f.bias);
+  }
+  void get_rounded(LowRank& f) {
+    Eigen::MatrixXf b, a;
+    get(b), get(a);
+    f.B = b.cast<double>();
+    f.A = a.cast<double>();
+    get(f.perm), get(f.bias);
+  }
   void get_installed(Fitted& f) {
     Eigen::MatrixXf b, a;
     get(b), get(a);
@@ -183,6 +195,18 @@ class StageContext {
   std::map<std::string, std::int64_t> ranks_;
   std::vector<Deferred> deferred_;
   std::set<std::string> in_passes_;  // the modules installed for passes, until finish_deferred
+};
+
+// B and A rounded to float32 (kept in double): a fit as the layer's passes read it and as its deferred
+// junction form starts from it, the same values on every rank (half the bytes to send).
+LowRank round_factors(LowRank f);
+// A rounded fit held in float32 until its deferred job runs (half the memory of the double).
+struct Factors32 {
+  Eigen::MatrixXf B, A;   // [d', r], [r, d]
+  std::vector<int> perm;  // as LowRank's
+  VectorD bias;
+  explicit Factors32(const LowRank& f) : B(f.B.cast<float>()), A(f.A.cast<float>()), perm(f.perm), bias(f.bias) {}
+  LowRank widened() const { return {B.cast<double>(), A.cast<double>(), perm, bias}; }
 };
 
 // The dense weight of a module, moved out of it before its factors are installed, for its deferred

@@ -107,11 +107,12 @@ class JointQkStage final : public CompressStage {
                        used_local = true;
                      }
                      const QkResult res = qk_factors(problem_, *attn_, sol_);
-                     p.put(res.f.q), p.put(res.f.k), p.put(static_cast<std::int64_t>(res.loss.size()) - 1);
+                     p.put_rounded(res.f.q), p.put_rounded(res.f.k);
+                     p.put(static_cast<std::int64_t>(res.loss.size()) - 1);
                      p.put(static_cast<char>(used_local));
                    },
                    [this](Payload& p) {
-                     p.get(res_.q), p.get(res_.k);
+                     p.get_rounded(res_.q), p.get_rounded(res_.k);
                      iterations_ = p.get<std::int64_t>();
                      local_start_ = p.get<char>() != 0;
                    }});
@@ -164,15 +165,16 @@ class JointQkStage final : public CompressStage {
     ctx_.install_for_passes(*q_, res_.q);
     ctx_.install_for_passes(*k_, res_.k);
     auto dense = std::make_shared<const QkDense>(std::move(dense_));
-    auto res = std::make_shared<const QkFactors>(std::move(res_));
+    // The factors as every rank holds them (rounded to float32 by the factors job), kept in float32.
+    auto q32 = std::make_shared<const Factors32>(res_.q), k32 = std::make_shared<const Factors32>(res_.k);
     auto stats = std::make_shared<const calib::SiteStats>(*st_);
     const double d = static_cast<double>(dense->wq.cols());
     auto loss = std::make_shared<JointLoss>(JointLoss{layer_, 0.0, 0.0});
     const bool diagnostics = ctx_.options().diagnostics;
     ctx_.defer(layer_, name(),
                {fmt::format("{}: attention-map loss", name_), 1.5 * d * d * d,
-                [this, dense, res, stats, diagnostics, attn = attn_, qo = qo_, name = name_](Payload& p) {
-                  p.put(qk_attention_loss(*dense, *res, *attn, *stats, qo.rope));
+                [dense, q32, k32, stats, diagnostics, attn = attn_, qo = qo_, name = name_](Payload& p) {
+                  p.put(qk_attention_loss(*dense, QkFactors{q32->widened(), k32->widened()}, *attn, *stats, qo.rope));
                   double local = std::numeric_limits<double>::quiet_NaN();
                   if (diagnostics) {
                     NoteCollector discard(/*silent=*/true);  // only compared against: not the run's notes
@@ -198,12 +200,12 @@ class JointQkStage final : public CompressStage {
     for (const bool is_q : {true, false}) {
       model::Linear* lin = is_q ? q_ : k_;
       auto fit = std::make_shared<Fitted>();
-      const LowRank& f = is_q ? res->q : res->k;
+      auto f = is_q ? q32 : k32;
       ctx_.defer(layer_, name(),
-                 {lin->name + ": junction form", ctx_.finish_cost(*lin, f.rank(), true),
-                  [this, lin, is_q, dense, res, stats](Payload& p) {
-                    p.put_installed(is_q ? ctx_.fitted(*lin, res->q, dense->wq, dense->bq, stats.get())
-                                         : ctx_.fitted(*lin, res->k, dense->wk, dense->bk, stats.get()));
+                 {lin->name + ": junction form", ctx_.finish_cost(*lin, f->B.cols(), true),
+                  [this, lin, is_q, dense, f, stats](Payload& p) {
+                    p.put_installed(is_q ? ctx_.fitted(*lin, f->widened(), dense->wq, dense->bq, stats.get())
+                                         : ctx_.fitted(*lin, f->widened(), dense->wk, dense->bk, stats.get()));
                   },
                   [fit](Payload& p) { p.get_installed(*fit); }},
                  [this, lin, fit, how] { ctx_.install(*lin, *fit, how); });

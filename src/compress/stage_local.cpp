@@ -99,11 +99,12 @@ class LocalStage final : public CompressStage {
       const model::Linear* lin = todo_[i];
       Job job{lin->name, fit_cost(*lin, output_side_),
               [this, i](Payload& p) {
-                fits_[i] = fit(*todo_[i], st_, cross_, os_[i]);  // also kept for then_run on this rank
-                p.put(fits_[i].f), p.put(fits_[i].loss), p.put(fits_[i].energy);
+                fits_[i] = fit(*todo_[i], st_, cross_, os_[i]);
+                fits_[i].f = round_factors(std::move(fits_[i].f));  // as every rank reads it (then_run too)
+                p.put_rounded(fits_[i].f), p.put(fits_[i].loss), p.put(fits_[i].energy);
               },
               [this, i](Payload& p) {
-                p.get(fits_[i].f), fits_[i].loss = p.get<double>(), fits_[i].energy = p.get<double>();
+                p.get_rounded(fits_[i].f), fits_[i].loss = p.get<double>(), fits_[i].energy = p.get<double>();
               }};
       // Its junction form and output error at once where the round leaves time for them (the module
       // is still dense: its weight and bias as they were).
@@ -134,20 +135,28 @@ class LocalStage final : public CompressStage {
         ctx_.defer(layer_, name(), {}, [this, lin, done = std::move(finals_[i]), how] { ctx_.install(*lin, done, how); });
         continue;
       }
-      auto f = std::make_shared<const Fit>(std::move(fits_[i]));
+      // What the deferred job reads, before the fit replaces the dense weight and bias.
+      std::shared_ptr<const VectorD> b;
+      std::shared_ptr<const DenseWeight> dense;
+      if (!output_side_) {
+        b = std::make_shared<const VectorD>(to_double(lin->bias));
+        dense = take_dense(*lin);
+      }
+      ctx_.install_for_passes(*lin, fits_[i].f);
+      auto f = std::make_shared<const Factors32>(fits_[i].f);
+      const double loss = fits_[i].loss, energy = fits_[i].energy;
       auto done = std::make_shared<Fitted>();
-      Job job{lin->name + ": junction form", ctx_.finish_cost(*lin, f->f.rank(), !output_side_), {},
+      Job job{lin->name + ": junction form", ctx_.finish_cost(*lin, fits_[i].f.rank(), !output_side_), {},
               [done](Payload& p) { p.get_installed(*done); }};
       if (output_side_) {
-        job.run = [this, lin, f](Payload& p) { p.put_installed(ctx_.fitted_measured(*lin, f->f, f->loss, f->energy)); };
+        job.run = [this, lin, f, loss, energy](Payload& p) {
+          p.put_installed(ctx_.fitted_measured(*lin, f->widened(), loss, energy));
+        };
       } else {
-        auto b = std::make_shared<const VectorD>(to_double(lin->bias));  // the dense bias, before the fit's
-        auto dense = take_dense(*lin);
         job.run = [this, lin, f, b, dense, stats](Payload& p) {
-          p.put_installed(ctx_.fitted(*lin, f->f, weight_double(*dense), *b, stats.get()));
+          p.put_installed(ctx_.fitted(*lin, f->widened(), weight_double(*dense), *b, stats.get()));
         };
       }
-      ctx_.install_for_passes(*lin, f->f);
       ctx_.defer(layer_, name(), std::move(job), [this, lin, done, how] { ctx_.install(*lin, *done, how); });
     }
     outputs_.clear();
