@@ -135,8 +135,8 @@ struct Job {
   // idle for it (run_site decides by modelled cost; with one rank never); then_done reads it back on
   // every rank after done. The bytes are the same either way.
   double then_cost = 0;
-  std::function<void(Payload&)> then_run;
-  std::function<void(Payload&)> then_done;
+  std::function<void(Payload&)> then_run = {};
+  std::function<void(Payload&)> then_done = {};
 };
 
 // What the stages of one compression run share: the options, the planned ranks, the report.

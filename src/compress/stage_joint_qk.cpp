@@ -1,6 +1,9 @@
 // The joint Q-K stage (paper §"Multi-head latent attention: Joint QK SVD", Algorithm 1; joint_qk.hpp).
 // Qwen3-style per-head q_norm / k_norm sit between the factors and the attention map, which the
 // bilinear objective does not model: there q_proj and k_proj are compressed locally, with a note.
+#include <limits>
+#include <memory>
+
 #include "compress/asvd.hpp"
 #include "compress/bias.hpp"
 #include "compress/compensate.hpp"
@@ -9,9 +12,6 @@
 #include "compress/notes.hpp"
 #include "compress/stage.hpp"
 #include "latentllm/log.hpp"
-
-#include <limits>
-#include <memory>
 
 namespace latentllm::compress {
 namespace {

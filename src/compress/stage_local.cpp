@@ -2,6 +2,8 @@
 // (paper Table 1; asvd.hpp), or with CompressOptions::error_compensation and the root covariance, the
 // error-compensating fit to the dense model's output (compensate.hpp). With the root covariance, wide
 // modules are fitted from their outputs (output_side.hpp): their site's covariance is never formed.
+// A fit serves the layer's later passes at once; its junction form and output error are finishing work
+// off the critical path (StageContext::defer, Job::then_run).
 #include <map>
 #include <memory>
 
