@@ -401,6 +401,10 @@ void broadcast_bytes(void* data, std::int64_t bytes, int root) {
     check(MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE, root, MPI_COMM_WORLD, &req), "broadcast");
     return wait_quietly(req, "broadcast");
   }
+  // Every rank here first, waiting quietly: root's small broadcast before this one completes without
+  // the others, and root would otherwise spin in MPI_Bcast, the time counted as communication, while a
+  // receiver still computes its own jobs of the round.
+  barrier();
   const Timed t(bytes);
   auto* p = static_cast<char*>(data);
   for (std::int64_t i = 0; i < bytes; i += kPieceBytes) {
