@@ -65,8 +65,8 @@ class ExactSums {
   // Every rank's sums added (dist::sum_int128): the same on every rank, and independent of K.
   void sum_ranks();
   // The same sums on `root` only (the other ranks' entries are left unspecified; their count of adds
-  // is the total too): for statistics only root decomposes.
-  void reduce_to(int root);
+  // is the total too): for statistics only root decomposes. Returns whether this rank is root.
+  bool reduce_to(int root);
   int adds() const { return adds_; }
   void count_add() { ++adds_; }
   // NumericError (naming `context`) when more than kMaxAdds partial sums went in, or will with `more`.
@@ -200,7 +200,7 @@ class Stage {
   virtual std::vector<model::Site> rewrites() const { return {site()}; }
   virtual void run(const StageInput& in, model::Model& m) = 0;
   // After layer i's output is propagated (the next layer's input), before layer_done saves it: work
-  // it deferred (compress::StageContext::defer). Every stage is called, in order.
+  // it left for the layer's end (the compressor's finishing work). Every stage is called, in order.
   virtual void end_layer(int i, model::Model& m) { (void)i, (void)m; }
 };
 

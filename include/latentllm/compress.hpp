@@ -384,6 +384,7 @@ struct CompressReport {
     std::string what;   // "model.layers.0.self_attn.v_proj", "... q_proj, k_proj: start U_q"
     int rank = 0;
     double seconds = 0;
+    std::string after;  // finishing work run in a round's idle time right after this job on its rank, or empty
   };
   std::vector<Job> jobs;
   double calib_sample_s = 0;        // tokenizing and sampling the calibration set

@@ -271,11 +271,12 @@ void ExactSums::sum_ranks() {
   adds_ = static_cast<int>(std::min<std::int64_t>(adds, kMaxAdds + 1));
 }
 
-void ExactSums::reduce_to(int root) {
+bool ExactSums::reduce_to(int root) {
   dist::reduce_int128(words_, root);
   std::int64_t adds = adds_;
   dist::sum_int64(std::span<std::int64_t>(&adds, 1));
   adds_ = static_cast<int>(std::min<std::int64_t>(adds, kMaxAdds + 1));
+  return dist::rank() == root;
 }
 
 void check_finite_rows(const MatrixF& x, std::int64_t first_token) {

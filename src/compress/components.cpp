@@ -8,7 +8,7 @@
 #include "compress/stage.hpp"
 #include "compress/whitening.hpp"
 #include "core/gemm16.hpp"
-#include "dist/comm.hpp"
+#include "graph/graph.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/log.hpp"
@@ -124,9 +124,9 @@ std::vector<ModuleShape> tower_shapes(model::LlavaModel& m, const Components& c)
 
 PlannedRanks plan_components(model::LlavaModel& m, std::span<const std::int32_t> ids, int seqlen,
                              const CompressOptions& opt, const TowerCalibration& cal) {
-  if (dist::size() > 1) {
+  if (graph::processes().size() > 1) {
     throw ConfigError(fmt::format("--components: the vision tower and projector are compressed on one process "
-                                  "(expected a plain run, got {} MPI ranks)", dist::size()));
+                                  "(expected a plain run, got {} MPI ranks)", graph::processes().size()));
   }
   std::vector<ModuleSpectrum> spectra;  // the language model's, when its pre-pass runs
   PlannedRanks p = plan_run(m.language_model(), ids, seqlen, opt, &spectra);

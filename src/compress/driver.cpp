@@ -11,7 +11,7 @@
 
 #include "compress/resume.hpp"
 #include "compress/stage.hpp"
-#include "dist/comm.hpp"
+#include "graph/graph.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/log.hpp"
@@ -95,8 +95,8 @@ std::optional<ResumeState> open_state(const model::Model& m, std::span<const std
   } else {
     ResumeState::check_not_discarded(opt.state_dir, opt.resume);  // saved work is never discarded silently
   }
-  dist::barrier();
-  if (dist::is_root()) {
+  graph::processes().barrier();
+  if (graph::processes().rank() == 0) {
     if (!opt.resume) {
       std::error_code ec;
       std::filesystem::remove_all(opt.state_dir, ec);
@@ -104,7 +104,7 @@ std::optional<ResumeState> open_state(const model::Model& m, std::span<const std
     }
     state->create();
   }
-  dist::barrier();
+  graph::processes().barrier();
   return state;
 }
 
@@ -205,10 +205,10 @@ CompressReport compress_model(model::Model& m, std::span<const std::int32_t> ids
   report.ratio = opt.ratio;
   report.rank_alloc = opt.rank_alloc;
   std::optional<ResumeState> state = open_state(m, ids, seqlen, opt);
-  const StrayStateGuard stray(state && dist::is_root() ? opt.state_dir : std::filesystem::path());
+  const StrayStateGuard stray(state && graph::processes().rank() == 0 ? opt.state_dir : std::filesystem::path());
   // A rank the launcher stops (another failed or was killed) says how to continue.
   if (state) {
-    dist::set_stop_advice("finished layers stay in the progress directory: run the same command with --resume");
+    graph::set_stop_advice("finished layers stay in the progress directory: run the same command with --resume");
   }
   const bool global = opt.rank_alloc == RankAlloc::Global;
   std::optional<PlannedRanks> planned;
@@ -217,7 +217,7 @@ CompressReport compress_model(model::Model& m, std::span<const std::int32_t> ids
     report.prepass_s = planned->prepass_s;
   }
   const RankPlan& plan = given ? *given : planned->plan;
-  if (global && state && dist::is_root()) state->save_plan(plan);  // for resumed_plan after a kill
+  if (global && state && graph::processes().rank() == 0) state->save_plan(plan);  // for resumed_plan after a kill
   StageContext ctx(opt, plan, report);
   const auto stages = plan_stages(ctx, m);
   const auto sites = site_stages(ctx, stages);  // a site's stages share the ranks (run_site)
@@ -235,7 +235,7 @@ CompressReport compress_model(model::Model& m, std::span<const std::int32_t> ids
   }
   // Rank 0 saves the progress (the pipeline hands it every rank's hidden states).
   po.layer_done = [&](int layer, const MatrixF& hidden, const MatrixF* dense) {
-    if (!dist::is_root()) return;
+    if (graph::processes().rank() != 0) return;
     if (state) state->save_layer(m, layer, hidden, dense, report);
     if (opt.layer_done) opt.layer_done(layer);
   };
@@ -245,9 +245,9 @@ CompressReport compress_model(model::Model& m, std::span<const std::int32_t> ids
   po.end_layer = opt.stop_after_layers > 0 ? std::max(po.start_layer, std::min(opt.stop_after_layers, m.num_layers()))
                                            : m.num_layers();
   report.times = calib::run_layerwise(m, ids, seqlen, stage_ptrs, po);
-  if (!ctx.deferred().empty()) {  // every layer's end_layer finishes its deferred work
-    throw Error(fmt::format("compression: {} deferred jobs left after the layers (expected none)",
-                            ctx.deferred().size()));
+  if (ctx.graph().pending() > 0) {  // every layer's end_layer runs what its sites declared
+    throw Error(fmt::format("compression: {} tasks and effects left after the layers (expected none)",
+                            ctx.graph().pending()));
   }
   report.layers_done = po.end_layer;
   for (const auto& r : report.modules) {

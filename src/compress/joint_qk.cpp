@@ -9,6 +9,7 @@
 
 #include "compress/asvd.hpp"
 #include "compress/bias.hpp"
+#include "compress/codecs.hpp"
 #include "latentllm/error.hpp"
 #include "model/rope.hpp"
 
@@ -138,35 +139,66 @@ QkResult qk_factors(const QkProblem& p, const model::AttentionInfo& s, const Pai
   return out;
 }
 
-QkResult qk_solve(const QkProblem& p, const model::AttentionInfo& s, std::array<MatrixD, 4> starts,
-                  const QkOptions& opt, std::string_view context) {
-  auto start = [&](QkStart k) -> MatrixD& { return starts[static_cast<std::size_t>(k)]; };
-  PairSolution sol = qk_refine(p, std::move(start(QkStart::Left)), std::move(start(QkStart::Right)), opt, context);
-  double loss_local = 0;
+namespace {
+
+// The local safeguard's starts and the solver loss there.
+struct LocalStarts {
+  MatrixD u_q, u_k;  // [d', r_q], [d', r_k]
+  double loss = 0;
+  template <class S>
+  static auto fields(S& s) { return std::tie(s.u_q, s.u_k, s.loss); }
+};
+
+QkResult choose(const QkProblem& p, const model::AttentionInfo& s, PairSolution sol, const LocalStarts* local,
+                const QkOptions& opt, const std::string& context) {
   bool used_local = false;
-  if (opt.local_safeguard) {
-    loss_local = qk_start_loss(p, start(QkStart::LocalQ), start(QkStart::LocalK));
-    if (loss_local < sol.loss.back()) {
-      sol = qk_refine(p, std::move(start(QkStart::LocalQ)), std::move(start(QkStart::LocalK)), opt, context);
-      used_local = true;
-    }
+  if (local != nullptr && local->loss < sol.loss.back()) {
+    sol = qk_refine(p, local->u_q, local->u_k, opt, context);
+    used_local = true;
   }
   QkResult out = qk_factors(p, s, sol);
-  out.loss_local_start = loss_local;
+  out.loss_local_start = local != nullptr ? local->loss : 0.0;
   out.used_local_start = used_local;
   return out;
 }
 
+}  // namespace
+
+graph::Value<QkResult> declare_qk(graph::Graph& g, std::shared_ptr<const QkProblem> p, const model::AttentionInfo& s,
+                                  const QkOptions& opt, const std::string& context) {
+  const auto d = static_cast<double>(p->qt.cols() - (p->aug ? 1 : 0)), eig = d * d * d;
+  auto start = [&](QkStart which, const char* what) {
+    return g.task({fmt::format("{}: {}", context, what), eig},
+                  [p, which, opt, context] { return qk_start(*p, which, opt, context); });
+  };
+  const auto left = start(QkStart::Left, "start U_q"), right = start(QkStart::Right, "start U_k");
+  const auto sol = g.task({fmt::format("{}: iterations", context), 2.0 * opt.iters * eig},
+                          [p, opt, context](const MatrixD& l, const MatrixD& r) { return qk_refine(*p, l, r, opt, context); },
+                          left, right);
+  const graph::Spec factors{fmt::format("{}: factors", context), 0.2 * eig};
+  if (!opt.local_safeguard) {
+    return g.task(factors, [p, &s, opt, context](const PairSolution& it) { return choose(*p, s, it, nullptr, opt, context); },
+                  sol);
+  }
+  const auto local = g.task({fmt::format("{}: local starts", context), 2.5 * eig}, [p, opt, context] {
+    LocalStarts l{qk_start(*p, QkStart::LocalQ, opt, context), qk_start(*p, QkStart::LocalK, opt, context), 0.0};
+    l.loss = qk_start_loss(*p, l.u_q, l.u_k);
+    return l;
+  });
+  return g.task(factors,
+                [p, &s, opt, context](const PairSolution& it, const LocalStarts& l) { return choose(*p, s, it, &l, opt, context); },
+                sol, local);
+}
+
 QkResult joint_qk(const QkDense& w, const model::AttentionInfo& s, const calib::SiteStats& m, const QkOptions& opt,
                   std::string_view context) {
-  const QkProblem p = qk_problem(w, s, m, opt, context);
-  std::array<MatrixD, 4> starts;
-  for (QkStart k : {QkStart::Left, QkStart::Right, QkStart::LocalQ, QkStart::LocalK}) {
-    if (opt.local_safeguard || k == QkStart::Left || k == QkStart::Right) {
-      starts[static_cast<std::size_t>(k)] = qk_start(p, k, opt, context);
-    }
-  }
-  return qk_solve(p, s, std::move(starts), opt, context);
+  auto p = std::make_shared<const QkProblem>(qk_problem(w, s, m, opt, context));
+  graph::Graph g(graph::this_process());
+  graph::Value<QkResult> out;
+  g.declare("joint-qk", [&](graph::Graph& gr) { out = declare_qk(gr, p, s, opt, std::string(context)); });
+  g.run_site();
+  g.end_layer();
+  return out.get();
 }
 
 QkFactors separate_qk(const QkDense& w, const calib::SiteStats& m, int r_q, int r_k, double lambda_rel,

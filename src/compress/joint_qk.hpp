@@ -19,12 +19,15 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
 #include "compress/low_rank.hpp"
 #include "compress/pair_solver.hpp"
 #include "compress/whitening.hpp"
+#include "graph/graph.hpp"
 #include "latentllm/calib.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/model.hpp"
@@ -84,8 +87,9 @@ QkResult joint_qk(const QkDense& w, const model::AttentionInfo& s, const calib::
 // joint_qk in parts, so that its independent eigenproblems can run on different ranks (the joint Q-K
 // stage): the problem (the whitening and the whitened weights, cheap), the four starts (each one
 // [d, d] eigendecomposition: Algorithm 1's U_q from Σ G Gᵀ and U_k from Σ GᵀG, and the local
-// safeguard's subspaces of P·W_qᵀW_q·P and P·W_kᵀW_k·P), and the iterations from them. joint_qk is
-// qk_problem, every qk_start and qk_solve in turn; the parts give the same bits wherever they run.
+// safeguard's subspaces of P·W_qᵀW_q·P and P·W_kᵀW_k·P), and the iterations from them, declared as
+// tasks of a graph (declare_qk). joint_qk is qk_problem and those tasks in one process; the stage runs
+// the same tasks on the ranks of the run; the parts give the same bits wherever they run.
 struct QkProblem {
   bool aug = false;  // solved in the augmented space [x; 1] (biases, bias_aware)
   Whitening wh;      // of C (or C') + λI
@@ -98,11 +102,13 @@ QkProblem qk_problem(const QkDense& w, const model::AttentionInfo& s, const cali
                      std::string_view context);
 // The start `which`: [d', r_q] (Left, LocalQ) or [d', r_k] (Right, LocalK).
 MatrixD qk_start(const QkProblem& p, QkStart which, const QkOptions& opt, std::string_view context);
-// From the starts in QkStart order (LocalQ and LocalK empty without opt.local_safeguard): the
-// iterations from Left and Right (qk_refine), the safeguard (qk_start_loss of LocalQ and LocalK; when
-// lower, the iterations from them instead) and the factors (qk_factors).
-QkResult qk_solve(const QkProblem& p, const model::AttentionInfo& s, std::array<MatrixD, 4> starts,
-                  const QkOptions& opt, std::string_view context);
+// Algorithm 1 as tasks of g (graph/graph.hpp): the starts Left and Right; the iterations from them
+// (qk_refine); with opt.local_safeguard, beside them, the starts LocalQ and LocalK and the solver loss
+// there (qk_start_loss); then the choice (the iterations from the local starts when those start lower)
+// and the factors (qk_factors), the result. Modelled costs in units of one [d, d] eigendecomposition's
+// d³ multiply-adds.
+graph::Value<QkResult> declare_qk(graph::Graph& g, std::shared_ptr<const QkProblem> p, const model::AttentionInfo& s,
+                                  const QkOptions& opt, const std::string& context);
 PairSolution qk_refine(const QkProblem& p, MatrixD u_q, MatrixD u_k, const QkOptions& opt, std::string_view context);
 // The solver loss at the subspaces u_q, u_k (before any iteration).
 double qk_start_loss(const QkProblem& p, const MatrixD& u_q, const MatrixD& u_k);

@@ -9,11 +9,10 @@
 #include <Eigen/QR>
 
 #include "compress/asvd.hpp"
+#include "compress/codecs.hpp"
 #include "compress/notes.hpp"
 #include "compress/regression.hpp"
-#include "compress/stage.hpp"
 #include "compress/token_passes.hpp"
-#include "dist/comm.hpp"
 #include "latentllm/error.hpp"
 #include "linalg/linalg.hpp"
 #include "model/activation.hpp"
@@ -184,32 +183,6 @@ double loss_from_stats(const RegressionStats& st, double yy, const LowRank& down
   return std::max(l, 0.0);
 }
 
-// Runs `solve` on kStatsOwner, the rank the passes' statistics are added on (token_passes.hpp), and
-// gives every rank what it wrote: `read` reads it back in the same order on every rank (the owner
-// included, so one process runs the same code). Every decision taken from the statistics (a candidate
-// accepted, an iterate's loss) is the owner's, the same on every rank.
-void on_owner(const std::function<void(Payload&)>& solve, const std::function<void(Payload&)>& read) {
-  Payload p;
-  std::vector<NumericNote> notes;  // what solve recorded, replayed on every rank
-  if (dist::rank() == kStatsOwner) {
-    NoteCollector held(/*silent=*/true);
-    solve(p);
-    notes = held.notes();
-  }
-  p.put<std::uint64_t>(notes.size());
-  for (const NumericNote& n : notes) p.put(n.module), p.put(n.kind), p.put(n.detail);
-  if (dist::size() > 1) {
-    auto size = static_cast<std::int64_t>(p.bytes().size());
-    dist::broadcast_bytes(&size, sizeof size, kStatsOwner);
-    p.bytes().resize(static_cast<std::size_t>(size));
-    dist::broadcast_bytes(p.bytes().data(), size, kStatsOwner);
-  }
-  read(p);
-  notes.resize(p.get<std::uint64_t>());
-  for (NumericNote& n : notes) p.get(n.module), p.get(n.kind), p.get(n.detail);
-  for (const NumericNote& n : notes) record_note(n.module, n.kind, n.detail);
-}
-
 template <typename T>
 Mat<T> rows_of(const MatrixRowF& m, Eigen::Index t0, Eigen::Index c) {  // [f, c] from token rows
   return m.middleRows(t0, c).transpose().template cast<T>();
@@ -224,6 +197,13 @@ struct Ctx {
   std::string_view context;
   RegressionStats x_stats;  // of the inputs: cov [d, d], sum_s [d] (the sources of the up/gate fits)
   double yy = 0;            // ‖Y‖²
+  graph::Graph& g;          // the runtime of the decisions taken from the statistics (on)
+
+  // fn() on kStatsOwner, the rank the passes' statistics are added on (token_passes.hpp), its result on
+  // every rank: every decision taken from the statistics (a candidate accepted, an iterate's loss) is
+  // the owner's, the same on every rank.
+  template <typename F>
+  auto on(F fn) const { return g.on(kStatsOwner, std::string(context), std::move(fn)); }
 
   Eigen::Index f() const { return w.w_up.rows(); }
   Eigen::Index d() const { return w.w_up.cols(); }
@@ -247,7 +227,7 @@ struct Ctx {
     token_pass<T>(tokens, {&acc}, 0, [&](Eigen::Index, const Cols<T>& xt, const Cols<T>& yt, ChunkOut<T>& out) {
       out.pairs.emplace_back(hidden_of(m, xt).h, yt);
     });
-    return dist::rank() == kStatsOwner ? acc.take() : RegressionStats{};
+    return g.exchange().rank() == kStatsOwner ? acc.take() : RegressionStats{};
   }
 };
 
@@ -322,12 +302,10 @@ void paper_iterations(const Ctx<T>& c, MlpFactors cur, Best& best, UdResult& out
                                    r.pairs.emplace_back(std::move(zpc), yt);
                                  });
     record(s, it - 1);
-    on_owner(
-        [&](Payload& p) {
-          p.put(c.fit_from_inputs(up_acc, o.ranks.up, bu));
-          p.put(reduced_rank_regression(down_acc.take(), o.ranks.down, bd, o.lambda_rel, c.context));
-        },
-        [&](Payload& p) { p.get(cur.up), p.get(cur.down); });
+    std::tie(cur.up, cur.down) = c.on([&] {
+      LowRank up = c.fit_from_inputs(up_acc, o.ranks.up, bu);
+      return std::pair{std::move(up), reduced_rank_regression(down_acc.take(), o.ranks.down, bd, o.lambda_rel, c.context)};
+    });
   }
   RegressionAccumulator h_acc(c.f(), c.d(), true);
   const Lin<T> up = Lin<T>::of(cur.up), down = Lin<T>::of(cur.down);
@@ -341,13 +319,12 @@ void paper_iterations(const Ctx<T>& c, MlpFactors cur, Best& best, UdResult& out
   if (!o.refit_down || o.iters == 0) return;
   MlpFactors refit = cur;
   double lr = 0;
-  on_owner(
-      [&](Payload& p) {
-        const RegressionStats st = h_acc.take();
-        const LowRank down = c.refit_down(st);
-        p.put(down), p.put(loss_from_stats(st, c.yy, down));
-      },
-      [&](Payload& p) { p.get(refit.down), lr = p.get<double>(); });
+  std::tie(refit.down, lr) = c.on([&] {
+    const RegressionStats st = h_acc.take();
+    LowRank down = c.refit_down(st);
+    const double loss = loss_from_stats(st, c.yy, down);
+    return std::pair{std::move(down), loss};
+  });
   best.offer(refit, lr, o.iters);
   out.loss.back() = std::min(out.loss.back(), lr);
 }
@@ -367,8 +344,7 @@ double extension_candidate(const Ctx<T>& c, const MlpFactors& cur, const RidgeSt
     const Mat<T> su = m.gated ? act_of(m.act, hd.zg) : slope_of(m.act, hd.zu);  // ∂h/∂z_u
     r.pairs.emplace_back(xt, gn_target(hd.zu, su, dh, eta));
   });
-  on_owner([&](Payload& p) { p.put(c.fit_from_inputs(up_acc, o.ranks.up, c.w.b_up.size() > 0)); },
-           [&](Payload& p) { p.get(cand.up); });
+  cand.up = c.on([&] { return c.fit_from_inputs(up_acc, o.ranks.up, c.w.b_up.size() > 0); });
   if (m.gated) {
     const Lin<T> up_new = Lin<T>::of(cand.up);
     RegressionAccumulator gate_acc(c.d(), c.f(), false);
@@ -380,17 +356,15 @@ double extension_candidate(const Ctx<T>& c, const MlpFactors& cur, const RidgeSt
       const Mat<T> sg = slope_of(m.act, hd.zg).cwiseProduct(zu);  // ∂h/∂z_g
       r.pairs.emplace_back(xt, gn_target<T>(hd.zg, sg, hstar - h, eta));
     });
-    on_owner([&](Payload& p) { p.put(c.fit_from_inputs(gate_acc, o.ranks.gate, c.w.b_gate.size() > 0)); },
-             [&](Payload& p) { p.get(cand.gate); });
+    cand.gate = c.on([&] { return c.fit_from_inputs(gate_acc, o.ranks.gate, c.w.b_gate.size() > 0); });
   }
   const RegressionStats st = c.on_hidden(cand);
   double loss = 0;
-  on_owner(
-      [&](Payload& p) {
-        const LowRank down = c.refit_down(st);
-        p.put(down), p.put(loss_from_stats(st, c.yy, down));
-      },
-      [&](Payload& p) { p.get(cand.down), loss = p.get<double>(); });
+  std::tie(cand.down, loss) = c.on([&] {
+    LowRank down = c.refit_down(st);
+    const double l = loss_from_stats(st, c.yy, down);
+    return std::pair{std::move(down), l};
+  });
   return loss;
 }
 
@@ -464,61 +438,58 @@ void prepare(const MlpDense& w, const MatrixRow<T>& x, MatrixRow<T>& y, Ctx<T>& 
   });
   c.yy = s[0];
   // The input statistics only on the owner (the sources of its regressions); the energy from their count.
-  on_owner(
-      [&](Payload& p) {
-        c.x_stats = x_acc.take();
-        const double n = c.x_stats.n;
-        const VectorD mean = n > 0 ? VectorD(Eigen::Map<const VectorD>(s.data() + 1, y.cols()) / n)
-                                   : VectorD::Zero(y.cols());
-        p.put(std::max(c.yy - n * mean.squaredNorm(), 0.0));
-      },
-      [&](Payload& p) { out.output_energy = p.get<double>(); });
+  out.output_energy = c.on([&] {
+    c.x_stats = x_acc.take();
+    const double n = c.x_stats.n;
+    const VectorD mean = n > 0 ? VectorD(Eigen::Map<const VectorD>(s.data() + 1, y.cols()) / n)
+                               : VectorD::Zero(y.cols());
+    return std::max(c.yy - n * mean.squaredNorm(), 0.0);
+  });
 }
 
 template <typename T>
-UdResult solve(const MlpDense& w, const MatrixRow<T>& x, const UdOptions& opt, std::string_view context) {
+UdResult solve(const MlpDense& w, const MatrixRow<T>& x, const UdOptions& opt, std::string_view context,
+               graph::Graph& g) {
   check_mlp(w, x.rows(), x.cols(), opt, context);
   MatrixRow<T> y(x.rows(), w.w_down.rows());  // [n, d] dense outputs
   const Eigen::Index chunk = chunk_of(opt, w.w_up.rows());
   const std::string stats_context = fmt::format("{}: {}", context, kStatsContext);
-  Ctx<T> c{w, TokenRows<T>{x, y, chunk, ud_unit_tokens(opt, w.w_up.rows()), stats_context}, opt, context, {}, 0.0};
+  Ctx<T> c{w, TokenRows<T>{x, y, chunk, ud_unit_tokens(opt, w.w_up.rows()), stats_context}, opt, context, {}, 0.0, g};
   UdResult out;
   prepare(w, x, y, c, out);
   // The local root-cov start, sequential: down from the hidden activations of the compressed up/gate.
   MlpFactors start;
-  on_owner(
-      [&](Payload& p) {
-        calib::SiteStats xs;
-        xs.xtx = c.x_stats.cov;
-        xs.sum = c.x_stats.sum_s;
-        xs.n = static_cast<std::int64_t>(c.x_stats.n);
-        p.put(local_rootcov(w.w_up, w.b_up, xs, opt.ranks.up, opt.lambda_rel, context));
-        if (w.gated) p.put(local_rootcov(w.w_gate, w.b_gate, xs, opt.ranks.gate, opt.lambda_rel, context));
-      },
-      [&](Payload& p) {
-        p.get(start.up);
-        if (w.gated) p.get(start.gate);
-      });
+  std::tie(start.up, start.gate) = c.on([&] {
+    calib::SiteStats xs;
+    xs.xtx = c.x_stats.cov;
+    xs.sum = c.x_stats.sum_s;
+    xs.n = static_cast<std::int64_t>(c.x_stats.n);
+    std::pair<LowRank, LowRank> f;
+    f.first = local_rootcov(w.w_up, w.b_up, xs, opt.ranks.up, opt.lambda_rel, context);
+    if (w.gated) f.second = local_rootcov(w.w_gate, w.b_gate, xs, opt.ranks.gate, opt.lambda_rel, context);
+    return f;
+  });
   const RegressionStats st = c.on_hidden(start);
   MlpFactors cur = start;
   double cur_loss = 0;
-  on_owner(
-      [&](Payload& p) {
-        calib::SiteStats hs;
-        hs.xtx = st.cov;
-        hs.sum = st.sum_s;
-        hs.n = static_cast<std::int64_t>(st.n);
-        const LowRank down = local_rootcov(w.w_down, w.b_down, hs, opt.ranks.down, opt.lambda_rel, context);
-        p.put(down), p.put(loss_from_stats(st, c.yy, down));
-        if (!opt.refit_down) return;
-        const LowRank refit = c.refit_down(st);
-        p.put(refit), p.put(loss_from_stats(st, c.yy, refit));
-      },
-      [&](Payload& p) {
-        p.get(start.down), out.loss_local = p.get<double>();
-        cur.down = start.down, cur_loss = out.loss_local;
-        if (opt.refit_down) p.get(cur.down), cur_loss = p.get<double>();
-      });
+  // The local down, its loss, and with refit_down the output-aware refit and its loss.
+  const auto [down, down_loss, refit, refit_loss] = c.on([&] {
+    calib::SiteStats hs;
+    hs.xtx = st.cov;
+    hs.sum = st.sum_s;
+    hs.n = static_cast<std::int64_t>(st.n);
+    std::tuple<LowRank, double, LowRank, double> r;
+    std::get<0>(r) = local_rootcov(w.w_down, w.b_down, hs, opt.ranks.down, opt.lambda_rel, context);
+    std::get<1>(r) = loss_from_stats(st, c.yy, std::get<0>(r));
+    if (opt.refit_down) {
+      std::get<2>(r) = c.refit_down(st);
+      std::get<3>(r) = loss_from_stats(st, c.yy, std::get<2>(r));
+    }
+    return r;
+  });
+  start.down = down, out.loss_local = down_loss;
+  cur.down = start.down, cur_loss = out.loss_local;
+  if (opt.refit_down) cur.down = refit, cur_loss = refit_loss;
   Best best;
   best.offer(start, out.loss_local, -1);
   if (opt.refit_down) best.offer(cur, cur_loss, 0);
@@ -575,14 +546,20 @@ MlpFactors local_mlp(const MlpDense& w, const MatrixD& x, const MlpRanks& r, dou
   return f;
 }
 
-UdResult joint_ud(const MlpDense& w, const MatrixD& x, const UdOptions& opt, std::string_view context) {
-  if (opt.f32_passes) return solve<float>(w, MatrixRowF(x.cast<float>()), opt, context);
-  return solve<double>(w, MatrixRowD(x), opt, context);
+UdResult joint_ud(const MlpDense& w, const MatrixD& x, const UdOptions& opt, std::string_view context,
+                  graph::Graph* g) {
+  graph::Graph local(graph::processes());
+  graph::Graph& run = g != nullptr ? *g : local;
+  if (opt.f32_passes) return solve<float>(w, MatrixRowF(x.cast<float>()), opt, context, run);
+  return solve<double>(w, MatrixRowD(x), opt, context, run);
 }
 
-UdResult joint_ud(const MlpDense& w, const MatrixF& x, const UdOptions& opt, std::string_view context) {
-  if (opt.f32_passes) return solve<float>(w, MatrixRowF(x), opt, context);
-  return solve<double>(w, MatrixRowD(x.cast<double>()), opt, context);
+UdResult joint_ud(const MlpDense& w, const MatrixF& x, const UdOptions& opt, std::string_view context,
+                  graph::Graph* g) {
+  graph::Graph local(graph::processes());
+  graph::Graph& run = g != nullptr ? *g : local;
+  if (opt.f32_passes) return solve<float>(w, MatrixRowF(x), opt, context, run);
+  return solve<double>(w, MatrixRowD(x.cast<double>()), opt, context, run);
 }
 
 }  // namespace latentllm::compress

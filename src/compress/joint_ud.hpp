@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "compress/low_rank.hpp"
+#include "graph/graph.hpp"
 #include "latentllm/calib.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/model.hpp"
@@ -100,10 +101,14 @@ struct UdResult {
 };
 
 // X: [n, d] calibration inputs of the MLP (rows = tokens). Under K ranks (data parallel) each rank
-// passes the rows of its own units of the global token sequence (ud_unit_tokens; dist::share_of the
+// passes the rows of its own units of the global token sequence (ud_unit_tokens; calib::token_units:
 // units, in rank order) and every rank gets the same result, for any K: a collective.
-UdResult joint_ud(const MlpDense& w, const MatrixD& x, const UdOptions& opt, std::string_view context);
-UdResult joint_ud(const MlpDense& w, const MatrixF& x, const UdOptions& opt, std::string_view context);
+// g: the runtime whose ranks take the decisions from the statistics (graph::Graph::on); null: a graph
+// of the run's processes of its own.
+UdResult joint_ud(const MlpDense& w, const MatrixD& x, const UdOptions& opt, std::string_view context,
+                  graph::Graph* g = nullptr);
+UdResult joint_ud(const MlpDense& w, const MatrixF& x, const UdOptions& opt, std::string_view context,
+                  graph::Graph* g = nullptr);
 
 // Local root-cov ASVD of each module (the baseline and the start): up/gate from the input moments,
 // down from the moments of the hidden activations; `sequential` = of the COMPRESSED up/gate (as the

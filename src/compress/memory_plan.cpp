@@ -8,7 +8,7 @@
 
 #include "compress/joint_ud.hpp"
 #include "compress/output_side.hpp"
-#include "dist/comm.hpp"
+#include "graph/graph.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/eval.hpp"
 #include "latentllm/threads.hpp"
@@ -71,7 +71,7 @@ core::MemoryPlan plan_compress_memory(const model::Model& m, std::int64_t n_tok,
                                                     : *std::max_element(lengths.begin(), lengths.end());
   // Under K ranks each holds and propagates its share of the batches (calib::run_layerwise); rank 0
   // also gathers every rank's hidden states for the progress it saves.
-  const std::int64_t ranks = dist::size();
+  const std::int64_t ranks = graph::processes().size();
   const std::int64_t batches = (n_tok + batch_tokens - 1) / std::max<std::int64_t>(batch_tokens, 1);
   const std::int64_t r_tok = ranks > 1 ? std::min(n_tok, (batches + ranks - 1) / ranks * batch_tokens) : n_tok;
   p.add("hidden states", 4 * r_tok * d, fmt::format("{} tokens x {} x 4 B (the layer's input)", r_tok, d));
@@ -135,7 +135,7 @@ core::MemoryPlan plan_compress_memory(const model::Model& m, std::int64_t n_tok,
           fmt::format("whitening and SVD of a [{}, {}] module in double", out, in));
   }
   {
-    // Held from a module's fit to the layer's end (StageContext::defer): the fits in float32 (r·(out + in)
+    // Held from a module's fit to the layer's end (finishing work, graph::Graph::finishing): the fits in float32 (r·(out + in)
     // at most twice a module's weights), copies of the sites' statistics the deferred output errors read,
     // joint Q-K's dense q/k weights in double.
     const std::int64_t q = c.num_attention_heads * c.head_dim;

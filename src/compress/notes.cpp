@@ -37,4 +37,33 @@ void record_note(std::string_view module, std::string_view kind, std::string det
   }
 }
 
+std::vector<char> NotesJournal::capture(const std::function<void()>& work) {
+  NoteCollector held(/*silent=*/true);
+  work();
+  graph::Bytes b;
+  b.put<std::uint64_t>(held.notes().size());
+  for (const NumericNote& n : held.notes()) b.put(n.module), b.put(n.kind), b.put(n.detail);
+  return std::move(b.data());
+}
+
+void NotesJournal::replay(const std::vector<const std::vector<char>*>& recorded) {
+  for (const std::vector<char>* r : recorded) {
+    if (r->empty()) continue;
+    graph::Bytes b(*r);
+    auto n = b.get<std::uint64_t>();
+    for (; n > 0; --n) {
+      NumericNote note;
+      b.get(note.module), b.get(note.kind), b.get(note.detail);
+      record_note(note.module, note.kind, std::move(note.detail));
+    }
+  }
+}
+
+void NotesJournal::record(const std::vector<const std::vector<char>*>& recorded, const std::function<void()>& then) {
+  NoteCollector collect;  // into the report, in order
+  replay(recorded);
+  if (then) then();
+  for (const NumericNote& note : collect.notes()) report_.add_note(note);
+}
+
 }  // namespace latentllm::compress

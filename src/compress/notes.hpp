@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "graph/graph.hpp"
 #include "latentllm/compress.hpp"
 
 namespace latentllm::compress {
@@ -38,6 +39,19 @@ class NoteCollector {
   std::vector<NumericNote> notes_;
   bool silent_;
   NoteCollector* outer_;
+};
+
+// The task graph's journal (graph::Journal): what a task records is its numerical notes, captured
+// silently on its owner and replayed on every rank; a record of the run adds them to `report`.
+class NotesJournal final : public graph::Journal {
+ public:
+  explicit NotesJournal(CompressReport& report) : report_(report) {}
+  std::vector<char> capture(const std::function<void()>& work) override;
+  void replay(const std::vector<const std::vector<char>*>& recorded) override;
+  void record(const std::vector<const std::vector<char>*>& recorded, const std::function<void()>& then) override;
+
+ private:
+  CompressReport& report_;
 };
 
 }  // namespace latentllm::compress

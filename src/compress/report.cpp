@@ -82,6 +82,7 @@ nlohmann::json CompressReport::to_json() const {
   for (const auto& jb : jobs) {
     jobs_json.push_back({{"layer", jb.layer}, {"stage", jb.stage}, {"what", jb.what}, {"rank", jb.rank},
                          {"seconds", jb.seconds}});
+    if (!jb.after.empty()) jobs_json.back()["after"] = jb.after;
   }
   nlohmann::json notes_json = nlohmann::json::array();
   for (const auto& n : notes) notes_json.push_back(note_to_json(n));

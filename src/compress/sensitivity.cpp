@@ -12,7 +12,7 @@
 #include "compress/sensitivity.hpp"
 #include "compress/stage.hpp"
 #include "compress/whitening.hpp"
-#include "dist/comm.hpp"
+#include "graph/graph.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/log.hpp"
@@ -76,7 +76,7 @@ std::vector<int> site_owners(const model::Model& m, const std::array<bool, 4>& o
       costs.push_back(c + (output_side[s] ? 0.0 : in * in * in));
     }
   }
-  return dist::owners_by_cost(costs, dist::size());
+  return graph::processes().owners_by_cost(costs);
 }
 
 // Reads one site's statistics, or with the output side the statistics of its modules' outputs (from the
@@ -101,7 +101,7 @@ class SpectrumStage final : public calib::Stage {
     NoteCollector silent(true);  // the compression itself records the whitening's notes
     std::optional<Whitening> whitening[2];  // of C and of the centered C: one per site, shared by its modules
     const auto s_index = static_cast<std::size_t>(std::find(kSites.begin(), kSites.end(), site_) - kSites.begin());
-    const bool mine = owners_[static_cast<std::size_t>(in.layer) * kSites.size() + s_index] == dist::rank();
+    const bool mine = owners_[static_cast<std::size_t>(in.layer) * kSites.size() + s_index] == graph::processes().rank();
     for (const model::Linear& lin : m.layer(in.layer).linears) {
       if (lin.site != site_) continue;
       // As the local ASVD: a bias module whose bias is updated sees only the centered inputs.
@@ -194,7 +194,7 @@ std::vector<ModuleSpectrum> measure_spectra(model::Model& m, std::span<const std
       const auto it = found.find(lin.name);
       if (it == found.end()) throw Error(fmt::format("{}: the pre-pass measured no spectrum", lin.name));
       const auto s = static_cast<std::size_t>(std::find(kSites.begin(), kSites.end(), lin.site) - kSites.begin());
-      if (s < kSites.size()) dist::broadcast_doubles(it->second.sigma2, owners[static_cast<std::size_t>(i) * kSites.size() + s]);
+      if (s < kSites.size()) graph::processes().broadcast_value(it->second.sigma2, owners[static_cast<std::size_t>(i) * kSites.size() + s]);
       out.push_back(std::move(it->second));
     }
   }

@@ -8,7 +8,6 @@
 //   joint-ud   stage_joint_ud.cpp   MlpIn (activations) Gate, Up, Down    MlpIn, MlpMid
 #pragma once
 
-#include <cstring>
 #include <functional>
 #include <map>
 #include <set>
@@ -16,11 +15,11 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <type_traits>
 #include <vector>
 
 #include "compress/low_rank.hpp"
 #include "compress/notes.hpp"
+#include "graph/graph.hpp"
 #include "latentllm/calib.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/model.hpp"
@@ -33,110 +32,6 @@ namespace latentllm::compress {
 struct Fitted {
   LowRank f;
   double loss = 0, energy = -1;
-};
-
-// The bytes of a decomposition's results, written by the rank that computed them and read back on
-// every rank in the same order.
-class Payload {
- public:
-  template <typename T>
-  void put(const T& v) {
-    static_assert(std::is_trivially_copyable_v<T>);
-    put_raw(reinterpret_cast<const char*>(&v), sizeof v);
-  }
-  void put(const std::string& s) { put_span(s.data(), s.size()); }
-  template <typename T>
-  void put(const std::vector<T>& v) { put_span(v.data(), v.size()); }
-  template <typename T, int R, int C>
-  void put(const Eigen::Matrix<T, R, C>& m) {
-    put<std::int64_t>(m.rows());
-    put<std::int64_t>(m.cols());
-    put_raw(reinterpret_cast<const char*>(m.data()), static_cast<std::size_t>(m.size()) * sizeof(T));
-  }
-  void put(const LowRank& f) { put(f.B), put(f.A), put(f.perm), put(f.bias); }
-  void put(const Fitted& f) { put(f.f), put(f.loss), put(f.energy); }
-  // Final factors as install() keeps them: B and A in float32 (half the bytes to send; exact, as the
-  // model holds them in float32), the rest as they are.
-  void put_installed(const Fitted& f) {
-    put(Eigen::MatrixXf(f.f.B.cast<float>())), put(Eigen::MatrixXf(f.f.A.cast<float>()));
-    put(f.f.perm), put(f.f.bias), put(f.loss), put(f.energy);
-  }
-
-  template <typename T>
-  T get() {
-    static_assert(std::is_trivially_copyable_v<T>);
-    T v;
-    take_into(&v, sizeof v);
-    return v;
-  }
-  void get(std::string& s);
-  template <typename T>
-  void get(std::vector<T>& v) {
-    v.resize(get<std::uint64_t>());
-    take_into(v.data(), v.size() * sizeof(T));
-  }
-  template <typename T, int R, int C>
-  void get(Eigen::Matrix<T, R, C>& m) {
-    const auto rows = get<std::int64_t>(), cols = get<std::int64_t>();
-    m.resize(rows, cols);
-    take_into(m.data(), static_cast<std::size_t>(m.size()) * sizeof(T));
-  }
-  void get(LowRank& f) { get(f.B), get(f.A), get(f.perm), get(f.bias); }
-  void get(Fitted& f) { get(f.f), f.loss = get<double>(), f.energy = get<double>(); }
-  // A fit's factors as the layer's passes and its deferred finishing work read them: B and A rounded to
-  // float32 (round_factors first, so that the rank that computed them holds the same values).
-  void put_rounded(const LowRank& f) {
-    put(Eigen::MatrixXf(f.B.cast<float>())), put(Eigen::MatrixXf(f.A.cast<float>())), put(f.perm), put(f.bias);
-  }
-  void get_rounded(LowRank& f) {
-    Eigen::MatrixXf b, a;
-    get(b), get(a);
-    f.B = b.cast<double>();
-    f.A = a.cast<double>();
-    get(f.perm), get(f.bias);
-  }
-  void get_installed(Fitted& f) {
-    Eigen::MatrixXf b, a;
-    get(b), get(a);
-    f.f.B = b.cast<double>();
-    f.f.A = a.cast<double>();
-    get(f.f.perm), get(f.f.bias);
-    f.loss = get<double>(), f.energy = get<double>();
-  }
-
-  std::vector<char>& bytes() { return data_; }
-
- private:
-  void put_raw(const char* p, std::size_t n) { data_.insert(data_.end(), p, p + n); }
-  template <typename T>
-  void put_span(const T* p, std::size_t n) {
-    put<std::uint64_t>(n);
-    put_raw(reinterpret_cast<const char*>(p), n * sizeof(T));
-  }
-  const char* take(std::size_t n);
-  // The next n bytes into dst (which may be null when n is 0: an empty vector's or matrix's data()).
-  void take_into(void* dst, std::size_t n) {
-    const char* p = take(n);
-    if (n > 0) std::memcpy(dst, p, n);
-  }
-  std::vector<char> data_;
-  std::size_t at_ = 0;
-};
-
-// One decomposition of a stage: computed by one owner rank (all of them with one rank), its results
-// handed to every rank. The jobs of a round are independent of each other.
-struct Job {
-  std::string what;   // the module(s) and part, for --json's timing ("...v_proj", "...q_proj, k_proj: start U_q")
-  double cost = 0;    // modelled, in the units of fit_cost (owners are chosen by it)
-  std::function<void(Payload&)> run;   // on the owner: computes and writes its results
-  std::function<void(Payload&)> done;  // on every rank, in job order: reads them back
-  // Optional finishing work (a fit's junction form and output error) that the stage otherwise defers:
-  // run on the same owner right after run, appending to its results, when the round leaves that owner
-  // idle for it (run_site decides by modelled cost; with one rank never); then_done reads it back on
-  // every rank after done. The bytes are the same either way.
-  double then_cost = 0;
-  std::function<void(Payload&)> then_run = {};
-  std::function<void(Payload&)> then_done = {};
 };
 
 // What the stages of one compression run share: the options, the planned ranks, the report.
@@ -160,57 +55,52 @@ class StageContext {
   // dense weight.
   void install(model::Linear& lin, const Fitted& f, std::string_view how);
 
-  // ---- finishing work, off the critical path ----
-  // A fit's factors before their junction form (B·A is the same product) serve the layer's later
-  // passes at once (install_for_passes); the junction form and the output error, which no later
-  // decomposition reads, are a deferred job: run_site gives pending ones to the ranks a round leaves
-  // idle, and finish_deferred runs the rest, then each one's install in the order they were deferred,
-  // after the layer's output is propagated and before it is saved. The bytes do not depend on which
-  // rank ran a job or when (the propagation always uses the factors as fitted).
-  struct Deferred {
-    int layer = 0;
-    std::string stage;  // its stage's name, for the timing
-    Job job;            // run on its owner, done on every rank
-    std::function<void()> install;  // on every rank, in defer order, with the job's notes replayed before it
-    bool ran = false;
-    std::vector<NumericNote> notes;
-  };
+  // ---- the layer's task graph (graph/graph.hpp) ----
+  // The stages declare their decompositions into it site by site; finishing work (a fit's junction
+  // form and output error, which no later decomposition reads) runs in the rounds' idle time or at the
+  // layer's end (end_layer), where every module is installed and reported in declaration order.
+  graph::Graph& graph() { return graph_; }
+  void end_layer();
   // The modelled cost (fit_cost's units) of a module's junction form and, when measured, its output
   // error: the work StageContext::fitted does.
   double finish_cost(const model::Linear& lin, std::int64_t rank, bool measured) const;
   // Installs f in lin for the layer's later calibration passes only (no report row, no log line): as
   // its two factors, or as their product when that is cheaper per token (a dense-looking module until
-  // finish_deferred installs its final form; fitted_in_layer tells it apart).
+  // the layer's end installs its final form; fitted_in_layer tells it apart).
   void install_for_passes(model::Linear& lin, const LowRank& f);
   bool fitted_in_layer(const model::Linear& lin) const { return in_passes_.count(lin.name) > 0; }
-  void defer(int layer, std::string_view stage, Job job, std::function<void()> install);
-  std::vector<Deferred>& deferred() { return deferred_; }
-  // The pending deferred jobs as one round (owners by cost), then every deferred install in order.
-  void finish_deferred();
 
  private:
   const CompressOptions& opt_;
   LocalOptions local_;
   CompressReport& report_;
   std::map<std::string, std::int64_t> ranks_;
-  std::vector<Deferred> deferred_;
-  std::set<std::string> in_passes_;  // the modules installed for passes, until finish_deferred
+  NotesJournal journal_;
+  graph::Graph graph_;
+  std::set<std::string> in_passes_;  // the modules installed for passes, until end_layer
 };
 
-// B and A rounded to float32 (kept in double): a fit as the layer's passes read it and as its deferred
-// junction form starts from it, the same values on every rank (half the bytes to send).
-LowRank round_factors(LowRank f);
-// A rounded fit held in float32 until its deferred job runs (half the memory of the double).
+// A fit as the layer's passes read it and as its junction form (finishing work) starts from it: B and A
+// rounded to float32, the same values on every rank, held in float32 until its finishing work runs
+// (half the memory and bytes of the double).
 struct Factors32 {
   Eigen::MatrixXf B, A;   // [d', r], [r, d]
   std::vector<int> perm;  // as LowRank's
   VectorD bias;
+  Factors32() = default;
   explicit Factors32(const LowRank& f) : B(f.B.cast<float>()), A(f.A.cast<float>()), perm(f.perm), bias(f.bias) {}
   LowRank widened() const { return {B.cast<double>(), A.cast<double>(), perm, bias}; }
 };
 
-// The dense weight of a module, moved out of it before its factors are installed, for its deferred
-// output error; a mapped view's pages are dropped when the last holder lets go.
+// A fit before its junction form, as the layer's passes read it, with its output error when the fit
+// measured it (the output side; else energy < 0 and the finishing work measures it).
+struct RoundedFit {
+  Factors32 f;
+  double loss = 0, energy = -1;
+};
+
+// The dense weight of a module, moved out of it before its factors are installed, for its fit and its
+// output error (finishing work); a mapped view's pages are dropped when the last holder lets go.
 struct DenseWeight {
   MatrixF weight;     // [out, in] float32, or empty
   Matrix16 weight16;  // [out, in] 16-bit, or empty
@@ -222,35 +112,25 @@ struct DenseWeight {
 std::shared_ptr<const DenseWeight> take_dense(model::Linear& lin);
 MatrixD weight_double(const DenseWeight& w);
 
-// A stage of the compressor. Per layer, on every rank: begin() prepares its decompositions (the
-// collectives and the cheap shared work) and says how many rounds of jobs they take; jobs(r) are the
-// r-th round's, all asked for before any runs (a job reads what the earlier rounds' done() kept when
-// it runs, never when it is made); finish() installs the factors and reports them. run_site runs the
-// stages waiting for one site together (site_stages).
+// A stage of the compressor. Per layer and site, on every rank: declare() prepares its decompositions
+// (the collectives and the cheap shared work) and declares them into the layer's task graph as typed
+// tasks, with the effects that install their results (graph/graph.hpp); the graph runs the site's
+// tasks of every stage waiting for it together (site_stages), so that the ranks share them.
 class CompressStage : public calib::Stage {
  public:
   explicit CompressStage(StageContext& ctx) : ctx_(ctx) {}
   // The stage alone at its site (site_stages wraps every site's stages instead).
   void run(const calib::StageInput& in, model::Model& m) final;
+  void end_layer(int, model::Model&) final { ctx_.end_layer(); }
 
-  virtual int begin(const calib::StageInput& in, model::Model& m) = 0;
-  virtual std::vector<Job> jobs(int round) = 0;
-  virtual void finish(model::Model& m) = 0;
+  virtual void declare(graph::Graph& g, const calib::StageInput& in, model::Model& m) = 0;
 
  protected:
   StageContext& ctx_;
 };
 
 // Runs the stages of one site (all waiting for the same site; their inputs are in `in`) for layer
-// in.layer as one schedule, so that the ranks share their decompositions: every stage's begin() in
-// stage order; then round by round (a stage of several rounds takes the last ones; a stage of one
-// round joins the costliest round of the others, where the ranks would wait longest) the round's
-// jobs of all stages get owner ranks by modelled cost (dist::owners_by_cost), each
-// owner runs its jobs, and every rank receives every job's results (with the numerical notes it
-// recorded) in job order; then every stage's finish() in stage order, with its notes replayed in the
-// order one process records them. Each stage's seconds (begin, its jobs where they ran, finish) go to
-// CompressReport::part_seconds, each job's to CompressReport::jobs. Every rank installs the same bytes
-// for any number of ranks; with one rank the jobs run in turn on it.
+// in.layer: each declares its tasks (in stage order) into the layer's graph, which runs them.
 void run_site(StageContext& ctx, std::span<CompressStage* const> stages, const calib::StageInput& in,
               model::Model& m);
 

@@ -1,30 +1,15 @@
 // The joint up-down stage (paper §"Latent MLP: Joint UD SVD", appendix "MLP-Aware Joint Compression";
 // joint_ud.hpp): the MLP's input activations themselves, its gate (gated MLPs), up and down.
-#include <array>
+#include <optional>
 
+#include "compress/codecs.hpp"
 #include "compress/joint_ud.hpp"
+#include "calib/token_units.hpp"
 #include "compress/stage.hpp"
-#include "dist/comm.hpp"
 #include "latentllm/log.hpp"
 
 namespace latentllm::compress {
 namespace {
-
-// The tokens joint up-down sees: every rank's rows x_mine [n_r, d] in rank order, evenly strided to at
-// most max_tokens (--ud-tokens), cut into units of `unit` tokens; this rank's share of the units
-// (dist::share_of) is the returned rows, gathered from the ranks that hold them into `owned` (or x_mine
-// itself on one rank without a stride).
-const MatrixF& units_of(const MatrixF& x_mine, std::int64_t max_tokens, std::int64_t unit, int layer, MatrixF& owned) {
-  const std::int64_t n = dist::sum_of(x_mine.rows());
-  const std::int64_t stride = max_tokens > 0 && n > max_tokens ? (n + max_tokens - 1) / max_tokens : 1;
-  const std::int64_t n_sub = (n + stride - 1) / stride, units = (n_sub + unit - 1) / unit;
-  if (stride > 1) log_info("  layer {} joint up-down on {} of {} calibration tokens (--ud-tokens)", layer, n_sub, n);
-  if (dist::size() == 1 && stride == 1) return x_mine;
-  const dist::Share mine = dist::my_share(units);
-  dist::redistribute_rows(x_mine.data(), x_mine.rows(), x_mine.cols(), stride,
-                          {mine.begin * unit, std::min(mine.end * unit, n_sub)}, owned);
-  return owned;
-}
 
 class JointUdStage final : public CompressStage {
  public:
@@ -35,82 +20,70 @@ class JointUdStage final : public CompressStage {
   std::vector<model::Site> rewrites() const override { return {model::Site::MlpIn, model::Site::MlpMid}; }
 
  private:
-  // The solver's token passes are collectives (begin, on every rank); the factors' junction forms and
-  // losses are one job per module.
-  int begin(const calib::StageInput& in, model::Model& m) override {
+  // The solver's token passes are collectives (declaring, on every rank, its decisions taken on one rank
+  // through the graph); the factors' junction forms and losses are one task per module, installed for
+  // the later passes at the site's end and reported at the layer's end.
+  void declare(graph::Graph& g, const calib::StageInput& in, model::Model& m) override {
     auto& layer = m.layer(in.layer);
-    up_ = &layer.linear(model::Role::Up);
-    down_ = &layer.linear(model::Role::Down);
-    gate_ = layer.find(model::Role::Gate);
-    st_ = &in.stats_of(model::Site::MlpIn);
-    layer_ = in.layer;
-    dense_ = MlpDense{};
-    dense_.act = m.mlp().act;
-    dense_.gated = m.mlp().gated;
-    dense_.w_up = weight_double(*up_);
-    dense_.b_up = to_double(up_->bias);
-    dense_.w_down = weight_double(*down_);
-    dense_.b_down = to_double(down_->bias);
-    if (gate_) {
-      dense_.w_gate = weight_double(*gate_);
-      dense_.b_gate = to_double(gate_->bias);
+    model::Linear* up = &layer.linear(model::Role::Up);
+    model::Linear* down = &layer.linear(model::Role::Down);
+    model::Linear* gate = layer.find(model::Role::Gate);
+    const calib::SiteStats* st = &in.stats_of(model::Site::MlpIn);
+    auto dense = std::make_shared<MlpDense>();
+    dense->act = m.mlp().act;
+    dense->gated = m.mlp().gated;
+    dense->w_up = weight_double(*up);
+    dense->b_up = to_double(up->bias);
+    dense->w_down = weight_double(*down);
+    dense->b_down = to_double(down->bias);
+    if (gate) {
+      dense->w_gate = weight_double(*gate);
+      dense->b_gate = to_double(gate->bias);
     }
     const CompressOptions& o = ctx_.options();
     UdOptions uo;
-    uo.ranks.up = ctx_.rank_of(*up_);
-    uo.ranks.down = ctx_.rank_of(*down_);
-    uo.ranks.gate = gate_ ? ctx_.rank_of(*gate_) : 0;
+    uo.ranks.up = ctx_.rank_of(*up);
+    uo.ranks.down = ctx_.rank_of(*down);
+    uo.ranks.gate = gate ? ctx_.rank_of(*gate) : 0;
     uo.iters = o.ud_iters;
     uo.lambda_rel = o.local.lambda_rel;
     uo.f32_passes = o.ud_f32;
     uo.unit_tokens = o.ud_unit_tokens;
     MatrixF x_units;  // [n_u, d] the rows of this rank's units, when not simply all of x_mine
-    const MatrixF& x = units_of(*in.activations, o.ud_max_tokens, ud_unit_tokens(uo, dense_.w_up.rows()), in.layer,
-                                x_units);
-    res_ = joint_ud(dense_, x, uo, gate_ ? joined_name({gate_, up_, down_}) : joined_name({up_, down_}));
-    return 1;
-  }
-  // up/gate: output error over their calibration inputs. down: its inputs are the compressed hidden
-  // activations, not tapped; the MLP output loss is its measure (weight error recorded).
-  std::vector<Job> jobs(int) override {
-    std::vector<Job> out;
-    auto job = [&](model::Linear* lin, const LowRank* f, const MatrixD* w, const VectorD* b,
-                   const calib::SiteStats* st, Fitted* into) {
+    std::int64_t kept = 0, total = 0;
+    const MatrixF& x = calib::token_units(*in.activations, o.ud_max_tokens, ud_unit_tokens(uo, dense->w_up.rows()),
+                                          x_units, &kept, &total);
+    if (kept < total) log_info("  layer {} joint up-down on {} of {} calibration tokens (--ud-tokens)", in.layer, kept, total);
+    auto res = std::make_shared<const UdResult>(
+        joint_ud(*dense, x, uo, gate ? joined_name({gate, up, down}) : joined_name({up, down}), &g));
+    // up/gate: output error over their calibration inputs. down: its inputs are the compressed hidden
+    // activations, not tapped; the MLP output loss is its measure (weight error recorded).
+    auto fitted = [&](model::Linear* lin, const LowRank MlpFactors::*f, const MatrixD MlpDense::*w,
+                      const VectorD MlpDense::*b, const calib::SiteStats* s) {
       const double cost = static_cast<double>(lin->out) * static_cast<double>(lin->in) * static_cast<double>(lin->in);
-      out.push_back({lin->name, cost, [this, lin, f, w, b, st](Payload& p) { p.put(ctx_.fitted(*lin, *f, *w, *b, st)); },
-                     [into](Payload& p) { p.get(*into); }});
+      return g.task({lin->name, cost}, [this, lin, res, dense, f, w, b, s] {
+        return ctx_.fitted(*lin, res->f.*f, (*dense).*w, (*dense).*b, s);
+      });
     };
-    job(up_, &res_.f.up, &dense_.w_up, &dense_.b_up, st_, &fits_[0]);
-    if (gate_) job(gate_, &res_.f.gate, &dense_.w_gate, &dense_.b_gate, st_, &fits_[1]);
-    job(down_, &res_.f.down, &dense_.w_down, &dense_.b_down, nullptr, &fits_[2]);
-    return out;
-  }
-  void finish(model::Model&) override {
-    const double energy = res_.output_energy > 0 ? res_.output_energy : 1.0;
-    const double best = res_.best_iter >= 0 ? res_.loss[static_cast<std::size_t>(res_.best_iter)] : res_.loss_local;
-    log_info("  layer {} MLP output loss: local {:.4e} joint {:.4e} (rel {:.4f} -> {:.4f})", layer_, res_.loss_local,
-             best, res_.loss_local / energy, best / energy);
-    ctx_.report().ud_losses.push_back({layer_, best, res_.loss_local});
-    ctx_.install_for_passes(*up_, fits_[0].f);
-    if (gate_) ctx_.install_for_passes(*gate_, fits_[1].f);
-    ctx_.install_for_passes(*down_, fits_[2].f);
-    ctx_.defer(layer_, name(), {}, [this, up = up_, gate = gate_, down = down_, fits = fits_] {
-      ctx_.install(*up, fits[0], "joint-ud");
-      if (gate) ctx_.install(*gate, fits[1], "joint-ud");
-      ctx_.install(*down, fits[2], "joint-ud");
+    const auto f_up = fitted(up, &MlpFactors::up, &MlpDense::w_up, &MlpDense::b_up, st);
+    std::optional<graph::Value<Fitted>> f_gate;
+    if (gate) f_gate = fitted(gate, &MlpFactors::gate, &MlpDense::w_gate, &MlpDense::b_gate, st);
+    const auto f_down = fitted(down, &MlpFactors::down, &MlpDense::w_down, &MlpDense::b_down, nullptr);
+    const int l = in.layer;
+    g.at_site_end([this, res, l] {
+      const double energy = res->output_energy > 0 ? res->output_energy : 1.0;
+      const double best = res->best_iter >= 0 ? res->loss[static_cast<std::size_t>(res->best_iter)] : res->loss_local;
+      log_info("  layer {} MLP output loss: local {:.4e} joint {:.4e} (rel {:.4f} -> {:.4f})", l, res->loss_local, best,
+               res->loss_local / energy, best / energy);
+      ctx_.report().ud_losses.push_back({l, best, res->loss_local});
     });
-    dense_ = {};
-    res_ = {};
-    fits_ = {};
+    g.at_site_end([this, up](const Fitted& f) { ctx_.install_for_passes(*up, f.f); }, f_up);
+    if (gate) g.at_site_end([this, gate](const Fitted& f) { ctx_.install_for_passes(*gate, f.f); }, *f_gate);
+    g.at_site_end([this, down](const Fitted& f) { ctx_.install_for_passes(*down, f.f); }, f_down);
+    g.at_layer_end([this, up](const Fitted& f) { ctx_.install(*up, f, "joint-ud"); }, f_up);
+    if (gate) g.at_layer_end([this, gate](const Fitted& f) { ctx_.install(*gate, f, "joint-ud"); }, *f_gate);
+    g.at_layer_end([this, down](const Fitted& f) { ctx_.install(*down, f, "joint-ud"); }, f_down);
   }
-
-  // The layer's work (begin to finish).
-  model::Linear *up_ = nullptr, *down_ = nullptr, *gate_ = nullptr;
-  const calib::SiteStats* st_ = nullptr;
-  int layer_ = 0;
-  MlpDense dense_;
-  UdResult res_;
-  std::array<Fitted, 3> fits_;  // up, gate, down
 };
 
 }  // namespace

@@ -3,13 +3,14 @@
 // error-compensating fit to the dense model's output (compensate.hpp). With the root covariance, wide
 // modules are fitted from their outputs (output_side.hpp): their site's covariance is never formed.
 // A fit serves the layer's later passes at once; its junction form and output error are finishing work
-// off the critical path (StageContext::defer, Job::then_run).
+// off the critical path (graph::Graph::finishing).
 #include <map>
 #include <memory>
 
 #include "compress/asvd.hpp"
 #include "compress/compensate.hpp"
 #include "compress/notes.hpp"
+#include "compress/codecs.hpp"
 #include "compress/output_side.hpp"
 #include "compress/stage.hpp"
 #include "model/linear_fused.hpp"
@@ -55,131 +56,69 @@ class LocalStage final : public CompressStage {
     return lin.site == site_ && std::find(roles_.begin(), roles_.end(), lin.role) != roles_.end();
   }
 
-  // One module's fit, before its junction form (the output side measures its loss and energy itself;
-  // the other fits are measured with their junction form, deferred).
-  struct Fit {
-    LowRank f;
-    double loss = 0, energy = -1;
-  };
-  Fit fit(const model::Linear& lin, const calib::SiteStats* st, const calib::CrossStats* cross,
-          const OutputStats* os) const {
-    const MatrixD w = weight_double(lin);  // [out, in]
-    const VectorD b = to_double(lin.bias);  // [out] or empty
+  // One module's fit before its junction form, as the layer's passes read it (float32 factors); the
+  // output side measures its loss and energy itself, the other fits are measured with their junction
+  // form (finishing work).
+  using Fit = RoundedFit;
+  Fit fit(const model::Linear& lin, const MatrixD& w, const VectorD& b, const calib::SiteStats* st,
+          const calib::CrossStats* cross, const OutputStats* os) const {
     LocalOptions lo = ctx_.local();
     if (b.size() == 0) lo.update_bias = false;
-    lo.junction = Junction::Identity;  // B = U·S, A = M: the junction form is taken from them (deferred)
+    lo.junction = Junction::Identity;  // B = U·S, A = M: the junction form is taken from them (finishing)
     if (os != nullptr) {
       MatrixF widened;  // [out, in] when lin keeps a 16-bit matrix, for this fit
       OutputSideFit f = output_side_asvd(w, model::weight_f32(lin, widened), b, *os, ctx_.rank_of(lin), lo, lin.name);
-      return {std::move(f.f), f.loss, f.energy};
+      return {Factors32(f.f), f.loss, f.energy};
     }
-    return {cross != nullptr ? compensated_fit(w, b, *st, *cross, ctx_.rank_of(lin), lo, lin.name)
-                             : asvd(w, b, *st, ctx_.rank_of(lin), lo, lin.name)};
+    return {Factors32(cross != nullptr ? compensated_fit(w, b, *st, *cross, ctx_.rank_of(lin), lo, lin.name)
+                                       : asvd(w, b, *st, ctx_.rank_of(lin), lo, lin.name))};
   }
 
-  // The site's modules are independent: one job each (run_site gives each an owner rank by its
-  // modelled cost); every rank installs them in module order.
-  int begin(const calib::StageInput& in, model::Model& m) override {
-    st_ = output_side_ ? nullptr : &in.stats_of(site_);
-    cross_ = in.cross;
-    layer_ = in.layer;
-    todo_.clear();
+  // The site's modules are independent: one task each, its junction form and output error a finishing
+  // task; the fits serve the layer's later passes at the site's end, in module order, and are installed
+  // and reported at the layer's end.
+  void declare(graph::Graph& g, const calib::StageInput& in, model::Model& m) override {
+    const calib::SiteStats* st = output_side_ ? nullptr : &in.stats_of(site_);
+    const calib::CrossStats* cross = in.cross;
+    std::vector<model::Linear*> todo;
     for (model::Linear& lin : m.layer(in.layer).linears)
-      if (mine(lin) && !lin.factored() && !ctx_.fitted_in_layer(lin)) todo_.push_back(&lin);
+      if (mine(lin) && !lin.factored() && !ctx_.fitted_in_layer(lin)) todo.push_back(&lin);
+    if (todo.empty()) return;
     // Output side: every module's output statistics combined over the ranks (collectives, in order).
-    os_.assign(todo_.size(), nullptr);
+    std::vector<const OutputStats*> os(todo.size(), nullptr);
     if (output_side_)
-      for (std::size_t i = 0; i < todo_.size(); ++i) os_[i] = &outputs_.finished(todo_[i]->name);
-    fits_.assign(todo_.size(), Fit{});
-    finals_.assign(todo_.size(), Fitted{});
-    has_final_.assign(todo_.size(), 0);
-    return todo_.empty() ? 0 : 1;
-  }
-  std::vector<Job> jobs(int) override {
-    std::vector<Job> out;
-    for (std::size_t i = 0; i < todo_.size(); ++i) {
-      const model::Linear* lin = todo_[i];
-      Job job{lin->name, fit_cost(*lin, output_side_),
-              [this, i](Payload& p) {
-                fits_[i] = fit(*todo_[i], st_, cross_, os_[i]);
-                fits_[i].f = round_factors(std::move(fits_[i].f));  // as every rank reads it (then_run too)
-                p.put_rounded(fits_[i].f), p.put(fits_[i].loss), p.put(fits_[i].energy);
-              },
-              [this, i](Payload& p) {
-                p.get_rounded(fits_[i].f), fits_[i].loss = p.get<double>(), fits_[i].energy = p.get<double>();
-              }};
-      // Its junction form and output error at once where the round leaves time for them (the module
-      // is still dense: its weight and bias as they were).
-      job.then_cost = ctx_.finish_cost(*lin, ctx_.rank_of(*lin), !output_side_);
-      job.then_run = [this, i](Payload& p) { p.put_installed(finished(i)); };
-      job.then_done = [this, i](Payload& p) { p.get_installed(finals_[i]), has_final_[i] = 1; };
-      out.push_back(std::move(job));
-    }
-    return out;
-  }
-  Fitted finished(std::size_t i) const {
-    const model::Linear& lin = *todo_[i];
-    const Fit& f = fits_[i];
-    if (output_side_) return ctx_.fitted_measured(lin, f.f, f.loss, f.energy);
-    return ctx_.fitted(lin, f.f, weight_double(lin), to_double(lin.bias), st_);
-  }
-  // The fits serve the layer's later passes at once; each one's junction form and output error, unless
-  // a job did them already, are deferred, holding what they read (the dense weight, a copy of the
-  // site's statistics).
-  void finish(model::Model&) override {
-    const char* how = output_side_ ? "local, output side" : cross_ != nullptr ? "compensate" : "local";
+      for (std::size_t i = 0; i < todo.size(); ++i) os[i] = &outputs_.finished(todo[i]->name);
+    // What the finishing work reads after the fits replace the dense weights: a copy of the statistics.
     std::shared_ptr<const calib::SiteStats> stats;
-    if (!output_side_ && !todo_.empty()) stats = std::make_shared<const calib::SiteStats>(*st_);
-    for (std::size_t i = 0; i < todo_.size(); ++i) {
-      model::Linear* lin = todo_[i];
-      if (has_final_[i]) {
-        ctx_.install_for_passes(*lin, fits_[i].f);
-        ctx_.defer(layer_, name(), {}, [this, lin, done = std::move(finals_[i]), how] { ctx_.install(*lin, done, how); });
-        continue;
-      }
-      // What the deferred job reads, before the fit replaces the dense weight and bias.
-      std::shared_ptr<const VectorD> b;
-      std::shared_ptr<const DenseWeight> dense;
-      if (!output_side_) {
-        b = std::make_shared<const VectorD>(to_double(lin->bias));
-        dense = take_dense(*lin);
-      }
-      ctx_.install_for_passes(*lin, fits_[i].f);
-      auto f = std::make_shared<const Factors32>(fits_[i].f);
-      const double loss = fits_[i].loss, energy = fits_[i].energy;
-      auto done = std::make_shared<Fitted>();
-      Job job{lin->name + ": junction form", ctx_.finish_cost(*lin, fits_[i].f.rank(), !output_side_), {},
-              [done](Payload& p) { p.get_installed(*done); }};
-      if (output_side_) {
-        job.run = [this, lin, f, loss, energy](Payload& p) {
-          p.put_installed(ctx_.fitted_measured(*lin, f->widened(), loss, energy));
-        };
-      } else {
-        job.run = [this, lin, f, b, dense, stats](Payload& p) {
-          p.put_installed(ctx_.fitted(*lin, f->widened(), weight_double(*dense), *b, stats.get()));
-        };
-      }
-      ctx_.defer(layer_, name(), std::move(job), [this, lin, done, how] { ctx_.install(*lin, *done, how); });
-    }
-    outputs_.clear();
-    fits_.clear();
-    finals_.clear();
-    has_final_.clear();
+    if (!output_side_) stats = std::make_shared<const calib::SiteStats>(*st);
+    const char* how = output_side_ ? "local, output side" : cross != nullptr ? "compensate" : "local";
+    for (std::size_t i = 0; i < todo.size(); ++i) declare_module(g, *todo[i], st, cross, os[i], stats, how);
+    if (output_side_) g.at_site_end([this] { outputs_.clear(); });
+  }
+
+  void declare_module(graph::Graph& g, model::Linear& lin, const calib::SiteStats* st, const calib::CrossStats* cross,
+                      const OutputStats* os, const std::shared_ptr<const calib::SiteStats>& stats, const char* how) {
+    auto b = std::make_shared<const VectorD>(to_double(lin.bias));  // [out] or empty: as before the fit
+    std::shared_ptr<const DenseWeight> dense;  // the output side reads lin itself until the site's end
+    if (!output_side_) dense = take_dense(lin);
+    const auto fitted = g.task({lin.name, fit_cost(lin, output_side_)}, [this, &lin, st, cross, os, dense, b] {
+      return fit(lin, dense ? weight_double(*dense) : weight_double(lin), *b, st, cross, os);
+    });
+    const auto done = g.finishing(
+        {lin.name + ": junction form", ctx_.finish_cost(lin, ctx_.rank_of(lin), !output_side_)},
+        [this, &lin, dense, b, stats](const Fit& f) {
+          if (!dense) return ctx_.fitted_measured(lin, f.f.widened(), f.loss, f.energy);
+          return ctx_.fitted(lin, f.f.widened(), weight_double(*dense), *b, stats.get());
+        },
+        fitted);
+    g.at_site_end([this, &lin](const Fit& f) { ctx_.install_for_passes(lin, f.f.widened()); }, fitted);
+    g.at_layer_end([this, &lin, how](const Fitted& f) { ctx_.install(lin, f, how); }, done);
   }
 
   model::Site site_;
   std::vector<model::Role> roles_;
   bool output_side_ = false;
   LayerOutputs outputs_;  // output side
-  // The layer's work (begin to finish): the modules to fit, their inputs and their fits.
-  std::vector<model::Linear*> todo_;
-  const calib::SiteStats* st_ = nullptr;
-  const calib::CrossStats* cross_ = nullptr;
-  int layer_ = 0;
-  std::vector<const OutputStats*> os_;
-  std::vector<Fit> fits_;
-  std::vector<Fitted> finals_;    // junction forms done by the fit's job (Job::then_run)
-  std::vector<char> has_final_;
 };
 
 }  // namespace

@@ -76,6 +76,7 @@ class RegressionAccumulator {
   double n_ = 0;
   bool has_gram_, open_ = false;  // open_: the current unit has chunks
   bool reduced_ = false;          // combine_ranks added the ranks' sums on kStatsOwner
+  bool holds_sums_ = false;       // and this rank is kStatsOwner
   // The finished units: cross (out·in, column-major), the Gram's upper triangle, sum_s, sum_t, n.
   calib::ExactSums exact_;
 };

@@ -74,7 +74,7 @@ identical)
         # at the layer's end) and a local v_proj's right after its fit beside joint Q-K's iterations; the
         # bytes above are one process's all the same.
         grep -q ': junction form"' "$TMP/k$k.json" || fail "$model ${args[*]}: no deferred junction form on $k ranks"
-        [[ " ${args[*]} " == *" --joint "* ]] || grep -q 'v_proj + junction form"' "$TMP/k$k.json" ||
+        [[ " ${args[*]} " == *" --joint "* ]] || grep -q '"after": "[^"]*v_proj"' "$TMP/k$k.json" ||
           fail "$model ${args[*]}: v_proj's junction form did not run with its fit on $k ranks"
       fi
       grep -q "ranks: $k processes" "$TMP/k$k.err" || fail "$model ${args[*]}: no ranks header on stderr"
