@@ -436,12 +436,22 @@ struct PlannedRanks {
 };
 std::string_view planned_source_name(PlannedRanks::Source s);  // "uniform", "global", "resumed", "uniform-no-data"
 
-// The ranks of `opt` for `m` on the calibration windows `ids` ([N·L]; may be empty for a dry run):
-// uniform; global, resumed from opt.state_dir when opt.resume finds this run's saved plan (ConfigError
-// when the directory holds another run's progress), else from the dense pre-pass (measured into
-// `spectra` when given and empty, taken from it when not: one pre-pass serves every run of a sweep).
+// Modules planned beside the model's own (a multimodal checkpoint's vision tower and projector:
+// plan_components): their shapes for a uniform plan and, for a global one, how their spectra are measured.
+struct PlanParts {
+  std::string name;  // the parts planned together, for the log ("lm,vision,projector")
+  std::vector<ModuleShape> shapes;
+  std::function<std::vector<ModuleSpectrum>()> spectra;
+};
+
+// The one planner: the ranks of `opt` for `m` on the calibration windows `ids` ([N·L]; may be empty for a
+// dry run), and for the modules of `more` (may be null) beside them: uniform (each module at the ratio);
+// global, resumed from opt.state_dir when opt.resume finds this run's saved plan (ConfigError when the
+// directory holds another run's progress), else one allocation over the spectra of every module, m's
+// from the dense pre-pass (measured into `spectra` when given and empty, taken from it when not: one
+// pre-pass serves every run of a sweep), more's from more->spectra().
 PlannedRanks plan_run(model::Model& m, std::span<const std::int32_t> ids, int seqlen, const CompressOptions& opt,
-                      std::vector<ModuleSpectrum>* spectra = nullptr);
+                      std::vector<ModuleSpectrum>* spectra = nullptr, const PlanParts* more = nullptr);
 
 // The options compress_model runs with on n_tok calibration tokens: `opt`, with joint up-down dropped
 // when the tokens it would fit on, min(n_tok, ud_max_tokens), are fewer than ud_min_tokens_per_ffn·f.
@@ -481,10 +491,9 @@ std::string embeddings_digest(const MatrixF& e);
 std::vector<const model::Linear*> tower_modules(model::LlavaModel& m, const Components& c);
 std::vector<ModuleShape> tower_shapes(model::LlavaModel& m, const Components& c);
 
-// The ranks of every module of opt.components: the language model's (plan_run's rules, resumed plans
-// included) and the towers'. Uniform: each module at the ratio. Global: one allocation over the
-// spectra of all of them (the language model's dense pre-pass on `ids`, the vision tower's on the tiles,
-// the projector's from its dense inputs) under the uniform plans' total.
+// The ranks of every module of opt.components: plan_run over the language model with the towers as its
+// PlanParts (the vision tower's spectra from its dense pre-pass on the tiles, the projector's from its
+// dense inputs).
 PlannedRanks plan_components(model::LlavaModel& m, std::span<const std::int32_t> ids, int seqlen,
                              const CompressOptions& opt, const TowerCalibration& cal);
 

@@ -128,36 +128,24 @@ PlannedRanks plan_components(model::LlavaModel& m, std::span<const std::int32_t>
     throw ConfigError(fmt::format("--components: the vision tower and projector are compressed on one process "
                                   "(expected a plain run, got {} MPI ranks)", graph::processes().size()));
   }
-  std::vector<ModuleSpectrum> spectra;  // the language model's, when its pre-pass runs
-  PlannedRanks p = plan_run(m.language_model(), ids, seqlen, opt, &spectra);
   const Components& c = opt.components;
-  if (!c.towers() || p.source == PlannedRanks::Source::Resumed) return p;  // a resumed plan names every part
-  if (p.source != PlannedRanks::Source::Global) {
-    for (RankPlan* plan : {&p.plan, &p.plain}) {
-      const RankPlan towers = plan_ranks(tower_shapes(m, c), opt.ratio, plan->junction, plan->n_tok);
-      plan->modules.insert(plan->modules.end(), towers.modules.begin(), towers.modules.end());
+  if (!c.towers()) return plan_run(m.language_model(), ids, seqlen, opt);
+  const PlanParts towers{components_name(c), tower_shapes(m, c), [&] {
+    std::vector<ModuleSpectrum> spectra;
+    if (c.vision) {
+      VisionRun r = vision_run(m, cal);
+      const CompressOptions o = vision_options(opt, r.embeddings, r.P);
+      const auto layers = model::vision_layers(m.vision_tower(), m.dir());
+      spectra = measure_spectra(*layers, r.ids, r.P, o);
     }
-    return p;
-  }
-  const auto t0 = Clock::now();
-  if (c.vision) {
-    VisionRun r = vision_run(m, cal);
-    const CompressOptions o = vision_options(opt, r.embeddings, r.P);
-    const auto layers = model::vision_layers(m.vision_tower(), m.dir());
-    auto v = measure_spectra(*layers, r.ids, r.P, o);
-    spectra.insert(spectra.end(), v.begin(), v.end());
-  }
-  if (c.projector) {
-    check_tiles(m, cal);
-    auto pr = projector_spectra(m, cal, opt);
-    spectra.insert(spectra.end(), pr.begin(), pr.end());
-  }
-  p.prepass_s += std::chrono::duration<double>(Clock::now() - t0).count();
-  p.plan = allocate_ranks(spectra, opt.ratio, opt.local.junction, opt.alloc_score);
-  p.plain = allocate_ranks(spectra, opt.ratio, Junction::Identity, opt.alloc_score);
-  log_info("rank allocation across {}: {} weights for {} modules", components_name(c), p.plan.params(),
-           p.plan.modules.size());
-  return p;
+    if (c.projector) {
+      check_tiles(m, cal);
+      auto pr = projector_spectra(m, cal, opt);
+      spectra.insert(spectra.end(), pr.begin(), pr.end());
+    }
+    return spectra;
+  }};
+  return plan_run(m.language_model(), ids, seqlen, opt, nullptr, &towers);
 }
 
 CompressReport compress_towers(model::LlavaModel& m, const TowerCalibration& cal, const CompressOptions& opt,

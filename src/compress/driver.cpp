@@ -142,7 +142,7 @@ std::string_view planned_source_name(PlannedRanks::Source s) {
 }
 
 PlannedRanks plan_run(model::Model& m, std::span<const std::int32_t> ids, int seqlen, const CompressOptions& requested,
-                      std::vector<ModuleSpectrum>* spectra) {
+                      std::vector<ModuleSpectrum>* spectra, const PlanParts* more) {
   const CompressOptions opt = effective_options(m.config(), static_cast<std::int64_t>(ids.size()), requested);
   PlannedRanks p;
   CompressOptions plain_opt = opt;
@@ -152,6 +152,11 @@ PlannedRanks plan_run(model::Model& m, std::span<const std::int32_t> ids, int se
     p.plain = plan_model(m, plain_opt);
     p.source = opt.rank_alloc == RankAlloc::Uniform ? PlannedRanks::Source::Uniform
                                                     : PlannedRanks::Source::UniformNoData;
+    for (RankPlan* plan : {&p.plan, &p.plain}) {
+      if (more == nullptr) break;
+      const RankPlan parts = plan_ranks(more->shapes, opt.ratio, plan->junction, plan->n_tok);
+      plan->modules.insert(plan->modules.end(), parts.modules.begin(), parts.modules.end());
+    }
     return p;
   }
   if (opt.resume && !opt.state_dir.empty()) {
@@ -173,9 +178,23 @@ PlannedRanks plan_run(model::Model& m, std::span<const std::int32_t> ids, int se
     if (opt.part_observer) opt.part_observer("pre-pass", false);
     p.prepass_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  p.plan = allocate_ranks(measured, opt.ratio, opt.local.junction, opt.alloc_score);
-  p.plain = allocate_ranks(measured, opt.ratio, Junction::Identity, opt.alloc_score);
+  std::vector<ModuleSpectrum> with_parts;  // m's spectra and more's, when there are more
+  if (more != nullptr) {
+    const auto t1 = std::chrono::steady_clock::now();
+    with_parts = measured;
+    std::vector<ModuleSpectrum> parts = more->spectra();
+    with_parts.insert(with_parts.end(), parts.begin(), parts.end());
+    p.prepass_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  }
+  const std::vector<ModuleSpectrum>& all = more != nullptr ? with_parts : measured;
+  p.plan = allocate_ranks(all, opt.ratio, opt.local.junction, opt.alloc_score);
+  p.plain = allocate_ranks(all, opt.ratio, Junction::Identity, opt.alloc_score);
   p.source = PlannedRanks::Source::Global;
+  if (more != nullptr) {
+    log_info("rank allocation across {} ({}): {} weights for {} modules", more->name, alloc_score_name(opt.alloc_score),
+             p.plan.params(), p.plan.modules.size());
+    return p;
+  }
   const RankPlan uniform = plan_model(m, opt);
   const auto [lo, hi] = std::minmax_element(p.plan.modules.begin(), p.plan.modules.end(),
                                             [](const auto& a, const auto& b) { return a.rank < b.rank; });
