@@ -174,7 +174,7 @@ int run_compress(const CompressArgs& a) {
                                     "checkpoint, got {})", a.model, model->config().architecture));
     }
     if (!llava) llava.emplace(model::LlavaModel::load(a.model, a.run.load(/*lazy=*/true)));
-    mm = eval::scienceqa::calibration_set(*llava, *io::load_tokenizer(a.model),
+    mm = eval::scienceqa::calibration_set(*llava, *model_tokenizer(a.model, model->config()),
                                           image::load_processor_config(a.model / std::filesystem::path("preprocessor_config.json")),
                                           co->data, "train", co->nsamples, co->seed);
     co->seqlen = *std::max_element(mm->lengths.begin(), mm->lengths.end());
@@ -217,7 +217,7 @@ int run_compress(const CompressArgs& a) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::int32_t> ids;
   if (mm) ids = mm->ids;
-  else if (calibrate) ids = calib::sample_calibration(*io::load_tokenizer(a.model), *co);
+  else if (calibrate) ids = calib::sample_calibration(*model_tokenizer(a.model, model->config()), *co);
   const double sample_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (calibrate && !mm) {
     log_info("calibration: {} windows of {} tokens ({}, seed {}, {:.1f}s)", co->nsamples, co->seqlen, co->source,

@@ -114,7 +114,7 @@ int run_eval(const EvalArgs& a) {
                            a.run);
   }
   const model::LlavaModel m = model::LlavaModel::load(a.model, a.run.load());
-  const auto tok = io::load_tokenizer(a.model);
+  const auto tok = model_tokenizer(a.model, m.config().text);
   const image::ProcessorConfig processor =
       image::load_processor_config(std::filesystem::path(a.model) / "preprocessor_config.json");
   if (!quiet()) {

@@ -323,6 +323,12 @@ void require_dense(const model::Model& m, std::string_view what) {
                                 "source model instead", m.dir().string(), what));
 }
 
+std::unique_ptr<io::Tokenizer> model_tokenizer(const std::string& model_dir, const model::ModelConfig& config) {
+  auto tok = io::load_tokenizer(model_dir);
+  io::check_tokenizer_vocab(*tok, config.vocab_size, model_dir);
+  return tok;
+}
+
 void check_seqlen(int seqlen, const model::ModelConfig& config, std::string_view option) {
   if (seqlen > config.max_position_embeddings) {
     throw ConfigError(fmt::format("{} beyond the model's context (expected at most max_position_embeddings = {}, got "

@@ -14,6 +14,8 @@
 #include "latentllm/compress.hpp"
 #include "latentllm/dataset.hpp"
 #include "latentllm/model.hpp"
+#include "latentllm/resources.hpp"
+#include "latentllm/tokenizer.hpp"
 
 namespace latentllm::cli {
 
@@ -64,6 +66,9 @@ void run_on_root_only(const std::string& command);
 
 // Refuses a latent checkpoint where a dense one is needed (`what`: "compress", "sweep"), before any work.
 void require_dense(const model::Model& m, std::string_view what);
+// The tokenizer of `model_dir`, refused when it has more ids than the model's vocab_size
+// (io::check_tokenizer_vocab): before any work, never garbage later.
+std::unique_ptr<io::Tokenizer> model_tokenizer(const std::string& model_dir, const model::ModelConfig& config);
 // Refuses a window longer than the model's trained context (`option` names it), before any work.
 void check_seqlen(int seqlen, const model::ModelConfig& config, std::string_view option);
 

@@ -99,7 +99,7 @@ int run_ppl(const PplArgs& a) {
   // A lazy load maps the checkpoint and checks its tensors without widening any: the plan needs the
   // weights' sizes, the tokenization the number of windows, before the model takes its memory.
   std::unique_ptr<model::Model> m = model::Model::load(a.model, a.run.load(/*lazy=*/true));
-  const auto tok = io::load_tokenizer(a.model);
+  const auto tok = model_tokenizer(a.model, m->config());
   const int seqlen = a.seqlen > 0 ? a.seqlen : eval::default_seqlen(m->config());
   check_seqlen(seqlen, m->config(), "--seqlen");
   const auto t0 = Clock::now();

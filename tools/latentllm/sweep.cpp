@@ -141,7 +141,7 @@ class Sweep {
     check_seqlen(eval_seqlen_, dense->config(), "--eval-seqlen");
     // Under K ranks every rank compresses and evaluates (each on its share); rank 0 alone writes and prints.
     if (dist::is_root()) prepare_output();
-    tok_ = io::load_tokenizer(a_.model);
+    tok_ = model_tokenizer(a_.model, dense->config());
     co_ = to_calib_options(a_.c, dense->config());
     if (co_.source == "scienceqa") {
       if (!llava_) {
