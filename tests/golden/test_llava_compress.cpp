@@ -43,7 +43,11 @@ const fs::path& latent_llava() {
 TEST(LlavaCompress, KeepsTheLayoutAndTheVisionTowerAndLoadsBack) {
   const fs::path out = latent_llava();
   const auto cfg = json::parse(std::ifstream(out / "config.json"));
-  EXPECT_EQ(cfg.at("architectures")[0], "LlavaForConditionalGeneration");
+  // latentllm's identity for stock loaders; the source's kept (and its text_config as it was).
+  EXPECT_EQ(cfg.at("architectures")[0], "LatentLlmForConditionalGeneration");
+  EXPECT_EQ(cfg.at("latent").at("source_architectures")[0], "LlavaForConditionalGeneration");
+  EXPECT_EQ(cfg.at("latent").at("source_model_type"), "llava");
+  EXPECT_EQ(cfg.at("text_config"), json::parse(std::ifstream(fixture() / "config.json")).at("text_config"));
   ASSERT_TRUE(cfg.contains("latent"));
   // The latent section names the language model's modules as the model asks for them ...
   EXPECT_TRUE(cfg.at("latent").at("modules").contains("model.layers.0.self_attn.q_proj"));
