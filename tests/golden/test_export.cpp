@@ -233,7 +233,7 @@ TEST(ExportHf, LlavaExportsToTheDenseLlavaLayoutWithTheSameAccuracy) {
     return json::parse(log.substr(log.find('{')));
   };
   const json a = eval(lat), b = eval(out);
-  EXPECT_EQ(a.at("accuracy"), b.at("accuracy"));
+  EXPECT_EQ(a.at("accuracy_percent"), b.at("accuracy_percent"));
   EXPECT_EQ(a.at("predictions"), b.at("predictions"));
 }
 

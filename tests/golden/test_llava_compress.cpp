@@ -117,7 +117,7 @@ TEST(LlavaCompress, ScienceQaCalibrationKeepsThePapersShareOfAccuracy) {
   std::string out;
   ASSERT_EQ(run_command(cli_path().string() + " eval --task scienceqa --protocol loglik --json -q --model " + q(dir) +
                             " --data " + data, out), 0) << out;
-  const double acc = json::parse(out.substr(out.find('{'))).at("accuracy").at("avg").get<double>();
+  const double acc = json::parse(out.substr(out.find('{'))).at("accuracy_percent").at("AVG").get<double>();
   const double dense = json::parse(std::ifstream(fixture() / "REFERENCE.json")).at("val").at("dense_accuracy").at("all");
   EXPECT_GE(acc, 0.91 * dense) << acc;
   EXPECT_LT(acc, dense + 5) << acc;
@@ -239,7 +239,7 @@ TEST(LlavaCompress, ComponentsCompressTheVisionTowerAndProjector) {
   std::string ev;
   ASSERT_EQ(run_command(cli_path().string() + " eval --task scienceqa --protocol loglik --json -q --model " + q(dir) +
                             " --data " + data, ev), 0) << ev;
-  const double acc = json::parse(ev.substr(ev.find('{'))).at("accuracy").at("avg").get<double>();
+  const double acc = json::parse(ev.substr(ev.find('{'))).at("accuracy_percent").at("AVG").get<double>();
   const double dense_acc = json::parse(std::ifstream(fixture() / "REFERENCE.json")).at("val").at("dense_accuracy").at("all");
   EXPECT_GE(acc, 0.86 * dense_acc) << acc;
 }
@@ -279,7 +279,7 @@ TEST(LlavaCompress, SweepWritesTable4AndRadarFigures) {
   ASSERT_EQ(j.at("runs").size(), 3u);  // dense + 2 methods
   for (const auto& run : j.at("runs")) {
     EXPECT_EQ(run.at("predictions").size(), 60u) << run.at("method");
-    EXPECT_TRUE(run.at("accuracy").contains("G7-12")) << run.at("method");
+    EXPECT_TRUE(run.at("accuracy_percent").contains("G7-12")) << run.at("method");
   }
   std::ifstream t4(dir / "table4.md");
   const std::string table((std::istreambuf_iterator<char>(t4)), std::istreambuf_iterator<char>());

@@ -149,8 +149,8 @@ void expect_reference_accuracy(const json& r, const json& ref_acc, const std::st
   EXPECT_EQ(r.at("problem_count"), 500);
   EXPECT_EQ(r.at("unparsable"), 0);
   for (const auto& [c, v] : ref_acc.items()) {
-    const std::string key = c == "all" ? "avg" : c;
-    EXPECT_NEAR(r.at("accuracy").at(key).get<double>(), v.get<double>(), 0.005) << what << " " << c;
+    const std::string key = c == "all" ? "AVG" : c;
+    EXPECT_NEAR(r.at("accuracy_percent").at(key).get<double>(), v.get<double>(), 0.005) << what << " " << c;
     EXPECT_EQ(r.at("counts").at(key), ref.at("counts").at(c)) << c;
   }
   std::map<std::string, json> preds;
@@ -212,7 +212,7 @@ TEST(ScienceQaCli, AllowUnusedTensorsReachesTheLoader) {
   expect_contains(refused, {"stored tensors not used", "--allow-unused-tensors"});
   const json a = json::parse(run_cli(args + " --quiet --allow-unused-tensors --model " + q(dir)));
   const json b = json::parse(run_cli(args + " --quiet --model " + q(fixture())));
-  EXPECT_EQ(a.at("accuracy"), b.at("accuracy"));
+  EXPECT_EQ(a.at("accuracy_percent"), b.at("accuracy_percent"));
 }
 
 // `generate --image` with a val problem's image and user message gives the reference's greedy tokens;

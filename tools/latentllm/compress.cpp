@@ -98,7 +98,7 @@ int report_stopped(const CompressArgs& a, const compress::CompressReport& report
   j["peak_rss_bytes"] = core::peak_rss_bytes();
   j["planned_peak_bytes"] = memory.total();
   j["weights"] = a.run.weights;
-  j["ranks"] = dist::size();
+  j["processes"] = dist::size();
   j["communication"] = {{"bytes", dist::traffic().bytes}, {"seconds", dist::traffic().seconds}};  // rank 0's
   if (a.json) {
     std::printf("%s\n", j.dump(2).c_str());
@@ -292,7 +292,7 @@ int run_compress(const CompressArgs& a) {
   j["format"] = a.format;
   j["plan"] = plan_json(planned.plan);
   j["plan_resumed"] = plan_resumed;
-  j["ranks"] = dist::size();
+  j["processes"] = dist::size();
   j["communication"] = {{"bytes", dist::traffic().bytes}, {"seconds", dist::traffic().seconds}};  // rank 0's
   if (towers) {
     j["components"] = {{"language", {{"dense_params", lm_dense}, {"params", lm_params}}},

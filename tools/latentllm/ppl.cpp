@@ -137,7 +137,7 @@ int run_ppl(const PplArgs& a) {
                               {"tokens_per_s", r.tokens_per_s}, {"tokenize_seconds", r.tokenize_seconds},
                               {"peak_rss_bytes", core::peak_rss_bytes()},
                               {"order", order},           {"memory_budget_bytes", budget},
-                              {"ranks", dist::size()},    {"weights", a.run.weights}};
+                              {"processes", dist::size()},    {"weights", a.run.weights}};
     nlohmann::json out = j;
     if (dataset == io::Dataset::C4Heldout) out["held_out"] = is_held_out;
     std::printf("%s\n", out.dump().c_str());

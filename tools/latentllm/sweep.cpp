@@ -227,7 +227,7 @@ class Sweep {
       for (const auto& p : res.predictions)
         r.predictions.push_back({{"pid", p.pid}, {"pred", p.pred}, {"answer", p.answer}, {"correct", p.correct}});
       log_info("sweep: {} ratio {:.2f} ScienceQA {} accuracy {:.2f} %", r.method, r.ratio, a_.protocol,
-               r.accuracy.at("avg"));
+               r.accuracy.at("AVG"));
     }
     r.eval_s = std::chrono::duration<double>(Clock::now() - t0).count();
   }

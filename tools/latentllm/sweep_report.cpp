@@ -74,7 +74,7 @@ nlohmann::json SweepResults::to_json() const {
                     {"ud_joint_over_local", nan_null(r.ud_loss_ratio)},
                     {"mean_relative_output_error", r.output_error}, {"options", r.options}});
     if (!r.accuracy.empty()) {
-      rows.back()["accuracy"] = r.accuracy;
+      rows.back()["accuracy_percent"] = r.accuracy;
       rows.back()["predictions"] = r.predictions;
     }
   }
@@ -106,10 +106,10 @@ std::string SweepResults::table2() const {
 }
 
 std::string SweepResults::table4() const {
-  static const std::vector<std::string> kCols = {"NAT", "SOC", "LAN", "TXT", "IMG", "NO", "G1-6", "G7-12", "avg"};
+  static const std::vector<std::string> kCols = {"NAT", "SOC", "LAN", "TXT", "IMG", "NO", "G1-6", "G7-12", "AVG"};
   std::string s = fmt::format("# ScienceQA accuracy (%) of {} (calibration: {})\n\n| ratio | method |", label,
                               calibration_title);
-  for (const auto& c : kCols) s += " " + (c == "avg" ? std::string("Avg") : c) + " |";
+  for (const auto& c : kCols) s += " " + (c == "AVG" ? std::string("Avg") : c) + " |";
   s += "\n|---:|---|";
   for (std::size_t i = 0; i < kCols.size(); ++i) s += "---:|";
   s += "\n";
