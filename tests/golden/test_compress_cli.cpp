@@ -208,6 +208,14 @@ TEST(SweepCli, WritesTablesResultsAndPlots) {
   ASSERT_EQ(test::run_command(again, out), 0) << out;
   EXPECT_FALSE(std::filesystem::exists(dir / "ppl_old.png"));
   EXPECT_TRUE(std::filesystem::exists(dir / "mine.txt"));
+  // stdout's last line lists exactly the files written, each of which exists.
+  const auto wrote = out.rfind("wrote " + dir.string() + "/{");
+  ASSERT_NE(wrote, std::string::npos) << out;
+  const std::string list = out.substr(wrote + dir.string().size() + 8, out.find('}', wrote) - wrote - dir.string().size() - 8);
+  EXPECT_EQ(list.substr(0, 64), "results.csv,results.json,table2.md,table3.md,table3.json,ppl_tex") << list;
+  std::stringstream names(list);
+  for (std::string name; std::getline(names, name, ',');) EXPECT_TRUE(std::filesystem::exists(dir / name)) << name;
+  EXPECT_EQ(list.find("table4"), std::string::npos) << list;
 }
 
 TEST(SweepCli, BadGridIsRejectedBeforeAnyWork) {

@@ -266,6 +266,9 @@ TEST(ErrorsDoc, OutputAndResources) {
   // TinyStories-656K's asvd-cov factors overflow F16 in layer 0's down_proj on this calibration.
   const std::string overflow = "compress --model " + q(shared_path("models/TinyStories-656K")) + calib() +
                                " --method asvd-cov -q --out " + q(tmp / "f16");
+  // sweep writes into its folder directly: the same checks of the parent, before any work.
+  const std::string sweep = "sweep --model " + model() + calib() + " --methods plain-svd --ratios 0.2 --datasets text=" +
+                            q(shared_path("data/tinystories/TinyStories-valid.stories0001-0232.clean.txt")) + " ";
   check_section(
       "Output and resources (`latentllm compress`, `checkpoint::save`)",
       {
@@ -278,8 +281,10 @@ TEST(ErrorsDoc, OutputAndResources) {
           {"out-not-ours", {compress(calib() + " --force --out " + q(user))}},
           {"out-storage-layer", {cli(overflow)}},
           {"out-progress-kept", {cli(overflow)}},
-          {"out-parent", {compress(calib() + " --out " + q(tmp / "file" / "out"))}},
-          {"out-unwritable", {compress(calib() + " --out /proc/latentllm-errors-test")}},
+          {"out-parent", {compress(calib() + " --out " + q(tmp / "file" / "out")),
+                          cli(sweep + "--out " + q(tmp / "file" / "sweep"))}},
+          {"out-unwritable", {compress(calib() + " --out /proc/latentllm-errors-test"),
+                              cli(sweep + "--out /proc/latentllm-errors-sweep")}},
           {"out-write", {too_large}},
           {"out-progress-dir", {lib([&] { compress::ResumeState(tmp / "file" / "out.resume", "fp").create(); })}},
           {"out-resume-invalid", {compress(calib() + " --resume --out " + q(tmp / "damaged"))}},

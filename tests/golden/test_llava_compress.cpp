@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <sstream>
 #include <iterator>
 #include <string>
 
@@ -286,6 +287,20 @@ TEST(LlavaCompress, SweepWritesTable4AndRadarFigures) {
   EXPECT_NE(table.find("| 30% | latentllm |"), std::string::npos) << table;
   EXPECT_NE(table.find("| NAT | SOC | LAN | TXT | IMG | NO | G1-6 | G7-12 | Avg |"), std::string::npos) << table;
   EXPECT_TRUE(fs::exists(dir / "radar_30.gp"));
+  // stdout: Table 4 with its accuracy columns, and exactly the files written (no perplexity plots here).
+  EXPECT_NE(out.find("| NAT | SOC | LAN | TXT | IMG | NO | G1-6 | G7-12 | Avg |"), std::string::npos) << out;
+  EXPECT_NE(out.find("| 30% | latentllm |"), std::string::npos) << out;
+  const auto wrote = out.rfind("wrote " + dir.string() + "/{");
+  ASSERT_NE(wrote, std::string::npos) << out;
+  const std::size_t from = wrote + dir.string().size() + 8;
+  const std::string list = out.substr(from, out.find('}', from) - from);
+  EXPECT_EQ(list.find("ppl_"), std::string::npos) << list;
+  EXPECT_EQ(list.substr(0, 66), "results.csv,results.json,table2.md,table4.md,table3.md,table3.json") << list;
+  EXPECT_NE(list.find("radar_30.gp"), std::string::npos) << list;
+  std::stringstream names(list);
+  for (std::string name; std::getline(names, name, ',');) EXPECT_TRUE(fs::exists(dir / name)) << name;
+  // The radar's left margin leaves room for the G1-6 label at nine o'clock.
+  EXPECT_NE(read_bytes(dir / "radar_30.gp").find("set lmargin 10\n"), std::string::npos);
 }
 
 }  // namespace
