@@ -66,9 +66,7 @@ core::MemoryPlan check_memory(const CompressArgs& a, const model::Model& m, cons
     return p;
   };
   const core::MemoryPlan plan = plan_of(co.nsamples);
-  if (!quiet()) std::fprintf(stderr, "compress: memory budget %s (%s)\n%s", core::format_bytes(budget).c_str(),
-               a.max_memory.empty() ? "physical memory - 2 GiB; --max-memory" : "--max-memory",
-               plan.describe().c_str());
+  print_memory_plan("compress", plan, a.max_memory.empty() ? "physical memory - 2 GiB; --max-memory" : "--max-memory");
   if (plan.fits()) return plan;
   int k = co.nsamples - 1;
   while (k > 0 && !plan_of(k).fits()) --k;

@@ -44,6 +44,7 @@ struct CalibArgs {
 struct RunArgs {
   int threads = 0;
   bool quiet = false;
+  bool verbose = false;               // --verbose: memory plans item by item
   bool allow_unused_tensors = false;  // --allow-unused-tensors (model::LoadOptions)
   std::string weights = "f32";        // --weights (add_weights_option): "f32" or "stored"
   model::LoadOptions load(bool lazy = false, bool scan_finite = false) const {
@@ -60,6 +61,9 @@ void add_weights_option(CLI::App* sub, RunArgs& a);
 void apply_run_options(const RunArgs& a);
 // Whether --quiet was given: progress and plans printed by the CLI itself are then left out.
 bool quiet();
+// Prints a memory plan on stderr (unless --quiet) as `<command>: memory plan <title>: <total> of <budget>
+// budget (fits|does not fit; <budget's source>)`, and with --verbose every item below it.
+void print_memory_plan(const std::string& command, const core::MemoryPlan& plan, const std::string& budget_source);
 // Under K > 1 ranks: `command` runs on rank 0 alone (Ranks::Root), which apply_run_options says in its
 // "ranks:" line.
 void run_on_root_only(const std::string& command);

@@ -67,9 +67,9 @@ class ProgressLine {
 bool choose_layer_major(const PplArgs& a, const model::Model& lazy_model, std::int64_t n_ids, std::int64_t windows,
                         int seqlen, std::int64_t budget) {
   const auto plan = eval::plan_perplexity_memory(lazy_model, n_ids, windows, seqlen, a.batch, core::num_threads(), budget);
-  if (!quiet()) std::fprintf(stderr, "ppl: memory budget %s (%s)\n%s%s", core::format_bytes(budget).c_str(),
-               a.max_memory.empty() ? "physical memory - 2 GiB; --max-memory" : "--max-memory",
-               plan.eager.describe().c_str(), plan.layer_major.describe().c_str());
+  const std::string source = a.max_memory.empty() ? "physical memory - 2 GiB; --max-memory" : "--max-memory";
+  print_memory_plan("ppl", plan.eager, source);
+  print_memory_plan("ppl", plan.layer_major, source);
   const bool layer_major = a.layer_major || !plan.eager.fits();
   if (!layer_major || plan.layer_major.fits()) {
     if (!quiet()) std::fprintf(stderr, "ppl: evaluating %s\n", layer_major ? "layer-major: one layer in memory at a time"
