@@ -170,7 +170,12 @@ TEST(ExportHf, ConfigIsTheSourcesWithoutLatentAndFilesAreCopied) {
   }
   // The export is marked as ours, so --force may replace it (and nothing else of the user's).
   EXPECT_EQ(io::SafetensorsFile(out / "model.safetensors").metadata().at("latentllm_export"), "hf");
-  run_ok("export --model " + q(lat) + " --out " + q(out) + " --force -q");
+  // One line says what was exported (stdout and stderr together).
+  const std::string log = run_ok("export --model " + q(lat) + " --out " + q(out) + " --force");
+  std::size_t lines = 0;
+  for (auto i = log.find("exported"); i != std::string::npos; i = log.find("exported", i + 1)) ++lines;
+  EXPECT_EQ(lines, 1u) << log;
+  EXPECT_NE(log.find("exported " + lat.string() + " as hf to " + out.string() + ": "), std::string::npos) << log;
   EXPECT_EQ(layout(out), layout(exported(lat)));
 }
 

@@ -255,6 +255,10 @@ TEST(LlavaCompress, ComponentsResumeToTheSameBytes) {
                            q(shared_path("data/scienceqa-shapes")) + " --dtype f32 -q --out ";
   std::string log;
   ASSERT_EQ(run_command(base + q(root / "whole") + " 2>&1", log), 0) << log;
+  // The summary names the parts in words, not as the option's list.
+  EXPECT_NE(log.find("of which the language model "), std::string::npos) << log;
+  EXPECT_NE(log.find(", the vision tower and projector "), std::string::npos) << log;
+  EXPECT_EQ(log.find("lm,vision,projector"), std::string::npos) << log;
   ASSERT_EQ(run_command(base + q(root / "split") + " --stop-after-layers 1 2>&1", log), 0) << log;
   EXPECT_FALSE(fs::exists(root / "split" / "config.json"));
   // Another set of parts is another run: its progress is refused, not mixed in.

@@ -14,6 +14,7 @@
 #include "latentllm/export.hpp"
 #include "latentllm/log.hpp"
 #include "latentllm/multimodal.hpp"
+#include "latentllm/provenance.hpp"
 #include "latentllm/scienceqa.hpp"
 #include "latentllm/tokenizer.hpp"
 
@@ -51,6 +52,28 @@ void print_plan(const compress::RankPlan& plan, const compress::RankPlan* plain,
               (long long)plain->params(), (long long)plain->dense_params(), 100.0 * plain->achieved_ratio(),
               (long long)plain->n_tok, (long long)plain->macs(), (long long)plain->dense_macs(),
               (long long)(2 * plain->macs()), (long long)(2 * plain->dense_macs()));
+}
+
+// The provenance of the output (latentllm/provenance.hpp): the source, the method, the calibration set
+// (`calibration`, as recorded in the checkpoint) and its hash, the source's size.
+nlohmann::json run_provenance(const CompressArgs& a, nlohmann::json calibration, const calib::CalibOptions& co) {
+  calibration["sha256"] = format::data_sha256(co.data);
+  nlohmann::json compression = {{"method", a.method}, {"ratio", a.ratio}, {"preset", a.m.preset}};
+  if (a.components != "lm") compression["components"] = a.components;
+  return {{"latentllm", format::tool_identity()}, {"source", format::source_identity(a.model)},
+          {"compression", compression}, {"calibration", calibration},
+          {"size", {{"before", format::to_json(format::weights_size(a.model))}}}};
+}
+
+// The whole model before and after, in parameters, weight-file bytes and storage type.
+void print_model_size(const format::WeightsSize& before, const format::WeightsSize& after) {
+  const std::string params =
+      after.params > 0 ? fmt::format("{} -> {} parameters ({:.2f}% of the whole model removed)", before.params,
+                                     after.params, 100.0 * (1.0 - static_cast<double>(after.params) / before.params))
+                       : fmt::format("{} parameters", before.params);
+  std::printf("whole model: %s, weight files %s -> %s (%s -> %s)\n", params.c_str(),
+              core::format_bytes(before.bytes).c_str(), core::format_bytes(after.bytes).c_str(),
+              before.dtypes.c_str(), after.dtypes.empty() ? "ONNX" : after.dtypes.c_str());
 }
 
 // Prints how the budget will be spent (stderr) and throws ConfigError, before any work, when the plan
@@ -269,6 +292,8 @@ int run_compress(const CompressArgs& a) {
   so.info["notes"] = report.to_json().at("notes");
   so.layer_factors_dir = opt.state_dir;
   if (towers) so.tower_modules = compress::tower_modules(*llava, opt.components);
+  const nlohmann::json options = so.info;
+  so.info["provenance"] = eo.provenance = run_provenance(a, so.info["calibration"], *co);
   const auto tw = std::chrono::steady_clock::now();
   if (latent) {
     checkpoint::save(*model, out, so);
@@ -285,8 +310,10 @@ int run_compress(const CompressArgs& a) {
   j["peak_rss_bytes"] = core::peak_rss_bytes();
   j["planned_peak_bytes"] = memory->total();
   j["weights"] = a.run.weights;
-  j["options"] = so.info;
-  j["out"] = out;
+  j["options"] = options;
+  const format::WeightsSize before = format::weights_size(a.model), after = format::weights_size(out);
+  j["model_size"] = {{"before", format::to_json(before)}, {"after", format::to_json(after)}};
+  j["out_dir"] = out;
   j["format"] = a.format;
   j["plan"] = plan_json(planned.plan);
   j["plan_resumed"] = plan_resumed;
@@ -299,12 +326,16 @@ int run_compress(const CompressArgs& a) {
   if (a.json) {
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    std::printf("compressed %s with %s at ratio %.2f: %lld -> %lld weights in compressed modules\n", a.model.c_str(),
-                a.method.c_str(), a.ratio, (long long)report.dense_params, (long long)report.params);
+    std::printf("compressed %s with %s at ratio %.2f: %lld -> %lld weights in compressed modules (the linear "
+                "modules of attention and MLP, what --ratio counts)\n", a.model.c_str(), a.method.c_str(), a.ratio,
+                (long long)report.dense_params, (long long)report.params);
+    print_model_size(before, after);
     if (towers) {
+      const char* parts = opt.components.vision && opt.components.projector ? "the vision tower and projector"
+                          : opt.components.vision                                ? "the vision tower"
+                                                                                  : "the projector";
       std::printf("of which the language model %lld -> %lld, %s %lld -> %lld\n", (long long)lm_dense,
-                  (long long)lm_params, a.components.c_str(), (long long)tower_report.dense_params,
-                  (long long)tower_report.params);
+                  (long long)lm_params, parts, (long long)tower_report.dense_params, (long long)tower_report.params);
     }
     std::printf("time: total %.1fs = sampling %.1fs + forward %.1fs + covariance %.1fs + output statistics %.1fs + "
                 "decompositions %.1fs + write %.1fs\n", report.total_s + sample_s + write_s, sample_s,
