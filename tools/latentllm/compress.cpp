@@ -34,7 +34,8 @@ struct CompressArgs {
   bool dry_run = false, json = false, force = false, resume = false;
 };
 
-// plain: the same allocation without block identity, for comparison (null: not printed).
+// plain: the same ratio planned without block identity, for comparison (null: not printed). Its budget is
+// the same, so its ranks are lower, not its parameters higher.
 void print_plan(const compress::RankPlan& plan, const compress::RankPlan* plain, bool json) {
   if (json || !dist::is_root()) return;
   std::printf("%-52s %9s %6s %10s %10s %12s\n", "module", "shape", "rank", "params", "dense", "MACs@128");
@@ -43,12 +44,14 @@ void print_plan(const compress::RankPlan& plan, const compress::RankPlan* plain,
                 (long long)m.in, (long long)m.rank, (long long)m.params, (long long)m.dense_params,
                 (long long)m.macs);
   }
-  std::printf("total: params %lld of %lld (%.2f%% removed), MACs@%lld %lld of %lld, FLOPs %lld of %lld\n",
+  std::printf("total of the compressed linear modules: params %lld of %lld (%.2f%% removed), MACs@%lld %lld of "
+              "%lld, FLOPs %lld of %lld\n",
               (long long)plan.params(), (long long)plan.dense_params(), 100.0 * plan.achieved_ratio(),
               (long long)plan.n_tok, (long long)plan.macs(), (long long)plan.dense_macs(),
               (long long)(2 * plan.macs()), (long long)(2 * plan.dense_macs()));
   if (!plain) return;
-  std::printf("without block identity: params %lld of %lld (%.2f%% removed), MACs@%lld %lld of %lld, FLOPs %lld of %lld\n",
+  std::printf("for comparison, the same ratio without block identity (--junction identity: the same budget at lower "
+              "ranks): params %lld of %lld (%.2f%% removed), MACs@%lld %lld of %lld, FLOPs %lld of %lld\n",
               (long long)plain->params(), (long long)plain->dense_params(), 100.0 * plain->achieved_ratio(),
               (long long)plain->n_tok, (long long)plain->macs(), (long long)plain->dense_macs(),
               (long long)(2 * plain->macs()), (long long)(2 * plain->dense_macs()));
@@ -257,7 +260,8 @@ int run_compress(const CompressArgs& a) {
              "ranks)");
   }
   const bool resumed = planned.source == compress::PlannedRanks::Source::Resumed;
-  print_plan(planned.plan, resumed ? nullptr : &planned.plain, a.json);
+  const bool block_identity = planned.plan.junction == compress::Junction::BlockIdentity;
+  print_plan(planned.plan, resumed || !block_identity ? nullptr : &planned.plain, a.json);
   if (a.dry_run) {
     if (a.json && dist::is_root()) {
       std::printf("%s\n", nlohmann::json{{"options", method_json(opt, a.m.preset)},
@@ -362,7 +366,8 @@ Command add_compress(CLI::App& app) {
   auto* sub = app.add_subcommand("compress", "Calibrate and compress a model into a latent checkpoint");
   auto a = std::make_shared<CompressArgs>();
   sub->add_option("--model", a->model, "Input model directory (HF format)")->required()->group("Model");
-  sub->add_option("--out", a->out, "Output directory for the latent checkpoint (or its export, --format)")->group("Model");
+  sub->add_option("--out", a->out, "REQUIRED unless --dry-run: output directory for the latent checkpoint (or its "
+                                   "export, --format)")->group("Model");
   sub->add_option("--format", a->format, "Output format: latent (the latent checkpoint); hf or onnx (its export, as "
                                          "latentllm export writes it, directly from the compression)")
       ->capture_default_str()->group("Model");
@@ -374,7 +379,8 @@ Command add_compress(CLI::App& app) {
   sub->add_flag("--force", a->force, "Replace an existing output directory")->group("Model");
   sub->add_option("--method", a->method, "plain-svd, asvd-hessian, asvd-l1, asvd-l2, asvd-cov, asvd-rootcov, latentllm")
       ->capture_default_str()->group("Method");
-  sub->add_option("--ratio", a->ratio, "Fraction of each compressed module's weights removed, in (0, 1)")
+  sub->add_option("--ratio", a->ratio, "Fraction of the weights of the compressed modules (the linear modules of "
+                                       "attention and MLP; not the embeddings, norms or LM head) removed, in (0, 1)")
       ->capture_default_str()->group("Method");
   add_method_options(sub, a->m);
   sub->add_flag("--resume", a->resume,

@@ -164,8 +164,9 @@ Command add_eval(CLI::App& app) {
       ->capture_default_str()
       ->group("Protocol");
   sub->add_option("--max-memory", args->max_memory,
-                  "Memory budget (e.g. 20G; default: physical memory - 2 GiB): the weights are widened to float32 at "
-                  "load, so a model whose plan (printed at start) does not fit is refused before it is read")
+                  "Memory budget (e.g. 20G; default: physical memory - 2 GiB): the weights as --weights holds them "
+                  "(stored by default, float32 with --weights f32) and the rest of the plan printed at start; a model "
+                  "whose plan does not fit is refused before it is read")
       ->group("Run");
   add_run_options(sub, args->run);
   add_weights_option(sub, args->run);

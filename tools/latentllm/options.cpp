@@ -107,7 +107,8 @@ void add_calib_options(CLI::App* sub, CalibArgs& a) {
                   "problems of the train split of a ScienceQA-layout folder, each prompt with its image one sequence "
                   "of its own length; the paper's LMM protocol)")
       ->check(CLI::IsMember({"c4", "text", "scienceqa"}))->capture_default_str()->group("Calibration");
-  sub->add_option("--calib-data", a.data, "Calibration file (the folder for scienceqa)")->group("Calibration");
+  sub->add_option("--calib-data", a.data, "REQUIRED unless compress --dry-run: calibration file (the folder for "
+                                          "scienceqa)")->group("Calibration");
   sub->add_option("--nsamples", a.nsamples, "Calibration windows")->capture_default_str()->group("Calibration");
   sub->add_option("--seqlen", a.seqlen, "Tokens per calibration window (0 = min(2048, max positions))")
       ->capture_default_str()->group("Calibration");
