@@ -155,7 +155,7 @@ eval)
     for k in 2 3; do
       cmp -s <(strip_timing "$TMP/eval0.json") <(strip_timing "$TMP/eval$k.json") ||
         fail "$protocol: $k ranks printed another result than one process"
-      grep -q "\"ranks\":$k" "$TMP/eval$k.json" || fail "$protocol: --json without \"ranks\": $k"
+      grep -q "\"processes\":$k" "$TMP/eval$k.json" || fail "$protocol: --json without \"processes\": $k"
       [ "$(grep -c '^eval: scienceqa' "$TMP/eval$k.err")" = 1 ] || fail "$protocol: $k ranks printed the header more than once"
       grep -q "^eval: $n/$n problems" "$TMP/eval$k.err" || { cat "$TMP/eval$k.err"; fail "$protocol: no final progress $n/$n"; }
     done
