@@ -35,7 +35,8 @@ WeightsSize weights_size(const std::filesystem::path& dir);
 nlohmann::json to_json(const WeightsSize& s);  // {"model_params", "bytes", "dtypes"}
 
 // The identity of the checkpoint `dir`: {"path" (absolute), "sha256": of config.json, the shard index if
-// any and every safetensors header (names, shapes, dtypes, offsets; cheap at any size)}, and
+// any and every safetensors file's tensor list (name, dtype, shape, bytes; metadata) — cheap at any
+// size}, and
 // "weights_sha256" of the whole weight files when they total at most kHashWholeWeightsBelow.
 nlohmann::json source_identity(const std::filesystem::path& dir);
 

@@ -3,12 +3,11 @@
 #include "latentllm/provenance.hpp"
 
 #include <algorithm>
-#include <cstring>
-#include <fstream>
 #include <set>
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/sha256.hpp"
 #include "latentllm/error.hpp"
@@ -33,20 +32,15 @@ std::vector<fs::path> files_ending(const fs::path& dir, std::string_view suffix)
   return out;
 }
 
-// The 8-byte length and the JSON header of a safetensors file (its names, shapes, dtypes and offsets).
+// A safetensors file's header as its tensors describe it (validated as every load validates it): name,
+// dtype, shape and byte size of each in file order, then its metadata.
 std::string safetensors_header(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  unsigned char len[8] = {};
-  if (!in.read(reinterpret_cast<char*>(len), 8)) throw IoError(fmt::format("{}: cannot read its header", file.string()));
-  std::uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | len[i];
-  if (n > (std::uint64_t{100} << 20)) throw FormatError(fmt::format("{}: header too large", file.string()));
-  std::string header(reinterpret_cast<char*>(len), 8);
-  header.resize(8 + n);
-  if (!in.read(header.data() + 8, static_cast<std::streamsize>(n))) {
-    throw IoError(fmt::format("{}: cannot read its header", file.string()));
-  }
-  return header;
+  const io::SafetensorsFile st(file);
+  std::string s;
+  for (const TensorView& t : st.tensors())
+    s += fmt::format("{} {} [{}] {}\n", t.name, dtype_name(t.dtype), fmt::join(t.shape, ","), t.nbytes);
+  for (const auto& [k, v] : st.metadata()) s += fmt::format("{}={}\n", k, v);
+  return s;
 }
 
 std::string human_bytes(std::int64_t b) {

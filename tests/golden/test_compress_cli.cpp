@@ -77,6 +77,11 @@ TEST(CompressCli, DryRunTextPrintsParamsMacsAndFlopsWithAndWithoutBlockIdentity)
                             "budget at lower ranks): ";
   EXPECT_NE(text.find(line(bi, total)), std::string::npos) << line(bi, total) << text;
   EXPECT_NE(text.find(line(plain, other)), std::string::npos) << line(plain, other) << text;
+  // The whole model as planned: every stored parameter, the compressed modules' by the plan.
+  const std::int64_t whole = j.at("model_params"), planned = j.at("planned_model_params");
+  EXPECT_EQ(whole - planned, bi.at("dense_params").get<std::int64_t>() - bi.at("params").get<std::int64_t>());
+  EXPECT_NE(text.find(fmt::format("whole model: params {} of {} as planned (", planned, whole)), std::string::npos)
+      << text;
   // A plan without block identity has no such comparison.
   ASSERT_EQ(test::run_command(base + " --method asvd-rootcov 2>/dev/null", text), 0) << text;
   EXPECT_EQ(text.find("without block identity"), std::string::npos) << text;

@@ -263,12 +263,19 @@ int run_compress(const CompressArgs& a) {
   const bool block_identity = planned.plan.junction == compress::Junction::BlockIdentity;
   print_plan(planned.plan, resumed || !block_identity ? nullptr : &planned.plain, a.json);
   if (a.dry_run) {
+    // The whole model: every stored parameter, the compressed modules' as planned.
+    const std::int64_t whole = format::weights_size(a.model).params;
+    const std::int64_t planned_whole = whole - planned.plan.dense_params() + planned.plan.params();
     if (a.json && dist::is_root()) {
       std::printf("%s\n", nlohmann::json{{"options", method_json(opt, a.m.preset)},
                                          {"plan", plan_json(planned.plan)},
                                          {"plan_without_block_identity", plan_json(planned.plain)},
-                                         {"rank_alloc", compress::planned_source_name(planned.source)}}
+                                         {"rank_alloc", compress::planned_source_name(planned.source)},
+                                         {"model_params", whole}, {"planned_model_params", planned_whole}}
                                 .dump(2).c_str());
+    } else if (dist::is_root()) {
+      std::printf("whole model: params %lld of %lld as planned (%.2f%% removed)\n", (long long)planned_whole,
+                  (long long)whole, 100.0 * (1.0 - static_cast<double>(planned_whole) / static_cast<double>(whole)));
     }
     return 0;
   }
