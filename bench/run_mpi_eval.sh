@@ -3,7 +3,7 @@
 # generate protocol: 1 rank x 1 thread, 1 rank x 2 threads, 2 ranks x 1 thread, interleaved, with the
 # sgemm peak measured before and after and the load average. Per run the evaluation's seconds (rank 0's
 # wall time from the first problem to the gathered result), problems/s, the accuracy and the digest of
-# the --json without its timings and "ranks" (the same for every configuration). Writes
+# the --json without its timings and "processes" (the same for every configuration). Writes
 # bench/results/mpi/eval.md.
 #   bench/run_mpi_eval.sh [REPEATS] [PROTOCOL]     default 3 generate
 set -euo pipefail
@@ -27,9 +27,9 @@ run() {  # ranks threads
 import hashlib, json, sys
 k, t, f = sys.argv[1:]
 j = json.load(open(f))
-digest = hashlib.sha256(json.dumps({x: v for x, v in j.items() if x not in ("eval_seconds", "problems_per_s", "ranks")},
+digest = hashlib.sha256(json.dumps({x: v for x, v in j.items() if x not in ("eval_seconds", "problems_per_s", "processes")},
                                    sort_keys=True).encode()).hexdigest()[:16]
-print(f"| {k} x {t} | {j['eval_seconds']:.2f} | {j['problems_per_s']:.0f} | {j['accuracy']['avg']:.2f} | {digest} |")
+print(f"| {k} x {t} | {j['eval_seconds']:.2f} | {j['problems_per_s']:.0f} | {j['accuracy_percent']['AVG']:.2f} | {digest} |")
 PY
 }
 {
@@ -37,7 +37,7 @@ PY
   echo
   echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); sgemm peak before: $(peak) GFLOP/s"
   echo
-  echo "| ranks x threads | eval s | problems/s | accuracy % | --json digest (timings and ranks aside) |"
+  echo "| ranks x threads | eval s | problems/s | accuracy % | --json digest (timings and processes aside) |"
   echo "|---|---|---|---|---|"
   for _ in $(seq "$R"); do
     run 1 1

@@ -30,7 +30,7 @@ for w in f32 stored; do
   /usr/bin/time -f %M -o "$tmp/$w.rss" "$BIN" compress --model "$tmp/model" --out "$tmp/out-$w" \
     --method "${METHOD:-plain-svd}" --ratio 0.4 --nsamples "${NSAMPLES:-2}" --seqlen "${SEQLEN:-128}" \
     --calib-data "$SHARED/data/c4/c4-train.00000-of-01024.first1000.jsonl" --weights "$w" --json \
-    --stop-after-layers "$stop" \
+    --stop-after-layers "$stop" --verbose \
     > "$tmp/$w.json" 2> "$tmp/$w.log"
   echo "$(date +%s.%N) - $start" | bc > "$tmp/$w.wall"
   cut -d' ' -f1-3 /proc/loadavg > "$tmp/$w.load"

@@ -42,11 +42,15 @@ std::string_view dataset_name(Dataset d);
 // become "\n"); strip() removes Python's whitespace (str.isspace: Unicode White_Space plus
 // U+001C-001F), the same as ASCII whitespace for these ASCII files.
 // Throws IoError if the file cannot be read, FormatError "<file>: ..." for invalid UTF-8, bad JSON
-// and "<file>: empty dataset" when the file or the string has no non-whitespace text.
+// and "<file>: empty dataset" when the file or the string has no non-whitespace text. The raw-text
+// datasets (WikiText2, PTB, the stories) refuse a JSON-lines file (FormatError "<file>: a JSON-lines
+// file (expected the raw text of --dataset <name>; ...)"), C4 and C4Heldout a file that is not JSON
+// lines (as read_jsonl_texts).
 std::string build_eval_text(Dataset dataset, const std::filesystem::path& file);
 
 // The "text" field of each JSON line (at most `max_docs` documents; 0 = all). Blank lines are
-// skipped. Throws FormatError "<file>:<line>: ..." for a line that is not a JSON object with a
+// skipped. Throws FormatError "<file>: not a JSON-lines file (...)" when the first document line is
+// plain text (not JSON, not starting with '{'), "<file>:<line>: ..." for a line that is not a JSON object with a
 // string "text", and "<file>: empty dataset" when there is no document.
 std::vector<std::string> read_jsonl_texts(const std::filesystem::path& file, std::size_t max_docs);
 

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "latentllm/model.hpp"
 #include "latentllm/tensor.hpp"
 
@@ -33,6 +35,10 @@ struct ExportOptions {
   model::KvCacheMode kv_cache = model::KvCacheMode::Auto;
   // onnx: weight bytes above which the weights go to an external data file (tests lower it).
   std::int64_t onnx_external_data_above = kOnnxExternalDataAbove;
+  // Provenance (latentllm/provenance.hpp) written as the output's model card, README.md. export_model:
+  // the compression's (null: no card); export_checkpoint: null takes the latent checkpoint's
+  // latent.provenance (or the dense input's identity) with the export step added.
+  nlohmann::json provenance;
 };
 
 // What an export wrote.
@@ -73,7 +79,8 @@ ExportSummary export_model(const model::Model& m, const std::filesystem::path& l
 
 // Exports the latent checkpoint `model_dir` to `out_dir` in opt.format. Before any work: ConfigError
 // "export format (expected one of hf, got <name>)" for an unknown format, checkpoint::check_output_target's
-// errors for `out_dir`, ConfigError "<dir>: not a latent checkpoint (...)" for a dense input. Written
+// errors for `out_dir`, ConfigError "<dir>: not a latent checkpoint (...)" for a dense input to hf (which
+// would copy it); onnx exports a dense checkpoint too (every module one MatMul). Written
 // atomically (core::StagedDirectory) and streamed one tensor at a time (io::SafetensorsWriter), so the
 // model is never held whole. NumericError when a value overflows the storage type.
 ExportSummary export_checkpoint(const std::filesystem::path& model_dir, const std::filesystem::path& out_dir,

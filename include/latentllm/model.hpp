@@ -467,7 +467,9 @@ class KvCache {
   // Allocates capacity positions for every layer of m (its attention geometry), each k_proj / v_proj
   // in the form `mode` chooses for it (KvCacheMode; m's layers must be loaded to see their ranks: an
   // unloaded layer of a lazy model gets a dense cache). ConfigError "<dir>: KV cache of <c> positions
-  // (expected 1..max_position_embeddings = <m>)" otherwise.
+  // (expected 1..max_position_embeddings = <m>)" otherwise, and ConfigError "<dir>: --kv-cache latent
+  // (expected a latent checkpoint with factored k_proj or v_proj, ...)" when `mode` is Latent and no
+  // loaded layer has a factored k_proj or v_proj.
   KvCache(const Model& m, int capacity, KvCacheMode mode = KvCacheMode::Dense);
   int length() const { return length_; }      // positions cached
   int capacity() const { return capacity_; }
@@ -487,6 +489,7 @@ class KvCache {
   void clear() { length_ = 0; }
 
  private:
+  void check_latent_requested(const Model& m, KvCacheMode mode) const;
   std::vector<LayerKvCache> layers_;
   int capacity_ = 0;
   int length_ = 0;

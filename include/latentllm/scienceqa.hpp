@@ -45,7 +45,7 @@ void require_llava(const std::filesystem::path& dir);
 // The categories a problem counts in: its subject (NAT, SOC, LAN), its context (TXT: hint non-empty,
 // IMG: has an image, NO: neither; TXT and IMG may both hold) and its grade (G1-6, G7-12).
 std::vector<std::string> categories(const Problem& p);
-// The categories in the order of LLaVA's Table 4, then "avg" (all problems).
+// The categories in the order of LLaVA's Table 4, then "AVG" (all problems).
 const std::vector<std::string>& category_names();
 
 // The user message of model_vqa_science.py's --single-pred-prompt (the prompt is
@@ -85,7 +85,7 @@ struct Options {
 
 struct Result {
   std::vector<Prediction> predictions;
-  std::map<std::string, int> correct;  // per category name (category_names), "avg" = all
+  std::map<std::string, int> correct;  // per category name (category_names), "AVG" = all
   std::map<std::string, int> count;
   int unparsable = 0;
   double seconds = 0;

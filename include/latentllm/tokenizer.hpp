@@ -98,4 +98,10 @@ struct TokenizerFiles {
 };
 std::unique_ptr<Tokenizer> load_tokenizer_files(const TokenizerFiles& files);
 
+// Refuses a tokenizer with more ids than the model's embedding has rows (config.json `vocab_size`): its
+// largest ids would index past the embedding and every result would be wrong. A smaller vocabulary is
+// fine (embeddings padded to a multiple). Throws FormatError "<model_dir>: tokenizer vocabulary larger
+// than the model's vocab_size (expected at most <vocab_size> ids, got <n>)".
+void check_tokenizer_vocab(const Tokenizer& tok, std::int64_t model_vocab_size, const std::filesystem::path& model_dir);
+
 }  // namespace latentllm::io

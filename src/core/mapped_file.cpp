@@ -108,6 +108,10 @@ MappedFile::~MappedFile() {
 }
 
 std::string read_file(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw IoError(fmt::format("{}: is a directory (expected a file)", path.string()));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw IoError(fmt::format("{}: cannot open ({})", path.string(), std::strerror(errno)));
   std::ostringstream ss;

@@ -248,7 +248,7 @@ Result tally(const std::vector<Problem>& problems, const std::vector<Outcome>& o
     pr.correct = pr.pred == p.answer;
     r.unparsable += pr.pred < 0;
     std::vector<std::string> cats = categories(p);
-    cats.push_back("avg");
+    cats.push_back("AVG");
     for (const std::string& c : cats) {
       ++r.count[c];
       r.correct[c] += pr.correct;
@@ -305,7 +305,7 @@ std::vector<std::string> categories(const Problem& p) {
 }
 
 const std::vector<std::string>& category_names() {
-  static const std::vector<std::string> kNames = {"NAT", "SOC", "LAN", "TXT", "IMG", "NO", "G1-6", "G7-12", "avg"};
+  static const std::vector<std::string> kNames = {"NAT", "SOC", "LAN", "TXT", "IMG", "NO", "G1-6", "G7-12", "AVG"};
   return kNames;
 }
 

@@ -11,6 +11,7 @@
 #include "core/mapped_file.hpp"
 #include "format/layer_source.hpp"
 #include "format/writers.hpp"
+#include "io/latent_format.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/files.hpp"
 #include "latentllm/io.hpp"
@@ -149,10 +150,16 @@ ExportSummary write_latent(LayerSource& layers, const fs::path& dir, const Write
   latent["format_version"] = io::kLatentFormatVersion;
   latent["modules"] = modules;
   config["latent"] = latent;
+  config = io::with_latent_identity(std::move(config));  // stock loaders refuse it
   config["torch_dtype"] = opt.dtype == DType::F32 ? "float32" : opt.dtype == DType::F16 ? "float16" : "bfloat16";
 
   write_entries(dir / "model.safetensors", entries);
+  const bool card = config["latent"].contains("provenance");  // compress's runs record theirs
+  if (card) {
+    config["latent"]["provenance"] = complete_provenance(config["latent"]["provenance"], dir, "latent", opt.dtype);
+  }
   core::write_text_atomic(dir / "config.json", config.dump(2) + "\n");
+  if (card) write_model_card(dir, config["latent"]["provenance"]);
   for (const char* f : checkpoint::companion_files()) {
     if (fs::exists(m.dir() / f)) core::write_text_atomic(dir / f, core::read_file(m.dir() / f));  // fsynced copy
   }

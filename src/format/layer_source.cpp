@@ -151,8 +151,12 @@ std::unique_ptr<LayerSource> progress_layers(const model::Model& m, const fs::pa
   return std::make_unique<ProgressLayers>(m, factors_dir);
 }
 
-std::unique_ptr<LayerSource> latent_layers(const fs::path& dir) {
+std::unique_ptr<LayerSource> latent_layers(const fs::path& dir, bool allow_dense) {
   const auto config = nlohmann::json::parse(core::read_file(dir / "config.json"), nullptr, false);
+  if (config.is_object() && !config.contains("latent") && allow_dense) {
+    return std::make_unique<LatentLayers>(model::Model::load(dir, {.lazy = true}),
+                                          std::map<std::string, io::LatentModule>{});
+  }
   if (!config.is_object() || !config.contains("latent")) throw not_latent(dir);
   // Lazy: names and shapes are checked, no layer is widened. Strict about unused tensors: the compressor
   // updates only the biases the architecture has (its bias switches stay the source's), so a stored bias

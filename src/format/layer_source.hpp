@@ -45,8 +45,9 @@ std::unique_ptr<LayerSource> model_layers(const model::Model& m);
 // does not hold from the source checkpoint (the last layer read is kept).
 std::unique_ptr<LayerSource> progress_layers(const model::Model& m, const std::filesystem::path& factors_dir);
 // The layers of the latent checkpoint `dir` (loaded lazily, checked as any load; each layer widened when
-// asked for, the previous one released). ConfigError "<dir>: not a latent checkpoint (...)" for a dense one.
-std::unique_ptr<LayerSource> latent_layers(const std::filesystem::path& dir);
+// asked for, the previous one released). ConfigError "<dir>: not a latent checkpoint (...)" for a dense one
+// unless `allow_dense` (every module then dense, as stored).
+std::unique_ptr<LayerSource> latent_layers(const std::filesystem::path& dir, bool allow_dense = false);
 
 // Where each decoder-layer module of m is: HF module name -> (layer, index in its linears).
 std::map<std::string, std::pair<int, std::size_t>> layer_modules(const model::Model& m);

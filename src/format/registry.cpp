@@ -10,7 +10,7 @@
 #include "latentllm/checkpoint.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/files.hpp"
-#include "latentllm/log.hpp"
+#include "latentllm/provenance.hpp"
 
 namespace latentllm::format {
 namespace {
@@ -23,14 +23,16 @@ struct FormatRow {
   void (*check)(const model::Model&, const WriteOptions&);  // what the writer refuses, before any work; or null
   std::optional<DType> default_dtype;  // unset: the input's storage type
   bool exported;                       // written by `export` (a latent checkpoint is compress's own output)
+  bool reads_dense;                    // `export` also takes a dense checkpoint (its modules as stored)
   // What the writer needs of this installation, made sure of by check_format before a long run; or null.
   void (*ready)();
 };
 
 // A new format is a row here plus its writer's file.
-constexpr std::array kFormats = {FormatRow{"latent", write_latent, nullptr, std::nullopt, false, nullptr},
-                                 FormatRow{"hf", write_hf, nullptr, std::nullopt, true, nullptr},
-                                 FormatRow{"onnx", write_onnx, check_onnx, DType::F32, true, load_onnx_module}};
+// hf of a dense checkpoint would be a copy of it: refused as needing no export.
+constexpr std::array kFormats = {FormatRow{"latent", write_latent, nullptr, std::nullopt, false, false, nullptr},
+                                 FormatRow{"hf", write_hf, nullptr, std::nullopt, true, false, nullptr},
+                                 FormatRow{"onnx", write_onnx, check_onnx, DType::F32, true, true, load_onnx_module}};
 
 std::vector<std::string> names(bool with_latent) {
   std::vector<std::string> out;
@@ -59,7 +61,23 @@ WriteOptions write_options(const ExportOptions& opt, const FormatRow& row, DType
   w.dtype = opt.dtype ? *opt.dtype : row.default_dtype ? *row.default_dtype : fallback;
   w.kv_cache = opt.kv_cache;
   w.onnx_external_data_above = opt.onnx_external_data_above;
+  w.provenance = opt.provenance;
   return w;
+}
+
+// The provenance of exporting `model_dir`: the latent checkpoint's own (a dense or an older one: the
+// input's identity), with the export step.
+nlohmann::json export_provenance(const fs::path& model_dir, std::string_view format) {
+  const auto config = nlohmann::json::parse(core::read_file(model_dir / "config.json"), nullptr, false);
+  nlohmann::json p;
+  if (config.is_object() && config.contains("latent") && config["latent"].is_object()) {
+    p = config["latent"].value("provenance", nlohmann::json::object());
+  }
+  if (!p.is_object() || p.empty()) p = {{"source", source_identity(model_dir)}, {"latentllm", tool_identity()}};
+  std::error_code ec;
+  p["export"] = {{"from", fs::weakly_canonical(model_dir, ec).string()}, {"format", format},
+                 {"latentllm", tool_identity()}};
+  return p;
 }
 
 // Checks what the writer refuses, then writes into a staged `out_dir`, committed when complete.
@@ -68,9 +86,8 @@ ExportSummary write(const FormatRow& row, LayerSource& layers, const fs::path& o
   if (row.check) row.check(layers.model(), w);
   core::StagedDirectory dir(out_dir, force);
   const ExportSummary s = row.write(layers, dir.path(), w);
+  if (!w.provenance.is_null()) write_model_card(dir.path(), complete_provenance(w.provenance, dir.path(), row.name, w.dtype));
   dir.commit();
-  log_info("exported {} as {} ({} tensors, {} modules multiplied back, {})", dir.target().string(), row.name,
-           s.tensors, s.multiplied, dtype_name(w.dtype));
   return s;
 }
 
@@ -106,8 +123,10 @@ ExportSummary export_model(const model::Model& m, const fs::path& layer_factors_
 ExportSummary export_checkpoint(const fs::path& model_dir, const fs::path& out_dir, const ExportOptions& opt) {
   const FormatRow& row = find_format(opt, "export format", false);
   checkpoint::check_output_target(model_dir, out_dir, opt.force);
-  const auto layers = latent_layers(model_dir);
-  return write(row, *layers, out_dir, write_options(opt, row, stored_dtype(model_dir)), opt.force);
+  const auto layers = latent_layers(model_dir, row.reads_dense);
+  WriteOptions w = write_options(opt, row, stored_dtype(model_dir));
+  if (w.provenance.is_null()) w.provenance = export_provenance(model_dir, row.name);
+  return write(row, *layers, out_dir, w, opt.force);
 }
 
 }  // namespace latentllm::format

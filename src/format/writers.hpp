@@ -29,7 +29,17 @@ struct WriteOptions {
   std::vector<const model::Linear*> tower_modules;
   model::KvCacheMode kv_cache = model::KvCacheMode::Auto;  // onnx (ExportOptions::kv_cache)
   std::int64_t onnx_external_data_above = kOnnxExternalDataAbove;
+  // Provenance (include/latentllm/provenance.hpp) of an export: completed with the output and written as
+  // its model card, README.md; null writes none. (latent: info["provenance"], also kept in config.json.)
+  nlohmann::json provenance;
 };
+
+// `provenance` with what the writer knows: output {format, dtype}, size.after of the folder `dir` (after
+// its weights are written).
+nlohmann::json complete_provenance(nlohmann::json provenance, const std::filesystem::path& dir,
+                                   std::string_view format, DType dtype);
+// README.md in `dir`: the model card of `provenance` (format::model_card).
+void write_model_card(const std::filesystem::path& dir, const nlohmann::json& provenance);
 
 // Writes the latent checkpoint (src/format/latent.cpp) into `dir`: the tensors of the source checkpoint in
 // its order, each module as `layers` holds it (factored: A and B), opt.tower_modules in place of their

@@ -74,6 +74,35 @@ std::string story_half(const std::string& text, bool second, const std::filesyst
   return join(part, "\n\n");
 }
 
+// The first line of `text` with non-whitespace characters (empty if none).
+std::string_view first_line(std::string_view text) {
+  for (std::size_t pos = 0; pos < text.size();) {
+    std::size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view line = text.substr(pos, end - pos);
+    if (!python_strip(line).empty()) return line;
+    pos = end + 1;
+  }
+  return {};
+}
+
+// Whether `line` is one JSON-lines document ({"text": "..."}).
+bool is_jsonl_document(std::string_view line) {
+  const auto doc = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  return doc.is_object() && doc.contains("text") && doc["text"].is_string();
+}
+
+// A raw-text dataset refuses a JSON-lines file: its perplexity would be that of the JSON syntax.
+std::string read_raw_text(Dataset dataset, const std::filesystem::path& file) {
+  std::string text = read_utf8(file);
+  if (is_jsonl_document(first_line(text))) {
+    throw FormatError(fmt::format("{}: a JSON-lines file (expected the raw text of --dataset {}; JSON lines with a "
+                                  "\"text\" per line are --dataset c4 or c4-heldout)", file.string(),
+                                  dataset_name(dataset)));
+  }
+  return text;
+}
+
 }  // namespace
 
 Dataset parse_dataset(std::string_view name) {
@@ -112,6 +141,11 @@ std::vector<std::string> read_jsonl_texts(const std::filesystem::path& file, std
     pos = end + 1;
     ++line_no;
     if (python_strip(line).empty()) continue;
+    if (docs.empty() && python_strip(line).front() != '{' && !nlohmann::json::accept(line)) {
+      throw FormatError(fmt::format("{}: not a JSON-lines file (expected a JSON object with a string \"text\" per "
+                                    "line, got text at line {}); raw text is --dataset wikitext2, ptb, text or "
+                                    "tinystories-valid / -test, --calib text", file.string(), line_no));
+    }
     nlohmann::json doc;
     try {
       doc = nlohmann::json::parse(line);
@@ -131,14 +165,14 @@ std::string build_eval_text(Dataset dataset, const std::filesystem::path& file) 
   std::string out;
   switch (dataset) {
     case Dataset::WikiText2: {
-      std::vector<std::string> rows = python_lines(read_utf8(file));
+      std::vector<std::string> rows = python_lines(read_raw_text(dataset, file));
       for (auto& row : rows)
         if (python_strip(row).empty()) row.clear();
       out = join(rows, "\n\n");
       break;
     }
     case Dataset::PTB: {
-      std::vector<std::string> rows = python_lines(read_utf8(file));
+      std::vector<std::string> rows = python_lines(read_raw_text(dataset, file));
       for (auto& row : rows) row = std::string(python_strip(row));
       out = join(rows, " ");
       break;
@@ -161,7 +195,7 @@ std::string build_eval_text(Dataset dataset, const std::filesystem::path& file) 
       break;
     case Dataset::StoriesValid:
     case Dataset::StoriesTest:
-      out = story_half(read_utf8(file), dataset == Dataset::StoriesTest, file);
+      out = story_half(read_raw_text(dataset, file), dataset == Dataset::StoriesTest, file);
       break;
   }
   if (python_strip(out).empty()) throw_empty(file);

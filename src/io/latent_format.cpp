@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "io/latent_format.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/io.hpp"
 
@@ -62,6 +63,32 @@ nlohmann::json latent_module_json(const LatentModule& m) {
                       {"junction", m.block_identity ? "block-identity" : "none"}};
   if (m.block_identity) e["perm"] = m.perm;
   return e;
+}
+
+nlohmann::json with_latent_identity(nlohmann::json config) {
+  if (!config.is_object() || !config.contains("latent") || !config["latent"].is_object()) return config;
+  nlohmann::json& latent = config["latent"];
+  bool conditional = false;
+  if (const auto a = config.find("architectures"); a != config.end()) {
+    latent["source_architectures"] = *a;
+    conditional = a->is_array() && !a->empty() && a->front().is_string() &&
+                  a->front().get<std::string>().ends_with("ForConditionalGeneration");
+  }
+  if (const auto t = config.find("model_type"); t != config.end()) latent["source_model_type"] = *t;
+  config["architectures"] = {conditional ? kLatentConditionalGeneration : kLatentCausalLm};
+  config["model_type"] = kLatentModelType;
+  return config;
+}
+
+nlohmann::json with_source_identity(nlohmann::json config) {
+  if (!config.is_object()) return config;
+  const auto l = config.find("latent");
+  if (l == config.end() || !l->is_object() || !l->contains("source_architectures")) return config;
+  const nlohmann::json latent = *l;
+  config["architectures"] = latent["source_architectures"];
+  if (latent.contains("source_model_type")) config["model_type"] = latent["source_model_type"];
+  else config.erase("model_type");
+  return config;
 }
 
 }  // namespace latentllm::io

@@ -120,4 +120,10 @@ std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& dir) {
   return load_tokenizer_files(f);
 }
 
+void check_tokenizer_vocab(const Tokenizer& tok, std::int64_t model_vocab_size, const fs::path& model_dir) {
+  if (tok.vocab_size() <= model_vocab_size) return;
+  throw FormatError(fmt::format("{}: tokenizer vocabulary larger than the model's vocab_size (expected at most {} ids, "
+                                "got {})", model_dir.string(), model_vocab_size, tok.vocab_size()));
+}
+
 }  // namespace latentllm::io

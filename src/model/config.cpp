@@ -3,6 +3,7 @@
 #include <array>
 #include <fmt/format.h>
 
+#include "io/latent_format.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/model.hpp"
 #include "latentllm/multimodal.hpp"
@@ -74,7 +75,8 @@ json with_class_defaults(const json& doc) {
   return doc;
 }
 
-ModelConfig parse_config(const json& doc, const std::string& origin) {
+ModelConfig parse_config(const json& stored, const std::string& origin) {
+  const json doc = io::with_source_identity(stored);  // a latent checkpoint reads as its source model
   // A multimodal checkpoint: its language model (text_config), the part text-only commands run.
   if (is_llava_config(doc)) return parse_llava_config(doc, origin).text;
   const io::JsonKeys k(doc, origin);

@@ -91,6 +91,21 @@ KvCache::KvCache(const Model& m, int capacity, KvCacheMode mode) : capacity_(cap
     l.k.resize(capacity, l.k_form == KvForm::Latent ? kp->rank() : width);
     l.v.resize(capacity, l.v_form == KvForm::Latent ? vp->rank() : width);
   }
+  check_latent_requested(m, mode);
+}
+
+// A latent cache asked for by name on a model without one factored k_proj / v_proj would report a
+// latent cache while every layer caches dense keys and values.
+void KvCache::check_latent_requested(const Model& m, KvCacheMode mode) const {
+  if (mode != KvCacheMode::Latent) return;
+  bool any_loaded = false;
+  for (int i = 0; i < m.num_layers(); ++i) any_loaded = any_loaded || m.layer_loaded(i);
+  for (const LayerKvCache& l : layers_)
+    if (l.k_form == KvForm::Latent || l.v_form == KvForm::Latent) return;
+  if (!any_loaded) return;  // a lazy model's unloaded layers: nothing to tell yet
+  throw ConfigError(fmt::format("{}: --kv-cache latent (expected a latent checkpoint with factored k_proj or v_proj, "
+                                "got a dense model: no layer can cache a latent); use --kv-cache auto or dense",
+                                m.dir().string()));
 }
 
 std::int64_t KvCache::bytes_per_token() const {

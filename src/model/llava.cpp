@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "io/json_keys.hpp"
+#include "io/latent_format.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/multimodal.hpp"
 #include "model/arch.hpp"
@@ -162,9 +163,10 @@ std::int64_t LlavaConfig::features_per_image() const {
   return vision.num_positions() - (vision_feature_select_strategy == "default" ? 1 : 0);
 }
 
-bool is_llava_config(const json& doc) { return known_architecture(architecture_of(doc)); }
+bool is_llava_config(const json& doc) { return known_architecture(architecture_of(io::with_source_identity(doc))); }
 
-LlavaConfig parse_llava_config(const json& doc, const std::string& origin) {
+LlavaConfig parse_llava_config(const json& stored, const std::string& origin) {
+  const json doc = io::with_source_identity(stored);  // a latent checkpoint reads as its source model
   const io::JsonKeys k(doc, origin);
   LlavaConfig c;
   c.architecture = architecture_of(doc);

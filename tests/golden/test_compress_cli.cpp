@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/sha256.hpp"
 #include "test_support.hpp"
 
 namespace latentllm {
@@ -71,9 +72,19 @@ TEST(CompressCli, DryRunTextPrintsParamsMacsAndFlopsWithAndWithoutBlockIdentity)
     EXPECT_EQ(p->at("flops").get<std::int64_t>(), 2 * p->at("macs").get<std::int64_t>());
     EXPECT_LT(p->at("flops").get<std::int64_t>(), p->at("dense_flops").get<std::int64_t>());
   }
-  EXPECT_NE(text.find(line(bi, "total: ")), std::string::npos) << line(bi, "total: ") << text;
-  EXPECT_NE(text.find(line(plain, "without block identity: ")), std::string::npos)
-      << line(plain, "without block identity: ") << text;
+  const std::string total = "total of the compressed linear modules: ";
+  const std::string other = "for comparison, the same ratio without block identity (--junction identity: the same "
+                            "budget at lower ranks): ";
+  EXPECT_NE(text.find(line(bi, total)), std::string::npos) << line(bi, total) << text;
+  EXPECT_NE(text.find(line(plain, other)), std::string::npos) << line(plain, other) << text;
+  // The whole model as planned: every stored parameter, the compressed modules' by the plan.
+  const std::int64_t whole = j.at("model_params"), planned = j.at("planned_model_params");
+  EXPECT_EQ(whole - planned, bi.at("dense_params").get<std::int64_t>() - bi.at("params").get<std::int64_t>());
+  EXPECT_NE(text.find(fmt::format("whole model: params {} of {} as planned (", planned, whole)), std::string::npos)
+      << text;
+  // A plan without block identity has no such comparison.
+  ASSERT_EQ(test::run_command(base + " --method asvd-rootcov 2>/dev/null", text), 0) << text;
+  EXPECT_EQ(text.find("without block identity"), std::string::npos) << text;
 }
 
 TEST(CompressCli, WritesAReloadableCheckpointWithProvenance) {
@@ -93,6 +104,46 @@ TEST(CompressCli, WritesAReloadableCheckpointWithProvenance) {
   EXPECT_EQ(latent.at("calibration").at("nsamples"), 4);
   EXPECT_EQ(latent.at("lambda_rel"), 1e-4);
   EXPECT_EQ(latent.at("modules").size(), 35u);
+  // The JSON vocabulary: the output folder is out_dir, the MPI processes processes.
+  EXPECT_EQ(rep.at("out_dir"), dir.string());
+  EXPECT_EQ(rep.at("processes"), 1);
+  EXPECT_FALSE(rep.contains("out"));
+  EXPECT_FALSE(rep.contains("ranks"));
+  // The whole model before and after: every stored tensor, the weight files' bytes, the storage types.
+  const auto& size = rep.at("model_size");
+  const auto& before = size.at("before");
+  const auto& after = size.at("after");
+  EXPECT_EQ(before.at("dtypes"), "F32");
+  EXPECT_EQ(after.at("dtypes"), "F16");
+  EXPECT_EQ(before.at("bytes"), std::filesystem::file_size(model() / "model.safetensors"));
+  EXPECT_EQ(after.at("bytes"), std::filesystem::file_size(dir / "model.safetensors"));
+  EXPECT_EQ(before.at("model_params").get<std::int64_t>() - after.at("model_params").get<std::int64_t>(),
+            rep.at("dense_params").get<std::int64_t>() - rep.at("params").get<std::int64_t>());
+  // Provenance: beside latent.modules and latent.notes, the same in the model card.
+  const auto& prov = latent.at("provenance");
+  EXPECT_EQ(prov.at("latentllm").at("version"), "0.1.0");
+  EXPECT_FALSE(prov.at("latentllm").at("commit").get<std::string>().empty());
+  EXPECT_EQ(prov.at("source").at("path"), std::filesystem::canonical(model()).string());
+  EXPECT_EQ(prov.at("source").at("weights_sha256"), core::file_sha256(model() / "model.safetensors"));
+  EXPECT_EQ(prov.at("source").at("sha256").get<std::string>().size(), 64u);
+  EXPECT_EQ(prov.at("calibration").at("sha256"), core::file_sha256(stories()));
+  EXPECT_EQ(prov.at("compression"), nlohmann::json({{"method", "asvd-rootcov"}, {"ratio", 0.25}, {"preset", "default"}}));
+  EXPECT_EQ(prov.at("size"), size);
+  EXPECT_EQ(prov.at("output"), nlohmann::json({{"format", "latent"}, {"dtype", "F16"}}));
+  const std::string card = read(dir / "README.md");
+  for (const std::string& s : {std::string("compressed by latentllm (asvd-rootcov, ratio 0.25)"),
+                               prov.at("source").at("sha256").get<std::string>(),
+                               prov.at("calibration").at("sha256").get<std::string>(),
+                               std::string("| storage type | F32 | F16 |"),
+                               std::string("latentllm export --model MODEL_DIR --out MODEL_DIR-hf --format hf")})
+    EXPECT_NE(card.find(s), std::string::npos) << s << "\n" << card;
+  // An export's card: the same provenance and the export step.
+  const auto hf = test::make_temp_dir("ccli-hf") / "hf";
+  ASSERT_EQ(test::run_command(cli() + " export -q --model " + q(dir) + " --out " + q(hf) + " 2>&1", out), 0) << out;
+  const std::string hf_card = read(hf / "README.md");
+  EXPECT_NE(hf_card.find("library_name: transformers"), std::string::npos) << hf_card;
+  EXPECT_NE(hf_card.find("| exported from | `" + std::filesystem::canonical(dir).string()), std::string::npos) << hf_card;
+  EXPECT_NE(hf_card.find(prov.at("calibration").at("sha256").get<std::string>()), std::string::npos) << hf_card;
   // The checkpoint runs: ppl of the latent model on a few windows.
   ASSERT_EQ(test::run_command(cli() + " ppl --json --model " + q(dir) + " --dataset text --data " + q(stories()) +
                                   " --seqlen 128 --max-windows 4 2>/dev/null",
@@ -103,6 +154,15 @@ TEST(CompressCli, WritesAReloadableCheckpointWithProvenance) {
   // Refuses to overwrite without --force.
   EXPECT_NE(test::run_command(cli() + " compress --model " + q(model()) + calib_args() + " --out " + q(dir), out), 0);
   EXPECT_NE(out.find("output directory exists (use --force"), std::string::npos) << out;
+  // The text summary says what --ratio counted and what the whole model became.
+  ASSERT_EQ(test::run_command(cli() + " compress --model " + q(model()) + " --method asvd-rootcov --ratio 0.25 --force" +
+                                  calib_args() + " --out " + q(dir) + " 2>/dev/null", out), 0) << out;
+  EXPECT_NE(out.find(fmt::format("weights in compressed modules (the linear modules of attention and MLP, what --ratio "
+                                 "counts)\nwhole model: {} -> {} parameters (",
+                                 before.at("model_params").get<std::int64_t>(), after.at("model_params").get<std::int64_t>())),
+            std::string::npos) << out;
+  EXPECT_NE(out.find("% of the whole model removed), weight files "), std::string::npos) << out;
+  EXPECT_NE(out.find(" (F32 -> F16)\n"), std::string::npos) << out;
 }
 
 // c4-heldout after a calibration on the same file: held out with --calib-holdout 100 (recorded in the
@@ -208,6 +268,14 @@ TEST(SweepCli, WritesTablesResultsAndPlots) {
   ASSERT_EQ(test::run_command(again, out), 0) << out;
   EXPECT_FALSE(std::filesystem::exists(dir / "ppl_old.png"));
   EXPECT_TRUE(std::filesystem::exists(dir / "mine.txt"));
+  // stdout's last line lists exactly the files written, each of which exists.
+  const auto wrote = out.rfind("wrote " + dir.string() + "/{");
+  ASSERT_NE(wrote, std::string::npos) << out;
+  const std::string list = out.substr(wrote + dir.string().size() + 8, out.find('}', wrote) - wrote - dir.string().size() - 8);
+  EXPECT_EQ(list.substr(0, 64), "results.csv,results.json,table2.md,table3.md,table3.json,ppl_tex") << list;
+  std::stringstream names(list);
+  for (std::string name; std::getline(names, name, ',');) EXPECT_TRUE(std::filesystem::exists(dir / name)) << name;
+  EXPECT_EQ(list.find("table4"), std::string::npos) << list;
 }
 
 TEST(SweepCli, BadGridIsRejectedBeforeAnyWork) {

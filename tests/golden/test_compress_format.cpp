@@ -42,8 +42,11 @@ fs::path exported(const fs::path& latent, const std::string& extra) {
   return out;
 }
 
-// Every file of `a` and `b` (relative paths), which must be the same set, has the same bytes.
-void expect_same_files(const fs::path& a, const fs::path& b) {
+// Every file of `a` and `b` (relative paths), which must be the same set, has the same bytes; the model
+// cards (README.md) record the route (a direct export, or an export of a latent checkpoint) and agree on
+// the compression and its source (`cards`: the CLI's outputs; the library writes one only when given a
+// provenance).
+void expect_same_files(const fs::path& a, const fs::path& b, bool cards = true) {
   std::set<fs::path> fa, fb;
   for (const auto& e : fs::recursive_directory_iterator(a))
     if (e.is_regular_file()) fa.insert(fs::relative(e.path(), a));
@@ -52,9 +55,18 @@ void expect_same_files(const fs::path& a, const fs::path& b) {
   EXPECT_EQ(fa, fb);
   EXPECT_GE(fa.size(), 3u);
   for (const auto& f : fa) {
-    if (fb.count(f)) {
+    if (fb.count(f) && f != "README.md") {
       EXPECT_EQ(read_bytes(a / f), read_bytes(b / f)) << f;
     }
+  }
+  EXPECT_EQ(fa.count("README.md"), cards ? 1u : 0u);
+  if (!cards) return;
+  const std::string ca = read_bytes(a / "README.md"), cb = read_bytes(b / "README.md");
+  for (const std::string& line : {std::string("compressed by latentllm ("), std::string("| source sha256 | `")}) {
+    const auto at = ca.find(line);
+    ASSERT_NE(at, std::string::npos) << ca;
+    const std::string whole = ca.substr(at, ca.find('\n', at) - at);
+    EXPECT_NE(cb.find(whole), std::string::npos) << whole << "\n" << cb;
   }
 }
 
@@ -145,7 +157,7 @@ TEST(CompressFormat, LazyRunExportsTheEagerBytes) {
       if (f == "onnx") {
         EXPECT_TRUE(fs::exists(eager / "onnx" / "model.onnx_data"));
       }
-      expect_same_files(lazy, eager);
+      expect_same_files(lazy, eager, /*cards=*/false);
     }
   }
 }

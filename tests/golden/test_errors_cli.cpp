@@ -4,8 +4,11 @@
 
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "compress/resume.hpp"
 #include "errors_doc.hpp"
+#include "latentllm/files.hpp"
 #include "latentllm/generate.hpp"
 #include "latentllm/model.hpp"
 #include "latentllm/tokenizer.hpp"
@@ -216,6 +219,8 @@ TEST(ErrorsDoc, Generation) {
                     {"gen-prompt-id", {lib([&] { eval::generate(*m, *tok, std::vector<std::int32_t>{1, 600}, {}); })}},
                     {"gen-decode-id", {lib([&] { tok->decode(std::vector<std::int32_t>{1, 600}); })}},
                     {"gen-kv-capacity", {lib([&] { model::KvCache(*m, 513); })}},
+                    {"gen-kv-latent-dense", {cli(gen + "--kv-cache latent --max-new-tokens 2"),
+                                             lib([&] { model::KvCache(*m, 8, model::KvCacheMode::Latent); })}},
                     {"gen-eos", {cli("generate --model " + q(bad_eos))}},
                     {"gen-budget", {cli(gen + "--max-memory 100M"), cli(gen + "--max-memory 100M --weights f32")}},
                     {"gen-weights", {cli(gen + "--weights f16"), cli("ppl --model " + model() + " --dataset text --data " +
@@ -261,6 +266,9 @@ TEST(ErrorsDoc, OutputAndResources) {
   // TinyStories-656K's asvd-cov factors overflow F16 in layer 0's down_proj on this calibration.
   const std::string overflow = "compress --model " + q(shared_path("models/TinyStories-656K")) + calib() +
                                " --method asvd-cov -q --out " + q(tmp / "f16");
+  // sweep writes into its folder directly: the same checks of the parent, before any work.
+  const std::string sweep = "sweep --model " + model() + calib() + " --methods plain-svd --ratios 0.2 --datasets text=" +
+                            q(shared_path("data/tinystories/TinyStories-valid.stories0001-0232.clean.txt")) + " ";
   check_section(
       "Output and resources (`latentllm compress`, `checkpoint::save`)",
       {
@@ -273,8 +281,10 @@ TEST(ErrorsDoc, OutputAndResources) {
           {"out-not-ours", {compress(calib() + " --force --out " + q(user))}},
           {"out-storage-layer", {cli(overflow)}},
           {"out-progress-kept", {cli(overflow)}},
-          {"out-parent", {compress(calib() + " --out " + q(tmp / "file" / "out"))}},
-          {"out-unwritable", {compress(calib() + " --out /proc/latentllm-errors-test")}},
+          {"out-parent", {compress(calib() + " --out " + q(tmp / "file" / "out")),
+                          cli(sweep + "--out " + q(tmp / "file" / "sweep"))}},
+          {"out-unwritable", {compress(calib() + " --out /proc/latentllm-errors-test"),
+                              cli(sweep + "--out /proc/latentllm-errors-sweep")}},
           {"out-write", {too_large}},
           {"out-progress-dir", {lib([&] { compress::ResumeState(tmp / "file" / "out.resume", "fp").create(); })}},
           {"out-resume-invalid", {compress(calib() + " --resume --out " + q(tmp / "damaged"))}},
@@ -297,6 +307,82 @@ TEST(ErrorsDoc, OutputAndResources) {
   EXPECT_FALSE(fs::exists(tmp / "big"));
   for (const auto& e : fs::directory_iterator(tmp)) {
     EXPECT_EQ(e.path().filename().string().find(".partial-"), std::string::npos) << e.path();
+  }
+}
+
+// stories260K with one added token beyond its 512 embedding rows (id 520): a tokenizer of another model.
+fs::path model_with_larger_tokenizer() {
+  const fs::path src = shared_path("models/stories260K/hf"), dir = make_temp_dir("err-vocab") / "m";
+  fs::create_directories(dir);
+  for (const char* f : {"config.json", "model.safetensors"}) fs::copy_file(src / f, dir / f);
+  auto tok = nlohmann::json::parse(core::read_file(src / "tokenizer.json"));
+  tok["added_tokens"].push_back({{"id", 520}, {"content", "<extra_0>"}, {"single_word", false}, {"lstrip", false},
+                                 {"rstrip", false}, {"normalized", false}, {"special", true}});
+  std::ofstream(dir / "tokenizer.json") << tok.dump();
+  return dir;
+}
+
+// Silent wrong results become one error before any work: each command, the same message.
+TEST(CliChecks, TokenizerLargerThanTheModelIsRefusedByEveryCommand) {
+  const fs::path dir = model_with_larger_tokenizer();
+  const std::string expected = dir.string() + ": tokenizer vocabulary larger than the model's vocab_size (expected "
+                                              "at most 512 ids, got 521)";
+  const std::string stories = q(shared_path("data/tinystories/TinyStories-valid.stories0001-0232.clean.txt"));
+  for (const std::string& args :
+       {"generate --model " + q(dir) + " --max-new-tokens 2",
+        "ppl --model " + q(dir) + " --dataset tinystories-valid --data " + stories + " --seqlen 64 --max-windows 1",
+        "compress --model " + q(dir) + " --calib text --calib-data " + stories + " --nsamples 2 --seqlen 32 --out " +
+            q(make_temp_dir("err-vocab") / "out")}) {
+    const Outcome o = cli(args)();
+    EXPECT_EQ(o.type, "*") << args << "\n" << o.message;
+    EXPECT_EQ(o.message, expected) << args;
+  }
+  std::string out;
+  ASSERT_EQ(run_command(cli_path().string() + " inspect " + q(dir) + " --json 2>/dev/null", out), 0) << out;
+  const auto j = nlohmann::json::parse(out);
+  EXPECT_EQ(j["tokenizer"]["vocab_size"], 521);
+  EXPECT_EQ(j["tokenizer"]["error"], expected);
+  ASSERT_EQ(run_command(cli_path().string() + " inspect " + q(dir) + " 2>/dev/null", out), 0) << out;
+  EXPECT_NE(out.find(expected), std::string::npos) << out;
+}
+
+TEST(CliChecks, DatasetKindMustMatchTheFile) {
+  const std::string ppl = "ppl --model " + model() + " --seqlen 64 --max-windows 1 ";
+  const std::string c4 = shared_path("data/c4/c4-train.00000-of-01024.first1000.jsonl").string();
+  const std::string wiki = shared_path("data/wikitext2/wiki.test.raw").string();
+  Outcome o = cli(ppl + "--dataset wikitext2 --data " + q(c4))();
+  EXPECT_EQ(o.type, "*") << o.message;
+  EXPECT_EQ(o.message, c4 + ": a JSON-lines file (expected the raw text of --dataset wikitext2; JSON lines with a "
+                            "\"text\" per line are --dataset c4 or c4-heldout)");
+  o = cli(ppl + "--dataset c4 --data " + q(wiki))();
+  EXPECT_EQ(o.type, "*") << o.message;
+  EXPECT_NE(o.message.find(wiki + ": not a JSON-lines file"), std::string::npos) << o.message;
+  EXPECT_NE(o.message.find("raw text is --dataset wikitext2"), std::string::npos) << o.message;
+  // The right pairs still work.
+  std::string out;
+  EXPECT_EQ(run_command(cli_path().string() + " " + ppl + "--dataset c4 --data " + q(c4) + " --json 2>/dev/null", out), 0)
+      << out;
+}
+
+// Help texts say what the defaults do: eval keeps the weights as stored unless --weights f32.
+TEST(CliChecks, EvalHelpNamesTheStoredWeightsDefault) {
+  std::string out;
+  ASSERT_EQ(run_command(cli_path().string() + " eval --help", out), 0) << out;
+  EXPECT_EQ(out.find("the weights are widened to float32 at load"), std::string::npos) << out;
+  EXPECT_NE(out.find("stored by default, float32 with --weights f32"), std::string::npos) << out;
+}
+
+TEST(CliChecks, DirectoryWhereAFileIsExpected) {
+  const fs::path d = make_temp_dir("err-dir");
+  const std::string expected = d.string() + ": is a directory (expected a file)";
+  for (const std::string& args :
+       {"ppl --model " + model() + " --dataset wikitext2 --data " + q(d),
+        "compress --model " + model() + " --calib c4 --calib-data " + q(d) + " --nsamples 2 --seqlen 32 --out " +
+            q(d / "out"),
+        "generate --model " + q(shared_path("models/llava-shapes-tiny")) + " --image " + q(d) + " --max-new-tokens 1"}) {
+    const Outcome o = cli(args)();
+    EXPECT_EQ(o.type, "*") << args << "\n" << o.message;
+    EXPECT_EQ(o.message, expected) << args;
   }
 }
 

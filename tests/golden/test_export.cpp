@@ -159,9 +159,10 @@ TEST(ExportHf, F16ExportOfAnF16Latent) {
 TEST(ExportHf, ConfigIsTheSourcesWithoutLatentAndFilesAreCopied) {
   const fs::path lat = latent("TinyStories-656K", "latentllm");
   const fs::path out = exported(lat);
-  json want = read_json(lat / "config.json");
-  want.erase("latent");
+  // The source's config.json: its architectures and model_type back, no latent section.
+  json want = read_json(shared_path("models/TinyStories-656K") / "config.json");
   want["torch_dtype"] = "float32";
+  if (want.contains("dtype")) want["dtype"] = "float32";
   EXPECT_EQ(read_json(out / "config.json"), want);
   for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"}) {
     ASSERT_TRUE(fs::exists(out / f)) << f;
@@ -169,8 +170,47 @@ TEST(ExportHf, ConfigIsTheSourcesWithoutLatentAndFilesAreCopied) {
   }
   // The export is marked as ours, so --force may replace it (and nothing else of the user's).
   EXPECT_EQ(io::SafetensorsFile(out / "model.safetensors").metadata().at("latentllm_export"), "hf");
-  run_ok("export --model " + q(lat) + " --out " + q(out) + " --force -q");
+  // One line says what was exported (stdout and stderr together).
+  const std::string log = run_ok("export --model " + q(lat) + " --out " + q(out) + " --force");
+  std::size_t lines = 0;
+  for (auto i = log.find("exported"); i != std::string::npos; i = log.find("exported", i + 1)) ++lines;
+  EXPECT_EQ(lines, 1u) << log;
+  EXPECT_NE(log.find("exported " + lat.string() + " as hf to " + out.string() + ": "), std::string::npos) << log;
   EXPECT_EQ(layout(out), layout(exported(lat)));
+}
+
+// A latent checkpoint declares latentllm's architecture, so that transformers refuses it (naming the
+// conversion) instead of initialising the factored modules at random; latentllm reads it, and the
+// older checkpoints that kept the source's keys, as the source model.
+TEST(LatentIdentity, StockLoadersRefuseItLatentllmReadsNewAndOld) {
+  const fs::path lat = latent("TinyStories-656K", "latentllm");
+  const json cfg = read_json(lat / "config.json");
+  const json src = read_json(shared_path("models/TinyStories-656K") / "config.json");
+  EXPECT_EQ(cfg.at("architectures"), json::array({"LatentLlmForCausalLM"}));
+  EXPECT_NE(cfg.at("model_type").get<std::string>().find("latentllm export"), std::string::npos);
+  EXPECT_EQ(cfg.at("latent").at("source_architectures"), src.at("architectures"));
+  EXPECT_EQ(cfg.at("latent").at("source_model_type"), src.at("model_type"));
+  const auto m = model::Model::load(lat);
+  EXPECT_EQ(m->config().architecture, src.at("architectures")[0]);
+  // An older latent checkpoint: the source's keys in place, no latent.source_*.
+  const fs::path old = make_temp_dir("latent-old") / "m";
+  fs::create_directories(old);
+  for (const auto& e : fs::directory_iterator(lat)) fs::copy_file(e.path(), old / e.path().filename());
+  json older = cfg;
+  older["architectures"] = src.at("architectures");
+  older["model_type"] = src.at("model_type");
+  older["latent"].erase("source_architectures");
+  older["latent"].erase("source_model_type");
+  fs::remove(old / "config.json");
+  std::ofstream(old / "config.json") << older.dump(2);
+  EXPECT_EQ(model::Model::load(old)->config().architecture, src.at("architectures")[0]);
+  EXPECT_EQ(mean_nll(old), mean_nll(lat));
+  // Both export to the source's identity.
+  for (const fs::path& d : {lat, old}) {
+    const json hf = read_json(exported(d) / "config.json");
+    EXPECT_EQ(hf.at("architectures"), src.at("architectures")) << d;
+    EXPECT_EQ(hf.at("model_type"), src.at("model_type")) << d;
+  }
 }
 
 TEST(ExportHf, LlavaExportsToTheDenseLlavaLayoutWithTheSameAccuracy) {
@@ -198,7 +238,7 @@ TEST(ExportHf, LlavaExportsToTheDenseLlavaLayoutWithTheSameAccuracy) {
     return json::parse(log.substr(log.find('{')));
   };
   const json a = eval(lat), b = eval(out);
-  EXPECT_EQ(a.at("accuracy"), b.at("accuracy"));
+  EXPECT_EQ(a.at("accuracy_percent"), b.at("accuracy_percent"));
   EXPECT_EQ(a.at("predictions"), b.at("predictions"));
 }
 

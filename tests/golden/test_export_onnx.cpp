@@ -130,6 +130,21 @@ TEST(ExportOnnx, OptTinyPassesTheCheckerWithLatentKeysAndValues) {
   }
 }
 
+// A dense checkpoint exports too: every module one MatMul over its stored weight, every past dense.
+TEST(ExportOnnx, DenseCheckpointExportsWithDensePasts) {
+  LATENTLLM_REQUIRE_ONNX_MODULE();
+  const fs::path dense = shared_path("models/TinyStories-656K");
+  const fs::path out = onnx_export(dense);
+  format::check_onnx_model(graph(out), /*full=*/true);
+  const json d = format::describe_onnx_model(graph(out));
+  expect_initializers_are_the_checkpoint(dense, d, kFloat);
+  expect_decoder_io(out, d, kFloat);
+  for (const auto& l : read_json(out / "config.json").at("latentllm_export").at("past_key_values")) {
+    EXPECT_EQ(l.at("key").at("form"), "dense");
+    EXPECT_EQ(l.at("value").at("form"), "dense");
+  }
+}
+
 // Above the threshold every initializer goes to onnx/model.onnx_data and the graph stays small.
 TEST(ExportOnnx, ExternalDataAboveTheThreshold) {
   LATENTLLM_REQUIRE_ONNX_MODULE();

@@ -88,10 +88,16 @@ TEST(PplCliMemory, LayerMajorGivesTheWindowMajorResultAndPrintsThePlan) {
   EXPECT_EQ(e.at("memory_budget_bytes"), std::int64_t{20} << 30);
   EXPECT_EQ(e.at("ppl").get<double>(), l.at("ppl").get<double>());  // JSON doubles round-trip exactly
   std::string log;
+  ASSERT_EQ(ppl("--max-memory 20G --verbose " + base + " 2>&1 >/dev/null", log), 0) << log;
+  test::expect_contains(log, {"ppl: memory plan eager (window-major): ", " of 20.00 GiB budget (fits; --max-memory)\n",
+                              "ppl: memory plan layer-major (lazy layers): ", "  hidden states ",
+                              "3 windows x 128 tokens x 128 x 4 B", "ppl: evaluating window-major"});
+  // Without --verbose: one summary line per plan, no items.
   ASSERT_EQ(ppl("--max-memory 20G " + base + " 2>&1 >/dev/null", log), 0) << log;
-  test::expect_contains(log, {"ppl: memory budget 20.00 GiB (--max-memory)", "eager (window-major): ",
-                              "layer-major (lazy layers): ", "  hidden states ", "3 windows x 128 tokens x 128 x 4 B",
-                              "ppl: evaluating window-major"});
+  test::expect_contains(log, {"ppl: memory plan eager (window-major): ", "; --verbose lists the items\n",
+                              "ppl: memory plan layer-major (lazy layers): "});
+  EXPECT_EQ(log.find("  hidden states "), std::string::npos) << log;
+  EXPECT_EQ(log.find("3 windows x 128 tokens"), std::string::npos) << log;
 }
 
 // opt-tiny on wikitext2 in windows of 256: the CLI names the most windows that fit, as the library

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <sstream>
 #include <iterator>
 #include <string>
 
@@ -43,7 +44,11 @@ const fs::path& latent_llava() {
 TEST(LlavaCompress, KeepsTheLayoutAndTheVisionTowerAndLoadsBack) {
   const fs::path out = latent_llava();
   const auto cfg = json::parse(std::ifstream(out / "config.json"));
-  EXPECT_EQ(cfg.at("architectures")[0], "LlavaForConditionalGeneration");
+  // latentllm's identity for stock loaders; the source's kept (and its text_config as it was).
+  EXPECT_EQ(cfg.at("architectures")[0], "LatentLlmForConditionalGeneration");
+  EXPECT_EQ(cfg.at("latent").at("source_architectures")[0], "LlavaForConditionalGeneration");
+  EXPECT_EQ(cfg.at("latent").at("source_model_type"), "llava");
+  EXPECT_EQ(cfg.at("text_config"), json::parse(std::ifstream(fixture() / "config.json")).at("text_config"));
   ASSERT_TRUE(cfg.contains("latent"));
   // The latent section names the language model's modules as the model asks for them ...
   EXPECT_TRUE(cfg.at("latent").at("modules").contains("model.layers.0.self_attn.q_proj"));
@@ -113,7 +118,7 @@ TEST(LlavaCompress, ScienceQaCalibrationKeepsThePapersShareOfAccuracy) {
   std::string out;
   ASSERT_EQ(run_command(cli_path().string() + " eval --task scienceqa --protocol loglik --json -q --model " + q(dir) +
                             " --data " + data, out), 0) << out;
-  const double acc = json::parse(out.substr(out.find('{'))).at("accuracy").at("avg").get<double>();
+  const double acc = json::parse(out.substr(out.find('{'))).at("accuracy_percent").at("AVG").get<double>();
   const double dense = json::parse(std::ifstream(fixture() / "REFERENCE.json")).at("val").at("dense_accuracy").at("all");
   EXPECT_GE(acc, 0.91 * dense) << acc;
   EXPECT_LT(acc, dense + 5) << acc;
@@ -235,7 +240,7 @@ TEST(LlavaCompress, ComponentsCompressTheVisionTowerAndProjector) {
   std::string ev;
   ASSERT_EQ(run_command(cli_path().string() + " eval --task scienceqa --protocol loglik --json -q --model " + q(dir) +
                             " --data " + data, ev), 0) << ev;
-  const double acc = json::parse(ev.substr(ev.find('{'))).at("accuracy").at("avg").get<double>();
+  const double acc = json::parse(ev.substr(ev.find('{'))).at("accuracy_percent").at("AVG").get<double>();
   const double dense_acc = json::parse(std::ifstream(fixture() / "REFERENCE.json")).at("val").at("dense_accuracy").at("all");
   EXPECT_GE(acc, 0.86 * dense_acc) << acc;
 }
@@ -250,6 +255,10 @@ TEST(LlavaCompress, ComponentsResumeToTheSameBytes) {
                            q(shared_path("data/scienceqa-shapes")) + " --dtype f32 -q --out ";
   std::string log;
   ASSERT_EQ(run_command(base + q(root / "whole") + " 2>&1", log), 0) << log;
+  // The summary names the parts in words, not as the option's list.
+  EXPECT_NE(log.find("of which the language model "), std::string::npos) << log;
+  EXPECT_NE(log.find(", the vision tower and projector "), std::string::npos) << log;
+  EXPECT_EQ(log.find("lm,vision,projector"), std::string::npos) << log;
   ASSERT_EQ(run_command(base + q(root / "split") + " --stop-after-layers 1 2>&1", log), 0) << log;
   EXPECT_FALSE(fs::exists(root / "split" / "config.json"));
   // Another set of parts is another run: its progress is refused, not mixed in.
@@ -275,13 +284,27 @@ TEST(LlavaCompress, SweepWritesTable4AndRadarFigures) {
   ASSERT_EQ(j.at("runs").size(), 3u);  // dense + 2 methods
   for (const auto& run : j.at("runs")) {
     EXPECT_EQ(run.at("predictions").size(), 60u) << run.at("method");
-    EXPECT_TRUE(run.at("accuracy").contains("G7-12")) << run.at("method");
+    EXPECT_TRUE(run.at("accuracy_percent").contains("G7-12")) << run.at("method");
   }
   std::ifstream t4(dir / "table4.md");
   const std::string table((std::istreambuf_iterator<char>(t4)), std::istreambuf_iterator<char>());
   EXPECT_NE(table.find("| 30% | latentllm |"), std::string::npos) << table;
   EXPECT_NE(table.find("| NAT | SOC | LAN | TXT | IMG | NO | G1-6 | G7-12 | Avg |"), std::string::npos) << table;
   EXPECT_TRUE(fs::exists(dir / "radar_30.gp"));
+  // stdout: Table 4 with its accuracy columns, and exactly the files written (no perplexity plots here).
+  EXPECT_NE(out.find("| NAT | SOC | LAN | TXT | IMG | NO | G1-6 | G7-12 | Avg |"), std::string::npos) << out;
+  EXPECT_NE(out.find("| 30% | latentllm |"), std::string::npos) << out;
+  const auto wrote = out.rfind("wrote " + dir.string() + "/{");
+  ASSERT_NE(wrote, std::string::npos) << out;
+  const std::size_t from = wrote + dir.string().size() + 8;
+  const std::string list = out.substr(from, out.find('}', from) - from);
+  EXPECT_EQ(list.find("ppl_"), std::string::npos) << list;
+  EXPECT_EQ(list.substr(0, 66), "results.csv,results.json,table2.md,table4.md,table3.md,table3.json") << list;
+  EXPECT_NE(list.find("radar_30.gp"), std::string::npos) << list;
+  std::stringstream names(list);
+  for (std::string name; std::getline(names, name, ',');) EXPECT_TRUE(fs::exists(dir / name)) << name;
+  // The radar's left margin leaves room for the G1-6 label at nine o'clock.
+  EXPECT_NE(read_bytes(dir / "radar_30.gp").find("set lmargin 10\n"), std::string::npos);
 }
 
 }  // namespace

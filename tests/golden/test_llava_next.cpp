@@ -338,7 +338,7 @@ TEST(LlavaNext, CommandsRunOnANextCheckpoint) {
   ASSERT_EQ(run_command(cli + " eval --task scienceqa --protocol loglik --max-problems 40 --json -q --model " + q +
                             latent.string() + q + " --data " + data, out), 0) << out;
   const auto compressed = json::parse(out.substr(out.find('{')));
-  EXPECT_GT(compressed.at("accuracy").at("avg").get<double>(), 0.0);
+  EXPECT_GT(compressed.at("accuracy_percent").at("AVG").get<double>(), 0.0);
 }
 
 TEST(ErrorsDoc, LlavaNextInputs) {

@@ -110,6 +110,16 @@ TEST(OnnxRuntime, OptTinyLatentMatchesLatentllm) {
   expect_ort_agrees("opt-tiny");
 }
 
+// A dense checkpoint's export: the same logits and greedy tokens as latentllm on the dense model.
+TEST(OnnxRuntime, DenseCheckpointMatchesLatentllm) {
+  REQUIRE_ORT();
+  const fs::path dense = shared_path("models/TinyStories-656K");
+  const json r = check_with_ort(dense, onnx_export(dense), kTolerance);
+  if (r.is_object()) {
+    EXPECT_TRUE(r.at("failures").empty()) << r.dump();
+  }
+}
+
 // --kv-cache dense: every past dense (Optimum's and transformers.js's layout), the same outputs.
 TEST(OnnxRuntime, OptTinyDensePastMatchesLatentllm) {
   REQUIRE_ORT();

@@ -63,7 +63,7 @@ identical)
       [ "$got" = "$want" ] || fail "$model ${args[*]}: $k ranks wrote $got, one process $want"
       [ "$(grep -c 'numerics \[' "$TMP/k$k.err")" = "$(grep -c 'numerics \[' "$TMP/k0.err")" ] ||
         fail "$model ${args[*]}: $k ranks logged other numerical notes than one process"
-      grep -q "\"ranks\": $k" "$TMP/k$k.json" || fail "$model ${args[*]}: --json without \"ranks\": $k"
+      grep -q "\"processes\": $k" "$TMP/k$k.json" || fail "$model ${args[*]}: --json without \"processes\": $k"
       # latentllm: joint Q-K's eigenproblems ran on every rank (its starts are 4 jobs of equal cost), so
       # the joint group's results really came from other ranks.
       if [[ " ${args[*]} " != *" --method "* ]]; then
@@ -139,11 +139,11 @@ killed)
   ;;
 eval)
   # ScienceQA on llava-shapes-tiny: each rank answers a contiguous share of the problems, the outcomes
-  # are gathered in rank order; the --json (timings and "ranks" aside) is byte-identical for 1, 2 and 3
+  # are gathered in rank order; the --json (timings and "processes" aside) is byte-identical for 1, 2 and 3
   # ranks (and 2 threads each), and the accuracy is REFERENCE.json's. Progress comes from rank 0 alone, counting the whole.
   LLAVA=$SHARED/models/llava-shapes-tiny SQA=$SHARED/data/scienceqa-shapes
-  strip_timing() { sed -E 's/"eval_seconds":[^,]*,//; s/"problems_per_s":[^,]*,//; s/"ranks":[0-9]+,//' "$1"; }
-  accuracy() { grep -o '"accuracy":{[^}]*}' "$1" | grep -o '"avg":[0-9.]*' | cut -d: -f2; }
+  strip_timing() { sed -E 's/"eval_seconds":[^,]*,//; s/"problems_per_s":[^,]*,//; s/"processes":[0-9]+,//' "$1"; }
+  accuracy() { grep -o '"accuracy_percent":{[^}]*}' "$1" | grep -o '"AVG":[0-9.]*' | cut -d: -f2; }
   for v in "generate|" "loglik|--max-problems 40"; do
     protocol=${v%%|*}
     read -r -a args <<< "${v#*|}"
@@ -155,7 +155,7 @@ eval)
     for k in 2 3; do
       cmp -s <(strip_timing "$TMP/eval0.json") <(strip_timing "$TMP/eval$k.json") ||
         fail "$protocol: $k ranks printed another result than one process"
-      grep -q "\"ranks\":$k" "$TMP/eval$k.json" || fail "$protocol: --json without \"ranks\": $k"
+      grep -q "\"processes\":$k" "$TMP/eval$k.json" || fail "$protocol: --json without \"processes\": $k"
       [ "$(grep -c '^eval: scienceqa' "$TMP/eval$k.err")" = 1 ] || fail "$protocol: $k ranks printed the header more than once"
       grep -q "^eval: $n/$n problems" "$TMP/eval$k.err" || { cat "$TMP/eval$k.err"; fail "$protocol: no final progress $n/$n"; }
     done

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -12,6 +13,7 @@
 #include "core/gemm.hpp"
 #include "core/mapped_file.hpp"
 #include "core/parallel.hpp"
+#include "core/sha256.hpp"
 #include "latentllm/threads.hpp"
 #include "model/ops.hpp"
 #include "latentllm/error.hpp"
@@ -20,6 +22,28 @@
 
 namespace latentllm {
 namespace {
+
+// FIPS 180-4's examples, a message across the 56-byte padding boundary, and a file read in chunks.
+TEST(Sha256, KnownDigests) {
+  auto digest = [](std::string_view s) {
+    core::Sha256 h;
+    h.update(s);
+    return h.hex();
+  };
+  EXPECT_EQ(digest(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(digest("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(digest("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  core::Sha256 split;  // the same message in pieces
+  split.update("abcdbcdecdefdefgefghfghighij");
+  split.update("hijkijkljklmklmnlmnomnopnopq");
+  EXPECT_EQ(split.hex(), "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  const std::string million(1000000, 'a');
+  EXPECT_EQ(digest(million), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  const auto file = test::make_temp_dir("sha") / "a.bin";
+  { std::ofstream(file, std::ios::binary) << million; }
+  EXPECT_EQ(core::file_sha256(file), digest(million));
+}
 
 TEST(DType, HalfRoundTripsEveryFiniteValue) {
   for (std::uint32_t h = 0; h < 0x10000; ++h) {

@@ -100,6 +100,10 @@ TEST(ErrorsDoc, Tokenizers) {
                     {"tok-vocab", {tokenizer_dir({{"vocab.json", "[]"}, {"merges.txt", "#version: 0.2\na b\n"}})}},
                     {"tok-merges", {tokenizer_dir({{"vocab.json", R"({"a":0,"b":1})"}, {"merges.txt", "a b c\n"}})}},
                     {"tok-spm", {tokenizer_dir({{"tokenizer.model", "not a protobuf"}})}},
+                    {"tok-model-vocab", {lib([] {
+                       const fs::path dir = shared_path("models/stories260K/hf");
+                       io::check_tokenizer_vocab(*io::load_tokenizer(dir), 400, dir);
+                     })}},
                     {"tok-spm-added",
                      {spm_added_tokens(R"([])"), spm_added_tokens(R"({"x": {"content": "<a>"}})"),
                       spm_added_tokens(R"({"32000": {"special": true}})")}},
@@ -130,6 +134,9 @@ TEST(ErrorsDoc, DatasetsAndCalibrationText) {
   const auto jsonl = [](const std::string& content) {
     return lib([=] { (void)io::read_jsonl_texts(put(make_temp_dir("err-data") / "c4.jsonl", content), 0); });
   };
+  const auto raw = [](io::Dataset d, const std::string& content) {
+    return lib([=] { (void)io::build_eval_text(d, put(make_temp_dir("err-data") / "f.txt", content)); });
+  };
   check_section(
       "Datasets and calibration text (`io::read_jsonl_texts`, `io::build_eval_text`, `calib::sample_calibration`)",
       {
@@ -138,6 +145,19 @@ TEST(ErrorsDoc, DatasetsAndCalibrationText) {
           {"data-empty", {text(" \n\n"), jsonl("\n\n")}},
           {"data-jsonl", {jsonl("{\"text\": \"a\"}\n{\n")}},
           {"data-jsonl-text", {jsonl("{\"x\": 1}\n"), jsonl("[1]\n")}},
+          {"data-dir", {lib([] { (void)io::build_eval_text(io::Dataset::WikiText2, make_temp_dir("err-data")); }),
+                        lib([] { (void)io::read_jsonl_texts(make_temp_dir("err-data"), 0); }),
+                        sample([](const fs::path& t) { return calib_text(t, 1, 8); })}},
+          {"data-jsonl-as-text", {raw(io::Dataset::WikiText2, "\n{\"text\": \"a\"}\n"),
+                                  raw(io::Dataset::PTB, "{\"text\": \"a\"}\n"),
+                                  raw(io::Dataset::StoriesValid, "{\"text\": \"a\"}\n\n{\"text\": \"b\"}\n")}},
+          {"data-text-as-jsonl", {jsonl("\n = Robert Boulter = \n"),
+                                  raw(io::Dataset::C4, "Once upon a time\n"),
+                                  sample([](const fs::path& t) {
+                                    auto co = calib_text(put(t / "t.txt", "Once upon a time"), 1, 8);
+                                    co.source = "c4";
+                                    return co;
+                                  })}},
           {"data-name", {lib([] { (void)io::parse_dataset("wiki"); })}},
           {"data-heldout", {lib([] {
              std::string docs;

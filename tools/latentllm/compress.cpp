@@ -14,6 +14,7 @@
 #include "latentllm/export.hpp"
 #include "latentllm/log.hpp"
 #include "latentllm/multimodal.hpp"
+#include "latentllm/provenance.hpp"
 #include "latentllm/scienceqa.hpp"
 #include "latentllm/tokenizer.hpp"
 
@@ -33,7 +34,8 @@ struct CompressArgs {
   bool dry_run = false, json = false, force = false, resume = false;
 };
 
-// plain: the same allocation without block identity, for comparison (null: not printed).
+// plain: the same ratio planned without block identity, for comparison (null: not printed). Its budget is
+// the same, so its ranks are lower, not its parameters higher.
 void print_plan(const compress::RankPlan& plan, const compress::RankPlan* plain, bool json) {
   if (json || !dist::is_root()) return;
   std::printf("%-52s %9s %6s %10s %10s %12s\n", "module", "shape", "rank", "params", "dense", "MACs@128");
@@ -42,15 +44,39 @@ void print_plan(const compress::RankPlan& plan, const compress::RankPlan* plain,
                 (long long)m.in, (long long)m.rank, (long long)m.params, (long long)m.dense_params,
                 (long long)m.macs);
   }
-  std::printf("total: params %lld of %lld (%.2f%% removed), MACs@%lld %lld of %lld, FLOPs %lld of %lld\n",
+  std::printf("total of the compressed linear modules: params %lld of %lld (%.2f%% removed), MACs@%lld %lld of "
+              "%lld, FLOPs %lld of %lld\n",
               (long long)plan.params(), (long long)plan.dense_params(), 100.0 * plan.achieved_ratio(),
               (long long)plan.n_tok, (long long)plan.macs(), (long long)plan.dense_macs(),
               (long long)(2 * plan.macs()), (long long)(2 * plan.dense_macs()));
   if (!plain) return;
-  std::printf("without block identity: params %lld of %lld (%.2f%% removed), MACs@%lld %lld of %lld, FLOPs %lld of %lld\n",
+  std::printf("for comparison, the same ratio without block identity (--junction identity: the same budget at lower "
+              "ranks): params %lld of %lld (%.2f%% removed), MACs@%lld %lld of %lld, FLOPs %lld of %lld\n",
               (long long)plain->params(), (long long)plain->dense_params(), 100.0 * plain->achieved_ratio(),
               (long long)plain->n_tok, (long long)plain->macs(), (long long)plain->dense_macs(),
               (long long)(2 * plain->macs()), (long long)(2 * plain->dense_macs()));
+}
+
+// The provenance of the output (latentllm/provenance.hpp): the source, the method, the calibration set
+// (`calibration`, as recorded in the checkpoint) and its hash, the source's size.
+nlohmann::json run_provenance(const CompressArgs& a, nlohmann::json calibration, const calib::CalibOptions& co) {
+  calibration["sha256"] = format::data_sha256(co.data);
+  nlohmann::json compression = {{"method", a.method}, {"ratio", a.ratio}, {"preset", a.m.preset}};
+  if (a.components != "lm") compression["components"] = a.components;
+  return {{"latentllm", format::tool_identity()}, {"source", format::source_identity(a.model)},
+          {"compression", compression}, {"calibration", calibration},
+          {"size", {{"before", format::to_json(format::weights_size(a.model))}}}};
+}
+
+// The whole model before and after, in parameters, weight-file bytes and storage type.
+void print_model_size(const format::WeightsSize& before, const format::WeightsSize& after) {
+  const std::string params =
+      after.params > 0 ? fmt::format("{} -> {} parameters ({:.2f}% of the whole model removed)", before.params,
+                                     after.params, 100.0 * (1.0 - static_cast<double>(after.params) / before.params))
+                       : fmt::format("{} parameters", before.params);
+  std::printf("whole model: %s, weight files %s -> %s (%s -> %s)\n", params.c_str(),
+              core::format_bytes(before.bytes).c_str(), core::format_bytes(after.bytes).c_str(),
+              before.dtypes.c_str(), after.dtypes.empty() ? "ONNX" : after.dtypes.c_str());
 }
 
 // Prints how the budget will be spent (stderr) and throws ConfigError, before any work, when the plan
@@ -66,9 +92,7 @@ core::MemoryPlan check_memory(const CompressArgs& a, const model::Model& m, cons
     return p;
   };
   const core::MemoryPlan plan = plan_of(co.nsamples);
-  if (!quiet()) std::fprintf(stderr, "compress: memory budget %s (%s)\n%s", core::format_bytes(budget).c_str(),
-               a.max_memory.empty() ? "physical memory - 2 GiB; --max-memory" : "--max-memory",
-               plan.describe().c_str());
+  print_memory_plan("compress", plan, a.max_memory.empty() ? "physical memory - 2 GiB; --max-memory" : "--max-memory");
   if (plan.fits()) return plan;
   int k = co.nsamples - 1;
   while (k > 0 && !plan_of(k).fits()) --k;
@@ -98,7 +122,7 @@ int report_stopped(const CompressArgs& a, const compress::CompressReport& report
   j["peak_rss_bytes"] = core::peak_rss_bytes();
   j["planned_peak_bytes"] = memory.total();
   j["weights"] = a.run.weights;
-  j["ranks"] = dist::size();
+  j["processes"] = dist::size();
   j["communication"] = {{"bytes", dist::traffic().bytes}, {"seconds", dist::traffic().seconds}};  // rank 0's
   if (a.json) {
     std::printf("%s\n", j.dump(2).c_str());
@@ -174,7 +198,7 @@ int run_compress(const CompressArgs& a) {
                                     "checkpoint, got {})", a.model, model->config().architecture));
     }
     if (!llava) llava.emplace(model::LlavaModel::load(a.model, a.run.load(/*lazy=*/true)));
-    mm = eval::scienceqa::calibration_set(*llava, *io::load_tokenizer(a.model),
+    mm = eval::scienceqa::calibration_set(*llava, *model_tokenizer(a.model, model->config()),
                                           image::load_processor_config(a.model / std::filesystem::path("preprocessor_config.json")),
                                           co->data, "train", co->nsamples, co->seed);
     co->seqlen = *std::max_element(mm->lengths.begin(), mm->lengths.end());
@@ -217,7 +241,7 @@ int run_compress(const CompressArgs& a) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::int32_t> ids;
   if (mm) ids = mm->ids;
-  else if (calibrate) ids = calib::sample_calibration(*io::load_tokenizer(a.model), *co);
+  else if (calibrate) ids = calib::sample_calibration(*model_tokenizer(a.model, model->config()), *co);
   const double sample_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (calibrate && !mm) {
     log_info("calibration: {} windows of {} tokens ({}, seed {}, {:.1f}s)", co->nsamples, co->seqlen, co->source,
@@ -236,14 +260,22 @@ int run_compress(const CompressArgs& a) {
              "ranks)");
   }
   const bool resumed = planned.source == compress::PlannedRanks::Source::Resumed;
-  print_plan(planned.plan, resumed ? nullptr : &planned.plain, a.json);
+  const bool block_identity = planned.plan.junction == compress::Junction::BlockIdentity;
+  print_plan(planned.plan, resumed || !block_identity ? nullptr : &planned.plain, a.json);
   if (a.dry_run) {
+    // The whole model: every stored parameter, the compressed modules' as planned.
+    const std::int64_t whole = format::weights_size(a.model).params;
+    const std::int64_t planned_whole = whole - planned.plan.dense_params() + planned.plan.params();
     if (a.json && dist::is_root()) {
       std::printf("%s\n", nlohmann::json{{"options", method_json(opt, a.m.preset)},
                                          {"plan", plan_json(planned.plan)},
                                          {"plan_without_block_identity", plan_json(planned.plain)},
-                                         {"rank_alloc", compress::planned_source_name(planned.source)}}
+                                         {"rank_alloc", compress::planned_source_name(planned.source)},
+                                         {"model_params", whole}, {"planned_model_params", planned_whole}}
                                 .dump(2).c_str());
+    } else if (dist::is_root()) {
+      std::printf("whole model: params %lld of %lld as planned (%.2f%% removed)\n", (long long)planned_whole,
+                  (long long)whole, 100.0 * (1.0 - static_cast<double>(planned_whole) / static_cast<double>(whole)));
     }
     return 0;
   }
@@ -271,6 +303,8 @@ int run_compress(const CompressArgs& a) {
   so.info["notes"] = report.to_json().at("notes");
   so.layer_factors_dir = opt.state_dir;
   if (towers) so.tower_modules = compress::tower_modules(*llava, opt.components);
+  const nlohmann::json options = so.info;
+  so.info["provenance"] = eo.provenance = run_provenance(a, so.info["calibration"], *co);
   const auto tw = std::chrono::steady_clock::now();
   if (latent) {
     checkpoint::save(*model, out, so);
@@ -287,12 +321,14 @@ int run_compress(const CompressArgs& a) {
   j["peak_rss_bytes"] = core::peak_rss_bytes();
   j["planned_peak_bytes"] = memory->total();
   j["weights"] = a.run.weights;
-  j["options"] = so.info;
-  j["out"] = out;
+  j["options"] = options;
+  const format::WeightsSize before = format::weights_size(a.model), after = format::weights_size(out);
+  j["model_size"] = {{"before", format::to_json(before)}, {"after", format::to_json(after)}};
+  j["out_dir"] = out;
   j["format"] = a.format;
   j["plan"] = plan_json(planned.plan);
   j["plan_resumed"] = plan_resumed;
-  j["ranks"] = dist::size();
+  j["processes"] = dist::size();
   j["communication"] = {{"bytes", dist::traffic().bytes}, {"seconds", dist::traffic().seconds}};  // rank 0's
   if (towers) {
     j["components"] = {{"language", {{"dense_params", lm_dense}, {"params", lm_params}}},
@@ -301,12 +337,16 @@ int run_compress(const CompressArgs& a) {
   if (a.json) {
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    std::printf("compressed %s with %s at ratio %.2f: %lld -> %lld weights in compressed modules\n", a.model.c_str(),
-                a.method.c_str(), a.ratio, (long long)report.dense_params, (long long)report.params);
+    std::printf("compressed %s with %s at ratio %.2f: %lld -> %lld weights in compressed modules (the linear "
+                "modules of attention and MLP, what --ratio counts)\n", a.model.c_str(), a.method.c_str(), a.ratio,
+                (long long)report.dense_params, (long long)report.params);
+    print_model_size(before, after);
     if (towers) {
+      const char* parts = opt.components.vision && opt.components.projector ? "the vision tower and projector"
+                          : opt.components.vision                                ? "the vision tower"
+                                                                                  : "the projector";
       std::printf("of which the language model %lld -> %lld, %s %lld -> %lld\n", (long long)lm_dense,
-                  (long long)lm_params, a.components.c_str(), (long long)tower_report.dense_params,
-                  (long long)tower_report.params);
+                  (long long)lm_params, parts, (long long)tower_report.dense_params, (long long)tower_report.params);
     }
     std::printf("time: total %.1fs = sampling %.1fs + forward %.1fs + covariance %.1fs + output statistics %.1fs + "
                 "decompositions %.1fs + write %.1fs\n", report.total_s + sample_s + write_s, sample_s,
@@ -333,7 +373,8 @@ Command add_compress(CLI::App& app) {
   auto* sub = app.add_subcommand("compress", "Calibrate and compress a model into a latent checkpoint");
   auto a = std::make_shared<CompressArgs>();
   sub->add_option("--model", a->model, "Input model directory (HF format)")->required()->group("Model");
-  sub->add_option("--out", a->out, "Output directory for the latent checkpoint (or its export, --format)")->group("Model");
+  sub->add_option("--out", a->out, "REQUIRED unless --dry-run: output directory for the latent checkpoint (or its "
+                                   "export, --format)")->group("Model");
   sub->add_option("--format", a->format, "Output format: latent (the latent checkpoint); hf or onnx (its export, as "
                                          "latentllm export writes it, directly from the compression)")
       ->capture_default_str()->group("Model");
@@ -345,7 +386,8 @@ Command add_compress(CLI::App& app) {
   sub->add_flag("--force", a->force, "Replace an existing output directory")->group("Model");
   sub->add_option("--method", a->method, "plain-svd, asvd-hessian, asvd-l1, asvd-l2, asvd-cov, asvd-rootcov, latentllm")
       ->capture_default_str()->group("Method");
-  sub->add_option("--ratio", a->ratio, "Fraction of each compressed module's weights removed, in (0, 1)")
+  sub->add_option("--ratio", a->ratio, "Fraction of the weights of the compressed modules (the linear modules of "
+                                       "attention and MLP; not the embeddings, norms or LM head) removed, in (0, 1)")
       ->capture_default_str()->group("Method");
   add_method_options(sub, a->m);
   sub->add_flag("--resume", a->resume,

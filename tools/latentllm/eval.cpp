@@ -66,7 +66,7 @@ void print_table(const EvalArgs& a, const sqa::Result& r) {
   std::printf("ScienceQA %s, %zu problems, protocol %s: %s\n", a.split.c_str(), r.predictions.size(),
               a.protocol.c_str(), a.model.c_str());
   std::printf("%-24s", "");
-  for (const std::string& c : sqa::category_names()) std::printf(" %7s", c == "avg" ? "Avg" : c.c_str());
+  for (const std::string& c : sqa::category_names()) std::printf(" %7s", c == "AVG" ? "Avg" : c.c_str());
   std::printf("\n%-24s", "accuracy (%)");
   for (const std::string& c : sqa::category_names()) std::printf(" %7s", percent(r.accuracy(c)).c_str());
   std::printf("\n%-24s", "problems");
@@ -87,9 +87,9 @@ nlohmann::json result_json(const EvalArgs& a, const sqa::Result& r) {
   }
   const auto n = static_cast<double>(r.predictions.size());
   return {{"task", a.task}, {"model", a.model}, {"data", a.data}, {"split", a.split}, {"protocol", a.protocol},
-          {"problem_count", r.predictions.size()}, {"accuracy", acc}, {"counts", counts}, {"unparsable", r.unparsable},
+          {"problem_count", r.predictions.size()}, {"accuracy_percent", acc}, {"counts", counts}, {"unparsable", r.unparsable},
           {"predictions", preds}, {"eval_seconds", r.seconds}, {"problems_per_s", r.seconds > 0 ? n / r.seconds : 0.0},
-          {"ranks", dist::size()}};
+          {"processes", dist::size()}};
 }
 
 int run_eval(const EvalArgs& a) {
@@ -114,7 +114,7 @@ int run_eval(const EvalArgs& a) {
                            a.run);
   }
   const model::LlavaModel m = model::LlavaModel::load(a.model, a.run.load());
-  const auto tok = io::load_tokenizer(a.model);
+  const auto tok = model_tokenizer(a.model, m.config().text);
   const image::ProcessorConfig processor =
       image::load_processor_config(std::filesystem::path(a.model) / "preprocessor_config.json");
   if (!quiet()) {
@@ -164,8 +164,9 @@ Command add_eval(CLI::App& app) {
       ->capture_default_str()
       ->group("Protocol");
   sub->add_option("--max-memory", args->max_memory,
-                  "Memory budget (e.g. 20G; default: physical memory - 2 GiB): the weights are widened to float32 at "
-                  "load, so a model whose plan (printed at start) does not fit is refused before it is read")
+                  "Memory budget (e.g. 20G; default: physical memory - 2 GiB): the weights as --weights holds them "
+                  "(stored by default, float32 with --weights f32) and the rest of the plan printed at start; a model "
+                  "whose plan does not fit is refused before it is read")
       ->group("Run");
   add_run_options(sub, args->run);
   add_weights_option(sub, args->run);

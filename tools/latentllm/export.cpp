@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <memory>
 
+#include <fmt/format.h>
+
 #include "commands.hpp"
 #include "latentllm/export.hpp"
 #include "options.hpp"
@@ -27,9 +29,10 @@ int run_export(const ExportArgs& a) {
   const std::string out = output_dir(a.out);
   const format::ExportSummary s = format::export_checkpoint(a.model, out, opt);
   if (!quiet()) {
-    std::printf("exported %s as %s: %zu tensors, %zu factored modules multiplied back, %s\nwrote %s\n",
-                a.model.c_str(), a.format.c_str(), s.tensors, s.multiplied, std::string(dtype_name(s.dtype)).c_str(),
-                out.c_str());
+    const std::string multiplied = a.format == "hf" ? fmt::format(", {} factored modules multiplied back", s.multiplied)
+                                                    : std::string();
+    std::printf("exported %s as %s to %s: %zu tensors%s, %s\n", a.model.c_str(), a.format.c_str(), out.c_str(),
+                s.tensors, multiplied.c_str(), std::string(dtype_name(s.dtype)).c_str());
   }
   return 0;
 }
@@ -41,7 +44,8 @@ Command add_export(CLI::App& app) {
                                            "model, every factored module multiplied back; onnx: an ONNX Runtime "
                                            "decoder graph that keeps the factors)");
   auto a = std::make_shared<ExportArgs>();
-  sub->add_option("--model", a->model, "Latent checkpoint directory (written by latentllm compress)")
+  sub->add_option("--model", a->model, "Latent checkpoint directory (written by latentllm compress); --format onnx "
+                                       "also takes a dense Hugging Face checkpoint")
       ->required()->group("Model");
   sub->add_option("--out", a->out, "Output directory")->required()->group("Model");
   sub->add_option("--format", a->format, "Output format: hf (Hugging Face: config.json, model.safetensors, tokenizer); "

@@ -1,11 +1,13 @@
 // `latentllm generate`: text from a (dense or latent) checkpoint, streamed to stdout as it is
 // produced; prefill and decode speeds and the KV-cache size on stderr (or in the --json document). On a
-// LLaVA checkpoint the prompt is a user message in LLaVA-1.5's conversation (vicuna_v1), after the image
-// of --image if given; --raw-prompt passes the text as is (its "<image>" placeholders expanded).
+// LLaVA checkpoint the prompt is a user message in LLaVA-1.5's conversation (vicuna_v1), after the images
+// of --image if given (one placeholder each, in order); --raw-prompt passes the text as is (its "<image>"
+// placeholders expanded).
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -34,7 +36,7 @@ model::LoadOptions decode_load(const RunArgs& run, bool map_weights) {
 struct GenerateArgs {
   std::string model;
   std::string prompt;
-  std::string image;        // --image: a PNG or JPEG for a LLaVA checkpoint
+  std::vector<std::string> images;  // --image (repeatable): PNG or JPEG files for a LLaVA checkpoint
   bool raw_prompt = false;  // --raw-prompt: no conversation template around the prompt
   std::string kv_cache = "auto";
   eval::GenerateOptions opt;
@@ -85,7 +87,7 @@ int run_text(const GenerateArgs& a, const eval::GenerateOptions& opt, const mode
   if (a.json) {
     const nlohmann::json j = {{"model", a.model},
                               {"prompt", a.prompt},
-                              {"image", a.image},
+                              {"images", a.images},
                               {"prompt_tokens", r.prompt_ids},
                               {"text", r.text},
                               {"tokens", r.tokens},
@@ -108,56 +110,81 @@ int run_text(const GenerateArgs& a, const eval::GenerateOptions& opt, const mode
 // On a LLaVA checkpoint: the prompt in the conversation template (the image placeholder first with
 // --image), its image tokens expanded, the image preprocessed by the checkpoint's processor, and a
 // prefill that puts the image features in place of the image tokens.
-int run_llava(const GenerateArgs& a, const eval::GenerateOptions& opt) {
-  const int n_img = a.image.empty() ? 0 : 1;
-  const std::string text = a.raw_prompt ? a.prompt
-                                        : model::vicuna_v1_prompt((n_img ? "<image>\n" : "") + a.prompt);
-  std::int64_t placeholders = 0;
+// The prompt of a LLaVA checkpoint before expansion: the conversation template (one "<image>\n" per
+// --image first) or, with --raw-prompt, --prompt as is; ConfigError unless it has one placeholder per image.
+std::string llava_prompt(const GenerateArgs& a) {
+  const auto n_img = static_cast<std::int64_t>(a.images.size());
+  std::string placeholders;
+  for (std::int64_t i = 0; i < n_img; ++i) placeholders += std::string(model::kImageToken) + "\n";
+  const std::string text = a.raw_prompt ? a.prompt : model::vicuna_v1_prompt(placeholders + a.prompt);
+  std::int64_t found = 0;
   for (auto i = text.find(model::kImageToken); i != std::string::npos; i = text.find(model::kImageToken, i + 1))
-    ++placeholders;
-  if (a.raw_prompt && placeholders != n_img) {
+    ++found;
+  if (a.raw_prompt && found != n_img) {
     throw ConfigError(fmt::format("--prompt: <image> placeholders (expected {}, one per --image, got {})", n_img,
-                                  placeholders));
+                                  found));
   }
-  if (!a.raw_prompt && placeholders != n_img) {
+  if (!a.raw_prompt && found != n_img) {
     throw ConfigError(fmt::format("--prompt: <image> placeholders (expected none: the template puts the image of "
-                                  "--image first; --raw-prompt places it, got {})", placeholders - n_img));
+                                  "--image first; --raw-prompt places it, got {})", found - n_img));
   }
-  // LLaVA-1.5: one tile by CLIPImageProcessor; NeXT: LlavaNextImageProcessor's tiles and the image's size,
-  // which set its image token count.
-  std::vector<float> pixels;  // [n_tiles, 3, S, S]
-  std::vector<model::ImageInput> images;
-  image::RgbImage img;
-  if (n_img) img = image::load_image(a.image);
+  return text;
+}
+
+// `text` with its k-th "<image>" expanded to counts[k] image tokens.
+std::string expand_images(const std::string& text, const std::vector<std::int64_t>& counts) {
+  std::string out;
+  std::size_t pos = 0;
+  for (const std::int64_t n : counts) {
+    const std::size_t at = text.find(model::kImageToken, pos);
+    out += text.substr(pos, at - pos) + model::expand_image_tokens(model::kImageToken, n);
+    pos = at + model::kImageToken.size();
+  }
+  return out + text.substr(pos);
+}
+
+// On a LLaVA checkpoint: the prompt in the conversation template (the image placeholders first with
+// --image), each image's tokens expanded, the images preprocessed by the checkpoint's processor, and a
+// prefill that puts their features in place of their image tokens, in order.
+int run_llava(const GenerateArgs& a, const eval::GenerateOptions& opt) {
+  const std::string text = llava_prompt(a);
+  std::vector<image::RgbImage> imgs;
+  for (const auto& file : a.images) imgs.push_back(image::load_image(file));
   {
-    // The memory plan before the weights are widened: the prompt's text tokens, its image's tokens (NeXT:
-    // by the image's size) and the reply.
+    // The memory plan before the weights are widened: the prompt's text tokens, its images' tokens (NeXT:
+    // by each image's size) and the reply.
     const auto cfg = model::parse_llava_config(nlohmann::json::parse(core::read_file(std::filesystem::path(a.model) /
                                                                                        "config.json")),
                                                a.model + "/config.json");
-    const std::int64_t image_tokens = !n_img ? 0
-                                      : cfg.anyres() ? model::llava_next_num_image_tokens(img.height, img.width, cfg)
-                                                     : cfg.features_per_image();
-    const std::int64_t text_tokens = static_cast<std::int64_t>(io::load_tokenizer(a.model)->encode(text).size()) + 1;
+    std::int64_t image_tokens = 0;
+    for (const auto& img : imgs)
+      image_tokens += cfg.anyres() ? model::llava_next_num_image_tokens(img.height, img.width, cfg)
+                                   : cfg.features_per_image();
+    const std::int64_t text_tokens = static_cast<std::int64_t>(model_tokenizer(a.model, cfg.text)->encode(text).size()) + 1;
     check_inference_memory("generate", a.model, a.max_memory, text_tokens + image_tokens + a.opt.max_new_tokens, a.run);
   }
   const model::LlavaModel lm = model::LlavaModel::load(a.model, decode_load(a.run, a.map_weights));
-  std::int64_t n_tokens = lm.config().features_per_image();
-  if (n_img) {
+  // LLaVA-1.5: one tile by CLIPImageProcessor; NeXT: LlavaNextImageProcessor's tiles and the image's size,
+  // which set its image token count.
+  std::vector<std::vector<float>> pixels(imgs.size());  // each [n_tiles, 3, S, S]
+  std::vector<model::ImageInput> images;
+  std::vector<std::int64_t> counts;
+  if (!imgs.empty()) {
     const auto processor = image::load_processor_config(std::filesystem::path(a.model) / "preprocessor_config.json");
-    if (lm.config().anyres()) {
-      image::AnyresPixels any = image::preprocess_anyres(img, processor);
-      pixels = std::move(any.data);
-      images.push_back({pixels, any.num_tiles(), any.image_height, any.image_width});
-    } else {
-      pixels = image::preprocess(img, processor).data;
-      images.push_back({pixels, 1, 0, 0});
+    for (std::size_t k = 0; k < imgs.size(); ++k) {
+      if (lm.config().anyres()) {
+        image::AnyresPixels any = image::preprocess_anyres(imgs[k], processor);
+        pixels[k] = std::move(any.data);
+        images.push_back({pixels[k], any.num_tiles(), any.image_height, any.image_width});
+      } else {
+        pixels[k] = image::preprocess(imgs[k], processor).data;
+        images.push_back({pixels[k], 1, 0, 0});
+      }
+      counts.push_back(lm.image_tokens(images.back()));
     }
-    n_tokens = lm.image_tokens(images.front());
   }
-  const auto tok = io::load_tokenizer(a.model);
-  const std::vector<std::int32_t> prompt =
-      eval::prompt_ids(lm.language_model(), *tok, model::expand_image_tokens(text, n_tokens));
+  const auto tok = model_tokenizer(a.model, lm.config().text);
+  const std::vector<std::int32_t> prompt = eval::prompt_ids(lm.language_model(), *tok, expand_images(text, counts));
   const eval::PrefillFn prefill = [&](model::KvCache& cache, MatrixF& logits) {
     lm.prefill(prompt, images, cache, logits);
   };
@@ -175,13 +202,14 @@ int run_generate(const GenerateArgs& a) {
   opt.kv_cache = model::parse_kv_cache_mode(a.kv_cache);
   apply_run_options(a.run);
   const std::filesystem::path config = std::filesystem::path(a.model) / "config.json";
-  const bool llava = !model::load_config(config).multimodal_architecture.empty();
-  if (!a.image.empty() && !llava) {
+  const model::ModelConfig model_config = model::load_config(config);
+  const bool llava = !model_config.multimodal_architecture.empty();
+  if (!a.images.empty() && !llava) {
     throw ConfigError(fmt::format("--image: {} is not a LLaVA checkpoint (expected config.json architectures "
                                   "LlavaForConditionalGeneration, got a text-only model)", a.model));
   }
   if (llava) return run_llava(a, opt);
-  const auto tok = io::load_tokenizer(a.model);
+  const auto tok = model_tokenizer(a.model, model_config);
   check_inference_memory("generate", a.model, a.max_memory,
                          static_cast<std::int64_t>(tok->encode(a.prompt).size()) + 1 + a.opt.max_new_tokens, a.run);
   const std::unique_ptr<model::Model> m = model::Model::load(a.model, decode_load(a.run, a.map_weights));
@@ -202,13 +230,14 @@ Command add_generate(CLI::App& app) {
                   "Text to continue; empty = start from BOS alone (LLaVA: the user's message, see --raw-prompt)")
       ->capture_default_str()
       ->group("Input");
-  sub->add_option("--image", args->image,
+  sub->add_option("--image", args->images,
                   "Image (PNG or JPEG) for a LLaVA checkpoint: preprocessed by its preprocessor_config.json, its "
-                  "features in place of the prompt's <image>")
+                  "features in place of the prompt's <image>; repeat it for several images, one <image> each, in "
+                  "order")
       ->group("Input");
   sub->add_flag("--raw-prompt", args->raw_prompt,
                 "LLaVA: pass --prompt as is, with a literal <image> where the image goes (default: the prompt "
-                "is the user's message in LLaVA-1.5's vicuna_v1 conversation, after <image>\\n with --image)")
+                "is the user's message in LLaVA-1.5's vicuna_v1 conversation, after one <image>\\n per --image)")
       ->group("Input");
   sub->add_option("--max-new-tokens", args->opt.max_new_tokens,
                   "Stop after N new tokens (or at EOS); prompt + N must fit max_position_embeddings")

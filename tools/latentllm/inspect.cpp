@@ -72,6 +72,11 @@ nlohmann::ordered_json describe(const model::Model& m, const std::string& dir, b
     const auto tok = io::load_tokenizer(dir);
     j["tokenizer"] = {{"format", tok->describe()}, {"vocab_size", tok->vocab_size()}};
     if (const auto bos = tok->bos_id()) j["tokenizer"]["bos_id"] = *bos;
+    try {
+      io::check_tokenizer_vocab(*tok, c.vocab_size, dir);
+    } catch (const Error& e) {
+      j["tokenizer"]["error"] = e.what();  // described, and what the other commands refuse
+    }
   } catch (const Error& e) {
     j["tokenizer"] = {{"error", e.what()}};
   }
@@ -125,7 +130,10 @@ void print_text(const nlohmann::ordered_json& j) {
               j["torch_dtype"].get<std::string>().empty() ? "-" : j["torch_dtype"].get<std::string>().c_str(),
               stored.c_str());
   const auto& t = j["tokenizer"];
-  if (t.contains("error")) {
+  if (t.contains("error") && t.contains("format")) {
+    std::printf("tokenizer     %s, vocab %lld, unusable with this model: %s\n", t["format"].get<std::string>().c_str(),
+                t["vocab_size"].get<long long>(), t["error"].get<std::string>().c_str());
+  } else if (t.contains("error")) {
     std::printf("tokenizer     unavailable: %s\n", t["error"].get<std::string>().c_str());
   } else {
     std::printf("tokenizer     %s, vocab %lld, BOS %s\n", t["format"].get<std::string>().c_str(),

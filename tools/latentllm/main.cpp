@@ -10,6 +10,7 @@
 #include "latentllm/dist.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/resources.hpp"
+#include "latentllm/version.hpp"
 
 namespace {
 
@@ -40,7 +41,8 @@ int run(int argc, char** argv) {
   latentllm::core::reuse_large_allocations();  // page faults otherwise dominate joint up-down
   CLI::App app{"latentllm: training-free compression of Hugging Face LLMs into latent models"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "latentllm 0.1.0");
+  app.set_version_flag("--version", "latentllm " + std::string(latentllm::version()) + " (commit " +
+                                       std::string(latentllm::git_commit()) + ")");
   latentllm::cli::register_commands(app);
   try {
     app.parse(argc, argv);

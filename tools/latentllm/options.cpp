@@ -107,7 +107,8 @@ void add_calib_options(CLI::App* sub, CalibArgs& a) {
                   "problems of the train split of a ScienceQA-layout folder, each prompt with its image one sequence "
                   "of its own length; the paper's LMM protocol)")
       ->check(CLI::IsMember({"c4", "text", "scienceqa"}))->capture_default_str()->group("Calibration");
-  sub->add_option("--calib-data", a.data, "Calibration file (the folder for scienceqa)")->group("Calibration");
+  sub->add_option("--calib-data", a.data, "REQUIRED unless compress --dry-run: calibration file (the folder for "
+                                          "scienceqa)")->group("Calibration");
   sub->add_option("--nsamples", a.nsamples, "Calibration windows")->capture_default_str()->group("Calibration");
   sub->add_option("--seqlen", a.seqlen, "Tokens per calibration window (0 = min(2048, max positions))")
       ->capture_default_str()->group("Calibration");
@@ -271,6 +272,7 @@ nlohmann::json plan_json(const compress::RankPlan& p) {
 
 namespace {
 bool g_quiet = false;
+bool g_verbose = false;
 std::string g_root_only;  // a command rank 0 runs alone under K > 1 ranks (run_on_root_only)
 }  // namespace
 
@@ -278,6 +280,8 @@ void add_run_options(CLI::App* sub, RunArgs& a) {
   sub->add_option("--threads", a.threads, "Threads of every parallel loop (0 = all cores)")
       ->capture_default_str()->group("Run");
   sub->add_flag("--quiet,-q", a.quiet, "Only warnings and errors on stderr: no progress lines, no plans")->group("Run");
+  sub->add_flag("--verbose", a.verbose, "Memory plans item by item on stderr (default: one summary line each)")
+      ->group("Run");
   sub->add_flag("--allow-unused-tensors", a.allow_unused_tensors,
                 "Run a checkpoint whose files hold tensors config.json's architecture does not use (by default an "
                 "error: the config and the weights disagree)")->group("Run");
@@ -296,6 +300,7 @@ void apply_run_options(const RunArgs& a) {
   if (a.threads < 0) throw ConfigError(fmt::format("--threads (expected >= 0, got {})", a.threads));
   // Under K ranks only rank 0 reports progress (every rank still prints its warnings and errors).
   g_quiet = a.quiet || !dist::is_root();
+  g_verbose = a.verbose;
   if (g_quiet) set_log_level(LogLevel::Warn);
   if (!dist::is_root()) set_log_level(LogLevel::Error);  // rank 0 prints the warnings every rank shares
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
@@ -314,6 +319,16 @@ void apply_run_options(const RunArgs& a) {
 
 bool quiet() { return g_quiet; }
 
+void print_memory_plan(const std::string& command, const core::MemoryPlan& plan, const std::string& budget_source) {
+  if (quiet()) return;
+  std::fprintf(stderr, "%s: memory plan %s: %s of %s budget (%s; %s)%s\n", command.c_str(), plan.title.c_str(),
+               core::format_bytes(plan.total()).c_str(), core::format_bytes(plan.budget).c_str(),
+               plan.fits() ? "fits" : "does not fit", budget_source.c_str(), g_verbose ? "" : "; --verbose lists the items");
+  if (!g_verbose) return;
+  const std::string items = plan.describe();  // its first line is the summary above
+  std::fputs(items.substr(items.find('\n') + 1).c_str(), stderr);
+}
+
 void run_on_root_only(const std::string& command) { g_root_only = command; }
 
 void require_dense(const model::Model& m, std::string_view what) {
@@ -321,6 +336,12 @@ void require_dense(const model::Model& m, std::string_view what) {
   throw ConfigError(fmt::format("{}: a latent checkpoint (expected a dense Hugging Face model for {}, got one that "
                                 "latentllm compress wrote, with a latent section in config.json): compress the dense "
                                 "source model instead", m.dir().string(), what));
+}
+
+std::unique_ptr<io::Tokenizer> model_tokenizer(const std::string& model_dir, const model::ModelConfig& config) {
+  auto tok = io::load_tokenizer(model_dir);
+  io::check_tokenizer_vocab(*tok, config.vocab_size, model_dir);
+  return tok;
 }
 
 void check_seqlen(int seqlen, const model::ModelConfig& config, std::string_view option) {
@@ -357,9 +378,7 @@ void check_inference_memory(const std::string& command, const std::string& model
       if (part != "language") towers += 4 * n;
     plan.add("vision tower and projector (float32)", towers, "widened at load");
   }
-  if (!quiet()) std::fprintf(stderr, "%s: memory budget %s (%s)\n%s", command.c_str(), core::format_bytes(budget).c_str(),
-                             max_memory.empty() ? "physical memory - 2 GiB; --max-memory" : "--max-memory",
-                             plan.describe().c_str());
+  print_memory_plan(command, plan, max_memory.empty() ? "physical memory - 2 GiB; --max-memory" : "--max-memory");
   if (plan.fits()) return;
   throw ConfigError(fmt::format("--max-memory: budget too small for {} (expected at least {}: {}; got {}); the "
                                 "weights are held as {} (--weights {}): use --max-memory {} on a machine with that memory",

@@ -14,6 +14,8 @@
 #include "latentllm/compress.hpp"
 #include "latentllm/dataset.hpp"
 #include "latentllm/model.hpp"
+#include "latentllm/resources.hpp"
+#include "latentllm/tokenizer.hpp"
 
 namespace latentllm::cli {
 
@@ -42,6 +44,7 @@ struct CalibArgs {
 struct RunArgs {
   int threads = 0;
   bool quiet = false;
+  bool verbose = false;               // --verbose: memory plans item by item
   bool allow_unused_tensors = false;  // --allow-unused-tensors (model::LoadOptions)
   std::string weights = "f32";        // --weights (add_weights_option): "f32" or "stored"
   model::LoadOptions load(bool lazy = false, bool scan_finite = false) const {
@@ -58,12 +61,18 @@ void add_weights_option(CLI::App* sub, RunArgs& a);
 void apply_run_options(const RunArgs& a);
 // Whether --quiet was given: progress and plans printed by the CLI itself are then left out.
 bool quiet();
+// Prints a memory plan on stderr (unless --quiet) as `<command>: memory plan <title>: <total> of <budget>
+// budget (fits|does not fit; <budget's source>)`, and with --verbose every item below it.
+void print_memory_plan(const std::string& command, const core::MemoryPlan& plan, const std::string& budget_source);
 // Under K > 1 ranks: `command` runs on rank 0 alone (Ranks::Root), which apply_run_options says in its
 // "ranks:" line.
 void run_on_root_only(const std::string& command);
 
 // Refuses a latent checkpoint where a dense one is needed (`what`: "compress", "sweep"), before any work.
 void require_dense(const model::Model& m, std::string_view what);
+// The tokenizer of `model_dir`, refused when it has more ids than the model's vocab_size
+// (io::check_tokenizer_vocab): before any work, never garbage later.
+std::unique_ptr<io::Tokenizer> model_tokenizer(const std::string& model_dir, const model::ModelConfig& config);
 // Refuses a window longer than the model's trained context (`option` names it), before any work.
 void check_seqlen(int seqlen, const model::ModelConfig& config, std::string_view option);
 

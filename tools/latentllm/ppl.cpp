@@ -67,9 +67,9 @@ class ProgressLine {
 bool choose_layer_major(const PplArgs& a, const model::Model& lazy_model, std::int64_t n_ids, std::int64_t windows,
                         int seqlen, std::int64_t budget) {
   const auto plan = eval::plan_perplexity_memory(lazy_model, n_ids, windows, seqlen, a.batch, core::num_threads(), budget);
-  if (!quiet()) std::fprintf(stderr, "ppl: memory budget %s (%s)\n%s%s", core::format_bytes(budget).c_str(),
-               a.max_memory.empty() ? "physical memory - 2 GiB; --max-memory" : "--max-memory",
-               plan.eager.describe().c_str(), plan.layer_major.describe().c_str());
+  const std::string source = a.max_memory.empty() ? "physical memory - 2 GiB; --max-memory" : "--max-memory";
+  print_memory_plan("ppl", plan.eager, source);
+  print_memory_plan("ppl", plan.layer_major, source);
   const bool layer_major = a.layer_major || !plan.eager.fits();
   if (!layer_major || plan.layer_major.fits()) {
     if (!quiet()) std::fprintf(stderr, "ppl: evaluating %s\n", layer_major ? "layer-major: one layer in memory at a time"
@@ -99,7 +99,7 @@ int run_ppl(const PplArgs& a) {
   // A lazy load maps the checkpoint and checks its tensors without widening any: the plan needs the
   // weights' sizes, the tokenization the number of windows, before the model takes its memory.
   std::unique_ptr<model::Model> m = model::Model::load(a.model, a.run.load(/*lazy=*/true));
-  const auto tok = io::load_tokenizer(a.model);
+  const auto tok = model_tokenizer(a.model, m->config());
   const int seqlen = a.seqlen > 0 ? a.seqlen : eval::default_seqlen(m->config());
   check_seqlen(seqlen, m->config(), "--seqlen");
   const auto t0 = Clock::now();
@@ -137,7 +137,7 @@ int run_ppl(const PplArgs& a) {
                               {"tokens_per_s", r.tokens_per_s}, {"tokenize_seconds", r.tokenize_seconds},
                               {"peak_rss_bytes", core::peak_rss_bytes()},
                               {"order", order},           {"memory_budget_bytes", budget},
-                              {"ranks", dist::size()},    {"weights", a.run.weights}};
+                              {"processes", dist::size()},    {"weights", a.run.weights}};
     nlohmann::json out = j;
     if (dataset == io::Dataset::C4Heldout) out["held_out"] = is_held_out;
     std::printf("%s\n", out.dump().c_str());

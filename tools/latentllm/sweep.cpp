@@ -11,8 +11,11 @@
 #include <memory>
 #include <sstream>
 
+#include <fmt/ranges.h>
+
 #include "commands.hpp"
 #include "latentllm/threads.hpp"
+#include "latentllm/checkpoint.hpp"
 #include "latentllm/dist.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/eval.hpp"
@@ -141,7 +144,7 @@ class Sweep {
     check_seqlen(eval_seqlen_, dense->config(), "--eval-seqlen");
     // Under K ranks every rank compresses and evaluates (each on its share); rank 0 alone writes and prints.
     if (dist::is_root()) prepare_output();
-    tok_ = io::load_tokenizer(a_.model);
+    tok_ = model_tokenizer(a_.model, dense->config());
     co_ = to_calib_options(a_.c, dense->config());
     if (co_.source == "scienceqa") {
       if (!llava_) {
@@ -194,8 +197,9 @@ class Sweep {
       }
     }
     if (!dist::is_root()) return 0;
-    plot(out_, res_);
-    print_table();
+    std::vector<std::string> written = result_files(res_);
+    for (auto& name : plot(out_, res_)) written.push_back(std::move(name));
+    print_table(written);
     return 0;
   }
 
@@ -227,7 +231,7 @@ class Sweep {
       for (const auto& p : res.predictions)
         r.predictions.push_back({{"pid", p.pid}, {"pred", p.pred}, {"answer", p.answer}, {"correct", p.correct}});
       log_info("sweep: {} ratio {:.2f} ScienceQA {} accuracy {:.2f} %", r.method, r.ratio, a_.protocol,
-               r.accuracy.at("avg"));
+               r.accuracy.at("AVG"));
     }
     r.eval_s = std::chrono::duration<double>(Clock::now() - t0).count();
   }
@@ -300,22 +304,31 @@ class Sweep {
                                   out_.string()));
       }
       for (const auto& e : fs::directory_iterator(out_)) {
-        const std::string name = e.path().filename().string();
-        const bool written = name.starts_with("results.") || name.starts_with("table2.") ||
-                             name.starts_with("table3.") || name.starts_with("ppl_");
-        if (written && e.is_regular_file()) fs::remove(e.path());
+        // A file that cannot be removed fails when it is written again (core::write_text_atomic).
+        if (is_sweep_file(e.path().filename().string()) && e.is_regular_file()) fs::remove(e.path(), ec);
       }
     }
-    fs::create_directories(out_);
+    // A parent that is a file or refuses new files is one error before any work, as for compress.
+    checkpoint::check_output_writable(out_);
+    fs::create_directories(out_, ec);  // the parent takes new entries: a failure fails the first write
   }
 
-  void print_table() const {
+  // The files a sweep writes (and replaces with --force).
+  static bool is_sweep_file(const std::string& name) {
+    for (const char* prefix : {"results.", "table2.", "table3.", "table4.", "ppl_", "radar_"})
+      if (name.starts_with(prefix)) return true;
+    return false;
+  }
+
+  // Table 2 (perplexities) and, for an LMM sweep, Table 4 (ScienceQA accuracy), then the files written.
+  void print_table(const std::vector<std::string>& written) const {
     if (a_.json) {
       std::printf("%s\n", res_.to_json().dump(2).c_str());
       return;
     }
-    std::printf("%s\nwrote %s/{results.csv,results.json,table2.md,table3.md,ppl_*.png}\n", res_.table2().c_str(),
-                out_.string().c_str());
+    if (!res_.datasets.empty()) std::printf("%s\n", res_.table2().c_str());
+    if (res_.multimodal) std::printf("%s\n", res_.table4().c_str());
+    std::printf("wrote %s/{%s}\n", out_.string().c_str(), fmt::format("{}", fmt::join(written, ",")).c_str());
   }
 
   const SweepArgs& a_;

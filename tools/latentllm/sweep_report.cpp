@@ -32,7 +32,8 @@ double mean_ratio(const std::vector<compress::JointLoss>& losses) {
   return n ? s / n : std::numeric_limits<double>::quiet_NaN();
 }
 
-void run_gnuplot(const fs::path& script) {
+// Whether gnuplot ran `script` (a warning otherwise).
+bool run_gnuplot(const fs::path& script) {
   const std::string path = script.string();
   char* argv[] = {const_cast<char*>("gnuplot"), const_cast<char*>(path.c_str()), nullptr};
   pid_t pid = 0;
@@ -40,6 +41,19 @@ void run_gnuplot(const fs::path& script) {
   if (posix_spawnp(&pid, "gnuplot", nullptr, nullptr, argv, environ) != 0 || waitpid(pid, &status, 0) < 0 ||
       !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     log_warn("sweep: gnuplot failed on {}: no PNG written (scripts/setup installs gnuplot-nox)", path);
+    return false;
+  }
+  return true;
+}
+
+// Writes `name`.gp into `out`, runs it, and adds to `written` the script and its PNG when gnuplot made it.
+void write_plot(const fs::path& out, const std::string& name, const std::string& script,
+                std::vector<std::string>& written) {
+  core::write_text_atomic(out / (name + ".gp"), script);
+  written.push_back(name + ".gp");
+  std::error_code ec;
+  if (run_gnuplot(out / (name + ".gp")) && fs::is_regular_file(out / (name + ".png"), ec)) {
+    written.push_back(name + ".png");
   }
 }
 
@@ -74,7 +88,7 @@ nlohmann::json SweepResults::to_json() const {
                     {"ud_joint_over_local", nan_null(r.ud_loss_ratio)},
                     {"mean_relative_output_error", r.output_error}, {"options", r.options}});
     if (!r.accuracy.empty()) {
-      rows.back()["accuracy"] = r.accuracy;
+      rows.back()["accuracy_percent"] = r.accuracy;
       rows.back()["predictions"] = r.predictions;
     }
   }
@@ -106,10 +120,10 @@ std::string SweepResults::table2() const {
 }
 
 std::string SweepResults::table4() const {
-  static const std::vector<std::string> kCols = {"NAT", "SOC", "LAN", "TXT", "IMG", "NO", "G1-6", "G7-12", "avg"};
+  static const std::vector<std::string> kCols = {"NAT", "SOC", "LAN", "TXT", "IMG", "NO", "G1-6", "G7-12", "AVG"};
   std::string s = fmt::format("# ScienceQA accuracy (%) of {} (calibration: {})\n\n| ratio | method |", label,
                               calibration_title);
-  for (const auto& c : kCols) s += " " + (c == "avg" ? std::string("Avg") : c) + " |";
+  for (const auto& c : kCols) s += " " + (c == "AVG" ? std::string("Avg") : c) + " |";
   s += "\n|---:|---|";
   for (std::size_t i = 0; i < kCols.size(); ++i) s += "---:|";
   s += "\n";
@@ -188,7 +202,7 @@ void write_table3(SweepResults& res, const model::Model& m, const std::vector<do
 
 // The paper's radar figure (Table 4): per ratio, one polygon per method over the eight categories, the
 // dense model's dashed (gnuplot's spiderplot).
-void plot_radar(const fs::path& out, const SweepResults& r) {
+void plot_radar(const fs::path& out, const SweepResults& r, std::vector<std::string>& written) {
   static const std::vector<std::string> kAxes = {"NAT", "SOC", "LAN", "TXT", "IMG", "NO", "G1-6", "G7-12"};
   const SweepRun* dense = nullptr;
   std::map<double, std::vector<const SweepRun*>> by_ratio;
@@ -207,23 +221,28 @@ void plot_radar(const fs::path& out, const SweepResults& r) {
         "set for [p=1:8] paxis p range [0:100]\nset for [p=2:8] paxis p tics format \"\"\nset paxis 1 tics\n"
         "array Axes[8] = [\"NAT\",\"SOC\",\"LAN\",\"TXT\",\"IMG\",\"NO\",\"G1-6\",\"G7-12\"]\n"
         "set for [p=1:8] paxis p label Axes[p]\nset key outside right top\n"
-        "set tmargin 5\nset title '{}: ScienceQA accuracy (%) at {:.0f} %' offset 0,2\n$DATA << EOD\n",
+        "set tmargin 5\nset lmargin 10\nset title '{}: ScienceQA accuracy (%) at {:.0f} %' offset 0,2\n$DATA << EOD\n",
         (out / (name + ".png")).string(), r.label, 100 * ratio);
     for (const SweepRun* run : all) {
       gp += run->method;
       for (const auto& axis : kAxes) gp += fmt::format(" {:.2f}", run->accuracy.at(axis));
       gp += "\n";
     }
-    gp += "EOD\nplot for [i=2:9] $DATA using i:key(1)";
-    const std::string data;
-    const fs::path script = out / (name + ".gp");
-    core::write_text_atomic(script, gp + "\n" + data);
-    run_gnuplot(script);
+    gp += "EOD\nplot for [i=2:9] $DATA using i:key(1)\n";
+    write_plot(out, name, gp, written);
   }
 }
 
-void plot(const fs::path& out, const SweepResults& r) {
-  if (r.multimodal) plot_radar(out, r);
+std::vector<std::string> result_files(const SweepResults& r) {
+  std::vector<std::string> names = {"results.csv", "results.json", "table2.md"};
+  if (r.multimodal) names.push_back("table4.md");
+  names.insert(names.end(), {"table3.md", "table3.json"});
+  return names;
+}
+
+std::vector<std::string> plot(const fs::path& out, const SweepResults& r) {
+  std::vector<std::string> written;
+  if (r.multimodal) plot_radar(out, r, written);
   for (const auto& d : r.datasets) {
     std::map<std::string, std::vector<std::pair<double, double>>> series;
     double dense = 0;
@@ -242,10 +261,9 @@ void plot(const fs::path& out, const SweepResults& r) {
       for (const auto& [x, y] : pts) data += fmt::format("{} {}\n", x, y);
       data += "e\n";
     }
-    const fs::path script = out / ("ppl_" + d + ".gp");
-    core::write_text_atomic(script, gp + "\n" + data);
-    run_gnuplot(script);
+    write_plot(out, "ppl_" + d, gp + "\n" + data, written);
   }
+  return written;
 }
 
 }  // namespace latentllm::cli

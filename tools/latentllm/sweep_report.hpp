@@ -62,6 +62,8 @@ void summarize(const compress::CompressReport& rep, SweepRun& r);
 // results.csv, results.json and table2.md, each written atomically (after every run, so a killed sweep
 // keeps what it finished).
 void write_results(const std::filesystem::path& out, const SweepResults& r);
+// The names of the files write_results writes for r, in order.
+std::vector<std::string> result_files(const SweepResults& r);
 
 // Paper Table 3 for the dense model m: parameters, FLOPs and MACs at 128 tokens per ratio, with and
 // without the block-identity junction, planned with `base` (its ratio and junction replaced): into
@@ -71,7 +73,8 @@ void write_table3(SweepResults& r, const model::Model& m, const std::vector<doub
 
 // Figure 4 analogue: perplexity vs ratio per method, log y, one PNG per dataset (gnuplot; a warning
 // and no PNG when gnuplot fails). An LMM sweep also gets the paper's radar figure: one chart per ratio,
-// axes NAT ... G7-12, one polygon per method and the dense model's (radar_<ratio>.png).
-void plot(const std::filesystem::path& out, const SweepResults& r);
+// axes NAT ... G7-12, one polygon per method and the dense model's (radar_<ratio>.png). Returns the
+// names of the files written: each gnuplot script (.gp) and each PNG gnuplot made.
+std::vector<std::string> plot(const std::filesystem::path& out, const SweepResults& r);
 
 }  // namespace latentllm::cli
