@@ -204,7 +204,7 @@ class Stage {
   virtual void end_layer(int i, model::Model& m) { (void)i, (void)m; }
 };
 
-// Seconds spent per part of the pipeline (the speed report of issue 3).
+// Seconds spent per part of the pipeline.
 struct PipelineTimes {
   double forward = 0;     // layer forwards (calibration + propagation), covariance taps excluded
   double covariance = 0;  // accumulating SiteStats

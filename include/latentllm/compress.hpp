@@ -63,11 +63,10 @@ struct LocalOptions {
   Junction junction = Junction::BlockIdentity;
   // Damping λ = lambda_rel · mean(diag C), added to C for DiagHessian, Covariance and RootCovariance
   // (not for DiagL1/DiagL2, whose Table 1 forms have none). Why 1e-4: on synthetic inputs with LLM-like
-  // outlier features (4 of 128 features 30× larger, so they dominate mean(diag C)), the held-out
-  // activation loss of asvd-rootcov at 1e-4 is within 1 % of λ = 0 (0.7 % better to 0.1 % worse, for
-  // 192…16384 calibration tokens)
-  // while GPTQ's 1e-2 costs +10 % to +150 %; asvd-hessian needs damping (λ = 0 is 2.2–2.8× worse) and is
-  // at its best near 1e-4…1e-3; asvd-cov is flat there. Record the value used with the output.
+  // outlier features (a few features much larger, so they dominate mean(diag C)), the held-out
+  // activation loss of asvd-rootcov at 1e-4 stays close to λ = 0 while GPTQ's 1e-2 costs much more;
+  // asvd-hessian needs damping and is at its best near 1e-4…1e-3; asvd-cov is flat there (the
+  // measurements: bench/results/whitening.md). Record the value used with the output.
   double lambda_rel = kDefaultLambdaRel;
   double alpha = 0.5;  // exponent of DiagL1 (ASVD's best value)
   // P⁺ is the Moore–Penrose pseudo-inverse: directions of C (eigenvalues, or diagonal entries for the
@@ -79,7 +78,7 @@ struct LocalOptions {
   bool update_bias = true;
 };
 
-// A numerical fallback taken while compressing (issue 5): where the plain formula would fail or be
+// A numerical fallback taken while compressing: where the plain formula would fail or be
 // undefined on degenerate inputs (singular covariance, rank-deficient factor, ...), the compressor
 // does something well defined instead, logs a warning and records one of these. `compress` writes them
 // into the checkpoint's config.json (latent.numerics.notes, docs/FORMAT.md); docs/ERRORS.md lists
@@ -251,9 +250,9 @@ struct CompressOptions {
   RankAlloc rank_alloc = RankAlloc::Uniform;
   AllocScore alloc_score = AllocScore::Relative;
   // The pre-pass runs on the first calibration windows holding at most this many tokens (at least one
-  // window; 0 = all): it only ranks singular values against each other. On validation text 16384 or
-  // 8192 tokens gave the fixtures' perplexities within -1.2..+0.1 % of all 32768 (bench/results/
-  // rank_alloc), while on the OPT-1.3B shape the full pre-pass over 32768 tokens took 75 s a layer.
+  // window; 0 = all): it only ranks singular values against each other, which a part of the windows
+  // does about as well as all of them on validation text at a fraction of the cost (bench/results/
+  // rank_alloc).
   std::int64_t alloc_max_tokens = 16384;
   int qk_iters = 8;            // joint Q-K alternating updates (paper: 8)
   int vo_iters = 8;            // joint V-O alternating updates
@@ -268,8 +267,8 @@ struct CompressOptions {
   std::int64_t ud_max_tokens = 32768;
   // Joint up-down only when the tokens it fits on, min(calibration tokens, ud_max_tokens), are at least
   // this many times the MLP width f; below, gate/up/down are compressed locally (a joint-skipped note
-  // says why; effective_options). 0 = always. --preset default: 12, since with fewer than about 11·f
-  // tokens joint up-down did worse than local up/down on validation text (bench/results/ud_tokens);
+  // says why; effective_options). 0 = always. --preset default: 12, since with too few tokens per f
+  // joint up-down did worse than local up/down on validation text (bench/results/ud_tokens);
   // --preset paper: 0.
   double ud_min_tokens_per_ffn = 0;
   // Joint up-down's token passes in float (sgemm; statistics summed in double, regressions in double):

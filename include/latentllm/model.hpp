@@ -199,7 +199,7 @@ inline bool report_input(ForwardObserver* obs, int layer, Site site, const Matri
 
 // What a KV cache keeps of one module's output (k_proj or v_proj) per position.
 //   Dense: the keys after RoPE (and Qwen3's k_norm), or the values: H_kv·d_h floats.
-//   Latent: the latent c = A·x of a factored module k = B·(A·x) + b (issue 14 item 3, multi-head latent
+//   Latent: the latent c = A·x of a factored module k = B·(A·x) + b (multi-head latent
 //   attention as in DeepSeek-V2): r floats. Without RoPE the attention of a decoding step absorbs B
 //   into the queries, score = (B_kᵀ·q_h)·c_k per head (the k bias adds q_h·b_k to every score of a
 //   query, the same for every key, so the softmax drops it exactly), and into the output, B_v·(P·c_v)

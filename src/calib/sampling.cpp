@@ -1,7 +1,7 @@
-// Calibration windows (issue 3, item 1): GPTQ/SparseGPT random sampling or contiguous windows.
+// Calibration windows: GPTQ/SparseGPT random sampling or contiguous windows.
 #include <random>
 
-#include "calib/random.hpp"
+#include "core/random.hpp"
 #include "latentllm/calib.hpp"
 #include "latentllm/dataset.hpp"
 #include "latentllm/error.hpp"
@@ -42,7 +42,7 @@ std::vector<std::int32_t> sample_random(const io::Tokenizer& tok, const CalibOpt
   for (int s = 0; s < opt.nsamples; ++s) {
     std::size_t attempts = 0;
     for (;;) {
-      const auto d = static_cast<std::size_t>(uniform_below(rng, docs.size()));
+      const auto d = static_cast<std::size_t>(core::uniform_below(rng, docs.size()));
       if (!tokenized[d]) {
         cache[d] = tok.encode(docs[d]);
         tokenized[d] = true;
@@ -51,7 +51,7 @@ std::vector<std::int32_t> sample_random(const io::Tokenizer& tok, const CalibOpt
       }
       const auto& t = cache[d];
       if (t.size() > L) {
-        const auto start = static_cast<std::size_t>(uniform_below(rng, t.size() - L));
+        const auto start = static_cast<std::size_t>(core::uniform_below(rng, t.size() - L));
         ids.insert(ids.end(), t.begin() + static_cast<std::ptrdiff_t>(start),
                    t.begin() + static_cast<std::ptrdiff_t>(start + L));
         break;

@@ -1,5 +1,5 @@
 // Per-layer progress of a compression run, so that an interrupted run can resume without redoing
-// finished layers and still produce a bit-identical checkpoint (issue 5, item 4).
+// finished layers and still produce a bit-identical checkpoint.
 //
 // The state directory holds, after layer i is compressed and the calibration hidden states have been
 // propagated through it:

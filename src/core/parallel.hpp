@@ -2,7 +2,7 @@
 // (about 20-60 µs, so back-to-back regions start at once) and then sleep (block on a condition
 // variable). OpenMP's spin-waiting (libgomp spins ~300k iterations after each
 // region) next to OpenBLAS's own pthread pool, or next to any other busy process on a 2-core machine,
-// burned up to 75 % of the cycles in measurements (stories260K: 22k tok/s on 1 thread, 6k on 2).
+// burned most of the cycles in measurements (bench/results/threads).
 // So every parallel part of the forward runs here, GEMMs included: each thread calls a
 // single-threaded sgemm on its share of the output. Work is handed out in chunks dynamically, so a
 // descheduled thread delays only the chunk it holds, and the caller never waits for a worker that

@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "calib/random.hpp"
+#include "core/random.hpp"
 #include "dist/comm.hpp"
 #include "io/json_keys.hpp"
 #include "latentllm/error.hpp"
@@ -428,7 +428,7 @@ CalibrationSet calibration_set(const model::LlavaModel& m, const io::Tokenizer& 
   // The first n of a seeded Fisher-Yates shuffle: n distinct problems, the same on every platform.
   std::mt19937_64 rng(seed);
   for (std::size_t i = 0; i < static_cast<std::size_t>(n); ++i) {
-    std::swap(pool[i], pool[i + static_cast<std::size_t>(calib::uniform_below(rng, pool.size() - i))]);
+    std::swap(pool[i], pool[i + static_cast<std::size_t>(core::uniform_below(rng, pool.size() - i))]);
   }
   CalibrationSet out;
   const model::VisionConfig& v = m.config().vision;

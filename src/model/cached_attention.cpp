@@ -1,4 +1,4 @@
-// Attention over a KV cache with dense and latent modules (issue 14 item 3; cached_attention.hpp).
+// Attention over a KV cache with dense and latent modules (cached_attention.hpp).
 // The latent route is multi-head latent attention (DeepSeek-V2, §2.1.2 "low-rank key-value joint
 // compression"): with k = B_k·c_k + b_k and v = B_v·c_v + b_v per position,
 //   q_h·k_h(n) = (B_k,hᵀ·q_h)·c_k(n) + q_h·b_k,h   (the last term is the same for every key n: the

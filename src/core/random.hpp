@@ -1,11 +1,12 @@
-// The calibration samplers' random integers: the same sequence on every platform.
+// Portable random integers (calibration sampling, ScienceQA's calibration draw): the same sequence on every
+// platform.
 #pragma once
 
 #include <cstdint>
 #include <limits>
 #include <random>
 
-namespace latentllm::calib {
+namespace latentllm::core {
 
 // Uniform integer in [0, n) from a 64-bit engine, by rejection (std::uniform_int_distribution's
 // algorithm is implementation-defined).
@@ -18,4 +19,4 @@ inline std::uint64_t uniform_below(std::mt19937_64& rng, std::uint64_t n) {
   return x % n;
 }
 
-}  // namespace latentllm::calib
+}  // namespace latentllm::core
