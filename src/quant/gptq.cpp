@@ -15,8 +15,9 @@ void check_inputs(const MatrixD& w, const MatrixD& h, const QuantSpec& spec, con
                   std::string_view context) {
   check_spec(spec, context);
   if (h.rows() != w.cols() || h.cols() != w.cols()) {
-    throw ConfigError(fmt::format("{}: input second moment H (expected [{}, {}] for a weight of {} columns, got [{}, {}])",
-                                  context, w.cols(), w.cols(), w.cols(), h.rows(), h.cols()));
+    throw ConfigError(fmt::format(
+        "{}: input second moment H (expected [{}, {}] for a weight of {} columns, got [{}, {}])", context,
+        w.cols(), w.cols(), w.cols(), h.rows(), h.cols()));
   }
   if (!std::isfinite(opt.percdamp) || opt.percdamp < 0.0) {
     throw ConfigError(fmt::format("{}: GPTQ damping (expected a finite percdamp >= 0, got {})", context, opt.percdamp));
@@ -101,7 +102,10 @@ void sweep_block(Sweep& s, std::int64_t i1, std::int64_t i2, MatrixD& err, std::
       s.loss += e * e;
     }
     // Compensate within the block at once (Algorithm 1: W_{:,j:} −= E_{:,j}·[H⁻¹]_{j,j:}).
-    if (j + 1 < i2) s.wp.middleCols(j + 1, i2 - j - 1).noalias() -= err.col(j - i1) * s.u.row(j).segment(j + 1, i2 - j - 1);
+    if (j + 1 < i2) {
+      const std::int64_t n = i2 - j - 1;
+      s.wp.middleCols(j + 1, n).noalias() -= err.col(j - i1) * s.u.row(j).segment(j + 1, n);
+    }
   }
   // The lazy batch update of every later column: one product for the block.
   if (i2 < cols) {
@@ -146,9 +150,11 @@ GptqResult gptq(const MatrixD& w, const MatrixD& h, const QuantSpec& spec, const
   s.perm = sweep_order(h0, opt.act_order);
   s.wp.resize(rows, cols);
   MatrixD hp(cols, cols);  // [cols, cols] H₀ in sweep order
+  const auto& perm = s.perm;
   for (Eigen::Index j = 0; j < cols; ++j) {
-    s.wp.col(j) = w0.col(s.perm[static_cast<std::size_t>(j)]);
-    for (Eigen::Index i = 0; i < cols; ++i) hp(i, j) = h0(s.perm[static_cast<std::size_t>(i)], s.perm[static_cast<std::size_t>(j)]);
+    s.wp.col(j) = w0.col(perm[static_cast<std::size_t>(j)]);
+    const int pj = perm[static_cast<std::size_t>(j)];
+    for (Eigen::Index i = 0; i < cols; ++i) hp(i, j) = h0(perm[static_cast<std::size_t>(i)], pj);
   }
   res.damping = cols > 0 ? opt.percdamp * hp.diagonal().mean() : 0.0;
   hp.diagonal().array() += res.damping;
@@ -161,7 +167,9 @@ GptqResult gptq(const MatrixD& w, const MatrixD& h, const QuantSpec& spec, const
 
   const int block = effective_block(opt.block, spec.group);
   MatrixD err(rows, block);  // [rows, block] the scaled errors of the current block
-  for (Eigen::Index i1 = 0; i1 < cols; i1 += block) sweep_block(s, i1, std::min<Eigen::Index>(i1 + block, cols), err, context);
+  for (Eigen::Index i1 = 0; i1 < cols; i1 += block) {
+    sweep_block(s, i1, std::min<Eigen::Index>(i1 + block, cols), err, context);
+  }
   store_grids(s, res.q);
   res.loss = s.loss;
   res.perm = std::move(s.perm);

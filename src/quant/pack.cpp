@@ -75,8 +75,9 @@ void check_padding(std::string_view name, const PackedMatrix& p) {
     for (std::int64_t bit = used; bit < rb * 8; bit += p.bits) {
       const unsigned c = get_code(row, bit, p.bits);
       if (c != 0) {
-        throw FormatError(fmt::format("{}: padding of row {} (expected zero codes after column {}, got {} at column {})",
-                                      name, r, p.cols - 1, c, bit / p.bits));
+        throw FormatError(fmt::format(
+            "{}: padding of row {} (expected zero codes after column {}, got {} at column {})", name, r,
+            p.cols - 1, c, bit / p.bits));
       }
     }
   }

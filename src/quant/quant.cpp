@@ -122,7 +122,8 @@ MatrixD dequantize(const QuantizedMatrix& q) {
     for (std::int64_t g = 0; g < n_g; ++g) {
       const GroupGrid grid = q.grid(r, g);
       const std::int64_t c0 = g * q.spec.group, c1 = std::min(q.cols, c0 + q.spec.group);
-      for (std::int64_t c = c0; c < c1; ++c) w(r, c) = value_of(q.codes[static_cast<std::size_t>(r * q.cols + c)], grid);
+      const std::uint8_t* codes = q.codes.data() + r * q.cols;
+      for (std::int64_t c = c0; c < c1; ++c) w(r, c) = value_of(codes[c], grid);
     }
   }
   return w;
