@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "errors_doc.hpp"
+#include "quant/gemv.hpp"
 #include "quant/gptq.hpp"
 #include "quant/pack.hpp"
 
@@ -78,6 +79,11 @@ TEST(ErrorsDoc, Quantization) {
          h = MatrixD::Ones(16, 16);  // rank one, every diagonal entry 1: no dead input
          o.percdamp = 0.0;
        })}},
+      {"q-gemv-shape", {lib([] {
+         const Stored s;
+         std::vector<float> x(19), y(3);
+         gemv(s.p, x, y);
+       })}},
       {"qread-bits", {lib([] { (void)read_packed("m", 6, 8, 20, Stored().t); })}},
       {"qread-group", {lib([] { (void)read_packed("m", 4, 20, 20, Stored().t); })}},
       {"qread-codes-shape", {stored([](Stored& s) { s.t.codes_shape = {3, 12}; }),
@@ -96,7 +102,7 @@ TEST(ErrorsDoc, Quantization) {
       {"qread-padding", {stored([](Stored& s) { s.p.codes[3 * 12 - 1] |= 0x10; }),
                          stored([](Stored& s) { s.p.codes[12 - 2] = 0x01; })}},
   };
-  check_section("Quantization (`quant::rtn`, `quant::gptq`, `quant::read_packed`)", cases);
+  check_section("Quantization (`quant::rtn`, `quant::gptq`, `quant::read_packed`, `quant::gemv`)", cases);
 }
 
 }  // namespace
