@@ -23,6 +23,12 @@ namespace latentllm::quant {
 // Bytes of one group's codes, G·q/8.
 inline std::int64_t group_bytes(const QuantSpec& spec) { return std::int64_t{spec.group} * spec.bits / 8; }
 
+// Bytes a packed [rows, cols] matrix stores: its codes (the last group padded) and 2 + 2 per group
+// (scale and zero point). The byte accounting of a rank–bit budget: 8·bytes / (rows·cols) bits per weight.
+inline std::int64_t packed_bytes(std::int64_t rows, std::int64_t cols, const QuantSpec& spec) {
+  return rows * spec.groups(cols) * (group_bytes(spec) + 4);
+}
+
 struct PackedMatrix {
   std::int64_t rows = 0, cols = 0;
   int bits = 4, group = 128;

@@ -156,6 +156,8 @@ TEST(QuantPack, RoundTripsEveryWidthWithAPartialGroup) {
     const PackedMatrix p = pack(q);
     EXPECT_EQ(p.row_bytes(), 4 * 32 * bits / 8);
     EXPECT_EQ(p.codes.size(), static_cast<std::size_t>(7 * p.row_bytes()));
+    EXPECT_EQ(packed_bytes(7, 100, {bits, 32, Grid::MinMax}),
+              static_cast<std::int64_t>(p.codes.size() + 2 * p.scales.size() + 2 * p.zeros.size()));
     const QuantizedMatrix back = unpack(p);
     EXPECT_EQ(back.codes, q.codes) << bits;
     EXPECT_EQ(back.scales, q.scales);
