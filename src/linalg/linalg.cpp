@@ -135,12 +135,13 @@ std::optional<MatrixD> cholesky(const MatrixD& s, std::string_view context) {
   return l;
 }
 
-std::optional<MatrixD> inverse_cholesky_upper(const MatrixD& s, std::string_view context) {
+std::optional<MatrixD> inverse_cholesky_upper(MatrixD s, std::string_view context) {
   const auto d = s.rows();
   if (s.cols() != d) {
     throw NumericError(fmt::format("{}: cholesky needs a square matrix (got [{}, {}])", context, d, s.cols()));
   }
-  MatrixD u = s.triangularView<Eigen::Upper>();  // [d, d] the triangle LAPACK reads, the rest zero
+  MatrixD u = std::move(s);  // [d, d] factored in place; only its upper triangle is read
+  u.triangularView<Eigen::StrictlyLower>().setZero();
   check_finite(u, context, "symmetric matrix");
   if (d == 0) return u;
   const auto n = static_cast<lapack_int>(d);

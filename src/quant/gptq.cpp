@@ -40,11 +40,11 @@ int effective_block(int block, int group) {
   return group * std::max(1, block / group);
 }
 
-// The sweep order: decreasing diag H, ties in increasing index (act-order), else the identity.
-std::vector<int> sweep_order(const MatrixD& h, bool act_order) {
-  std::vector<int> perm(static_cast<std::size_t>(h.rows()));
+// The sweep order: decreasing diag H₀, ties in increasing index (act-order), else the identity.
+std::vector<int> sweep_order(const VectorD& diag, bool act_order) {
+  std::vector<int> perm(static_cast<std::size_t>(diag.size()));
   std::iota(perm.begin(), perm.end(), 0);
-  if (act_order) std::stable_sort(perm.begin(), perm.end(), [&](int a, int b) { return h(a, a) > h(b, b); });
+  if (act_order) std::stable_sort(perm.begin(), perm.end(), [&](int a, int b) { return diag(a) > diag(b); });
   return perm;
 }
 
@@ -128,13 +128,17 @@ GptqResult gptq(const MatrixD& w, const MatrixD& h, const QuantSpec& spec, const
   check_inputs(w, h, spec, opt, context);
   const Eigen::Index rows = w.rows(), cols = w.cols();
   GptqResult res;
-  MatrixD h0 = h.selfadjointView<Eigen::Upper>();  // [cols, cols]
-  MatrixD w0 = w;                                  // [rows, cols]
+  // A dead input (diag H = 0) never reaches the output: H_jj = 1 and W[:, j] = 0 (W₀, H₀). Memory: besides
+  // the caller's W and H, one [cols, cols] matrix (H₀ in sweep order, then factored in place) and one
+  // [rows, cols] (W₀ in sweep order); with static groups W₀ in column order too, while the grids are fitted.
+  VectorD diag = h.diagonal();  // [cols] diag H₀
+  std::vector<bool> dead(static_cast<std::size_t>(cols));
   for (Eigen::Index j = 0; j < cols; ++j) {
-    if (h0(j, j) != 0.0) continue;
-    h0(j, j) = 1.0;  // a dead input: its weight never reaches the output
-    w0.col(j).setZero();
-    ++res.dead;
+    dead[static_cast<std::size_t>(j)] = diag(j) == 0.0;
+    if (diag(j) == 0.0) {
+      diag(j) = 1.0;
+      ++res.dead;
+    }
   }
   res.q.rows = rows;
   res.q.cols = cols;
@@ -146,19 +150,36 @@ GptqResult gptq(const MatrixD& w, const MatrixD& h, const QuantSpec& spec, const
   Sweep s;
   s.q = &res.q;
   s.static_groups = opt.static_groups;
-  s.grids = opt.static_groups ? static_grids(w0, spec, context) : std::vector<GroupGrid>(res.q.scales.size());
-  s.perm = sweep_order(h0, opt.act_order);
-  s.wp.resize(rows, cols);
-  MatrixD hp(cols, cols);  // [cols, cols] H₀ in sweep order
+  s.perm = sweep_order(diag, opt.act_order);
   const auto& perm = s.perm;
+  s.wp.resize(rows, cols);
   for (Eigen::Index j = 0; j < cols; ++j) {
-    s.wp.col(j) = w0.col(perm[static_cast<std::size_t>(j)]);
     const int pj = perm[static_cast<std::size_t>(j)];
-    for (Eigen::Index i = 0; i < cols; ++i) hp(i, j) = h0(perm[static_cast<std::size_t>(i)], pj);
+    if (dead[static_cast<std::size_t>(pj)]) {
+      s.wp.col(j).setZero();
+    } else {
+      s.wp.col(j) = w.col(pj);
+    }
+  }
+  if (opt.static_groups) {
+    MatrixD w0(rows, cols);  // [rows, cols] W₀ in column order: a group is G consecutive input columns
+    for (Eigen::Index j = 0; j < cols; ++j) w0.col(perm[static_cast<std::size_t>(j)]) = s.wp.col(j);
+    s.grids = static_grids(w0, spec, context);
+  } else {
+    s.grids.resize(res.q.scales.size());
+  }
+  MatrixD hp(cols, cols);  // [cols, cols] H₀ in sweep order, read from H's upper triangle
+  for (Eigen::Index j = 0; j < cols; ++j) {
+    const int pj = perm[static_cast<std::size_t>(j)];
+    for (Eigen::Index i = 0; i < cols; ++i) {
+      const int pi = perm[static_cast<std::size_t>(i)];
+      hp(i, j) = pi <= pj ? h(pi, pj) : h(pj, pi);
+    }
+    hp(j, j) = diag(pj);
   }
   res.damping = cols > 0 ? opt.percdamp * hp.diagonal().mean() : 0.0;
   hp.diagonal().array() += res.damping;
-  auto u = linalg::inverse_cholesky_upper(hp, context);
+  auto u = linalg::inverse_cholesky_upper(std::move(hp), context);
   if (!u) {
     throw NumericError(fmt::format("{}: H + damping·I is not positive definite (expected a larger percdamp than {}, "
                                    "got damping {})", context, opt.percdamp, res.damping));

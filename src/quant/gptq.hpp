@@ -51,8 +51,9 @@ struct GptqResult {
   std::vector<int> perm;  // [cols]: the column swept at step j (identity without act_order)
 };
 
-// W': the codes and grids of w: [rows, cols] for inputs with second moment h: [cols, cols] (only its
-// upper triangle and diagonal are read). Throws ConfigError for a bad spec or options or H's shape,
+// W': the codes and grids of w: [rows, cols] for inputs with second moment h: [cols, cols] (symmetric:
+// its upper triangle is used, all of it must be finite). Besides w and h it holds one [cols, cols]
+// and one or two [rows, cols] double matrices. Throws ConfigError for a bad spec or options or H's shape,
 // NumericError for non-finite W or H, H + λI not positive definite, or a scale beyond half precision;
 // every message starts with `context`.
 GptqResult gptq(const MatrixD& w, const MatrixD& h, const QuantSpec& spec, const GptqOptions& opt,
