@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "errors_doc.hpp"
+#include "quant/factors.hpp"
 #include "quant/gemv.hpp"
 #include "quant/gptq.hpp"
 #include "quant/pack.hpp"
@@ -84,6 +85,21 @@ TEST(ErrorsDoc, Quantization) {
          std::vector<float> x(19), y(3);
          gemv(s.p, x, y);
        })}},
+      {"qf-shapes", {lib([] {
+         (void)quantize_factors(MatrixD::Ones(4, 3), MatrixD::Ones(2, 16), MatrixD::Identity(16, 16), {}, "m");
+       }),
+                     lib([] {
+                       (void)quantize_factors(MatrixD::Ones(4, 2), MatrixD::Ones(2, 16), MatrixD::Identity(8, 8), {},
+                                              "m");
+                     })}},
+      {"qf-refit-not-pd", {lib([] {
+         FactorOptions o;
+         o.spec = {4, 8, Grid::MinMax};
+         o.refit_b = true;
+         o.gptq.percdamp = 0.0;
+         MatrixD a = MatrixD::Zero(2, 16);  // A' = 0: B's inputs never vary
+         (void)quantize_factors(MatrixD::Ones(4, 2), a, MatrixD::Identity(16, 16), o, "m");
+       })}},
       {"qread-bits", {lib([] { (void)read_packed("m", 6, 8, 20, Stored().t); })}},
       {"qread-group", {lib([] { (void)read_packed("m", 4, 20, 20, Stored().t); })}},
       {"qread-codes-shape", {stored([](Stored& s) { s.t.codes_shape = {3, 12}; }),
@@ -102,7 +118,8 @@ TEST(ErrorsDoc, Quantization) {
       {"qread-padding", {stored([](Stored& s) { s.p.codes[3 * 12 - 1] |= 0x10; }),
                          stored([](Stored& s) { s.p.codes[12 - 2] = 0x01; })}},
   };
-  check_section("Quantization (`quant::rtn`, `quant::gptq`, `quant::read_packed`, `quant::gemv`)", cases);
+  check_section("Quantization (`quant::rtn`, `quant::gptq`, `quant::quantize_factors`, `quant::read_packed`, "
+                "`quant::gemv`)", cases);
 }
 
 }  // namespace
