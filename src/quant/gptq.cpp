@@ -86,7 +86,8 @@ const GroupGrid& grid_for(Sweep& s, std::int64_t row, std::int64_t j, std::strin
   return grid;
 }
 
-// Quantizes sweep columns [i1, i2) (one lazy block), then updates the columns after it.
+// Quantizes sweep columns [i1, i2) (one lazy block), then updates the columns after it. In the paper's
+// Algorithm 1, [H⁻¹] after its line "H⁻¹ ← Cholesky(H⁻¹)ᵀ" is the upper factor U used here.
 void sweep_block(Sweep& s, std::int64_t i1, std::int64_t i2, MatrixD& err, std::string_view context) {
   const std::int64_t rows = s.wp.rows(), cols = s.wp.cols();
   const int maxq = s.q->spec.maxq();
@@ -97,11 +98,11 @@ void sweep_block(Sweep& s, std::int64_t i1, std::int64_t i2, MatrixD& err, std::
       const GroupGrid& grid = grid_for(s, r, j, context);
       const int c = code_of(s.wp(r, j), grid, maxq);
       s.q->codes[static_cast<std::size_t>(r * cols + col)] = static_cast<std::uint8_t>(c);
-      const double e = (s.wp(r, j) - value_of(c, grid)) / d;  // Algorithm 1: E_{:,j} = (W_{:,j} − Q_{:,j}) / [H⁻¹]_jj
+      const double e = (s.wp(r, j) - value_of(c, grid)) / d;  // E_{:,j} = (W_{:,j} − Q_{:,j}) / U_jj
       err(r, j - i1) = e;
       s.loss += e * e;
     }
-    // Compensate within the block at once (Algorithm 1: W_{:,j:} −= E_{:,j}·[H⁻¹]_{j,j:}).
+    // Compensate within the block at once: W_{:,j+1:i2} −= E_{:,j}·U_{j,j+1:i2}.
     if (j + 1 < i2) {
       const std::int64_t n = i2 - j - 1;
       s.wp.middleCols(j + 1, n).noalias() -= err.col(j - i1) * s.u.row(j).segment(j + 1, n);
