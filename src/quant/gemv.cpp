@@ -89,7 +89,8 @@ LATENTLLM_TARGET_AVX2 float row_avx2(const Row& r, const Prepared& p, std::int64
   const __m128i low4 = _mm_set1_epi8(0x0f);
   const std::int64_t gb = std::int64_t{group} * Bits / 8;
   const float* x = Bits == 4 ? p.xs.data() : p.x.data();
-  float y = 0.0f;
+  __m256 yv = _mm256_setzero_ps();  // Σ_g s_g·(the group's lanes): one horizontal sum per row
+  float zero_term = 0.0f;           // Σ_g s_g·z_g·Σ_{j∈g} x_j
   for (std::int64_t g = 0; g < n_g; ++g) {
     const std::uint8_t* c = r.codes + g * gb;
     const float* xg = x + g * group;
@@ -111,11 +112,11 @@ LATENTLLM_TARGET_AVX2 float row_avx2(const Row& r, const Prepared& p, std::int64
         a3 = _mm256_fmadd_ps(widen8(_mm_srli_si128(v2, 8)), _mm256_loadu_ps(xg + b + 24), a3);
       }
     }
-    const float dot = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
     const float s = _cvtsh_ss(r.scales[g]), z = _cvtsh_ss(r.zeros[g]);
-    y += s * (dot - z * p.xsum[static_cast<std::size_t>(g)]);
+    yv = _mm256_fmadd_ps(_mm256_set1_ps(s), _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)), yv);
+    zero_term += s * z * p.xsum[static_cast<std::size_t>(g)];
   }
-  return y;
+  return hsum8(yv) - zero_term;
 }
 
 // ---- AVX-512 (F, BW, VL) ----
@@ -126,33 +127,55 @@ LATENTLLM_TARGET_AVX512 inline __m512 widen16(__m128i bytes) {
   return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes));
 }
 
+// The 16 lanes summed as a fixed tree (GCC's _mm512_reduce_add_ps trips -Wuninitialized in its header).
+LATENTLLM_TARGET_AVX512 inline float hsum16(__m512 v) {
+  alignas(64) float l[16];
+  _mm512_store_ps(l, v);
+  float h[8];
+  for (int i = 0; i < 8; ++i) h[i] = l[i] + l[i + 8];
+  return ((h[0] + h[4]) + (h[1] + h[5])) + ((h[2] + h[6]) + (h[3] + h[7]));
+}
+
+// 16 codes times 16 x values into acc: the low nibbles (even columns) or the bytes of `bytes`.
+LATENTLLM_TARGET_AVX512 inline __m512 fma16(__m128i codes, const float* x, __m512 acc) {
+  return _mm512_fmadd_ps(widen16(codes), _mm512_loadu_ps(x), acc);
+}
+
+// Four accumulators (four independent chains of multiply-adds: one chain would wait on the FMA
+// latency at every step), 64 codes per step and a tail of 32 (G is a multiple of 32).
 template <int Bits>
 LATENTLLM_TARGET_AVX512 float row_avx512(const Row& r, const Prepared& p, std::int64_t n_g, int group, int) {
   const __m128i low4 = _mm_set1_epi8(0x0f);
   const std::int64_t gb = std::int64_t{group} * Bits / 8;
   const float* x = Bits == 4 ? p.xs.data() : p.x.data();
-  float y = 0.0f;
+  __m512 yv = _mm512_setzero_ps();  // Σ_g s_g·(the group's lanes): one horizontal sum per row
+  float zero_term = 0.0f;           // Σ_g s_g·z_g·Σ_{j∈g} x_j
   for (std::int64_t g = 0; g < n_g; ++g) {
     const std::uint8_t* c = r.codes + g * gb;
     const float* xg = x + g * group;
-    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-    for (std::int64_t b = 0; b < gb; b += (Bits == 4 ? 16 : 32)) {
-      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(c + b));
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+    // Codes j0 .. j0 + 31 (16 bytes at q = 4, 32 at q = 8) into two accumulators.
+    auto step32 = [&](std::int64_t j0, __m512& u, __m512& v) LATENTLLM_TARGET_AVX512 {
       if constexpr (Bits == 4) {
-        const __m128i lo = _mm_and_si128(v, low4), hi = _mm_and_si128(_mm_srli_epi16(v, 4), low4);
-        a0 = _mm512_fmadd_ps(widen16(lo), _mm512_loadu_ps(xg + 2 * b), a0);
-        a1 = _mm512_fmadd_ps(widen16(hi), _mm512_loadu_ps(xg + 2 * b + 16), a1);
+        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(c + j0 / 2));
+        u = fma16(_mm_and_si128(b, low4), xg + j0, u);                          // 16 even columns
+        v = fma16(_mm_and_si128(_mm_srli_epi16(b, 4), low4), xg + j0 + 16, v);  // 16 odd columns
       } else {
-        const __m128i v2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(c + b + 16));
-        a0 = _mm512_fmadd_ps(widen16(v), _mm512_loadu_ps(xg + b), a0);
-        a1 = _mm512_fmadd_ps(widen16(v2), _mm512_loadu_ps(xg + b + 16), a1);
+        u = fma16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c + j0)), xg + j0, u);
+        v = fma16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c + j0 + 16)), xg + j0 + 16, v);
       }
+    };
+    std::int64_t j = 0;
+    for (; j + 64 <= group; j += 64) {
+      step32(j, a0, a1);
+      step32(j + 32, a2, a3);
     }
-    const float dot = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+    if (j < group) step32(j, a0, a1);
     const float s = _cvtsh_ss(r.scales[g]), z = _cvtsh_ss(r.zeros[g]);
-    y += s * (dot - z * p.xsum[static_cast<std::size_t>(g)]);
+    yv = _mm512_fmadd_ps(_mm512_set1_ps(s), _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)), yv);
+    zero_term += s * z * p.xsum[static_cast<std::size_t>(g)];
   }
-  return y;
+  return hsum16(yv) - zero_term;
 }
 
 RowFn row_fn(const PackedMatrix& w) {

@@ -10,10 +10,10 @@
 // reordered once per call to match (per 32 columns: the even ones, then the odd ones) rather than the
 // codes per row.
 //
-// Numerics: every row is summed in one fixed order per instruction set (per group: the vector lanes,
-// then a fixed reduction; then the groups in order), so y does not depend on the thread count. It
-// differs from the float product of the dequantized matrix by rounding only: each group's dot product
-// and its zero-point term are float sums of at most G terms.
+// Numerics: every row is summed in one fixed order per instruction set (the vector kernels: per group
+// the products in vector lanes, the lanes scaled by s_g and added over the groups, one horizontal sum
+// per row, minus Σ_g s_g·z_g·Σx; the portable code group by group), so y does not depend on the thread
+// count. It differs from the float product of the dequantized matrix by rounding only.
 #pragma once
 
 #include <span>
