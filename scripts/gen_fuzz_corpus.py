@@ -373,6 +373,28 @@ def gen_multimodal():
                               jdump({"7": dict(problems["7"], answer=5)}), jdump({"val": ["7", "9"]})))
 
 
+# ---- packed quantized tensors ------------------------------------------------------------------
+
+def gen_quant_packed():
+    """fuzz_quant_packed: 10 int16 (bits, group, cols, codes shape, scales shape, zeros shape), then
+    codes, scales (F16), zero points (F16) joined by SPLIT."""
+    clear_seeds("quant_packed")
+
+    def packed(bits, group, cols, rows, code_bytes, scale=0x2c00, zero=0x4700):
+        n_g = (cols + group - 1) // group
+        gb = group * bits // 8
+        head = struct.pack("<10h", bits, group, cols, rows, n_g, gb, rows, n_g, rows, n_g)
+        halves = lambda v: struct.pack("<H", v) * (rows * n_g)
+        return head + join(code_bytes, halves(scale), halves(zero))
+
+    # 2 rows of 20 columns at 4 bits in groups of 8: n_g 3, 4 bytes a group, the last 4 codes padding.
+    row4 = bytes([0x21, 0x43, 0x65, 0x87, 0xa9, 0xcb, 0xed, 0x0f, 0x33, 0x33, 0x00, 0x00])
+    write("quant_packed", "seed-q4", packed(4, 8, 20, 2, row4 * 2))
+    write("quant_packed", "seed-q3", packed(3, 8, 16, 1, bytes([0xd1, 0x58, 0x1f, 0xff, 0x00, 0x7e])))
+    write("quant_packed", "seed-q8", packed(8, 16, 16, 1, bytes(range(16))))
+    write("quant_packed", "seed-q2-padding", packed(2, 32, 20, 1, bytes([0xe4] * 5 + [0x01, 0, 0])))
+
+
 def gen_dict():
     words = ["@@split@@", "\n@@split@@\n", "{", "}", "[", "]", ":", ",", "null", "true", "false", "1e999", "-1",
              "18446744073709551616", "\\u0000", "\\ud800",
@@ -415,4 +437,5 @@ if __name__ == "__main__":
     gen_tokenizer_spm()
     gen_image()
     gen_multimodal()
+    gen_quant_packed()
     gen_dict()

@@ -135,6 +135,35 @@ std::optional<MatrixD> cholesky(const MatrixD& s, std::string_view context) {
   return l;
 }
 
+std::optional<MatrixD> inverse_cholesky_upper(MatrixD s, std::string_view context) {
+  const auto d = s.rows();
+  if (s.cols() != d) {
+    throw NumericError(fmt::format("{}: cholesky needs a square matrix (got [{}, {}])", context, d, s.cols()));
+  }
+  MatrixD u = std::move(s);  // [d, d] factored in place; only its upper triangle is read
+  u.triangularView<Eigen::StrictlyLower>().setZero();
+  check_finite(u, context, "symmetric matrix");
+  if (d == 0) return u;
+  const auto n = static_cast<lapack_int>(d);
+  lapack_int info = LAPACKE_dpotrf(LAPACK_COL_MAJOR, 'U', n, u.data(), n);
+  if (info < 0) {
+    throw NumericError(fmt::format("{}: Cholesky factorization failed (LAPACK dpotrf info {})", context, info));
+  }
+  if (info > 0) return std::nullopt;  // the leading minor of order info is not positive
+  info = LAPACKE_dpotri(LAPACK_COL_MAJOR, 'U', n, u.data(), n);
+  if (info != 0) {
+    throw NumericError(
+        fmt::format("{}: inverse from the Cholesky factor failed (LAPACK dpotri info {})", context, info));
+  }
+  info = LAPACKE_dpotrf(LAPACK_COL_MAJOR, 'U', n, u.data(), n);
+  if (info != 0) {
+    throw NumericError(
+        fmt::format("{}: Cholesky factorization of the inverse failed (LAPACK dpotrf info {})", context, info));
+  }
+  u.triangularView<Eigen::StrictlyLower>().setZero();
+  return u;
+}
+
 namespace {
 
 void check_lower(const MatrixD& m, const MatrixD& l, std::string_view what) {

@@ -46,6 +46,15 @@ Svd svd_leading(const MatrixD& m, int r, std::string_view context);
 // NumericError on non-finite input or an illegal argument (info < 0). Cost d³/3 multiply-adds.
 std::optional<MatrixD> cholesky(const MatrixD& s, std::string_view context);
 
+// The upper Cholesky factor of the inverse, S⁻¹ = Uᵀ·U (U upper triangular, strict lower triangle zeroed):
+// dpotrf of S (upper), dpotri (S⁻¹ from that factor, upper triangle), dpotrf of S⁻¹ (upper). Reads the
+// UPPER triangle of S. GPTQ's sweep reads its rows (Frantar et al. 2022, Sec. 4 "Cholesky reformulation").
+// Returns nullopt when S is not numerically positive definite (the first dpotrf's info > 0); throws
+// NumericError on non-finite input, an illegal argument (info < 0) or a singular factor in dpotri or
+// the second dpotrf (info > 0 there: S⁻¹ lost definiteness to rounding). Cost d³ multiply-adds. S is
+// taken by value and factored in place: a caller that moves it in holds one [d, d] matrix, not two.
+std::optional<MatrixD> inverse_cholesky_upper(MatrixD s, std::string_view context);
+
 // With L: [d, d] lower triangular (only its lower triangle is read) and M: [k, d], each d²·k/2
 // multiply-adds (dtrmm / dtrsm; half a general product, and no inverse is formed):
 MatrixD times_lower(const MatrixD& m, const MatrixD& l);                         // M·L    [k, d]

@@ -61,6 +61,8 @@ inline const std::map<std::string, std::string>& doc_owners() {
       {"Multimodal checkpoints (`model::LlavaModel`)", "test_llava"},
       {"Multimodal evaluation (`latentllm eval`, `eval::scienceqa`, `latentllm generate --image`)", "test_scienceqa"},
       {"LLaVA-NeXT inputs (`model::LlavaModel`, `image::preprocess_anyres`)", "test_llava_next"},
+      {"Quantization (`quant::rtn`, `quant::gptq`, `quant::quantize_factors`, `quant::read_packed`, `quant::gemv`)",
+       "test_errors_quant"},
       {"Numerics (`compress`, `ppl`)", "test_errors_numerics"},
       {"Numerical fallbacks (not errors)", "test_errors_numerics"},
   };

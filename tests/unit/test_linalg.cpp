@@ -172,5 +172,22 @@ TEST(Linalg, TriangularProductsMatchDense) {
   EXPECT_THROW((void)linalg::solve_lower_right(MatrixD::Random(3, 28), l, true), NumericError);
 }
 
+// GPTQ's factor: S⁻¹ = Uᵀ·U with U upper triangular, read from S's upper triangle only; nullopt for an
+// indefinite S.
+TEST(Linalg, InverseCholeskyUpper) {
+  const MatrixD x = MatrixD::Random(30, 12);
+  MatrixD s = x.transpose() * x;
+  const MatrixD expect = s.inverse();
+  s.triangularView<Eigen::StrictlyLower>().setConstant(std::nan(""));  // never read
+  const auto u = linalg::inverse_cholesky_upper(s, "test");
+  ASSERT_TRUE(u.has_value());
+  EXPECT_TRUE(u->triangularView<Eigen::StrictlyLower>().toDenseMatrix().isZero(0.0));
+  EXPECT_LT((u->transpose() * *u - expect).norm(), 1e-10 * expect.norm());
+  for (int i = 0; i < 12; ++i) EXPECT_GT((*u)(i, i), 0.0);
+  MatrixD indefinite = MatrixD::Identity(4, 4);
+  indefinite(2, 2) = -1.0;
+  EXPECT_FALSE(linalg::inverse_cholesky_upper(indefinite, "test").has_value());
+}
+
 }  // namespace
 }  // namespace latentllm

@@ -1,0 +1,126 @@
+// docs/ERRORS.md in sync with the code (tests/support/errors_doc.hpp): the quantizers' errors and the
+// validating reader of packed tensors, one corrupted input per failure mode.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "errors_doc.hpp"
+#include "quant/factors.hpp"
+#include "quant/gemv.hpp"
+#include "quant/gptq.hpp"
+#include "quant/pack.hpp"
+
+namespace latentllm::test {
+namespace {
+
+using namespace quant;
+
+MatrixD weight() {
+  MatrixD w(2, 16);
+  for (Eigen::Index i = 0; i < w.size(); ++i) w.data()[i] = std::sin(0.37 * static_cast<double>(i));
+  return w;
+}
+
+// A valid packed [3, 20] matrix at 4 bits in groups of 8 (n_g = 3, the last group padded by 4 codes).
+struct Stored {
+  PackedMatrix p;
+  PackedTensors t;
+  Stored() {
+    MatrixD w(3, 20);
+    for (Eigen::Index i = 0; i < w.size(); ++i) w.data()[i] = std::cos(0.21 * static_cast<double>(i));
+    p = pack(rtn(w, {4, 8, Grid::MinMax}, "w"));
+    t = {{3, 3, 4}, p.codes, {3, 3}, p.scales, {3, 3}, p.zeros};
+  }
+  void read() const { (void)read_packed("layers.0.fc1", 4, 8, 20, t); }
+};
+
+CaseFn stored(std::function<void(Stored&)> edit) {
+  return lib([edit] {
+    Stored s;
+    edit(s);
+    s.read();
+  });
+}
+
+CaseFn gptq_with(std::function<void(MatrixD&, MatrixD&, QuantSpec&, GptqOptions&)> edit) {
+  return lib([edit] {
+    MatrixD w = weight(), h = MatrixD::Identity(16, 16);
+    QuantSpec spec{4, 8, Grid::MinMax};
+    GptqOptions opt;
+    edit(w, h, spec, opt);
+    (void)gptq(w, h, spec, opt, "layers.0.fc1");
+  });
+}
+
+TEST(ErrorsDoc, Quantization) {
+  const std::vector<Case> cases = {
+      {"q-bits", {lib([] { (void)rtn(weight(), {5, 8, Grid::MinMax}, "m"); }),
+                  gptq_with([](MatrixD&, MatrixD&, QuantSpec& s, GptqOptions&) { s.bits = 16; })}},
+      {"q-group", {lib([] { (void)rtn(weight(), {4, 12, Grid::MinMax}, "m"); }),
+                   lib([] { (void)rtn(weight(), {4, 0, Grid::MinMax}, "m"); })}},
+      {"q-weight", {lib([] {
+                      MatrixD w = weight();
+                      w(1, 3) = std::numeric_limits<double>::quiet_NaN();
+                      (void)rtn(w, {4, 8, Grid::MinMax}, "m");
+                    }),
+                    gptq_with([](MatrixD& w, MatrixD&, QuantSpec&, GptqOptions&) { w(0, 0) = INFINITY; })}},
+      {"q-scale-range", {lib([] {
+         MatrixD w = weight();
+         w(0, 0) = 2e6;
+         (void)rtn(w, {4, 8, Grid::MinMax}, "m");
+       })}},
+      {"gptq-h-shape", {gptq_with([](MatrixD&, MatrixD& h, QuantSpec&, GptqOptions&) { h = MatrixD::Identity(8, 8); })}},
+      {"gptq-h-finite", {gptq_with([](MatrixD&, MatrixD& h, QuantSpec&, GptqOptions&) { h(2, 5) = std::nan(""); })}},
+      {"gptq-damping", {gptq_with([](MatrixD&, MatrixD&, QuantSpec&, GptqOptions& o) { o.percdamp = -0.1; }),
+                        gptq_with([](MatrixD&, MatrixD&, QuantSpec&, GptqOptions& o) { o.percdamp = std::nan(""); })}},
+      {"gptq-block", {gptq_with([](MatrixD&, MatrixD&, QuantSpec&, GptqOptions& o) { o.block = 0; })}},
+      {"gptq-act-order", {gptq_with([](MatrixD&, MatrixD&, QuantSpec&, GptqOptions& o) { o.act_order = true; })}},
+      {"gptq-not-pd", {gptq_with([](MatrixD&, MatrixD& h, QuantSpec&, GptqOptions& o) {
+         h = MatrixD::Ones(16, 16);  // rank one, every diagonal entry 1: no dead input
+         o.percdamp = 0.0;
+       })}},
+      {"q-gemv-shape", {lib([] {
+         const Stored s;
+         std::vector<float> x(19), y(3);
+         gemv(s.p, x, y);
+       })}},
+      {"qf-shapes", {lib([] {
+         (void)quantize_factors(MatrixD::Ones(4, 3), MatrixD::Ones(2, 16), MatrixD::Identity(16, 16), {}, "m");
+       }),
+                     lib([] {
+                       (void)quantize_factors(MatrixD::Ones(4, 2), MatrixD::Ones(2, 16), MatrixD::Identity(8, 8), {},
+                                              "m");
+                     })}},
+      {"qf-refit-not-pd", {lib([] {
+         FactorOptions o;
+         o.spec = {4, 8, Grid::MinMax};
+         o.refit_b = true;
+         o.gptq.percdamp = 0.0;
+         MatrixD a = MatrixD::Zero(2, 16);  // A' = 0: B's inputs never vary
+         (void)quantize_factors(MatrixD::Ones(4, 2), a, MatrixD::Identity(16, 16), o, "m");
+       })}},
+      {"qread-bits", {lib([] { (void)read_packed("m", 6, 8, 20, Stored().t); })}},
+      {"qread-group", {lib([] { (void)read_packed("m", 4, 20, 20, Stored().t); })}},
+      {"qread-codes-shape", {stored([](Stored& s) { s.t.codes_shape = {3, 12}; }),
+                             stored([](Stored& s) { s.t.codes_shape = {3, 2, 4}; }),
+                             stored([](Stored& s) { s.t.codes_shape = {std::int64_t{1} << 62, 3, 4}; })}},
+      {"qread-codes-size", {stored([](Stored& s) { s.t.codes = s.t.codes.first(30); })}},
+      {"qread-scales-shape", {stored([](Stored& s) { s.t.scales_shape = {9}; })}},
+      {"qread-scales-size", {stored([](Stored& s) { s.t.scales = s.t.scales.first(8); })}},
+      {"qread-zeros-shape", {stored([](Stored& s) { s.t.zeros_shape = {3, 2}; })}},
+      {"qread-zeros-size", {stored([](Stored& s) { s.t.zeros = s.t.zeros.first(2); })}},
+      {"qread-scale", {stored([](Stored& s) { s.p.scales[4] = 0x0000; }),          // 0
+                       stored([](Stored& s) { s.p.scales[4] = 0xbc00; }),          // −1
+                       stored([](Stored& s) { s.p.scales[4] = 0x7c00; }),          // inf
+                       stored([](Stored& s) { s.p.scales[4] = 0x7e00; })}},        // nan
+      {"qread-zero", {stored([](Stored& s) { s.p.zeros[8] = 0xfc00; })}},
+      {"qread-padding", {stored([](Stored& s) { s.p.codes[3 * 12 - 1] |= 0x10; }),
+                         stored([](Stored& s) { s.p.codes[12 - 2] = 0x01; })}},
+  };
+  check_section("Quantization (`quant::rtn`, `quant::gptq`, `quant::quantize_factors`, `quant::read_packed`, "
+                "`quant::gemv`)", cases);
+}
+
+}  // namespace
+}  // namespace latentllm::test
