@@ -183,7 +183,9 @@ TEST(StoredWeights, GenerateMapWeightsSameText) {
 }
 
 TEST(StoredWeights, PplCliSameFigureAndStoredPlan) {
-  const std::string base = fmt::format("{} ppl --model '{}' --dataset text --data '{}' --seqlen 128 --max-windows 3",
+  // --verbose: the memory plans' items, where the weights' form is named.
+  const std::string base = fmt::format("{} ppl --model '{}' --dataset text --data '{}' --seqlen 128 "
+                                       "--max-windows 3 --verbose",
                                        test::cli_path().string(), fixture().dense_bf16.string(), stories().string());
   std::string f32_out, stored_out;
   ASSERT_EQ(test::run_command(base + " --weights f32 2>&1", f32_out), 0) << f32_out;
