@@ -95,4 +95,17 @@ void set_blas_threads(int n) {
   if (n > 0) openblas_set_num_threads(n);
 }
 
+namespace {
+
+// OpenBLAS runs single-threaded from the start (parallel.cpp, make_blas_single_threaded: its own threads
+// change results), not only once the pool exists: a product computed before any parallel loop, on
+// OpenBLAS's default threads, gave other bits than the same product after it (with some kernels, e.g.
+// OPENBLAS_CORETYPE=Haswell), so two forwards of one model could differ.
+const bool g_blas_single_threaded = [] {
+  openblas_set_num_threads(1);
+  return true;
+}();
+
+}  // namespace
+
 }  // namespace latentllm::core
