@@ -41,8 +41,10 @@ class Bytes {
   }
 
   void put_raw(const void* p, std::size_t n) {
-    const char* c = static_cast<const char*>(p);
-    data_.insert(data_.end(), c, c + n);
+    if (n == 0) return;
+    const std::size_t at = data_.size();
+    data_.resize(at + n);
+    std::memcpy(data_.data() + at, p, n);
   }
   // The next n bytes into dst (which may be null when n is 0: an empty vector's or matrix's data()).
   void get_raw(void* dst, std::size_t n);
