@@ -311,7 +311,7 @@ int main(int argc, char** argv) try {
         "before passes resumed where the previous stage stopped. Covariance: the "
         "FLOPs of the triangle (n·w·(w+1)), against the dgemm peak in double (dsyrk) or the sgemm peak with "
         "--covariance f32 (ssyrk per 1024 tokens, summed in double). Output statistics: the wide root-covariance modules "
-        "(down_proj, fc2) fitted from their outputs (src/compress/output_side.hpp): the recomputed y = W·x and the "
+        "(down_proj, fc2) fitted from their outputs (src/compress/math/output_side.hpp): the recomputed y = W·x and the "
         "triangle of Σ y·yᵀ, in float products summed in double, against the sgemm peak. Decompositions are LAPACK "
         "eigen/SVDs and, for joint up-down, GEMM-bound alternating fits over all calibration tokens (in float with "
         "--ud-precision f32, the default). Their rate is every "

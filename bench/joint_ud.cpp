@@ -1,4 +1,4 @@
-// Joint up-down (compress/joint_ud.hpp) with its token passes in double and in float, on random MLPs
+// Joint up-down (compress/math/joint_ud.hpp) with its token passes in double and in float, on random MLPs
 // of real shapes (random weights: time only, and how far float moves the result), ranks at 20 %:
 //   opt-tiny     d 256,  f 1024, ReLU (paper path), 32768 tokens (its 64 × 512 calibration)
 //   opt-1.3b     d 2048, f 8192, ReLU (paper path), 4096 tokens (the passes scale linearly in tokens)
@@ -18,8 +18,8 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_common.hpp"
-#include "compress/joint_ud.hpp"
-#include "compress/rank_plan.hpp"
+#include "compress/math/joint_ud.hpp"
+#include "compress/plan/rank_plan.hpp"
 #include "latentllm/threads.hpp"
 
 namespace {

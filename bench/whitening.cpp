@@ -1,4 +1,4 @@
-// The two whitening routes of compress/whitening.hpp on one [d, d] weight and a full-rank damped
+// The two whitening routes of compress/math/whitening.hpp on one [d, d] weight and a full-rank damped
 // covariance, d = 1024, 2048, 4096 (rank 20 % of d), measured in the same process:
 //   Whiten            whiten(C): dpotrf, or dsyevd + forming P and P⁺ (two [d, d] products)
 //   RouteWork         whiten(C), W·F and V_rᵀ·F⁺: everything of asvd-rootcov that depends on the route
@@ -23,8 +23,8 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_common.hpp"
-#include "compress/asvd.hpp"
-#include "compress/whitening.hpp"
+#include "compress/math/asvd.hpp"
+#include "compress/math/whitening.hpp"
 #include "latentllm/compress.hpp"
 
 namespace {

@@ -1,5 +1,5 @@
 // Calibration tokens spread over the ranks for a solver that passes over them in units (joint up-down,
-// src/compress/token_passes.hpp): the one place that decides which rank holds which of them.
+// src/compress/math/token_passes.hpp): the one place that decides which rank holds which of them.
 #pragma once
 
 #include <cstdint>

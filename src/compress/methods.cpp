@@ -6,7 +6,7 @@
 
 #include <fmt/ranges.h>
 
-#include "compress/stage.hpp"
+#include "compress/stages/stage.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/error.hpp"
 

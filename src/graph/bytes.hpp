@@ -2,7 +2,7 @@
 // every rank in the same order. Each result type is serialized in exactly one place, its Codec: the
 // generic ones here (trivially copyable values, strings, vectors, Eigen matrices, pairs, tuples, arrays,
 // and a struct that names its fields once), and for a library type that cannot name them, a Codec
-// specialization (compress/codecs.hpp).
+// specialization (compress/stages/codecs.hpp).
 #pragma once
 
 #include <array>

@@ -1,6 +1,6 @@
 // The MLP activations of the supported architectures: one enum (latentllm/model.hpp) and one
 // definition of each function, in float for the forward pass and in double for the joint up-down
-// solver (src/compress/joint_ud.cpp), which also needs the slope.
+// solver (src/compress/math/joint_ud.cpp), which also needs the slope.
 #pragma once
 
 #include <cmath>

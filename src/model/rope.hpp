@@ -1,6 +1,6 @@
 // Rotary position embeddings (RopeSpec, latentllm/model.hpp): the one definition of the frequencies,
 // used by the forward pass (a cos/sin table applied to q and k) and by joint Q-K compression (the
-// rotation between the query and key factors, src/compress/joint_qk.cpp).
+// rotation between the query and key factors, src/compress/math/joint_qk.cpp).
 #pragma once
 
 #include "latentllm/model.hpp"

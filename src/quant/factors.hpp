@@ -11,7 +11,7 @@
 // and λ = 0 it splits exactly into the refit's residual and B's quantization error on H_B (B̃ is the
 // least-squares optimum, so the cross term vanishes).
 //
-// Factors in block-identity form (the junction, src/compress/junction.hpp) keep their identity block
+// Factors in block-identity form (the junction, src/compress/math/junction.hpp) keep their identity block
 // exact; quantizing only the stored block is the caller's (the stage's) business: pass the dense forms.
 #pragma once
 

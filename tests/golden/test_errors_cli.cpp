@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "compress/resume.hpp"
+#include "compress/run/resume.hpp"
 #include "errors_doc.hpp"
 #include "latentllm/files.hpp"
 #include "latentllm/generate.hpp"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "compress/resume.hpp"
+#include "compress/run/resume.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/model.hpp"

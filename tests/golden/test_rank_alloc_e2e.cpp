@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
-#include "compress/resume.hpp"
+#include "compress/run/resume.hpp"
 #include "latentllm/calib.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/eval.hpp"

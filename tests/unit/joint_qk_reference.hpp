@@ -1,7 +1,7 @@
-// Test-only companions of joint Q-K (src/compress/joint_qk.hpp): the attention-map loss computed from
+// Test-only companions of joint Q-K (src/compress/math/joint_qk.hpp): the attention-map loss computed from
 // the tokens themselves (the covariance form's reference), and the per-head junction of the paper's
 // joint Q-K with its parameter count and rank plan. The compressor uses the stacked factors with the
-// generic block-identity junction instead (src/compress/junction.hpp), so these live with the tests.
+// generic block-identity junction instead (src/compress/math/junction.hpp), so these live with the tests.
 #pragma once
 
 #include <algorithm>
@@ -11,8 +11,8 @@
 #include <Eigen/LU>
 #include <Eigen/QR>
 
-#include "compress/bias.hpp"
-#include "compress/joint_qk.hpp"
+#include "compress/math/bias.hpp"
+#include "compress/math/joint_qk.hpp"
 #include "latentllm/error.hpp"
 #include "model/rope.hpp"
 

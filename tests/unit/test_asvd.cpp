@@ -10,10 +10,10 @@
 #include <Eigen/LU>
 #include <fmt/format.h>
 
-#include "compress/asvd.hpp"
-#include "compress/junction.hpp"
-#include "compress/whitening.hpp"
-#include "compress/preconditioner.hpp"
+#include "compress/math/asvd.hpp"
+#include "compress/math/junction.hpp"
+#include "compress/math/whitening.hpp"
+#include "compress/math/preconditioner.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/eval.hpp"

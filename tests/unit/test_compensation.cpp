@@ -1,4 +1,4 @@
-// Error-compensating fits (compress/compensate.hpp, CompressOptions::error_compensation): the fit of
+// Error-compensating fits (compress/math/compensate.hpp, CompressOptions::error_compensation): the fit of
 // one module against brute-force least squares on random data, its advantage over the local fit on
 // the dense-output error, and the pipeline's dense stream (calib::CrossStats, run_layerwise): the cross
 // moments pair the dense model's inputs with the compressed ones token by token, the compressed stream
@@ -12,8 +12,8 @@
 #include <Eigen/QR>
 #include <Eigen/SVD>
 
-#include "compress/asvd.hpp"
-#include "compress/compensate.hpp"
+#include "compress/math/asvd.hpp"
+#include "compress/math/compensate.hpp"
 #include "latentllm/calib.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/error.hpp"

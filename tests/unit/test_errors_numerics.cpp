@@ -8,12 +8,12 @@
 #include <fstream>
 #include <random>
 
-#include "compress/asvd.hpp"
-#include "compress/asvd.hpp"
-#include "compress/junction.hpp"
-#include "compress/whitening.hpp"
-#include "compress/joint_ud.hpp"
-#include "compress/notes.hpp"
+#include "compress/math/asvd.hpp"
+#include "compress/math/asvd.hpp"
+#include "compress/math/junction.hpp"
+#include "compress/math/whitening.hpp"
+#include "compress/math/joint_ud.hpp"
+#include "compress/stages/notes.hpp"
 #include "errors_doc.hpp"
 #include "latentllm/checkpoint.hpp"
 #include "latentllm/compress.hpp"

@@ -5,7 +5,7 @@
 
 #include <cstdio>
 
-#include "compress/joint_qk.hpp"
+#include "compress/math/joint_qk.hpp"
 #include "joint_qk_reference.hpp"
 #include "model/rope.hpp"
 #include "joint_test_data.hpp"

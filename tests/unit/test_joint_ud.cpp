@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "compress/joint_ud.hpp"
-#include "compress/token_passes.hpp"
+#include "compress/math/joint_ud.hpp"
+#include "compress/math/token_passes.hpp"
 #include "joint_test_data.hpp"
 #include "latentllm/error.hpp"
 

@@ -5,8 +5,8 @@
 
 #include <cstdio>
 
-#include "compress/bias.hpp"
-#include "compress/joint_vo.hpp"
+#include "compress/math/bias.hpp"
+#include "compress/math/joint_vo.hpp"
 #include "joint_test_data.hpp"
 #include "latentllm/error.hpp"
 

@@ -8,12 +8,12 @@
 #include <random>
 #include <string>
 
-#include "compress/asvd.hpp"
-#include "compress/junction.hpp"
-#include "compress/whitening.hpp"
-#include "compress/joint_ud.hpp"
-#include "compress/notes.hpp"
-#include "compress/preconditioner.hpp"
+#include "compress/math/asvd.hpp"
+#include "compress/math/junction.hpp"
+#include "compress/math/whitening.hpp"
+#include "compress/math/joint_ud.hpp"
+#include "compress/stages/notes.hpp"
+#include "compress/math/preconditioner.hpp"
 #include "latentllm/calib.hpp"
 #include "latentllm/error.hpp"
 #include "linalg/linalg.hpp"

@@ -1,4 +1,4 @@
-// The output side of a wide module (compress/output_side.hpp): the local root-covariance ASVD from the
+// The output side of a wide module (compress/math/output_side.hpp): the local root-covariance ASVD from the
 // statistics of the module's outputs gives the input side's factors, bias update and loss; the route
 // is taken only where it is exact; and the pipeline hands a consuming stage its site's batches.
 #include <gtest/gtest.h>
@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "compress/asvd.hpp"
-#include "compress/notes.hpp"
-#include "compress/output_side.hpp"
+#include "compress/math/asvd.hpp"
+#include "compress/stages/notes.hpp"
+#include "compress/math/output_side.hpp"
 #include "joint_test_data.hpp"
 #include "latentllm/calib.hpp"
 #include "latentllm/compress.hpp"

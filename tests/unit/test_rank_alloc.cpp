@@ -6,8 +6,8 @@
 #include <functional>
 #include <random>
 
-#include "compress/sensitivity.hpp"
-#include "compress/whitening.hpp"
+#include "compress/plan/sensitivity.hpp"
+#include "compress/math/whitening.hpp"
 #include "joint_test_data.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/error.hpp"
@@ -192,7 +192,7 @@ TEST(RankAlloc, BadSpectraAndNamesAreRejected) {
   EXPECT_THROW(parse_alloc_score("absolute"), ConfigError);
 }
 
-// The pre-pass's two routes to σ_i² of W·P (compress/sensitivity.hpp): the output side, W·(C + λI)·Wᵀ
+// The pre-pass's two routes to σ_i² of W·P (compress/plan/sensitivity.hpp): the output side, W·(C + λI)·Wᵀ
 // from the module's outputs, gives the input side's values (whitening of C, Gram of W·F) for a wide
 // module, centered (bias updated) or not. The output side sums float products in double, so the
 // values agree to float's rounding; a wrong λ, centering or transpose moves them by far more.

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "compress/rank_plan.hpp"
+#include "compress/plan/rank_plan.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/eval.hpp"

@@ -1,10 +1,10 @@
-// The per-layer progress of `compress --resume` (src/compress/resume.hpp) at the file level: a kill
+// The per-layer progress of `compress --resume` (src/compress/run/resume.hpp) at the file level: a kill
 // at any point between its writes leaves a state that restores exactly the last finished layer.
 #include <gtest/gtest.h>
 
 #include <fstream>
 
-#include "compress/resume.hpp"
+#include "compress/run/resume.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/files.hpp"
 #include "latentllm/log.hpp"

@@ -11,12 +11,12 @@
 #include <string>
 #include <vector>
 
-#include "compress/asvd.hpp"
-#include "compress/joint_qk.hpp"
-#include "compress/joint_vo.hpp"
-#include "compress/notes.hpp"
-#include "compress/regression.hpp"
-#include "compress/whitening.hpp"
+#include "compress/math/asvd.hpp"
+#include "compress/math/joint_qk.hpp"
+#include "compress/math/joint_vo.hpp"
+#include "compress/stages/notes.hpp"
+#include "compress/math/regression.hpp"
+#include "compress/math/whitening.hpp"
 #include "joint_test_data.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/error.hpp"
