@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "latentllm/model.hpp"
 #include "latentllm/tensor.hpp"
 #include "latentllm/tokenizer.hpp"
@@ -37,6 +39,14 @@ struct CalibOptions {
 // platform (own RNG mapping, not std::uniform_int_distribution). Throws FormatError when the data
 // cannot supply N windows of L tokens.
 std::vector<std::int32_t> sample_calibration(const io::Tokenizer& tok, const CalibOptions& opt);
+
+// opt.seqlen 0: min(2048, max_position_embeddings) of the model. ConfigError "--seqlen beyond the model's
+// context (expected at most max_position_embeddings = <n>, got <L>)" for a longer window.
+void resolve_seqlen(CalibOptions& opt, const model::ModelConfig& c);
+
+// The calibration set as a checkpoint records it (latent.calibration): {"source", "data" (the file's
+// name), "nsamples", "seqlen", "seed", "sampling" ("random" or "contiguous"), "holdout_docs"}.
+nlohmann::json calibration_record(const CalibOptions& opt);
 
 // Sums that are exactly associative: each added double is rounded once to the grid 2⁻⁶⁴ and summed in
 // 128-bit integers, so a sum of partial sums (one per batch of calibration windows, on whichever

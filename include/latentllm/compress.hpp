@@ -47,7 +47,6 @@ enum class Junction {
 
 // CLI spellings (above) <-> enums. parse_* throw ConfigError listing the valid names.
 std::string_view preconditioner_name(Preconditioner p);
-Preconditioner parse_preconditioner(std::string_view name);
 std::span<const Preconditioner> all_preconditioners();  // in the order of the enum
 std::string_view junction_name(Junction j);
 Junction parse_junction(std::string_view name);
@@ -333,6 +332,14 @@ struct CompressOptions {
 bool reads_option(const CompressOptions& o, std::string_view key);
 // The methods whose registry row lists `key`.
 std::vector<std::string_view> methods_reading(std::string_view key);
+
+// A key of the options record (CompressOptions::to_json) and the method option that sets it on the command
+// line (compress, sweep). Not listed: method, ratio and components (compress's own arguments) and the
+// library's settings no flag sets (update_bias, pinv_floor_rel).
+struct OptionFlag {
+  std::string_view key, flag;
+};
+std::span<const OptionFlag> option_flags();
 
 // The options of `method` at `ratio` under a preset (everything else at CompressOptions' defaults).
 CompressOptions preset_options(Preset p, Method method, double ratio);

@@ -55,5 +55,7 @@ std::string format_bytes(std::int64_t bytes);
 std::int64_t parse_bytes(const std::string& text, const std::string& what);
 // The default budget of commands that plan their memory: physical memory minus 2 GiB (at least 1 GiB).
 std::int64_t default_memory_budget();
+// "10G": a byte count rounded up to whole GiB, for --max-memory advice in messages.
+std::string gib_option(std::int64_t bytes);
 
 }  // namespace latentllm::core

@@ -96,4 +96,19 @@ std::vector<std::int32_t> sample_calibration(const io::Tokenizer& tok, const Cal
   return {all.begin(), all.begin() + static_cast<std::ptrdiff_t>(need)};
 }
 
+void resolve_seqlen(CalibOptions& opt, const model::ModelConfig& c) {
+  if (opt.seqlen == 0) opt.seqlen = static_cast<int>(std::min<std::int64_t>(2048, c.max_position_embeddings));
+  if (opt.seqlen > c.max_position_embeddings) {
+    throw ConfigError(fmt::format("--seqlen beyond the model's context (expected at most max_position_embeddings = {}, "
+                                  "got {})", c.max_position_embeddings, opt.seqlen));
+  }
+}
+
+nlohmann::json calibration_record(const CalibOptions& opt) {
+  return {{"source", opt.source}, {"data", opt.data.filename().string()}, {"nsamples", opt.nsamples},
+          {"seqlen", opt.seqlen}, {"seed", opt.seed},
+          {"sampling", opt.sampling == Sampling::Contiguous ? "contiguous" : "random"},
+          {"holdout_docs", opt.holdout_docs}};
+}
+
 }  // namespace latentllm::calib

@@ -6,6 +6,7 @@
 
 #include <fmt/ranges.h>
 
+#include "compress/methods.hpp"
 #include "compress/stages/stage.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/error.hpp"
@@ -55,6 +56,18 @@ constexpr std::array<std::string_view, 14> kLatent = {
     "lambda_rel", "fit",      "output_side", "joint",       "qk_iters",   "vo_iters",   "ud_iters",
     "joint_tol",  "ud_tokens", "ud_min_tokens_per_ffn", "ud_precision", "ud_unit_tokens", "rope_window", "diagnostics"};
 
+// --preset default beyond the paper for LatentLLM, each setting validated on TinyStories stories 1-116
+// (docs/PRESETS.md).
+void latentllm_default(CompressOptions& o) {
+  // The uniform budget spread over modules and layers by the spectra of W·P (bench/results/rank_alloc).
+  o.rank_alloc = RankAlloc::Global;
+  o.alloc_score = AllocScore::Relative;
+  // Joint up-down only with enough tokens for its [f, f] statistics (bench/results/ud_tokens).
+  o.ud_min_tokens_per_ffn = 12;
+  // The joint solvers' iterations stop once converged to 1e-6 of their loss.
+  o.joint_tol = 1e-6;
+}
+
 struct MethodRow {
   Method id;
   std::string_view name;  // --method
@@ -62,6 +75,7 @@ struct MethodRow {
   Junction junction;  // when --junction is not given
   Stages (*stages)(StageContext&, const model::Model&);
   std::span<const std::string_view> reads;
+  void (*default_preset)(CompressOptions&) = nullptr;  // --preset default's own settings (null: the paper's)
 };
 
 // The rows, in the order of the CLI's list and of `sweep`'s default grid.
@@ -74,7 +88,7 @@ const std::array<MethodRow, 7> kRows = {{
     {Method::AsvdRootCov, "asvd-rootcov", Preconditioner::RootCovariance, Junction::Identity, local_stages, kRootCov},
     // Block identity is one of LatentLLM's own contributions (it saves r² weights per module).
     {Method::LatentLlm, "latentllm", Preconditioner::RootCovariance, Junction::BlockIdentity, latentllm_stages,
-     kLatent},
+     kLatent, latentllm_default},
 }};
 
 const std::array<Method, 7> kMethods = [] {
@@ -98,6 +112,13 @@ constexpr std::array<std::string_view, 9> kCommonKeys = {"method", "ratio", "jun
 std::string_view method_name(Method m) { return row(m).name; }
 Preconditioner preconditioner_of(Method m) { return row(m).preconditioner; }
 Junction default_junction(Method m) { return row(m).junction; }
+bool has_joint_parts(Method m) {
+  const auto& reads = row(m).reads;
+  return std::find(reads.begin(), reads.end(), "joint") != reads.end();
+}
+void apply_default_preset(Method m, CompressOptions& o) {
+  if (row(m).default_preset) row(m).default_preset(o);
+}
 std::span<const Method> all_methods() { return kMethods; }
 
 Method parse_method(std::string_view name) {

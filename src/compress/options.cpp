@@ -36,6 +36,23 @@ JointParts parse_joint_parts(std::string_view spec) {
 
 std::string joint_parts_name(const JointParts& j) { return joint_spec(j); }
 
+std::span<const OptionFlag> option_flags() {
+  // The record's keys a user sets, each with its one command-line flag (tests/golden/test_options_record.cpp
+  // checks this table against the record and against `compress --help`).
+  static constexpr OptionFlag kFlags[] = {
+      {"junction", "--junction"},   {"lambda_rel", "--lambda"},   {"alpha", "--alpha"},
+      {"joint", "--joint"},         {"qk_iters", "--qk-iters"},   {"vo_iters", "--vo-iters"},
+      {"ud_iters", "--ud-iters"},   {"joint_tol", "--joint-tol"}, {"ud_tokens", "--ud-tokens"},
+      {"ud_min_tokens_per_ffn", "--ud-min-tokens-per-ffn"},       {"ud_precision", "--ud-precision"},
+      {"ud_unit_tokens", "--ud-unit-tokens"},
+      {"rope_window", "--rope-window"}, {"fit", "--fit"},         {"diagnostics", "--diagnostics"},
+      {"rank_alloc", "--rank-alloc"}, {"alloc_score", "--alloc-score"}, {"alloc_tokens", "--alloc-tokens"},
+      {"intra_layer", "--no-intra-layer"}, {"covariance", "--covariance"}, {"output_side", "--output-side"},
+      {"batch", "--batch"},
+  };
+  return kFlags;
+}
+
 Components parse_components(std::string_view list) {
   Components c{false, false, false};
   auto fail = [&](std::string_view what) {

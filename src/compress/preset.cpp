@@ -2,17 +2,22 @@
 #include <algorithm>
 #include <array>
 
+#include "core/enum_names.hpp"
+#include "compress/methods.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/error.hpp"
 
 namespace latentllm::compress {
 
-std::string_view preset_name(Preset p) { return p == Preset::Paper ? "paper" : "default"; }
+namespace {
+constexpr auto kPresetNames = core::enum_names<Preset>(core::Named<Preset>{Preset::Default, "default"},
+                                                       core::Named<Preset>{Preset::Paper, "paper"});
+}  // namespace
+
+std::string_view preset_name(Preset p) { return kPresetNames.name(p); }
 
 Preset parse_preset(std::string_view name) {
-  for (Preset p : {Preset::Default, Preset::Paper})
-    if (preset_name(p) == name) return p;
-  throw ConfigError(fmt::format("--preset: unknown preset (expected default or paper, got {})", name));
+  return kPresetNames.parse(name, "--preset: unknown preset (expected {}, got {})");
 }
 
 CompressOptions preset_options(Preset p, Method method, double ratio) {
@@ -21,16 +26,7 @@ CompressOptions preset_options(Preset p, Method method, double ratio) {
   o.ratio = ratio;
   o.local.junction = default_junction(method);
   o.joint = {.qk = true, .vo = false, .ud = true};
-  if (p == Preset::Default && method == Method::LatentLlm) {
-    // Beyond the paper, validated on TinyStories stories 1-116 (bench/results/rank_alloc, docs/PRESETS.md):
-    // the uniform budget spread over modules and layers by the spectra of W·P.
-    o.rank_alloc = RankAlloc::Global;
-    o.alloc_score = AllocScore::Relative;
-    // Joint up-down only with enough tokens for its [f, f] statistics (bench/results/ud_tokens).
-    o.ud_min_tokens_per_ffn = 12;
-    // The joint solvers' iterations stop once converged to 1e-6 of their loss (docs/PRESETS.md).
-    o.joint_tol = 1e-6;
-  }
+  if (p == Preset::Default) apply_default_preset(method, o);
   // Float covariance products, each 1024-token block's sum added in double: faster covariances at the
   // same perplexity to a few parts in 1e5 on the fixtures (bench/results/covariance.md).
   // The paper preset keeps double products.
@@ -51,7 +47,7 @@ CompressOptions effective_options(const model::ModelConfig& c, std::int64_t n_to
   if (why) why->clear();
   const std::int64_t f = c.ffn_width();
   const std::int64_t n_ud = opt.ud_max_tokens > 0 ? std::min(n_tok, opt.ud_max_tokens) : n_tok;
-  if (o.method != Method::LatentLlm || !o.joint.ud || f <= 0 || !(o.ud_min_tokens_per_ffn > 0)) return o;
+  if (!has_joint_parts(o.method) || !o.joint.ud || f <= 0 || !(o.ud_min_tokens_per_ffn > 0)) return o;
   if (static_cast<double>(n_ud) >= o.ud_min_tokens_per_ffn * static_cast<double>(f)) return o;
   o.joint.ud = false;
   if (why) {

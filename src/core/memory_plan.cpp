@@ -38,6 +38,11 @@ std::string MemoryPlan::summary() const {
   return out;
 }
 
+std::string gib_option(std::int64_t bytes) {
+  const std::int64_t gib = std::int64_t{1} << 30;
+  return fmt::format("{}G", (bytes + gib - 1) / gib);
+}
+
 std::string format_bytes(std::int64_t bytes) {
   static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   if (bytes < 1024 && bytes > -1024) return fmt::format("{} B", bytes);

@@ -1,4 +1,5 @@
 // The GPTQ / SparseGPT evaluation strings (see include/latentllm/dataset.hpp) rebuilt from files.
+#include "core/enum_names.hpp"
 #include "latentllm/dataset.hpp"
 
 #include <fmt/format.h>
@@ -9,6 +10,15 @@
 #include "latentllm/error.hpp"
 
 namespace latentllm::io {
+
+namespace {
+constexpr auto kDatasetNames = core::enum_names<Dataset>(
+    core::Named<Dataset>{Dataset::WikiText2, "wikitext2"}, core::Named<Dataset>{Dataset::PTB, "ptb"},
+    core::Named<Dataset>{Dataset::C4, "c4"}, core::Named<Dataset>{Dataset::Text, "text"},
+    core::Named<Dataset>{Dataset::StoriesValid, "tinystories-valid"},
+    core::Named<Dataset>{Dataset::StoriesTest, "tinystories-test"},
+    core::Named<Dataset>{Dataset::C4Heldout, "c4-heldout"});
+}  // namespace
 namespace {
 
 constexpr std::size_t kC4Docs = 1100;  // GPTQ: ' '.join(valdata[:1100]['text'])
@@ -106,29 +116,10 @@ std::string read_raw_text(Dataset dataset, const std::filesystem::path& file) {
 }  // namespace
 
 Dataset parse_dataset(std::string_view name) {
-  if (name == "wikitext2") return Dataset::WikiText2;
-  if (name == "ptb") return Dataset::PTB;
-  if (name == "c4") return Dataset::C4;
-  if (name == "text") return Dataset::Text;
-  if (name == "tinystories-valid") return Dataset::StoriesValid;
-  if (name == "tinystories-test") return Dataset::StoriesTest;
-  if (name == "c4-heldout") return Dataset::C4Heldout;
-  throw ConfigError(fmt::format("dataset: unknown name (expected wikitext2, ptb, c4, text, tinystories-valid, "
-                                "tinystories-test or c4-heldout, got {})", name));
+  return kDatasetNames.parse(name, "dataset: unknown name (expected {}, got {})");
 }
 
-std::string_view dataset_name(Dataset d) {
-  switch (d) {
-    case Dataset::WikiText2: return "wikitext2";
-    case Dataset::PTB: return "ptb";
-    case Dataset::C4: return "c4";
-    case Dataset::Text: return "text";
-    case Dataset::StoriesValid: return "tinystories-valid";
-    case Dataset::StoriesTest: return "tinystories-test";
-    case Dataset::C4Heldout: return "c4-heldout";
-  }
-  return "?";
-}
+std::string_view dataset_name(Dataset d) { return kDatasetNames.name(d); }
 
 std::vector<std::string> read_jsonl_texts(const std::filesystem::path& file, std::size_t max_docs) {
   const std::string text = read_utf8(file);

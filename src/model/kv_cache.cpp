@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "core/enum_names.hpp"
 #include "core/parallel.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/model.hpp"
@@ -13,19 +14,16 @@ namespace latentllm::model {
 
 std::string_view kv_form_name(KvForm f) { return f == KvForm::Latent ? "latent" : "dense"; }
 
-std::string_view kv_cache_mode_name(KvCacheMode m) {
-  switch (m) {
-    case KvCacheMode::Dense: return "dense";
-    case KvCacheMode::Latent: return "latent";
-    case KvCacheMode::Auto: return "auto";
-  }
-  return "?";
-}
+namespace {
+constexpr auto kKvCacheModeNames = core::enum_names<KvCacheMode>(
+    core::Named<KvCacheMode>{KvCacheMode::Dense, "dense"}, core::Named<KvCacheMode>{KvCacheMode::Latent, "latent"},
+    core::Named<KvCacheMode>{KvCacheMode::Auto, "auto"});
+}  // namespace
+
+std::string_view kv_cache_mode_name(KvCacheMode m) { return kKvCacheModeNames.name(m); }
 
 KvCacheMode parse_kv_cache_mode(std::string_view s) {
-  for (KvCacheMode m : {KvCacheMode::Dense, KvCacheMode::Latent, KvCacheMode::Auto})
-    if (s == kv_cache_mode_name(m)) return m;
-  throw ConfigError(fmt::format("--kv-cache (expected dense, latent or auto, got {})", s));
+  return kKvCacheModeNames.parse(s, "--kv-cache (expected {}, got {})");
 }
 
 void LayerKvCache::store(int first, const MatrixF& new_k, const MatrixF& new_v) {

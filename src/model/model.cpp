@@ -6,6 +6,7 @@
 #include <cmath>
 #include <utility>
 
+#include "core/enum_names.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/model.hpp"
 #include "model/arch.hpp"
@@ -134,13 +135,15 @@ void Model::release_layer(int i) {
   loaded_[static_cast<std::size_t>(i)] = 0;
 }
 
-std::string_view weights_name(LoadOptions::Weights w) { return w == LoadOptions::Weights::Stored ? "stored" : "f32"; }
+namespace {
+constexpr auto kWeightsNames = core::enum_names<LoadOptions::Weights>(
+    core::Named<LoadOptions::Weights>{LoadOptions::Weights::F32, "f32"},
+    core::Named<LoadOptions::Weights>{LoadOptions::Weights::Stored, "stored"});
+}  // namespace
 
-LoadOptions::Weights parse_weights(std::string_view s) {
-  if (s == "f32") return LoadOptions::Weights::F32;
-  if (s == "stored") return LoadOptions::Weights::Stored;
-  throw ConfigError(fmt::format("--weights (expected f32 or stored, got {})", s));
-}
+std::string_view weights_name(LoadOptions::Weights w) { return kWeightsNames.name(w); }
+
+LoadOptions::Weights parse_weights(std::string_view s) { return kWeightsNames.parse(s, "--weights (expected {}, got {})"); }
 
 std::int64_t WeightFootprint::largest_layer() const {
   std::int64_t m = 0;

@@ -4,6 +4,7 @@
 // are chosen.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <vector>
@@ -84,6 +85,36 @@ TEST(OptionsRecord, EveryFieldRoundTripsAndChangesTheFingerprint) {
     EXPECT_NE(j, base_json);
     EXPECT_EQ(CompressOptions::from_json(j).to_json(), j);  // round trip
     EXPECT_NE(compress::run_fingerprint(*m, ids, kSeqlen, o), base_fp);
+  }
+}
+
+// Option keys are spelled once: every key of the record a user sets has one flag in the library's table
+// (compress::option_flags, which the CLI's "not read by --method" check uses), the table names only keys
+// of the record, and `compress --help` and `sweep --help` offer each of those flags.
+TEST(OptionsRecord, EveryKeyHasOneFlagAndTheCliOffersIt) {
+  const auto record = reads_everything().to_json();
+  const std::vector<std::string> own = {"method", "ratio", "components", "update_bias", "pinv_floor_rel"};
+  const auto flags = compress::option_flags();
+  for (const auto& [key, value] : record.items()) {
+    if (std::find(own.begin(), own.end(), key) != own.end()) continue;
+    int n = 0;
+    for (const auto& f : flags) n += f.key == key;
+    EXPECT_EQ(n, 1) << "record key " << key << " has no flag (or more than one) in compress::option_flags";
+  }
+  std::string compress_help, sweep_help;
+  ASSERT_EQ(test::run_command(test::cli_path().string() + " compress --help", compress_help), 0) << compress_help;
+  ASSERT_EQ(test::run_command(test::cli_path().string() + " sweep --help", sweep_help), 0) << sweep_help;
+  nlohmann::json every = record;  // the keys of every method's record
+  for (compress::Method m : compress::all_methods()) {
+    CompressOptions o = reads_everything();
+    o.method = m;
+    every.update(o.to_json());
+  }
+  for (const auto& f : flags) {
+    EXPECT_TRUE(every.contains(std::string(f.key))) << f.key << " is not a key of the options record";
+    const std::string flag = std::string(f.flag) + " ";
+    EXPECT_NE(compress_help.find(flag), std::string::npos) << "compress --help lacks " << f.flag;
+    EXPECT_NE(sweep_help.find(flag), std::string::npos) << "sweep --help lacks " << f.flag;
   }
 }
 

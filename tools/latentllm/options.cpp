@@ -126,21 +126,6 @@ void add_calib_options(CLI::App* sub, CalibArgs& a) {
       ->capture_default_str()->group("Calibration");
 }
 
-namespace {
-
-// The CLI flag of each options-record key (CompressOptions::to_json) a user can set.
-constexpr std::pair<std::string_view, std::string_view> kFlags[] = {
-    {"--junction", "junction"},   {"--lambda", "lambda_rel"},   {"--alpha", "alpha"},
-    {"--joint", "joint"},         {"--qk-iters", "qk_iters"},   {"--vo-iters", "vo_iters"},
-    {"--ud-iters", "ud_iters"},   {"--joint-tol", "joint_tol"}, {"--ud-tokens", "ud_tokens"},
-    {"--ud-min-tokens-per-ffn", "ud_min_tokens_per_ffn"},       {"--ud-precision", "ud_precision"},
-    {"--ud-unit-tokens", "ud_unit_tokens"},
-    {"--rope-window", "rope_window"}, {"--fit", "fit"},         {"--diagnostics", "diagnostics"},
-    {"--rank-alloc", "rank_alloc"}, {"--alloc-score", "alloc_score"}, {"--alloc-tokens", "alloc_tokens"},
-    {"--no-intra-layer", "intra_layer"}, {"--covariance", "covariance"}, {"--output-side", "output_side"},
-    {"--batch", "batch"}};
-
-}  // namespace
 
 std::string joint_spec(const compress::JointParts& j) { return compress::joint_parts_name(j); }
 
@@ -187,7 +172,7 @@ void resolve_batch(const MethodArgs& a, compress::CompressOptions& o, int seqlen
 std::vector<std::string> unread_options(const MethodArgs& a, const compress::CompressOptions& o) {
   std::vector<std::string> out;
   if (a.app == nullptr) return out;
-  for (const auto& [flag, key] : kFlags)
+  for (const auto& [key, flag] : compress::option_flags())
     if (a.app->count(std::string(flag)) > 0 && !compress::reads_option(o, key)) out.emplace_back(flag);
   return out;
 }
@@ -195,7 +180,7 @@ std::vector<std::string> unread_options(const MethodArgs& a, const compress::Com
 void check_options_read(const MethodArgs& a, const compress::CompressOptions& o) {
   for (const std::string& flag : unread_options(a, o)) {
     std::string_view key;
-    for (const auto& [f, k] : kFlags)
+    for (const auto& [k, f] : compress::option_flags())
       if (f == flag) key = k;
     const auto readers = compress::methods_reading(key);
     const std::string who = readers.empty() ? "read by every method with --rank-alloc global"
@@ -206,7 +191,7 @@ void check_options_read(const MethodArgs& a, const compress::CompressOptions& o)
   }
 }
 
-calib::CalibOptions to_calib_options(const CalibArgs& a, const model::ModelConfig& config) {
+calib::CalibOptions to_calib_options(const CalibArgs& a, const model::ModelConfig* config) {
   if (a.data.empty()) {
     throw ConfigError("--calib-data is required: the calibration text (c4 JSON lines or a text file)");
   }
@@ -217,8 +202,8 @@ calib::CalibOptions to_calib_options(const CalibArgs& a, const model::ModelConfi
   if (a.seqlen < 0 || a.seqlen == 1) {
     throw ConfigError(fmt::format("--seqlen (expected 0 for the model's default or >= 2, got {})", a.seqlen));
   }
-  co.seqlen = a.seqlen > 0 ? a.seqlen : static_cast<int>(std::min<std::int64_t>(2048, config.max_position_embeddings));
-  check_seqlen(co.seqlen, config, "--seqlen");
+  co.seqlen = a.seqlen;
+  if (config) calib::resolve_seqlen(co, *config);
   co.seed = parse_seed(a.seed);
   if (a.source == "scienceqa") {
     // Each problem is one sequence of its own length: the window options do not apply (never recorded as used).
@@ -236,16 +221,7 @@ calib::CalibOptions to_calib_options(const CalibArgs& a, const model::ModelConfi
   return co;
 }
 
-nlohmann::json method_json(const compress::CompressOptions& o, const std::string& preset) {
-  nlohmann::json j = o.to_json();
-  j["preset"] = preset;
-  return j;
-}
 
-nlohmann::json calib_json(const calib::CalibOptions& c, const std::string& sampling) {
-  return {{"source", c.source}, {"data", c.data.filename().string()}, {"nsamples", c.nsamples},
-          {"seqlen", c.seqlen}, {"seed", c.seed}, {"sampling", sampling}, {"holdout_docs", c.holdout_docs}};
-}
 
 bool held_out(io::Dataset dataset, const std::string& eval_file, const nlohmann::json* calibration) {
   if (dataset != io::Dataset::C4Heldout || calibration == nullptr || !calibration->is_object()) return true;
@@ -331,12 +307,6 @@ void print_memory_plan(const std::string& command, const core::MemoryPlan& plan,
 
 void run_on_root_only(const std::string& command) { g_root_only = command; }
 
-void require_dense(const model::Model& m, std::string_view what) {
-  if (!m.config().raw.contains("latent")) return;
-  throw ConfigError(fmt::format("{}: a latent checkpoint (expected a dense Hugging Face model for {}, got one that "
-                                "latentllm compress wrote, with a latent section in config.json): compress the dense "
-                                "source model instead", m.dir().string(), what));
-}
 
 std::unique_ptr<io::Tokenizer> model_tokenizer(const std::string& model_dir, const model::ModelConfig& config) {
   auto tok = io::load_tokenizer(model_dir);
@@ -361,10 +331,6 @@ std::uint64_t parse_seed(const std::string& text, std::string_view option) {
   return v;
 }
 
-std::string gib_option(std::int64_t bytes) {
-  const std::int64_t gib = std::int64_t{1} << 30;
-  return fmt::format("{}G", (bytes + gib - 1) / gib);
-}
 
 void check_inference_memory(const std::string& command, const std::string& model_dir, const std::string& max_memory,
                             std::int64_t positions, const RunArgs& run) {
@@ -383,7 +349,7 @@ void check_inference_memory(const std::string& command, const std::string& model
   throw ConfigError(fmt::format("--max-memory: budget too small for {} (expected at least {}: {}; got {}); the "
                                 "weights are held as {} (--weights {}): use --max-memory {} on a machine with that memory",
                                 command, core::format_bytes(plan.total()), plan.summary(), core::format_bytes(budget),
-                                run.weights == "f32" ? "float32" : "stored", run.weights, gib_option(plan.total())));
+                                run.weights == "f32" ? "float32" : "stored", run.weights, core::gib_option(plan.total())));
 }
 
 // The output directory as given, "dir/" naming "dir" (its progress is "dir.resume", not "dir/.resume").

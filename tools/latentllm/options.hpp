@@ -68,8 +68,6 @@ void print_memory_plan(const std::string& command, const core::MemoryPlan& plan,
 // "ranks:" line.
 void run_on_root_only(const std::string& command);
 
-// Refuses a latent checkpoint where a dense one is needed (`what`: "compress", "sweep"), before any work.
-void require_dense(const model::Model& m, std::string_view what);
 // The tokenizer of `model_dir`, refused when it has more ids than the model's vocab_size
 // (io::check_tokenizer_vocab): before any work, never garbage later.
 std::unique_ptr<io::Tokenizer> model_tokenizer(const std::string& model_dir, const model::ModelConfig& config);
@@ -94,17 +92,12 @@ void resolve_batch(const MethodArgs& a, compress::CompressOptions& o, int seqlen
 std::vector<std::string> unread_options(const MethodArgs& a, const compress::CompressOptions& o);
 // ConfigError naming the first of them and the method: an option is never recorded as if used.
 void check_options_read(const MethodArgs& a, const compress::CompressOptions& o);
-// The calibration options, seqlen defaulted to min(2048, max positions) of the model.
-calib::CalibOptions to_calib_options(const CalibArgs& a, const model::ModelConfig& config);
-// The method's settings as recorded in a checkpoint's latent section and printed by --json: the options
-// record (CompressOptions::to_json) and the preset it started from.
-nlohmann::json method_json(const compress::CompressOptions& o, const std::string& preset);
+// The calibration options, seqlen defaulted to min(2048, max positions) of the model and checked against its
+// context (calib::resolve_seqlen); without a config, seqlen stays 0 when not given, for the library to resolve.
+calib::CalibOptions to_calib_options(const CalibArgs& a, const model::ModelConfig* config);
 // "qk,ud", ..., or "none".
 std::string joint_spec(const compress::JointParts& j);
-nlohmann::json calib_json(const calib::CalibOptions& c, const std::string& sampling);
 
-// "--max-memory 10G": a byte count rounded up to whole GiB, for advice in messages.
-std::string gib_option(std::int64_t bytes);
 
 // generate and eval hold a model in memory with its weights widened to float32: before they are, prints
 // the plan (eval::plan_inference_memory for `positions` positions, plus a LLaVA's vision tower and

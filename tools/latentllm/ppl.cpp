@@ -80,8 +80,8 @@ bool choose_layer_major(const PplArgs& a, const model::Model& lazy_model, std::i
                                                        core::num_threads(), budget);
   const std::string advice =
       k > 0 ? fmt::format("use --max-windows {} (at most {} of the {} windows fit) or --max-memory {}", k, k, windows,
-                          gib_option(plan.layer_major.total()))
-            : fmt::format("use --max-memory {}", gib_option(plan.layer_major.total()));
+                          core::gib_option(plan.layer_major.total()))
+            : fmt::format("use --max-memory {}", core::gib_option(plan.layer_major.total()));
   throw ConfigError(fmt::format("--max-memory: budget too small for layer-major evaluation of {} windows (expected at "
                                 "least {}: {}; got {}); {}", windows, core::format_bytes(plan.layer_major.total()),
                                 plan.layer_major.summary(), core::format_bytes(budget), advice));

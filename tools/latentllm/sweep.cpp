@@ -24,6 +24,7 @@
 #include "latentllm/resources.hpp"
 #include "options.hpp"
 #include "latentllm/image.hpp"
+#include "latentllm/compress_run.hpp"
 #include "latentllm/multimodal.hpp"
 #include "latentllm/scienceqa.hpp"
 #include "sweep_report.hpp"
@@ -138,14 +139,14 @@ class Sweep {
     if (datasets_.empty() && a_.scienceqa.empty()) throw ConfigError("--datasets: expected at least one dataset");
     if (!a_.scienceqa.empty()) prepare_scienceqa();
     auto dense = model::Model::load(a_.model, a_.run.load());
-    require_dense(*dense, "sweep");
+    compress::require_dense(*dense, "sweep");
     if (a_.eval_seqlen < 0) throw ConfigError(fmt::format("--eval-seqlen (expected >= 0, got {})", a_.eval_seqlen));
     eval_seqlen_ = a_.eval_seqlen > 0 ? a_.eval_seqlen : eval::default_seqlen(dense->config());
     check_seqlen(eval_seqlen_, dense->config(), "--eval-seqlen");
     // Under K ranks every rank compresses and evaluates (each on its share); rank 0 alone writes and prints.
     if (dist::is_root()) prepare_output();
     tok_ = model_tokenizer(a_.model, dense->config());
-    co_ = to_calib_options(a_.c, dense->config());
+    co_ = to_calib_options(a_.c, &dense->config());
     if (co_.source == "scienceqa") {
       if (!llava_) {
         throw ConfigError("--calib scienceqa: needs --scienceqa (expected a sweep of a LLaVA checkpoint scored on "
@@ -165,7 +166,7 @@ class Sweep {
     res_.calibration_title = fmt::format("{} x {} tokens of {}, seed {}", co_.nsamples, co_.seqlen,
                                          co_.data.filename().string(), co_.seed);
     nlohmann::json ds = nlohmann::json::array();
-    const nlohmann::json calibration = calib_json(co_, a_.c.sampling);
+    const nlohmann::json calibration = calib::calibration_record(co_);
     for (const auto& d : datasets_) {
       res_.datasets.push_back(d.name);
       ds.push_back({{"name", d.name}, {"file", d.file.filename().string()},
@@ -273,7 +274,7 @@ class Sweep {
     const compress::PlannedRanks planned = compress::plan_run(*m, ids_, co_.seqlen, opt, &spectra_);
     summarize(compress::compress_model(*m, ids_, co_.seqlen, opt, &planned.plan), r);
     r.macs = planned.plan.macs() + res_.other_macs;
-    r.options = method_json(compress::effective_options(m->config(), std::ssize(ids_), opt), a_.m.preset);
+    r.options = compress::options_record(compress::effective_options(m->config(), std::ssize(ids_), opt), a_.m.preset);
     r.model_params = eval::num_params(*m);
     evaluate(m, r);
     return r;

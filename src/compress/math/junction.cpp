@@ -1,5 +1,6 @@
 // Junction matrices (paper "junction matrix"): every split B = U·S·J, A = J⁻¹·Vᵀ·P⁺ of one
 // factorization, and the block-identity form A = [I_r | A₂]·Πᵀ that saves r² weights and MACs.
+#include "core/enum_names.hpp"
 #include "compress/math/junction.hpp"
 
 #include <algorithm>
@@ -16,8 +17,11 @@ namespace latentllm::compress {
 
 namespace {
 
-constexpr std::array<Junction, 4> kJunctions = {Junction::Identity, Junction::SInv, Junction::SqrtSInv,
-                                                Junction::BlockIdentity};
+constexpr auto kJunctionNames = core::enum_names<Junction>(
+    core::Named<Junction>{Junction::Identity, "identity"}, core::Named<Junction>{Junction::SInv, "s-inv"},
+    core::Named<Junction>{Junction::SqrtSInv, "sqrt-s-inv"},
+    core::Named<Junction>{Junction::BlockIdentity, "block-identity"});
+constexpr auto kJunctions = kJunctionNames.values();
 
 // Maxvol stops when no entry of A₂ exceeds this magnitude (each swap grows |det J| by at least this).
 constexpr double kMaxvolTol = 1.05;
@@ -80,26 +84,12 @@ LowRank reduced_to_block_identity(const MatrixD& b, const MatrixD& a, const lina
 
 }  // namespace
 
-std::string_view junction_name(Junction j) {
-  switch (j) {
-    case Junction::Identity: return "identity";
-    case Junction::SInv: return "s-inv";
-    case Junction::SqrtSInv: return "sqrt-s-inv";
-    case Junction::BlockIdentity: return "block-identity";
-  }
-  return "?";
-}
+std::string_view junction_name(Junction j) { return kJunctionNames.name(j); }
 
 std::span<const Junction> all_junctions() { return kJunctions; }
 
 Junction parse_junction(std::string_view name) {
-  std::string valid;
-  for (Junction j : kJunctions) {
-    if (junction_name(j) == name) return j;
-    valid += valid.empty() ? "" : ", ";
-    valid += junction_name(j);
-  }
-  throw ConfigError(fmt::format("junction: unknown junction (expected one of {}, got '{}')", valid, name));
+  return kJunctionNames.parse(name, "junction: unknown junction (expected one of {}, got '{}')", ", ");
 }
 
 LowRank to_block_identity(const MatrixD& b, const MatrixD& a, std::string_view context) {

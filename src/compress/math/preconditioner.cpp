@@ -1,3 +1,4 @@
+#include "core/enum_names.hpp"
 #include "compress/math/preconditioner.hpp"
 
 #include <algorithm>
@@ -14,9 +15,15 @@ namespace latentllm::compress {
 
 namespace {
 
-constexpr std::array<Preconditioner, 6> kPreconditioners = {
-    Preconditioner::Identity, Preconditioner::DiagHessian, Preconditioner::DiagL1,
-    Preconditioner::DiagL2,   Preconditioner::Covariance,  Preconditioner::RootCovariance};
+// Named as the baseline methods that use them alone (paper Table 1).
+constexpr auto kPreconditionerNames = core::enum_names<Preconditioner>(
+    core::Named<Preconditioner>{Preconditioner::Identity, "plain-svd"},
+    core::Named<Preconditioner>{Preconditioner::DiagHessian, "asvd-hessian"},
+    core::Named<Preconditioner>{Preconditioner::DiagL1, "asvd-l1"},
+    core::Named<Preconditioner>{Preconditioner::DiagL2, "asvd-l2"},
+    core::Named<Preconditioner>{Preconditioner::Covariance, "asvd-cov"},
+    core::Named<Preconditioner>{Preconditioner::RootCovariance, "asvd-rootcov"});
+constexpr auto kPreconditioners = kPreconditionerNames.values();
 
 // The kept part of a spectrum (or of a diagonal): values ≤ floor_rel · max (and negative round-off)
 // count as zero. Returns the kept mask and how many were dropped.
@@ -122,29 +129,9 @@ void set_diag_hessian(PreconditionerMatrix& out, const MatrixD& c, const LocalOp
 
 }  // namespace
 
-std::string_view preconditioner_name(Preconditioner p) {
-  switch (p) {
-    case Preconditioner::Identity: return "plain-svd";
-    case Preconditioner::DiagHessian: return "asvd-hessian";
-    case Preconditioner::DiagL1: return "asvd-l1";
-    case Preconditioner::DiagL2: return "asvd-l2";
-    case Preconditioner::Covariance: return "asvd-cov";
-    case Preconditioner::RootCovariance: return "asvd-rootcov";
-  }
-  return "?";
-}
+std::string_view preconditioner_name(Preconditioner p) { return kPreconditionerNames.name(p); }
 
 std::span<const Preconditioner> all_preconditioners() { return kPreconditioners; }
-
-Preconditioner parse_preconditioner(std::string_view name) {
-  std::string valid;
-  for (Preconditioner p : kPreconditioners) {
-    if (preconditioner_name(p) == name) return p;
-    valid += valid.empty() ? "" : ", ";
-    valid += preconditioner_name(p);
-  }
-  throw ConfigError(fmt::format("method: unknown pre-conditioner (expected one of {}, got '{}')", valid, name));
-}
 
 MatrixD PreconditionerMatrix::right_multiply(const MatrixD& w) const {
   if (root.f.size() > 0) return root.times(w);

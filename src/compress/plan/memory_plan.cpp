@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "compress/math/joint_ud.hpp"
+#include "compress/methods.hpp"
 #include "compress/math/output_side.hpp"
 #include "graph/graph.hpp"
 #include "latentllm/compress.hpp"
@@ -41,7 +42,7 @@ core::MemoryPlan plan_compress_memory(const model::Model& m, std::int64_t n_tok,
                                       std::int64_t budget) {
   const model::WeightFootprint& fp = m.footprint();
   const model::ModelConfig& c = m.config();
-  const bool ud = opt.method == Method::LatentLlm && effective_options(m.config(), n_tok, opt).joint.ud;
+  const bool ud = has_joint_parts(opt.method) && effective_options(m.config(), n_tok, opt).joint.ud;
   const std::int64_t d = c.hidden_size, f = c.ffn_width(), w = widest_site(c, ud);
   const bool down_out = down_output_side(c, opt, ud);
   core::MemoryPlan p;

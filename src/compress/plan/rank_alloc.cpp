@@ -6,6 +6,7 @@
 #include <map>
 #include <queue>
 
+#include "core/enum_names.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/eval.hpp"
@@ -14,8 +15,10 @@
 namespace latentllm::compress {
 namespace {
 
-constexpr std::array<RankAlloc, 2> kAllocs = {RankAlloc::Uniform, RankAlloc::Global};
-constexpr std::array<AllocScore, 2> kScores = {AllocScore::Relative, AllocScore::Grouped};
+constexpr auto kAllocNames = core::enum_names<RankAlloc>(core::Named<RankAlloc>{RankAlloc::Uniform, "uniform"},
+                                                         core::Named<RankAlloc>{RankAlloc::Global, "global"});
+constexpr auto kScoreNames = core::enum_names<AllocScore>(core::Named<AllocScore>{AllocScore::Relative, "relative"},
+                                                          core::Named<AllocScore>{AllocScore::Grouped, "grouped"});
 
 // A hull step of one module: from rank `from` to rank `to`, `cost` more weights for `gain`.
 struct Chunk {
@@ -142,18 +145,16 @@ Item make_item(const ModuleSpectrum& s, bool bi) {
 
 }  // namespace
 
-std::string_view rank_alloc_name(RankAlloc a) { return a == RankAlloc::Uniform ? "uniform" : "global"; }
+std::string_view rank_alloc_name(RankAlloc a) { return kAllocNames.name(a); }
 
 RankAlloc parse_rank_alloc(std::string_view name) {
-  for (RankAlloc a : kAllocs) if (rank_alloc_name(a) == name) return a;
-  throw ConfigError(fmt::format("--rank-alloc: unknown allocation (expected uniform or global, got '{}')", name));
+  return kAllocNames.parse(name, "--rank-alloc: unknown allocation (expected {}, got '{}')");
 }
 
-std::string_view alloc_score_name(AllocScore s) { return s == AllocScore::Relative ? "relative" : "grouped"; }
+std::string_view alloc_score_name(AllocScore s) { return kScoreNames.name(s); }
 
 AllocScore parse_alloc_score(std::string_view name) {
-  for (AllocScore s : kScores) if (alloc_score_name(s) == name) return s;
-  throw ConfigError(fmt::format("--alloc-score: unknown score (expected relative or grouped, got '{}')", name));
+  return kScoreNames.parse(name, "--alloc-score: unknown score (expected {}, got '{}')");
 }
 
 RankPlan allocate_ranks(const std::vector<ModuleSpectrum>& spectra, double ratio, Junction j, AllocScore score,
