@@ -50,7 +50,8 @@ struct Request {
 // Called on rank 0 while the run goes, for a caller that prints: the memory plan before any work (not
 // when it does not fit: run throws then) and the ranks before the compression.
 struct Observer {
-  std::function<void(const core::MemoryPlan& plan, bool default_budget)> memory;
+  // budget_source: which bound set the budget ("--max-memory", or the default's: core::default_budget).
+  std::function<void(const core::MemoryPlan& plan, const std::string& budget_source)> memory;
   std::function<void(const PlannedRanks& planned)> planned;
 };
 

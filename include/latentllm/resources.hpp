@@ -53,8 +53,22 @@ std::string format_bytes(std::int64_t bytes);
 // Throws ConfigError "<what> (expected a byte count such as 20G, 512M or 21474836480, got <text>)"
 // for anything else, a count of 0 or one beyond 2^62.
 std::int64_t parse_bytes(const std::string& text, const std::string& what);
-// The default budget of commands that plan their memory: physical memory minus 2 GiB (at least 1 GiB).
-std::int64_t default_memory_budget();
+// The default budget of commands that plan their memory, and which bound set it (`source`, printed with
+// the plan): physical memory minus 2 GiB, lowered to the memory available now (MemAvailable of
+// /proc/meminfo plus this process's resident bytes, less 512 MiB) and to the limit of the cgroup the
+// process runs in (cgroup v2 memory.max or v1 memory.limit_in_bytes, less what the cgroup holds beside
+// this process and 512 MiB); at least 1 GiB.
+struct MemoryBudget {
+  std::int64_t bytes = 0;
+  std::string source;  // "physical memory - 2 GiB", "available memory", "cgroup limit"
+};
+MemoryBudget default_budget();
+std::int64_t default_memory_budget();  // default_budget().bytes
+// The same from the figures given (bytes; < 0: unknown), for tests.
+MemoryBudget budget_from(std::int64_t physical, std::int64_t available, std::int64_t cgroup_limit,
+                         std::int64_t cgroup_usage, std::int64_t own_rss);
+// This process's resident bytes now (/proc/self/statm); 0 when unknown.
+std::int64_t current_rss_bytes();
 // "10G": a byte count rounded up to whole GiB, for --max-memory advice in messages.
 std::string gib_option(std::int64_t bytes);
 

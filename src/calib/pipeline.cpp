@@ -233,12 +233,31 @@ BatchStates input_states(const MatrixF& hidden, const Batches& batches) {
   return st;
 }
 
+// Progress of one pass over a layer's batches, on the log at most every 10 s: a pass over millions of
+// tokens takes minutes, which must not pass in silence.
+class BatchProgress {
+ public:
+  explicit BatchProgress(std::function<std::string()> what) : what_(std::move(what)) {}
+  void done(std::size_t k, std::size_t n) {
+    const auto now = Clock::now();
+    if (std::chrono::duration<double>(now - last_).count() < 10.0 || k >= n) return;
+    last_ = now;
+    const double elapsed = std::chrono::duration<double>(now - t0_).count();
+    log_info("  {}: {}/{} batches (elapsed {:.0f}s, ETA {:.0f}s)", what_(), k, n, elapsed,
+             elapsed / static_cast<double>(k) * static_cast<double>(n - k));
+  }
+
+ private:
+  std::function<std::string()> what_;
+  Clock::time_point t0_ = Clock::now(), last_ = t0_;
+};
+
 // Runs layer i on every batch from where it stands to obs's last site (or the end without obs). In
 // place, the states end where the forward stopped; otherwise each batch runs on a copy and the
 // states are left as they were (obs keeps what it needs). before_batch(b), if set, runs first for
 // each batch b (the dense stream's batch b).
 void advance(const model::Model& m, int i, BatchStates& st, const Batches& batches, model::ForwardObserver* obs,
-             bool in_place, const std::function<void(std::size_t)>& before_batch = {}) {
+             bool in_place, BatchProgress& progress, const std::function<void(std::size_t)>& before_batch = {}) {
   model::LayerState copy;
   for (std::size_t k = 0; k < st.size(); ++k) {
     model::LayerState& b = st[k];
@@ -249,6 +268,22 @@ void advance(const model::Model& m, int i, BatchStates& st, const Batches& batch
       copy = b;
       m.layer_resume(i, copy, batches.T[k], obs);
     }
+    progress.done(k + 1, st.size());
+  }
+}
+
+// Runs layer i on every batch from the layer's input (the rows of `hidden`), one batch state at a time:
+// a pass whose states are not kept holds one batch's, never a copy of every batch's input.
+void advance_from_input(const model::Model& m, int i, const MatrixF& hidden, const Batches& batches,
+                        model::ForwardObserver* obs, BatchProgress& progress,
+                        const std::function<void(std::size_t)>& before_batch = {}) {
+  model::LayerState s;
+  for (std::size_t k = 0; k < batches.start.size(); ++k) {
+    if (before_batch) before_batch(k);
+    s = model::LayerState{};
+    s.resid = hidden.middleRows(batches.start[k], batches.rows[k]);
+    m.layer_resume(i, s, batches.T[k], obs);
+    progress.done(k + 1, batches.start.size());
   }
 }
 
@@ -276,16 +311,24 @@ class LayerPasses {
     const model::Site until = *std::max_element(sites.begin(), sites.end());
     const bool in_place = opt_.resume_passes && keep_state_ &&
                           4 * n_tok * (m_.config().hidden_size + site_width(m_.layer(layer_), until)) <= limit;
-    if (!valid_) state_ = input_states(hidden_, batches_);
+    // From the layer's input without kept states: batch by batch, no copy of every batch's input.
+    const bool from_input = !valid_ && !in_place;
+    if (!valid_) state_.clear();  // stale states freed before new ones are made
+    if (!valid_ && in_place) state_ = input_states(hidden_, batches_);
     auto tap = std::make_unique<SiteTap>(m_.layer(layer_), layer_, sites, std::move(wants), n_tok,
                                          batches_.first_row, opt_.covariance_f32, dense);
-    const auto from = state_.front().at;
+    const auto from = from_input ? std::nullopt : state_.front().at;
     const std::vector<model::Site> cross_sites = tap->cross_sites();
     std::function<void(std::size_t)> dense_batch;
     if (!cross_sites.empty()) dense_batch = [&](std::size_t b) { dense->advance_batch(b, cross_sites); };
     const double dense0 = dense ? dense->seconds() : 0.0;
     const auto t0 = Clock::now();
-    advance(m_, layer_, state_, batches_, tap.get(), in_place, dense_batch);
+    BatchProgress progress([&] { return fmt::format("layer {}: pass to {}", layer_, site_name(until)); });
+    if (from_input) {
+      advance_from_input(m_, layer_, hidden_, batches_, tap.get(), progress, dense_batch);
+    } else {
+      advance(m_, layer_, state_, batches_, tap.get(), in_place, progress, dense_batch);
+    }
     const double dense_s = dense ? dense->seconds() - dense0 : 0.0;
     times_.forward += seconds_since(t0) - tap->seconds - tap->cross_seconds - tap->consume_seconds - dense_s;
     times_.consume += tap->consume_seconds;
@@ -312,12 +355,26 @@ class LayerPasses {
   // Runs the (compressed) layer to its end and writes its output for the N·L rows to `out`, which
   // may be the layer's input matrix itself (the batch states hold copies of it).
   void finish(MatrixF& out) {
-    if (!valid_) state_ = input_states(hidden_, batches_);
-    const auto from = state_.front().at;
+    const auto from = valid_ ? state_.front().at : std::nullopt;
     const auto t0 = Clock::now();
-    advance(m_, layer_, state_, batches_, nullptr, /*in_place=*/true);
-    for (std::size_t b = 0; b < state_.size(); ++b) {
-      out.middleRows(batches_.start[b], state_[b].resid.rows()) = state_[b].resid;
+    BatchProgress progress([&] { return fmt::format("layer {}: pass to its output", layer_); });
+    if (valid_) {
+      advance(m_, layer_, state_, batches_, nullptr, /*in_place=*/true, progress);
+      for (std::size_t b = 0; b < state_.size(); ++b) {
+        out.middleRows(batches_.start[b], state_[b].resid.rows()) = state_[b].resid;
+      }
+    } else {
+      // Batch by batch from the input: a batch reads only its own rows before its output replaces them,
+      // so `out` may be the input itself, and no copy of every batch's input is held.
+      state_.clear();
+      model::LayerState s;
+      for (std::size_t b = 0; b < batches_.start.size(); ++b) {
+        s = model::LayerState{};
+        s.resid = hidden_.middleRows(batches_.start[b], batches_.rows[b]);
+        m_.layer_resume(layer_, s, batches_.T[b], nullptr);
+        out.middleRows(batches_.start[b], s.resid.rows()) = s.resid;
+        progress.done(b + 1, batches_.start.size());
+      }
     }
     times_.forward += seconds_since(t0);
     add_flops(from, std::nullopt);

@@ -29,6 +29,25 @@ std::vector<std::string> read_documents(const CalibOptions& opt) {
   throw ConfigError(fmt::format("--calib: unknown source (expected c4 or text, got {})", opt.source));
 }
 
+// Random windows drawn from far less text than they add up to repeat it: say so (the windows still
+// differ, but the statistics see the same tokens many times, and the memory grows with N·L all the same).
+void warn_resampling(const CalibOptions& opt, const std::vector<std::vector<std::int32_t>>& cache,
+                     const std::vector<bool>& tokenized) {
+  const auto L = static_cast<std::size_t>(opt.seqlen);
+  std::size_t docs = 0, tokens = 0;
+  for (std::size_t d = 0; d < cache.size(); ++d) {
+    if (!tokenized[d] || cache[d].size() <= L) continue;
+    ++docs;
+    tokens += cache[d].size();
+  }
+  const double need = static_cast<double>(opt.nsamples) * static_cast<double>(L);
+  if (tokens == 0 || need <= 2.0 * static_cast<double>(tokens)) return;
+  log_warn("calibration resamples its data: {} windows of {} tokens = {} tokens drawn from {} documents of more than "
+           "{} tokens holding {} tokens, each token about {:.1f} times (more distinct text needs a larger "
+           "--calib-data file; fewer --nsamples cost less memory and time)", opt.nsamples, L,
+           static_cast<std::int64_t>(need), docs, L, tokens, need / static_cast<double>(tokens));
+}
+
 // GPTQ get_c4: repeat N times: draw documents until one has more than L tokens, then a random window.
 std::vector<std::int32_t> sample_random(const io::Tokenizer& tok, const CalibOptions& opt,
                                         const std::vector<std::string>& docs) {
@@ -64,6 +83,7 @@ std::vector<std::int32_t> sample_random(const io::Tokenizer& tok, const CalibOpt
       if (++attempts > 1000000) throw FormatError(fmt::format("{}: too few long documents", opt.data.string()));
     }
   }
+  warn_resampling(opt, cache, tokenized);
   return ids;
 }
 

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <fstream>
 
 #include <fmt/format.h>
 
@@ -92,9 +93,57 @@ std::int64_t parse_bytes(const std::string& text, const std::string& what) {
   return static_cast<std::int64_t>(bytes);
 }
 
-std::int64_t default_memory_budget() {
-  constexpr std::int64_t kGiB = std::int64_t{1} << 30;
-  return std::max(physical_memory_bytes() - 2 * kGiB, kGiB);
+namespace {
+
+// The first number of a file ("max" or anything unreadable: -1).
+std::int64_t read_number(const char* path) {
+  std::ifstream in(path);
+  std::int64_t v = -1;
+  if (!(in >> v)) return -1;
+  return v;
 }
+
+// MemAvailable of /proc/meminfo in bytes (-1: unknown).
+std::int64_t mem_available() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  std::int64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return -1;
+}
+
+}  // namespace
+
+MemoryBudget budget_from(std::int64_t physical, std::int64_t available, std::int64_t cgroup_limit,
+                         std::int64_t cgroup_usage, std::int64_t own_rss) {
+  constexpr std::int64_t kGiB = std::int64_t{1} << 30, kMargin = kGiB / 2;
+  MemoryBudget b{physical - 2 * kGiB, "physical memory - 2 GiB"};
+  // What this process holds already is available to it.
+  if (available >= 0 && available + own_rss - kMargin < b.bytes) {
+    b = {available + own_rss - kMargin, "available memory (MemAvailable + this process - 512 MiB)"};
+  }
+  // A limit far above the machine's memory means none ("max", or v1's page-rounded 2^63).
+  if (cgroup_limit > 0 && cgroup_limit < (std::int64_t{1} << 60)) {
+    const std::int64_t others = cgroup_usage > own_rss ? cgroup_usage - own_rss : 0;
+    if (cgroup_limit - others - kMargin < b.bytes) {
+      b = {cgroup_limit - others - kMargin, "cgroup limit (less the rest of the cgroup - 512 MiB)"};
+    }
+  }
+  b.bytes = std::max(b.bytes, kGiB);
+  return b;
+}
+
+MemoryBudget default_budget() {
+  std::int64_t limit = read_number("/sys/fs/cgroup/memory.max"), usage = read_number("/sys/fs/cgroup/memory.current");
+  if (limit < 0) {
+    limit = read_number("/sys/fs/cgroup/memory/memory.limit_in_bytes");
+    usage = read_number("/sys/fs/cgroup/memory/memory.usage_in_bytes");
+  }
+  return budget_from(physical_memory_bytes(), mem_available(), limit, usage, current_rss_bytes());
+}
+
+std::int64_t default_memory_budget() { return default_budget().bytes; }
 
 }  // namespace latentllm::core

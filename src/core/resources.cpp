@@ -1,5 +1,6 @@
 #include "latentllm/resources.hpp"
 
+#include <cstdio>
 #include <malloc.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -10,6 +11,16 @@ std::int64_t peak_rss_bytes() {
   struct rusage ru {};
   if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
   return static_cast<std::int64_t>(ru.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+std::int64_t current_rss_bytes() {
+  long size = 0, resident = 0;
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  const int n = std::fscanf(f, "%ld %ld", &size, &resident);
+  std::fclose(f);
+  const long page = sysconf(_SC_PAGE_SIZE);
+  return n == 2 && page > 0 ? static_cast<std::int64_t>(resident) * page : 0;
 }
 
 std::int64_t physical_memory_bytes() {

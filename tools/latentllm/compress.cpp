@@ -21,7 +21,7 @@ namespace {
 struct CompressArgs {
   std::string model, out, method = "latentllm", dtype;  // dtype "": the format's default
   std::string format = "latent", kv_cache = "auto";
-  std::string max_memory;  // empty: physical memory − 2 GiB
+  std::string max_memory;  // empty: core::default_budget()
   std::string components = "lm";
   double ratio = 0.2;
   MethodArgs m;
@@ -199,8 +199,8 @@ int run_compress(const CompressArgs& a) {
     r.calibration = to_calib_options(a.c, nullptr);  // seqlen resolved against the model by compress::run
   }
   compress::Observer observe;
-  observe.memory = [&](const core::MemoryPlan& plan, bool default_budget) {
-    print_memory_plan("compress", plan, default_budget ? "physical memory - 2 GiB; --max-memory" : "--max-memory");
+  observe.memory = [&](const core::MemoryPlan& plan, const std::string& budget_source) {
+    print_memory_plan("compress", plan, budget_source);
   };
   observe.planned = [&](const compress::PlannedRanks& p) {
     const bool plain = p.source != compress::PlannedRanks::Source::Resumed &&
@@ -253,7 +253,7 @@ Command add_compress(CLI::App& app) {
   add_run_options(sub, a->run);
   add_weights_option(sub, a->run);
   sub->add_option("--max-memory", a->max_memory,
-                  "Memory budget (e.g. 20G; default: physical memory - 2 GiB): the plan of the run is printed at "
+                  "Memory budget (e.g. 20G; default: physical memory - 2 GiB, or less when less is available now or a cgroup limits it): the plan of the run is printed at "
                   "start and a run that does not fit is refused before any work")->group("Run");
   sub->add_flag("--json", a->json, "Print the result as JSON")->group("Run");
   return {sub, [a] { return run_compress(*a); }};

@@ -33,7 +33,7 @@ struct EvalArgs {
   std::string protocol = "generate";
   int max_problems = 0;
   int max_new_tokens = 3;
-  std::string max_memory;  // empty: physical memory − 2 GiB
+  std::string max_memory;  // empty: core::default_budget()
   RunArgs run;
   bool json = false;
   const CLI::App* app = nullptr;  // the subcommand, to tell which options were given
@@ -164,7 +164,7 @@ Command add_eval(CLI::App& app) {
       ->capture_default_str()
       ->group("Protocol");
   sub->add_option("--max-memory", args->max_memory,
-                  "Memory budget (e.g. 20G; default: physical memory - 2 GiB): the weights as --weights holds them "
+                  "Memory budget (e.g. 20G; default: physical memory - 2 GiB, or less when less is available now or a cgroup limits it): the weights as --weights holds them "
                   "(stored by default, float32 with --weights f32) and the rest of the plan printed at start; a model "
                   "whose plan does not fit is refused before it is read")
       ->group("Run");

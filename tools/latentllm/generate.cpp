@@ -42,7 +42,7 @@ struct GenerateArgs {
   eval::GenerateOptions opt;
   RunArgs run;
   std::string seed = "0";
-  std::string max_memory;  // empty: physical memory − 2 GiB
+  std::string max_memory;  // empty: core::default_budget()
   bool json = false;
   bool map_weights = false;  // --map-weights: 16-bit weights read in place (LoadOptions::huge_pages off)
 };
@@ -263,7 +263,7 @@ Command add_generate(CLI::App& app) {
       ->capture_default_str()
       ->group("Performance");
   sub->add_option("--max-memory", args->max_memory,
-                  "Memory budget (e.g. 20G; default: physical memory - 2 GiB): the weights take their size as held "
+                  "Memory budget (e.g. 20G; default: physical memory - 2 GiB, or less when less is available now or a cgroup limits it): the weights take their size as held "
                   "(--weights), so a model whose plan (printed at start) does not fit is refused before it is read")
       ->group("Run");
   add_run_options(sub, args->run);

@@ -344,7 +344,7 @@ void check_inference_memory(const std::string& command, const std::string& model
       if (part != "language") towers += 4 * n;
     plan.add("vision tower and projector (float32)", towers, "widened at load");
   }
-  print_memory_plan(command, plan, max_memory.empty() ? "physical memory - 2 GiB; --max-memory" : "--max-memory");
+  print_memory_plan(command, plan, max_memory.empty() ? core::default_budget().source + "; --max-memory" : "--max-memory");
   if (plan.fits()) return;
   throw ConfigError(fmt::format("--max-memory: budget too small for {} (expected at least {}: {}; got {}); the "
                                 "weights are held as {} (--weights {}): use --max-memory {} on a machine with that memory",

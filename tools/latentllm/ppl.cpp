@@ -31,7 +31,7 @@ struct PplArgs {
   int max_windows = 0;
   int batch = 0;
   RunArgs run;
-  std::string max_memory;  // empty: physical memory − 2 GiB
+  std::string max_memory;  // empty: core::default_budget()
   bool layer_major = false;
   bool json = false;
 };
@@ -67,7 +67,7 @@ class ProgressLine {
 bool choose_layer_major(const PplArgs& a, const model::Model& lazy_model, std::int64_t n_ids, std::int64_t windows,
                         int seqlen, std::int64_t budget) {
   const auto plan = eval::plan_perplexity_memory(lazy_model, n_ids, windows, seqlen, a.batch, core::num_threads(), budget);
-  const std::string source = a.max_memory.empty() ? "physical memory - 2 GiB; --max-memory" : "--max-memory";
+  const std::string source = a.max_memory.empty() ? core::default_budget().source + "; --max-memory" : "--max-memory";
   print_memory_plan("ppl", plan.eager, source);
   print_memory_plan("ppl", plan.layer_major, source);
   const bool layer_major = a.layer_major || !plan.eager.fits();

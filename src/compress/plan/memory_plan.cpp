@@ -83,8 +83,9 @@ core::MemoryPlan plan_compress_memory(const model::Model& m, std::int64_t n_tok,
   if (4 * r_tok * (d + w) <= limit) {
     p.add("pass states", 4 * r_tok * (d + w), fmt::format("{} tokens x ({} + {}) x 4 B (residual + site input)", r_tok, d, w));
   } else {
-    p.add("pass states", 4 * r_tok * d + 4 * batch_tokens * (d + w),
-          fmt::format("residual of {} tokens + one batch of {} tokens x ({} + {}) x 4 B", r_tok, batch_tokens, d, w));
+    // Beyond the limit every pass starts from the layer's input, one batch state at a time (pipeline.cpp).
+    p.add("pass states", 4 * batch_tokens * (d + w),
+          fmt::format("one batch of {} tokens x ({} + {}) x 4 B, from the layer's input", batch_tokens, d, w));
   }
   const std::int64_t act = eval::activation_floats_per_token(c);
   p.add("forward activations", 4 * batch_tokens * act, fmt::format("{} tokens x {} floats", batch_tokens, act));

@@ -50,14 +50,16 @@ void check_multimodal(const Request& r, const model::Model& m) {
 // any work, when it does not fit, naming the largest --nsamples that fits.
 core::MemoryPlan check_memory(const Request& r, const model::Model& m, const CompressOptions& opt,
                               const calib::CalibOptions& co, const core::MemoryItem* mm, const Observer& observe) {
-  const std::int64_t budget = r.memory_budget > 0 ? r.memory_budget : core::default_memory_budget();
+  const core::MemoryBudget given{r.memory_budget, "--max-memory"};
+  const core::MemoryBudget b = r.memory_budget > 0 ? given : core::default_budget();
+  const std::int64_t budget = b.bytes;
   auto plan_of = [&](std::int64_t windows) {
     core::MemoryPlan p = plan_compress_memory(m, windows * co.seqlen, co.seqlen, opt, budget);
     if (mm) p.add(mm->name, mm->bytes, mm->detail);
     return p;
   };
   const core::MemoryPlan plan = plan_of(co.nsamples);
-  if (observe.memory && dist::is_root()) observe.memory(plan, r.memory_budget <= 0);
+  if (observe.memory && dist::is_root()) observe.memory(plan, r.memory_budget > 0 ? b.source : b.source + "; --max-memory");
   if (plan.fits()) return plan;
   int k = co.nsamples - 1;
   while (k > 0 && !plan_of(k).fits()) --k;
