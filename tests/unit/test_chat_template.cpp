@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "errors_doc.hpp"
 #include "io/jinja.hpp"
 #include "latentllm/chat.hpp"
 #include "latentllm/error.hpp"
@@ -166,6 +167,43 @@ TEST(Jinja, ErrorsNameTheConstruct) {
   expect_error<FormatError>([] { (void)render("{{ 1 + }}"); }, {"t: line 1: syntax (expected an expression, got the end of the tag)"});
   expect_error<FormatError>([] { (void)render("{{ strftime_now('%Y') }}"); }, {"function strftime_now is not supported"});
   EXPECT_THROW((void)render("{{ 'a' + 1 }}"), FormatError);
+}
+
+fs::path template_dir(const std::string& file, const std::string& body) {
+  const fs::path dir = make_temp_dir("chat-err");
+  std::ofstream(dir / file) << body;
+  return dir;
+}
+
+TEST(ErrorsDoc, ChatTemplates) {
+  const auto load = [](const std::string& file, const std::string& body) {
+    return lib([=] { (void)io::ChatTemplate::load(template_dir(file, body)); });
+  };
+  const auto tmpl = [](const std::string& source) {
+    return lib([=] { (void)io::ChatTemplate(source, "dir/chat_template.jinja").render(ojson::array()); });
+  };
+  const auto conv = [](const std::string& mode, const std::string& messages) {
+    return lib([=] { (void)io::conv_prompt(mode, ojson::parse(messages)); });
+  };
+  check_section("Chat templates (`io::ChatTemplate`, `io::conv_prompt`, `io::jinja::Template`)",
+                {
+                    {"chat-config-template", {load("tokenizer_config.json", R"({"chat_template": 3})"),
+                                              load("tokenizer_config.json", R"({"chat_template": [{"name": "x", "template": "y"}]})")}},
+                    {"chat-json-template", {load("chat_template.json", R"({"template": "x"})")}},
+                    {"chat-tag", {tmpl("{% macro f() %}{% endmacro %}"), tmpl("{% raw %}"), tmpl("{% set x %}{% endset %}x")}},
+                    {"chat-unclosed-block", {tmpl("{% for m in messages %}"), tmpl("{% if true %}")}},
+                    {"chat-unclosed-tag", {tmpl("{{ 1"), tmpl("{% if"), tmpl("{# x")}},
+                    {"chat-syntax", {tmpl("{{ 1 + }}"), tmpl("{{ a[] }}")}},
+                    {"chat-filter", {tmpl("{{ 1 | frobnicate }}")}},
+                    {"chat-function", {tmpl("{{ strftime_now('%Y') }}")}},
+                    {"chat-types", {tmpl("{{ 'a' + 1 }}"), tmpl("{{ [] - 1 }}")}},
+                    {"chat-undefined", {tmpl("{{ x.y }}")}},
+                    {"chat-refused", {tmpl("{{ raise_exception('Only user and assistant roles are supported!') }}")}},
+                    {"chat-conv-messages", {conv("vicuna_v1", R"([{"role": "assistant", "content": "x"}])"),
+                                            conv("vicuna_v1", R"([{"role": "user", "content": ""}])"),
+                                            conv("llava_v1", R"([])"),
+                                            conv("plain", R"([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}])")}},
+                });
 }
 
 }  // namespace
