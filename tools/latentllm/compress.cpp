@@ -199,7 +199,7 @@ int run_compress(const CompressArgs& a) {
     }
     if (!llava) llava.emplace(model::LlavaModel::load(a.model, a.run.load(/*lazy=*/true)));
     mm = eval::scienceqa::calibration_set(*llava, *model_tokenizer(a.model, model->config()),
-                                          image::load_processor_config(a.model / std::filesystem::path("preprocessor_config.json")),
+                                          image::load_checkpoint_processor(a.model),
                                           co->data, "train", co->nsamples, co->seed);
     co->seqlen = *std::max_element(mm->lengths.begin(), mm->lengths.end());
     opt.pipeline.lengths = mm->lengths;

@@ -30,9 +30,9 @@ struct EvalArgs {
   std::string model;
   std::string data;
   std::string split = "val";
-  std::string protocol = "generate";
+  std::string protocol = "llava";
   int max_problems = 0;
-  int max_new_tokens = 3;
+  int max_new_tokens = 0;  // 0: the protocol's default (sqa::default_max_new_tokens)
   std::string max_memory;  // empty: physical memory − 2 GiB
   RunArgs run;
   bool json = false;
@@ -97,11 +97,13 @@ int run_eval(const EvalArgs& a) {
   sqa::Options opt;
   opt.protocol = sqa::parse_protocol(a.protocol);
   if (a.max_problems < 0) throw ConfigError(fmt::format("--max-problems (expected >= 0, got {})", a.max_problems));
-  if (a.max_new_tokens < 1) {
+  const bool given = a.app && a.app->count("--max-new-tokens") > 0;
+  if (given && a.max_new_tokens < 1) {
     throw ConfigError(fmt::format("--max-new-tokens (expected >= 1, got {})", a.max_new_tokens));
   }
-  if (opt.protocol == sqa::Protocol::Loglik && a.app && a.app->count("--max-new-tokens") > 0) {
-    throw ConfigError("--max-new-tokens: not read by --protocol loglik (expected it only with --protocol generate)");
+  if (opt.protocol == sqa::Protocol::Loglik && given) {
+    throw ConfigError("--max-new-tokens: not read by --protocol loglik (expected it only with --protocol llava or "
+                      "generate)");
   }
   opt.max_new_tokens = a.max_new_tokens;
   apply_run_options(a.run);
@@ -116,7 +118,7 @@ int run_eval(const EvalArgs& a) {
   const model::LlavaModel m = model::LlavaModel::load(a.model, a.run.load());
   const auto tok = model_tokenizer(a.model, m.config().text);
   const image::ProcessorConfig processor =
-      image::load_processor_config(std::filesystem::path(a.model) / "preprocessor_config.json");
+      image::load_checkpoint_processor(std::filesystem::path(a.model));
   if (!quiet()) {
     std::fprintf(stderr, "eval: scienceqa %s (%zu problems) from %s, protocol %s, model %s\n", a.split.c_str(),
                  problems.size(), a.data.c_str(), a.protocol.c_str(), a.model.c_str());
@@ -155,13 +157,16 @@ Command add_eval(CLI::App& app) {
       ->capture_default_str()
       ->group("Input");
   sub->add_option("--protocol", args->protocol,
-                  "generate: greedy reply parsed as LLaVA's eval_science_qa.py (unparsable = wrong); loglik: the "
-                  "option letter with the largest logit after \"ASSISTANT:\"")
-      ->check(CLI::IsMember({"generate", "loglik"}))
+                  "llava: LLaVA's own protocol (model_vqa_science.py's prompt normalisation, greedy reply to EOS, at "
+                  "most 1024 tokens, parsed as eval_science_qa.py; unparsable = wrong); generate: the earlier "
+                  "protocol (3 tokens, newlines read as \". \" by the parser); loglik: the option letter with the "
+                  "largest logit after \"ASSISTANT:\"")
+      ->check(CLI::IsMember({"llava", "generate", "loglik"}))
       ->capture_default_str()
       ->group("Protocol");
-  sub->add_option("--max-new-tokens", args->max_new_tokens, "generate: longest reply in tokens (EOS stops earlier)")
-      ->capture_default_str()
+  sub->add_option("--max-new-tokens", args->max_new_tokens,
+                  "llava, generate: longest reply in tokens (EOS and max_position_embeddings stop earlier; default "
+                  "1024 for llava, 3 for generate)")
       ->group("Protocol");
   sub->add_option("--max-memory", args->max_memory,
                   "Memory budget (e.g. 20G; default: physical memory - 2 GiB): the weights as --weights holds them "

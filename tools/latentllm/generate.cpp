@@ -229,7 +229,7 @@ int run_llava(const GenerateArgs& a, const eval::GenerateOptions& opt) {
   std::vector<model::ImageInput> images;
   std::vector<std::int64_t> counts;
   if (!imgs.empty()) {
-    const auto processor = image::load_processor_config(std::filesystem::path(a.model) / "preprocessor_config.json");
+    const auto processor = image::load_checkpoint_processor(std::filesystem::path(a.model));
     for (std::size_t k = 0; k < imgs.size(); ++k) {
       if (lm.config().anyres()) {
         image::AnyresPixels any = image::preprocess_anyres(imgs[k], processor);
