@@ -323,7 +323,7 @@ class Renderer {
   }
 
   Value item(const Value& obj, const Value& key, int line) {
-    if (obj.is_discarded()) fail(line, "subscript of an undefined value");
+    if (obj.is_discarded()) fail(line, "subscript (expected a list, str or dict, got undefined)");
     if (obj.is_object()) {
       if (!key.is_string()) return undefined();
       const auto it = obj.find(key.get<std::string>());
@@ -402,7 +402,7 @@ class Renderer {
         return dict_method(e, obj, callee.name);
       fail(e.line, fmt::format("method {} of {} is not supported", callee.name, type_name(obj)));
     }
-    if (callee.kind != Expr::Kind::Name) fail(e.line, "call of an expression that is not a function");
+    if (callee.kind != Expr::Kind::Name) fail(e.line, "call (expected a function name or a method, got another expression)");
     const std::vector<Value> a = args_of(e, 1);
     const std::string& f = callee.name;
     if (f == "raise_exception") {
@@ -418,7 +418,7 @@ class Renderer {
       std::int64_t lo = 0, hi = 0, st = 1;
       if (a.size() == 1 && is_int(a[0])) hi = as_int(a[0]);
       else if (a.size() >= 2 && is_int(a[0]) && is_int(a[1])) lo = as_int(a[0]), hi = as_int(a[1]);
-      else fail(e.line, "range (expected 1 to 3 integers)");
+      else fail(e.line, fmt::format("range (expected 1 to 3 integers, got {} arguments)", a.size()));
       if (a.size() == 3 && is_int(a[2])) st = as_int(a[2]);
       if (st == 0) fail(e.line, "range step (expected a non-zero integer, got 0)");
       Value r = Value::array();
@@ -463,7 +463,7 @@ class Renderer {
     if (m == "split") return split(s, a.empty() || a[0].is_null() ? std::nullopt : std::optional(str_arg(e, a, 0, m)));
     if (m == "join") {
       std::string out;
-      if (a.empty() || !a[0].is_array()) fail(e.line, "join (expected a list argument)");
+      if (a.empty() || !a[0].is_array()) fail(e.line, fmt::format("join (expected a list argument, got {})", a.empty() ? "none" : type_name(a[0])));
       for (std::size_t i = 0; i < a[0].size(); ++i) out += (i ? s : "") + to_python_str(a[0][i]);
       return out;
     }
@@ -585,7 +585,7 @@ class Renderer {
     if (is_numeric(a) && is_numeric(b)) {
       const bool ints = is_int(a) && is_int(b);
       if (op == "/") {
-        if (as_double(b) == 0) fail(line, "division by zero");
+        if (as_double(b) == 0) fail(line, "operator / (expected a non-zero divisor, got 0)");
         return as_double(a) / as_double(b);
       }
       if (ints) {
@@ -593,7 +593,7 @@ class Renderer {
         if (op == "+") return x + y;
         if (op == "-") return x - y;
         if (op == "*") return x * y;
-        if (y == 0) fail(line, "division by zero");
+        if (y == 0) fail(line, fmt::format("operator {} (expected a non-zero divisor, got 0)", op));
         std::int64_t q = x / y, r = x % y;
         if (r != 0 && ((r < 0) != (y < 0))) --q, r += y;  // Python's floor division and modulo
         return op == "//" ? q : r;
@@ -602,7 +602,7 @@ class Renderer {
       if (op == "+") return x + y;
       if (op == "-") return x - y;
       if (op == "*") return x * y;
-      if (y == 0) fail(line, "division by zero");
+      if (y == 0) fail(line, fmt::format("operator {} (expected a non-zero divisor, got 0)", op));
       return op == "//" ? std::floor(x / y) : x - y * std::floor(x / y);
     }
     if (op == "+" && a.is_string() && b.is_string()) return a.get<std::string>() + b.get<std::string>();

@@ -126,7 +126,11 @@ std::size_t unescape(std::string_view s, std::size_t i, char quote, std::string&
       case 'u':
       case 'U': {
         const std::size_t n = e == 'x' ? 2 : e == 'u' ? 4 : 8;
-        if (i + n >= s.size()) throw FormatError(fmt::format("{}: truncated \\{} escape in a string", where, e));
+        if (i + n >= s.size() || !std::all_of(s.begin() + static_cast<std::ptrdiff_t>(i + 1),
+                                              s.begin() + static_cast<std::ptrdiff_t>(i + 1 + n),
+                                              [](char h) { return std::isxdigit(static_cast<unsigned char>(h)) != 0; }))
+          throw FormatError(fmt::format("{}: syntax (expected {} hex digits after \\{}, got \"{}\")", where, n, e,
+                                        s.substr(i + 1, std::min(n, s.size() - i - 1))));
         const auto cp = static_cast<std::uint32_t>(std::stoul(std::string(s.substr(i + 1, n)), nullptr, 16));
         i += n;
         if (cp < 0x80) {
@@ -149,7 +153,7 @@ std::size_t unescape(std::string_view s, std::size_t i, char quote, std::string&
       default: out += '\\'; out += e;
     }
   }
-  throw FormatError(fmt::format("{}: unterminated string (expected a closing {}, got the end of the tag)", where,
+  throw FormatError(fmt::format("{}: syntax (expected a closing {} of the string, got the end of the tag)", where,
                                 quote));
 }
 
@@ -189,7 +193,7 @@ std::vector<Token> tokenize(std::string_view s, const std::string& where) {
     } else {
       const auto op = std::find_if(kOps.begin(), kOps.end(), [&](const std::string& o) { return s.substr(i).starts_with(o); });
       if (op == kOps.end()) {
-        throw FormatError(fmt::format("{}: unexpected character '{}' (expected an expression)", where, c));
+        throw FormatError(fmt::format("{}: syntax (expected an expression, got '{}')", where, c));
       }
       out.push_back({Token::Kind::Op, *op, {}});
       i += op->size();

@@ -9,6 +9,8 @@
 
 #include "errors_doc.hpp"
 #include "latentllm/mc.hpp"
+#include "latentllm/model.hpp"
+#include "latentllm/tokenizer.hpp"
 #include "test_support.hpp"
 
 namespace latentllm::test {
@@ -143,6 +145,7 @@ TEST(ErrorsDoc, ZeroShotMultipleChoice) {
       (void)mc::read_items(f, format);
     });
   };
+  const std::string stories = "'" + shared_path("models/stories260K/hf").string() + "'";
   check_section("Zero-shot multiple choice (`latentllm eval --task mc`, `eval::mc`)",
                 {
                     {"mc-open", {lib([] { (void)mc::read_items("/nonexistent/task.jsonl"); })}},
@@ -156,6 +159,27 @@ TEST(ErrorsDoc, ZeroShotMultipleChoice) {
                                  file(R"({"question": "q", "choices": {"text": ["a", "b"], "label": ["A", "B"]}, "answerKey": "E"})"),
                                  file(R"({"sentence": "_ x", "option1": "a", "option2": "b", "answer": "3"})")}},
                     {"mc-blank", {file(R"({"sentence": "no blank", "option1": "a", "option2": "b", "answer": "1"})")}},
+                    {"mc-options", {cli("eval --task mc --model " + stories + " --data x.jsonl --split val"),
+                                    cli("eval --task mc --model " + stories + " --data x.jsonl --protocol llava"),
+                                    cli("eval --task scienceqa --model " + stories + " --data x --format arc")}},
+                    {"mc-prefix", {lib([] {
+                       // stories260K's weights with a config without eos_token_id, GPT-2's tokenizer (no BOS).
+                       const fs::path dir = make_temp_dir("mc-err-prefix");
+                       const fs::path src = shared_path("models/stories260K/hf");
+                       json c = json::parse(read_bytes(src / "config.json"));
+                       c.erase("eos_token_id");
+                       c.erase("bos_token_id");
+                       std::ofstream(dir / "config.json") << c.dump();
+                       fs::create_symlink(src / "model.safetensors", dir / "model.safetensors");
+                       const auto m = model::Model::load(dir);
+                       const auto tok = io::load_tokenizer(shared_path("data/tokenizers/gpt2"));
+                       (void)mc::encode_pair(*tok, *m, "", " x", {});
+                     })}},
+                    {"mc-long", {lib([] {
+                       const auto m = model::Model::load(shared_path("models/stories260K/hf"));
+                       const std::vector<std::int32_t> ctx = {1}, cont(600, 5);
+                       (void)mc::loglikelihood(*m, ctx, cont);
+                     })}},
                     {"mc-stories", {lib([] {
                        const fs::path f = make_temp_dir("mc-err-ts") / "s.txt";
                        std::ofstream(f) << "One. Two.\n<|endoftext|>\n";
