@@ -111,11 +111,24 @@ TEMPLATES = {
 }
 
 
+# Templates read in place from ../shared (its files are never copied into the repository).
+SHARED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared")
+IN_SHARED = {"llama-3-8b-instruct": "data/tokenizers/llama3/tokenizer_config.json",
+             "qwen3": "data/tokenizers/qwen3/tokenizer_config.json"}
+
+
+def template_source(name):
+    if name in IN_SHARED:
+        with open(os.path.join(SHARED, IN_SHARED[name]), encoding="utf-8") as f:
+            return json.load(f)["chat_template"]
+    with open(os.path.join(HERE, name + ".jinja"), encoding="utf-8") as f:
+        return f.read()
+
+
 def main():
     cases = []
     for name, (bos, eos, convs, extras) in TEMPLATES.items():
-        with open(os.path.join(HERE, name + ".jinja"), encoding="utf-8") as f:
-            template = ENV.from_string(f.read())
+        template = ENV.from_string(template_source(name))
         for case, messages in convs.items():
             for add_generation_prompt in (True, False):
                 context = {"messages": messages, "add_generation_prompt": add_generation_prompt,

@@ -27,6 +27,17 @@ std::string render(const std::string& source, const ojson& ctx = ojson::object()
   return io::jinja::Template(source, "t").render(ctx);
 }
 
+// A template of tests/data/chat_templates, or read in place from ../shared (never copied here): the
+// Llama-3 and Qwen3 tokenizer_config.json files of ../shared/data/tokenizers.
+std::string template_source(const std::string& name) {
+  if (name == "llama-3-8b-instruct" || name == "qwen3") {
+    const fs::path f = shared_path(std::string("data/tokenizers/") + (name == "qwen3" ? "qwen3" : "llama3") +
+                                   "/tokenizer_config.json");
+    return read_ojson(f).at("chat_template").get<std::string>();
+  }
+  return read_bytes(test_data_path("chat_templates/" + name + ".jinja"));
+}
+
 TEST(ChatTemplate, RealTemplatesMatchJinja2) {
   const ojson doc = read_ojson(test_data_path("chat_templates/golden.json"));
   int rendered = 0, refused = 0;
@@ -34,12 +45,11 @@ TEST(ChatTemplate, RealTemplatesMatchJinja2) {
     const std::string name = c.at("template");
     SCOPED_TRACE(name + " / " + c.at("case").get<std::string>() + " / add_generation_prompt " +
                  c.at("context").at("add_generation_prompt").dump());
-    const fs::path file = test_data_path("chat_templates/" + name + ".jinja");
     const ojson& ctx = c.at("context");
     ojson extra = ojson::object();
     for (const auto& [k, v] : ctx.items())
       if (k != "messages" && k != "add_generation_prompt" && k != "bos_token" && k != "eos_token") extra[k] = v;
-    const io::ChatTemplate t(read_bytes(file), name, ctx.at("bos_token"), ctx.at("eos_token"));
+    const io::ChatTemplate t(template_source(name), name, ctx.at("bos_token"), ctx.at("eos_token"));
     if (c.contains("output")) {
       EXPECT_EQ(t.render(ctx.at("messages"), ctx.at("add_generation_prompt"), extra), c.at("output").get<std::string>());
       ++rendered;
