@@ -57,6 +57,9 @@ struct GenerateOptions {
   SamplingOptions sampling;
   // The KV cache's form per factored k_proj / v_proj (model::KvCacheMode; --kv-cache).
   model::KvCacheMode kv_cache = model::KvCacheMode::Auto;
+  // Asked after each generated token (its text pushed to on_text): true ends the generation there (a stop
+  // string seen, a client gone). Unset: never.
+  std::function<bool()> stop_requested;
 };
 
 struct GenerateResult {
@@ -64,6 +67,7 @@ struct GenerateResult {
   std::vector<std::int32_t> tokens;      // the generated ids, the EOS that stopped it included
   std::string text;                      // the continuation: decode(prompt + tokens) after decode(prompt)
   bool stopped_at_eos = false;
+  bool stopped_by_request = false;  // GenerateOptions::stop_requested said so
   double prefill_seconds = 0;   // the prompt's forward (logits of its last position included)
   double decode_seconds = 0;    // the one-token forwards (sampling and detokenization excluded)
   int decode_steps = 0;         // one-token forwards: tokens.size() − 1 (the last token is not fed back)
@@ -106,5 +110,16 @@ std::vector<std::int64_t> stop_token_ids(const model::Model& m);
 using PrefillFn = std::function<void(model::KvCache& cache, MatrixF& logits)>;
 GenerateResult generate(const model::Model& m, const io::Tokenizer& tok, std::span<const std::int32_t> prompt,
                         const GenerateOptions& opt, const TextFn& on_text = {}, const PrefillFn& prefill = {});
+
+// The log-probability of each token of ids given the tokens before it (OpenAI's echo + logprobs, lm-eval's
+// loglikelihood over a completions API): entry i > 0 is log p(ids[i] | ids[0..i)) in double from the
+// model's float logits (log-softmax over the model's vocabulary) with the `top` most likely ids at that
+// position and their log-probabilities (most likely first, lower id on ties); entry 0 has no context
+// (logprob NaN, no top). One forward over ids; ConfigError as forward_cached beyond max_position_embeddings.
+struct TokenLogprob {
+  double logprob = 0;
+  std::vector<std::pair<std::int32_t, double>> top;
+};
+std::vector<TokenLogprob> token_logprobs(const model::Model& m, std::span<const std::int32_t> ids, int top = 0);
 
 }  // namespace latentllm::eval

@@ -68,7 +68,8 @@ RgbImage center_crop(const RgbImage& in, int height, int width);
 // `fill`, s = max(H, W); a square image is returned unchanged. ConfigError when s² > kMaxImagePixels.
 RgbImage expand_to_square(const RgbImage& in, std::array<std::uint8_t, 3> fill);
 
-// preprocessor_config.json of a CLIPImageProcessor or a LlavaNextImageProcessor (preprocess_anyres).
+// preprocessor_config.json of a CLIPImageProcessor, a LlavaImageProcessor (CLIP's steps after an optional
+// pad to square, `do_pad`) or a LlavaNextImageProcessor (preprocess_anyres).
 // Field names are the JSON keys; defaults are transformers'.
 struct ProcessorConfig {
   std::string image_processor_type = "CLIPImageProcessor";
@@ -89,8 +90,9 @@ struct ProcessorConfig {
   // LlavaNext: (height, width) pairs; LlavaNextImageProcessor's default when its file has none, empty for
   // a CLIPImageProcessor without the key.
   std::vector<std::pair<int, int>> image_grid_pinpoints;
-  // Not a key of the file: LLaVA's `image_aspect_ratio: pad` (its eval pads to a square of the mean
-  // colour, int(mean · 255) per channel, before the processor).
+  // Pad to a square of the mean colour, int(mean · 255) per channel, before the processor: LLaVA's
+  // `image_aspect_ratio: pad` (config.json of LLaVA's own checkpoints, mm_utils.process_images'
+  // expand2square) or LlavaImageProcessor's `do_pad` (llava-hf's, pad_to_square with the same colour).
   bool pad_to_square = false;
 };
 
@@ -99,6 +101,11 @@ struct ProcessorConfig {
 ProcessorConfig parse_processor_config(const nlohmann::json& doc, const std::string& origin);
 // Reads and parses a preprocessor_config.json file.
 ProcessorConfig load_processor_config(const std::filesystem::path& path);
+// The image processing of a LLaVA checkpoint directory, decided once for eval, generate and calibration:
+// its preprocessor_config.json, padded to a square when that file's LlavaImageProcessor says do_pad or
+// the directory's config.json says image_aspect_ratio "pad" (LLaVA's own checkpoints). Other
+// image_aspect_ratio values ("square", "anyres" with a NeXT processor) change nothing here.
+ProcessorConfig load_checkpoint_processor(const std::filesystem::path& dir);
 
 // transformers' get_resize_output_image_size for this config: (height, width) after the resize. With
 // shortest_edge s (default_to_square=False): the short side becomes s, the long side int(s · long / short).

@@ -178,6 +178,9 @@ class LlavaModel {
   // (if >= 0). ConfigError (model::KvCache) when T + max_new passes max_position_embeddings.
   std::vector<std::int32_t> generate_greedy(std::span<const std::int32_t> ids, std::span<const ImageInput> images,
                                             int max_new, std::int32_t eos) const;
+  // The same, stopping after any id of `stops` (generation_config.json may list several EOS ids).
+  std::vector<std::int32_t> generate_greedy(std::span<const std::int32_t> ids, std::span<const ImageInput> images,
+                                            int max_new, std::span<const std::int32_t> stops) const;
   std::vector<std::int32_t> generate_greedy(std::span<const std::int32_t> ids, std::span<const float> pixels,
                                             int n_img, int max_new, std::int32_t eos) const;
   // NeXT: image_newline [d] (empty for LLaVA-1.5).

@@ -53,17 +53,32 @@ const std::vector<std::string>& category_names();
 // an image, "Context: <hint stripped, or N/A>\nQuestion: <question>\nOptions: (A) c0 (B) c1 ...\nAnswer
 // with the option's letter from the given choices directly."
 std::string user_message(const Problem& p);
-// eval_science_qa.py's parse of a reply (newlines read as ". "): the stripped reply is a letter A..E;
+// The user message of LLaVA's own pipeline, byte for byte: the question file's CQM input of
+// scripts/convert_sqa_to_llava.py ("Context: <hint stripped, or N/A>\nQuestion: <question>\nOptions: (A)
+// c0 (B) c1 ...\n" with every "  " replaced by " " once, as str.replace does, then stripped), then
+// model_vqa_science.py's `.replace('<image>', '').strip()`, "<image>\n" first when the problem has an
+// image, and "\nAnswer with the option's letter from the given choices directly." appended.
+std::string llava_user_message(const Problem& p);
+// The protocol generate's parse of a reply (newlines read as ". "): the stripped reply is a letter A..E;
 // it starts with "X. "; or it holds "The answer is X". The index of the letter when it is among the
 // problem's n_choices options, else -1 (unparsable or out of range: counted wrong).
 int parse_answer(std::string_view reply, int n_choices);
+// eval_science_qa.py's parse, exactly: the reply is one of A..E; or it is at least 3 characters, its first
+// one of A..E and its 2nd and 3rd ". "; or re.findall(r'The answer is ([A-Z]).') finds exactly one match
+// (the '.' any character but a newline). Then get_pred_idx: the letter's index when it is among the first
+// n_choices of A..E, else -1. Newlines are not rewritten: "A\nB" is -1, "B\nThe answer is C." is C.
+int parse_answer_llava(std::string_view reply, int n_choices);
 
 enum class Protocol {
-  Generate,  // greedy decoding of a few tokens, stopped at EOS, parsed as LLaVA does
+  Llava,     // LLaVA's own: its prompt normalisation, greedy decoding to EOS (at most 1024 tokens), its parser
+  Generate,  // greedy decoding of a few tokens (3), stopped at EOS, parsed with newlines read as ". "
   Loglik,    // argmax of the last prompt position's logits over the option letters' token ids
 };
-Protocol parse_protocol(const std::string& name);  // "generate" | "loglik"; ConfigError otherwise
+Protocol parse_protocol(const std::string& name);  // "llava" | "generate" | "loglik"; ConfigError otherwise
 std::string_view protocol_name(Protocol p);
+// The reply's length limit of a protocol when --max-new-tokens is not given: LLaVA's 1024
+// (model_vqa_science.py's max_new_tokens), 3 for generate (a letter and EOS fit), 0 for loglik.
+int default_max_new_tokens(Protocol p);
 
 // The token id a model answers letter L with after "ASSISTANT:": the last token of tokenizing
 // "ASSISTANT: L" (a "▁L" / "ĠL" piece where the vocabulary has one, else the bare letter), checked to
@@ -79,8 +94,10 @@ struct Prediction {
 };
 
 struct Options {
-  Protocol protocol = Protocol::Generate;
-  int max_new_tokens = 3;  // generate: the reply's length limit (a letter and EOS fit)
+  Protocol protocol = Protocol::Llava;
+  // The reply's length limit (llava, generate), 0 for the protocol's default; a reply also stops at any EOS
+  // id and where the prompt and reply fill max_position_embeddings.
+  int max_new_tokens = 0;
 };
 
 struct Result {

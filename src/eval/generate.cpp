@@ -170,6 +170,10 @@ GenerateResult generate(const model::Model& m, const io::Tokenizer& tok, std::sp
         break;
       }
       if (static_cast<int>(r.tokens.size()) == opt.max_new_tokens) break;
+      if (opt.stop_requested && opt.stop_requested()) {
+        r.stopped_by_request = true;
+        break;
+      }
       t0 = Clock::now();
       m.forward_cached(std::span<const std::int32_t>(&r.tokens.back(), 1), cache, logits, true);
       r.decode_seconds += seconds_since(t0);

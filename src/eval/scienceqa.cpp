@@ -26,6 +26,13 @@ using Clock = std::chrono::steady_clock;
 
 constexpr std::string_view kLetters = "ABCDE";  // eval_science_qa.py's options
 
+// Python's str.replace(from, to): every non-overlapping occurrence, left to right, in one pass.
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  for (std::size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
+    s.replace(at, from.size(), to);
+  return s;
+}
+
 std::string strip(std::string_view s) {
   const auto b = s.find_first_not_of(" \t\n\r\f\v");
   if (b == std::string_view::npos) return "";
@@ -140,7 +147,7 @@ struct Input {
 // The prompt and its image: CLIPImageProcessor's one tile for LLaVA-1.5, LlavaNextImageProcessor's tiles
 // and the original size for NeXT (whose image token count depends on the size).
 Input make_input(const model::LlavaModel& m, const io::Tokenizer& tok, const image::ProcessorConfig& processor,
-                 const Problem& p) {
+                 const Problem& p, bool llava = false) {
   Input in;
   std::int64_t n_tokens = m.config().features_per_image();
   if (p.image) {
@@ -156,7 +163,7 @@ Input make_input(const model::LlavaModel& m, const io::Tokenizer& tok, const ima
     in.n_img = 1;
     n_tokens = m.image_tokens(in.images.front());
   }
-  const std::string prompt = model::vicuna_v1_prompt(user_message(p));
+  const std::string prompt = model::vicuna_v1_prompt(llava ? llava_user_message(p) : user_message(p));
   in.ids = tok.encode(model::expand_image_tokens(prompt, n_tokens));
   return in;
 }
@@ -170,7 +177,8 @@ struct Outcome {
 Outcome answer(const model::LlavaModel& m, const io::Tokenizer& tok, const image::ProcessorConfig& processor,
                const Problem& p, const Options& opt, const std::vector<std::int32_t>& letters,
                const std::vector<std::int64_t>& stops) {
-  const Input in = make_input(m, tok, processor, p);
+  const bool llava = opt.protocol == Protocol::Llava;
+  const Input in = make_input(m, tok, processor, p, llava);
   const int n = static_cast<int>(p.choices.size());
   Outcome o;
   if (opt.protocol == Protocol::Loglik) {
@@ -180,15 +188,19 @@ Outcome answer(const model::LlavaModel& m, const io::Tokenizer& tok, const image
     o.reply = std::string(1, kLetters[static_cast<std::size_t>(o.pred)]);
     return o;
   }
-  const auto eos = static_cast<std::int32_t>(stops.empty() ? -1 : stops.front());
-  std::vector<std::int32_t> out = m.generate_greedy(in.ids, in.images, opt.max_new_tokens, eos);
+  // The reply ends at an EOS id, at the limit, or where the prompt and reply fill the model's positions.
+  const int room = m.config().text.max_position_embeddings - static_cast<int>(in.ids.size());
+  const int limit = std::min(opt.max_new_tokens > 0 ? opt.max_new_tokens : default_max_new_tokens(opt.protocol), room);
+  std::vector<std::int32_t> stop_ids;
+  for (const std::int64_t id : stops) stop_ids.push_back(static_cast<std::int32_t>(id));
+  std::vector<std::int32_t> out = m.generate_greedy(in.ids, in.images, std::max(limit, 1), stop_ids);
   // Any stop id ends the reply (generation_config.json may list several).
   const auto stop = std::find_if(out.begin(), out.end(), [&](std::int32_t id) {
     return std::find(stops.begin(), stops.end(), id) != stops.end();
   });
   out.erase(stop, out.end());
   o.reply = strip(tok.decode(out));
-  o.pred = parse_answer(o.reply, n);
+  o.pred = llava ? parse_answer_llava(o.reply, n) : parse_answer(o.reply, n);
   return o;
 }
 
@@ -319,6 +331,36 @@ std::string user_message(const Problem& p) {
                      p.image ? "<image>\n" : "", context.empty() ? "N/A" : context, p.question, options);
 }
 
+std::string llava_user_message(const Problem& p) {
+  std::string options;
+  for (std::size_t i = 0; i < p.choices.size(); ++i)
+    options += fmt::format("{}({}) {}", i ? " " : "", kLetters[i], p.choices[i]);
+  const std::string context = strip(p.hint);  // " ".join([hint, ""]).strip()
+  std::string input = fmt::format("Context: {}\nQuestion: {}\nOptions: {}\n", context.empty() ? "N/A" : context,
+                                  p.question, options);
+  input = strip(replace_all(input, "  ", " "));
+  const std::string qs = strip(replace_all(input, std::string(model::kImageToken), ""));
+  return fmt::format("{}{}\nAnswer with the option's letter from the given choices directly.",
+                     p.image ? "<image>\n" : "", qs);
+}
+
+int parse_answer_llava(std::string_view reply, int n_choices) {
+  const std::string text(reply);
+  char letter = 0;
+  if (text.size() == 1 && kLetters.find(text[0]) != std::string_view::npos) {
+    letter = text[0];
+  } else if (text.size() >= 3 && kLetters.find(text[0]) != std::string_view::npos && text.compare(1, 2, ". ") == 0) {
+    letter = text[0];
+  } else {
+    // re.findall(r'The answer is ([A-Z]).'): non-overlapping matches, '.' any character but '\n'.
+    static const std::regex kAnswerIs("The answer is ([A-Z])[^\n]");
+    const auto first = std::sregex_iterator(text.begin(), text.end(), kAnswerIs);
+    if (std::distance(first, std::sregex_iterator()) == 1) letter = (*first)[1].str()[0];
+  }
+  const auto i = letter ? static_cast<int>(kLetters.find(letter)) : -1;
+  return letter && i >= 0 && i < n_choices ? i : -1;
+}
+
 int parse_answer(std::string_view reply, int n_choices) {
   std::string text;  // newlines read as ". ", as eval_science_qa.py does
   for (char ch : reply) text += ch == '\n' ? std::string(". ") : std::string(1, ch);
@@ -337,12 +379,17 @@ int parse_answer(std::string_view reply, int n_choices) {
 }
 
 Protocol parse_protocol(const std::string& name) {
+  if (name == "llava") return Protocol::Llava;
   if (name == "generate") return Protocol::Generate;
   if (name == "loglik") return Protocol::Loglik;
-  throw ConfigError(fmt::format("--protocol (expected generate or loglik, got {})", name));
+  throw ConfigError(fmt::format("--protocol (expected llava, generate or loglik, got {})", name));
 }
 
-std::string_view protocol_name(Protocol p) { return p == Protocol::Generate ? "generate" : "loglik"; }
+std::string_view protocol_name(Protocol p) {
+  return p == Protocol::Llava ? "llava" : p == Protocol::Generate ? "generate" : "loglik";
+}
+
+int default_max_new_tokens(Protocol p) { return p == Protocol::Llava ? 1024 : p == Protocol::Generate ? 3 : 0; }
 
 std::vector<std::int32_t> letter_token_ids(const io::Tokenizer& tok, int n_letters) {
   std::vector<std::int32_t> ids;

@@ -91,9 +91,14 @@ ProcessorConfig parse_processor_config(const json& doc, const std::string& origi
   const io::JsonKeys keys(doc, origin);
   ProcessorConfig c;
   c.image_processor_type = keys.string_or("image_processor_type", c.image_processor_type);
-  if (c.image_processor_type != "CLIPImageProcessor" && c.image_processor_type != "LlavaNextImageProcessor") {
-    keys.fail("image_processor_type", "CLIPImageProcessor or LlavaNextImageProcessor", keys.find("image_processor_type"));
+  if (c.image_processor_type != "CLIPImageProcessor" && c.image_processor_type != "LlavaImageProcessor" &&
+      c.image_processor_type != "LlavaNextImageProcessor") {
+    keys.fail("image_processor_type", "CLIPImageProcessor, LlavaImageProcessor or LlavaNextImageProcessor",
+              keys.find("image_processor_type"));
   }
+  // LlavaImageProcessor's do_pad (default False) pads to a square; LlavaNext's do_pad pads a batch's tile
+  // counts, a no-op on one image.
+  if (c.image_processor_type == "LlavaImageProcessor") c.pad_to_square = keys.boolean_or("do_pad", false);
   c.do_convert_rgb = keys.boolean_or("do_convert_rgb", c.do_convert_rgb);
   c.do_resize = keys.boolean_or("do_resize", c.do_resize);
   parse_size(keys, c);
@@ -111,6 +116,18 @@ ProcessorConfig parse_processor_config(const json& doc, const std::string& origi
 
 ProcessorConfig load_processor_config(const std::filesystem::path& path) {
   return parse_processor_config(io::load_json_file(path), path.string());
+}
+
+ProcessorConfig load_checkpoint_processor(const std::filesystem::path& dir) {
+  ProcessorConfig c = load_processor_config(dir / "preprocessor_config.json");
+  const json config = io::load_json_file(dir / "config.json");
+  if (config.is_object()) {
+    const auto it = config.find("image_aspect_ratio");
+    if (it != config.end() && it->is_string() && it->get<std::string>() == "pad" &&
+        c.image_processor_type != "LlavaNextImageProcessor")
+      c.pad_to_square = true;
+  }
+  return c;
 }
 
 }  // namespace latentllm::image

@@ -476,6 +476,13 @@ void LlavaModel::prefill(std::span<const std::int32_t> ids, std::span<const Imag
 std::vector<std::int32_t> LlavaModel::generate_greedy(std::span<const std::int32_t> ids,
                                                       std::span<const ImageInput> images, int max_new,
                                                       std::int32_t eos) const {
+  return generate_greedy(ids, images, max_new, eos >= 0 ? std::span<const std::int32_t>(&eos, 1)
+                                                        : std::span<const std::int32_t>());
+}
+
+std::vector<std::int32_t> LlavaModel::generate_greedy(std::span<const std::int32_t> ids,
+                                                      std::span<const ImageInput> images, int max_new,
+                                                      std::span<const std::int32_t> stops) const {
   std::vector<std::int32_t> out;
   if (max_new <= 0) return out;
   KvCache cache(*lm_, static_cast<int>(ids.size()) + max_new);
@@ -485,7 +492,8 @@ std::vector<std::int32_t> LlavaModel::generate_greedy(std::span<const std::int32
     Eigen::Index best = 0;
     logits.row(0).maxCoeff(&best);
     out.push_back(static_cast<std::int32_t>(best));
-    if (out.back() == eos || static_cast<int>(out.size()) == max_new) return out;
+    if (std::find(stops.begin(), stops.end(), out.back()) != stops.end() || static_cast<int>(out.size()) == max_new)
+      return out;
     lm_->forward_cached(std::span<const std::int32_t>(&out.back(), 1), cache, logits, true);
   }
 }

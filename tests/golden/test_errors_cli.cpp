@@ -227,6 +227,14 @@ TEST(ErrorsDoc, Generation) {
                                          q(shared_path("data/tinystories/TinyStories-valid.stories0001-0232.clean.txt")) +
                                          " --weights F32"),
                                      compress("--weights bf16 --dry-run"), lib([] { model::parse_weights("half"); })}},
+                    {"serve-port", {cli("serve --model " + model() + " --port 70000")}},
+                    {"serve-listen", {cli("serve --model " + model() + " --host 256.0.0.1 --port 8123")}},
+                    {"gen-chat-none", {cli(gen + "--chat --prompt hi")}},
+                    {"gen-raw-chat", {cli(gen + "--raw-prompt --chat"), cli(gen + "--raw-prompt --conv-mode v1"),
+                                      cli(gen + "--raw-prompt --system s")}},
+                    {"gen-chat-conv", {cli(gen + "--chat --conv-mode v1")}},
+                    {"gen-system", {cli(gen + "--system s --prompt hi")}},
+                    {"gen-conv-mode", {cli(gen + "--conv-mode vicuna --prompt hi")}},
                     {"gen-kv-full", {lib([&] {
                        model::KvCache cache(*m, 2);
                        MatrixF logits;

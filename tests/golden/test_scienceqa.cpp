@@ -173,6 +173,47 @@ TEST(ScienceQaCli, LoglikMatchesTheReference) {
   expect_reference_accuracy(r, reference().at("val").at("dense_accuracy"), "loglik");
 }
 
+// LLaVA's own protocol, the default: the fixture answers with one letter and EOS, so the reply to EOS,
+// the normalised prompt (the fixture's problems have no doubled spaces) and the upstream parser give the
+// reference's greedy figures.
+TEST(ScienceQaCli, LlavaProtocolMatchesTheReference) {
+  const json r = json::parse(run_cli("eval --task scienceqa --model " + q(fixture()) + " --data " + q(data()) +
+                                     " --split val --json --quiet"));
+  EXPECT_EQ(r.at("protocol"), "llava");
+  expect_reference_accuracy(r, reference().at("val").at("greedy_accuracy"), "llava");
+}
+
+// The two ways a checkpoint asks for LLaVA's pad to square (config.json image_aspect_ratio "pad", llava-hf's
+// LlavaImageProcessor do_pad) give the same predictions; the fixture's non-square images then change.
+TEST(ScienceQaCli, PadToSquareFromEitherFile) {
+  const auto copy = [](const std::string& tag, const json& config_edits, const json& processor_edits) {
+    const fs::path dir = make_temp_dir(tag);
+    for (const auto& e : fs::directory_iterator(fixture()))
+      if (e.path().filename() != "config.json" && e.path().filename() != "preprocessor_config.json")
+        fs::create_symlink(e.path(), dir / e.path().filename());
+    json c = json::parse(read_bytes(fixture() / "config.json")), p = json::parse(read_bytes(fixture() / "preprocessor_config.json"));
+    for (const auto& [k, v] : config_edits.items()) c[k] = v;
+    for (const auto& [k, v] : processor_edits.items()) p[k] = v;
+    std::ofstream(dir / "config.json") << c.dump();
+    std::ofstream(dir / "preprocessor_config.json") << p.dump();
+    return dir;
+  };
+  const auto replies = [](const fs::path& dir) {
+    const json r = json::parse(run_cli("eval --task scienceqa --model " + q(dir) + " --data " + q(data()) +
+                                       " --split val --protocol loglik --max-problems 80 --json --quiet"));
+    std::vector<int> preds;
+    for (const json& p : r.at("predictions")) preds.push_back(p.at("pred"));
+    return preds;
+  };
+  const auto by_config = replies(copy("sqa-pad-config", {{"image_aspect_ratio", "pad"}}, json::object()));
+  const auto by_processor =
+      replies(copy("sqa-pad-hf", json::object(), {{"image_processor_type", "LlavaImageProcessor"}, {"do_pad", true}}));
+  EXPECT_EQ(by_config, by_processor);
+  EXPECT_NE(by_config, replies(fixture()));  // the fixture was trained on unpadded images: padding changes answers
+  EXPECT_EQ(replies(copy("sqa-pad-off", json::object(), {{"image_processor_type", "LlavaImageProcessor"}})),
+            replies(fixture()));
+}
+
 TEST(ScienceQaCli, GenerateMatchesTheReference) {
   const json r = eval_json("generate");
   expect_reference_accuracy(r, reference().at("val").at("greedy_accuracy"), "generate");

@@ -63,6 +63,8 @@ inline const std::map<std::string, std::string>& doc_owners() {
       {"LLaVA-NeXT inputs (`model::LlavaModel`, `image::preprocess_anyres`)", "test_llava_next"},
       {"Quantization (`quant::rtn`, `quant::gptq`, `quant::quantize_factors`, `quant::read_packed`, `quant::gemv`)",
        "test_errors_quant"},
+      {"Chat templates (`io::ChatTemplate`, `io::conv_prompt`, `io::jinja::Template`)", "test_chat_template"},
+      {"Zero-shot multiple choice (`latentllm eval --task mc`, `eval::mc`)", "test_mc_formats"},
       {"Numerics (`compress`, `ppl`)", "test_errors_numerics"},
       {"Numerical fallbacks (not errors)", "test_errors_numerics"},
   };

@@ -54,6 +54,7 @@ void register_commands(CLI::App& app) {
   registry().push_back(add_sweep(app));
   registry().push_back(add_generate(app));
   registry().push_back(add_eval(app));
+  registry().push_back(add_serve(app));
   registry().push_back(add_export(app));
 }
 

@@ -37,6 +37,7 @@ Command add_compress(CLI::App& app);
 Command add_sweep(CLI::App& app);
 Command add_generate(CLI::App& app);
 Command add_eval(CLI::App& app);
+Command add_serve(CLI::App& app);
 Command add_export(CLI::App& app);
 
 }  // namespace latentllm::cli

@@ -1,8 +1,10 @@
 // `latentllm generate`: text from a (dense or latent) checkpoint, streamed to stdout as it is
-// produced; prefill and decode speeds and the KV-cache size on stderr (or in the --json document). On a
-// LLaVA checkpoint the prompt is a user message in LLaVA-1.5's conversation (vicuna_v1), after the images
-// of --image if given (one placeholder each, in order); --raw-prompt passes the text as is (its "<image>"
-// placeholders expanded).
+// produced; prefill and decode speeds and the KV-cache size on stderr (or in the --json document). With
+// --chat the prompt is the user's message in the checkpoint's chat template, with --conv-mode in one of
+// LLaVA's conversation modes (include/latentllm/chat.hpp). On a LLaVA checkpoint the prompt is a user
+// message, after the images of --image if given (one placeholder each, in order), in the checkpoint's chat
+// template when it ships one, else in LLaVA-1.5's conversation (vicuna_v1); --raw-prompt passes the text
+// as is (its "<image>" placeholders expanded).
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -13,6 +15,7 @@
 
 #include "commands.hpp"
 #include "options.hpp"
+#include "latentllm/chat.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/files.hpp"
 #include "latentllm/generate.hpp"
@@ -38,6 +41,9 @@ struct GenerateArgs {
   std::string prompt;
   std::vector<std::string> images;  // --image (repeatable): PNG or JPEG files for a LLaVA checkpoint
   bool raw_prompt = false;  // --raw-prompt: no conversation template around the prompt
+  bool chat = false;        // --chat: the checkpoint's chat template
+  std::string conv_mode;    // --conv-mode: one of LLaVA's conversation modes
+  std::string system;       // --system: a system message before the user's
   std::string kv_cache = "auto";
   eval::GenerateOptions opt;
   RunArgs run;
@@ -57,7 +63,7 @@ std::string architecture_of(const model::Model& m) {
 // Generates from the prompt's ids (through `prefill` when set: eval::generate) and prints the text and the
 // speeds, or the --json document.
 int run_text(const GenerateArgs& a, const eval::GenerateOptions& opt, const model::Model& m, const io::Tokenizer& tok,
-             const std::vector<std::int32_t>& prompt, const eval::PrefillFn& prefill) {
+             const std::string& prompt_text, const std::vector<std::int32_t>& prompt, const eval::PrefillFn& prefill) {
   if (!quiet()) std::fprintf(stderr, "generate: %s (%s), prompt %zu tokens, up to %d new, %s\n", a.model.c_str(),
                architecture_of(m).c_str(), prompt.size(), a.opt.max_new_tokens,
                a.opt.sampling.temperature == 0 ? "greedy"
@@ -87,6 +93,7 @@ int run_text(const GenerateArgs& a, const eval::GenerateOptions& opt, const mode
   if (a.json) {
     const nlohmann::json j = {{"model", a.model},
                               {"prompt", a.prompt},
+                              {"prompt_text", prompt_text},
                               {"images", a.images},
                               {"prompt_tokens", r.prompt_ids},
                               {"text", r.text},
@@ -107,16 +114,67 @@ int run_text(const GenerateArgs& a, const eval::GenerateOptions& opt, const mode
   return 0;
 }
 
-// On a LLaVA checkpoint: the prompt in the conversation template (the image placeholder first with
-// --image), its image tokens expanded, the image preprocessed by the checkpoint's processor, and a
-// prefill that puts the image features in place of the image tokens.
-// The prompt of a LLaVA checkpoint before expansion: the conversation template (one "<image>\n" per
-// --image first) or, with --raw-prompt, --prompt as is; ConfigError unless it has one placeholder per image.
-std::string llava_prompt(const GenerateArgs& a) {
+// The prompt text and whether it already holds BOS (a chat template that writes bos_token: then the
+// tokenizer adds no second one).
+struct PromptText {
+  std::string text;
+  bool has_bos = false;
+};
+
+// The prompt: --prompt as is (--raw-prompt, or a text model without --chat / --conv-mode), in the mode of
+// --conv-mode, or in the checkpoint's chat template (--chat; a LLaVA checkpoint's default when it ships
+// one, else LLaVA-1.5's vicuna_v1). A LLaVA message holds the images first: typed parts for a template
+// ({"type": "image"}, as llava-hf's processors take them), "<image>\n" each for a conversation mode.
+PromptText build_prompt(const GenerateArgs& a, bool llava) {
+  if (a.raw_prompt && (a.chat || !a.conv_mode.empty() || !a.system.empty())) {
+    throw ConfigError("--raw-prompt: the prompt as is (expected no --chat, --conv-mode or --system with it)");
+  }
+  if (a.chat && !a.conv_mode.empty()) {
+    throw ConfigError("--chat: the checkpoint's template (expected either --chat or --conv-mode, got both)");
+  }
+  if (a.raw_prompt || (!llava && !a.chat && a.conv_mode.empty())) {
+    if (!a.system.empty()) throw ConfigError("--system: a system message (expected --chat or --conv-mode with it)");
+    return {a.prompt, false};
+  }
+  io::Messages messages = io::Messages::array();
+  if (!a.system.empty()) messages.push_back({{"role", "system"}, {"content", a.system}});
+  std::optional<io::ChatTemplate> tmpl;
+  if (a.conv_mode.empty()) tmpl = io::ChatTemplate::load(a.model);
+  if (!tmpl) {
+    if (a.chat) {
+      throw ConfigError(fmt::format("--chat: {} has no chat template (expected chat_template.jinja, chat_template.json "
+                                    "or tokenizer_config.json's chat_template; --conv-mode names a conversation mode)",
+                                    a.model));
+    }
+    std::string placeholders;
+    for (std::size_t i = 0; i < a.images.size(); ++i) placeholders += std::string(model::kImageToken) + "\n";
+    messages.push_back({{"role", "user"}, {"content", placeholders + a.prompt}});
+    return {io::conv_prompt(a.conv_mode.empty() ? "vicuna_v1" : a.conv_mode, messages), false};
+  }
+  if (llava) {
+    io::Messages parts = io::Messages::array();
+    for (std::size_t i = 0; i < a.images.size(); ++i) parts.push_back({{"type", "image"}});
+    parts.push_back({{"type", "text"}, {"text", a.prompt}});
+    messages.push_back({{"role", "user"}, {"content", parts}});
+  } else {
+    messages.push_back({{"role", "user"}, {"content", a.prompt}});
+  }
+  const std::string text = tmpl->render(messages, true);
+  return {text, io::prompt_has_bos(text, tmpl->bos_token())};
+}
+
+// The prompt's ids: the tokenizer's default call, without a second BOS when the text holds it.
+std::vector<std::int32_t> prompt_tokens(const model::Model& m, const io::Tokenizer& tok, const PromptText& p,
+                                        const std::string& text) {
+  return p.has_bos ? tok.encode(text, false) : eval::prompt_ids(m, tok, text);
+}
+
+// The prompt of a LLaVA checkpoint before expansion (build_prompt); ConfigError unless it has one
+// placeholder per image.
+PromptText llava_prompt(const GenerateArgs& a) {
   const auto n_img = static_cast<std::int64_t>(a.images.size());
-  std::string placeholders;
-  for (std::int64_t i = 0; i < n_img; ++i) placeholders += std::string(model::kImageToken) + "\n";
-  const std::string text = a.raw_prompt ? a.prompt : model::vicuna_v1_prompt(placeholders + a.prompt);
+  PromptText p = build_prompt(a, true);
+  const std::string& text = p.text;
   std::int64_t found = 0;
   for (auto i = text.find(model::kImageToken); i != std::string::npos; i = text.find(model::kImageToken, i + 1))
     ++found;
@@ -128,7 +186,7 @@ std::string llava_prompt(const GenerateArgs& a) {
     throw ConfigError(fmt::format("--prompt: <image> placeholders (expected none: the template puts the image of "
                                   "--image first; --raw-prompt places it, got {})", found - n_img));
   }
-  return text;
+  return p;
 }
 
 // `text` with its k-th "<image>" expanded to counts[k] image tokens.
@@ -147,7 +205,8 @@ std::string expand_images(const std::string& text, const std::vector<std::int64_
 // --image), each image's tokens expanded, the images preprocessed by the checkpoint's processor, and a
 // prefill that puts their features in place of their image tokens, in order.
 int run_llava(const GenerateArgs& a, const eval::GenerateOptions& opt) {
-  const std::string text = llava_prompt(a);
+  const PromptText built = llava_prompt(a);
+  const std::string& text = built.text;
   std::vector<image::RgbImage> imgs;
   for (const auto& file : a.images) imgs.push_back(image::load_image(file));
   {
@@ -170,7 +229,7 @@ int run_llava(const GenerateArgs& a, const eval::GenerateOptions& opt) {
   std::vector<model::ImageInput> images;
   std::vector<std::int64_t> counts;
   if (!imgs.empty()) {
-    const auto processor = image::load_processor_config(std::filesystem::path(a.model) / "preprocessor_config.json");
+    const auto processor = image::load_checkpoint_processor(std::filesystem::path(a.model));
     for (std::size_t k = 0; k < imgs.size(); ++k) {
       if (lm.config().anyres()) {
         image::AnyresPixels any = image::preprocess_anyres(imgs[k], processor);
@@ -184,11 +243,11 @@ int run_llava(const GenerateArgs& a, const eval::GenerateOptions& opt) {
     }
   }
   const auto tok = model_tokenizer(a.model, lm.config().text);
-  const std::vector<std::int32_t> prompt = eval::prompt_ids(lm.language_model(), *tok, expand_images(text, counts));
+  const std::vector<std::int32_t> prompt = prompt_tokens(lm.language_model(), *tok, built, expand_images(text, counts));
   const eval::PrefillFn prefill = [&](model::KvCache& cache, MatrixF& logits) {
     lm.prefill(prompt, images, cache, logits);
   };
-  return run_text(a, opt, lm.language_model(), *tok, prompt, prefill);
+  return run_text(a, opt, lm.language_model(), *tok, text, prompt, prefill);
 }
 
 int run_generate(const GenerateArgs& a) {
@@ -209,12 +268,13 @@ int run_generate(const GenerateArgs& a) {
                                   "LlavaForConditionalGeneration, got a text-only model)", a.model));
   }
   if (llava) return run_llava(a, opt);
+  const PromptText built = build_prompt(a, false);
   const auto tok = model_tokenizer(a.model, model_config);
   check_inference_memory("generate", a.model, a.max_memory,
-                         static_cast<std::int64_t>(tok->encode(a.prompt).size()) + 1 + a.opt.max_new_tokens, a.run);
+                         static_cast<std::int64_t>(tok->encode(built.text).size()) + 1 + a.opt.max_new_tokens, a.run);
   const std::unique_ptr<model::Model> m = model::Model::load(a.model, decode_load(a.run, a.map_weights));
-  const std::vector<std::int32_t> prompt = eval::prompt_ids(*m, *tok, a.prompt);
-  return run_text(a, opt, *m, *tok, prompt, {});
+  const std::vector<std::int32_t> prompt = prompt_tokens(*m, *tok, built, built.text);
+  return run_text(a, opt, *m, *tok, built.text, prompt, {});
 }
 
 }  // namespace
@@ -237,7 +297,20 @@ Command add_generate(CLI::App& app) {
       ->group("Input");
   sub->add_flag("--raw-prompt", args->raw_prompt,
                 "LLaVA: pass --prompt as is, with a literal <image> where the image goes (default: the prompt "
-                "is the user's message in LLaVA-1.5's vicuna_v1 conversation, after one <image>\\n per --image)")
+                "is the user's message, after the images of --image, in the checkpoint's chat template, else in "
+                "LLaVA-1.5's vicuna_v1 conversation with one <image>\\n per --image)")
+      ->group("Input");
+  sub->add_flag("--chat", args->chat,
+                "The prompt is the user's message in the checkpoint's chat template (chat_template.jinja, "
+                "chat_template.json or tokenizer_config.json), rendered as transformers' apply_chat_template with "
+                "add_generation_prompt (a LLaVA checkpoint's default when it ships a template)")
+      ->group("Input");
+  sub->add_option("--conv-mode", args->conv_mode,
+                  "The prompt is the user's message in one of LLaVA's conversation modes (llava/conversation.py): "
+                  "vicuna_v1, v1, llava_v1, llama_2, llava_llama_2, mistral_instruct, chatml_direct, mistral_direct, "
+                  "mpt, plain (a LLaVA checkpoint without a chat template: vicuna_v1)")
+      ->group("Input");
+  sub->add_option("--system", args->system, "A system message before the user's (with --chat or --conv-mode)")
       ->group("Input");
   sub->add_option("--max-new-tokens", args->opt.max_new_tokens,
                   "Stop after N new tokens (or at EOS); prompt + N must fit max_position_embeddings")

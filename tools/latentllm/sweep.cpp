@@ -38,7 +38,7 @@ using Clock = std::chrono::steady_clock;
 struct SweepArgs {
   std::string model, out, methods, ratios = "0.1,0.2,0.3,0.4", datasets = "wikitext2", data_dir;
   int max_windows = 0, eval_seqlen = 0;
-  std::string scienceqa, protocol = "generate";  // an LMM sweep: ScienceQA val of this folder, by this protocol
+  std::string scienceqa, protocol = "llava";  // an LMM sweep: ScienceQA val of this folder, by this protocol
   int max_problems = 0;
   RunArgs run;
   MethodArgs m;
@@ -254,7 +254,7 @@ class Sweep {
     eval::scienceqa::require_llava(a_.model);
     (void)eval::scienceqa::parse_protocol(a_.protocol);
     problems_ = eval::scienceqa::load_problems(a_.scienceqa, "val", a_.max_problems);
-    processor_ = image::load_processor_config(fs::path(a_.model) / "preprocessor_config.json");
+    processor_ = image::load_checkpoint_processor(fs::path(a_.model));
     llava_ = std::make_unique<model::LlavaModel>(model::LlavaModel::load(a_.model, a_.run.load()));
     res_.multimodal = true;
   }
@@ -370,8 +370,8 @@ Command add_sweep(CLI::App& app) {
                   "A LLaVA checkpoint: score every run on the val split of this ScienceQA-layout folder (accuracy by "
                   "subject, context and grade; table4.md and radar_<ratio>.png, the paper's Table 4 and radar figure); "
                   "perplexity datasets then only where --datasets is given")->group("Evaluation");
-  sub->add_option("--protocol", a->protocol, "ScienceQA protocol: generate (LLaVA's) or loglik")
-      ->check(CLI::IsMember({"generate", "loglik"}))->capture_default_str()->group("Evaluation");
+  sub->add_option("--protocol", a->protocol, "ScienceQA protocol: llava (LLaVA's own), generate or loglik (eval --help)")
+      ->check(CLI::IsMember({"llava", "generate", "loglik"}))->capture_default_str()->group("Evaluation");
   sub->add_option("--max-problems", a->max_problems, "Score only the first N val problems (0 = all)")
       ->capture_default_str()->group("Evaluation");
   sub->add_option("--eval-seqlen", a->eval_seqlen, "Evaluation window (0 = min(2048, max positions))")

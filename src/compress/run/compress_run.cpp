@@ -195,7 +195,7 @@ Outcome run(Request r, const Observer& observe) {
   }
   if (co && co->source == "scienceqa") {
     mm = eval::scienceqa::calibration_set(*llava, *checked_tokenizer(r.model, m->config()),
-                                          image::load_processor_config(r.model / "preprocessor_config.json"),
+                                          image::load_checkpoint_processor(r.model),
                                           co->data, "train", co->nsamples, co->seed);
     co->seqlen = *std::max_element(mm->lengths.begin(), mm->lengths.end());
     opt.pipeline.lengths = mm->lengths;
