@@ -26,6 +26,12 @@
 
 namespace latentllm::compress {
 
+// What --ratio counts: the compressed linear modules' weights (the paper's ratio, the planner's), or the
+// whole model's parameters or weight-file bytes, converted to the linear modules' ratio before planning.
+enum class Target { Linear, Params, Bytes };
+std::string_view target_name(Target t);  // "linear", "params", "bytes"
+Target parse_target(std::string_view name);
+
 struct Request {
   std::filesystem::path model;  // a dense Hugging Face checkpoint directory
   // The output directory, without a trailing separator (its progress is "<out>.resume"); may be empty
@@ -35,6 +41,10 @@ struct Request {
   // ScienceQA calibration, pipeline.lengths and pipeline.input_embeddings.
   CompressOptions options;
   std::string preset = "default";  // recorded beside the options (the checkpoint's latent.preset)
+  // What options.ratio counts. Params or Bytes: options.ratio is the fraction of the whole model's stored
+  // parameters (or weight-file bytes, in the output's storage type) to remove; run replaces it by the
+  // linear modules' ratio that removes as much (recorded as latent.target).
+  Target target = Target::Linear;
   // The calibration set; none: a dry run without data, which can show only the uniform plan. A ScienceQA
   // source (`scienceqa`) calibrates a LLaVA checkpoint on its train split's prompts and images.
   std::optional<calib::CalibOptions> calibration;

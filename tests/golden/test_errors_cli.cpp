@@ -85,6 +85,12 @@ TEST(ErrorsDoc, CompressOptions) {
                      {cli("compress --model " + q(shared_path("models/llava-shapes-tiny")) + " --components lm,vision " +
                           "--calib scienceqa --calib-data " + q(shared_path("data/scienceqa-shapes")) +
                           " --nsamples 1 --seed 1 --dry-run")}},
+                    {"opt-target",
+                     {compress("--target params --ratio 0.95 --dry-run"),
+                      compress("--target bytes --ratio 0.4 --dtype f16 --dry-run"),
+                      cli("compress --model " + q(shared_path("models/llava-shapes-tiny")) + " --components lm,vision" +
+                          " --target params --calib scienceqa --calib-data " + q(shared_path("data/scienceqa-shapes")) +
+                          " --dry-run")}},
                     {"opt-unread", {compress("--method plain-svd --alpha 2 --dry-run"),
                                     compress("--joint qk --vo-iters 3 --dry-run"),
                                     compress("--method asvd-l2 --rank-alloc uniform --alloc-tokens 5 --dry-run")}},

@@ -23,6 +23,7 @@ struct CompressArgs {
   std::string format = "latent", kv_cache = "auto";
   std::string max_memory;  // empty: core::default_budget()
   std::string components = "lm";
+  std::string target = "linear";
   double ratio = 0.2;
   MethodArgs m;
   CalibArgs c;
@@ -140,9 +141,17 @@ int report_done(const CompressArgs& a, const compress::Outcome& o) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  std::printf("compressed %s with %s at ratio %.2f: %lld -> %lld weights in compressed modules (the linear "
-              "modules of attention and MLP, what --ratio counts)\n", a.model.c_str(), a.method.c_str(), a.ratio,
-              (long long)report.dense_params, (long long)report.params);
+  if (a.target == "linear") {
+    std::printf("compressed %s with %s at ratio %.2f: %lld -> %lld weights in compressed modules (the linear "
+                "modules of attention and MLP, what --ratio counts)\n", a.model.c_str(), a.method.c_str(), a.ratio,
+                (long long)report.dense_params, (long long)report.params);
+  } else {
+    std::printf("compressed %s with %s at ratio %.2f of the whole model's %s (--target %s), ratio %.4f of the "
+                "compressed modules: %lld -> %lld weights in them (the linear modules of attention and MLP)\n",
+                a.model.c_str(), a.method.c_str(), a.ratio, a.target == "params" ? "parameters" : "weight-file bytes",
+                a.target.c_str(), o.options_record.value("ratio", 0.0), (long long)report.dense_params,
+                (long long)report.params);
+  }
   print_model_size(o.before, o.after);
   if (towers) {
     const compress::Components c = compress::parse_components(a.components);
@@ -184,6 +193,7 @@ int run_compress(const CompressArgs& a) {
   r.options.validate();
   check_options_read(a.m, r.options);
   r.preset = a.m.preset;
+  r.target = compress::parse_target(a.target);
   r.batch_auto = a.m.batch == 0;
   r.output.format = a.format;
   if (!a.dtype.empty()) r.output.dtype = parse_storage_dtype(a.dtype);
@@ -236,6 +246,11 @@ Command add_compress(CLI::App& app) {
   sub->add_option("--ratio", a->ratio, "Fraction of the weights of the compressed modules (the linear modules of "
                                        "attention and MLP; not the embeddings, norms or LM head) removed, in (0, 1)")
       ->capture_default_str()->group("Method");
+  sub->add_option("--target", a->target,
+                  "What --ratio counts: linear (the compressed linear modules' weights, the paper's ratio), params "
+                  "(the whole model's parameters) or bytes (the whole model's weight-file bytes in the output's "
+                  "storage type); params and bytes are turned into the linear modules' ratio that removes as much")
+      ->check(CLI::IsMember({"linear", "params", "bytes"}))->capture_default_str()->group("Method");
   add_method_options(sub, a->m);
   sub->add_flag("--resume", a->resume,
                 "Continue an interrupted run from its saved progress (<out>.resume); the result is identical "

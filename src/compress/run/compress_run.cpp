@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "core/enum_names.hpp"
 #include "latentllm/checkpoint.hpp"
 #include "latentllm/dist.hpp"
 #include "latentllm/error.hpp"
@@ -109,6 +110,7 @@ nlohmann::json run_provenance(const Request& r, nlohmann::json calibration) {
   nlohmann::json compression = {{"method", method_name(r.options.method)}, {"ratio", r.options.ratio},
                                 {"preset", r.preset}};
   if (r.options.components.towers()) compression["components"] = components_name(r.options.components);
+  if (r.target != Target::Linear) compression["target"] = std::string(target_name(r.target));
   return {{"latentllm", format::tool_identity()}, {"source", format::source_identity(r.model)},
           {"compression", compression}, {"calibration", calibration},
           {"size", {{"before", format::to_json(format::weights_size(r.model))}}}};
@@ -139,7 +141,45 @@ void write_output(const Request& r, model::Model& m, const CompressOptions& opt,
   o.after = format::weights_size(r.out);
 }
 
+constexpr auto kTargetNames = core::enum_names<Target>(core::Named<Target>{Target::Linear, "linear"},
+                                                       core::Named<Target>{Target::Params, "params"},
+                                                       core::Named<Target>{Target::Bytes, "bytes"});
+
+// The linear modules' ratio that removes the fraction opt.ratio of the whole model's parameters or
+// bytes: the modules outside the plan (embeddings, norms, head, ...) keep theirs, stored in the output's type.
+double linear_ratio(const Request& r, const model::Model& m, const CompressOptions& opt) {
+  const format::WeightsSize whole = format::weights_size(r.model);
+  const double lin = static_cast<double>(plan_model(m, opt).dense_params());  // the language model's
+  const double other = static_cast<double>(whole.params) - lin;
+  const std::string name(target_name(r.target));
+  double after_lin = 0;  // the compressed modules' parameters the target leaves
+  if (r.target == Target::Params) {
+    after_lin = (1.0 - opt.ratio) * static_cast<double>(whole.params) - other;
+  } else {
+    const DType out = r.output.dtype.value_or(r.output.format == "onnx" ? DType::F32 : DType::F16);
+    const double b = static_cast<double>(dtype_size(out));
+    after_lin = (1.0 - opt.ratio) * static_cast<double>(whole.bytes) / b - other;
+  }
+  const double ratio = 1.0 - after_lin / lin;
+  if (!(ratio > 0.0 && ratio < 1.0)) {
+    throw ConfigError(fmt::format(
+        "--ratio {} of the whole model's {} (--target {}): out of reach of the compressed modules (expected a ratio "
+        "that leaves them between none and all of their {} weights, got {:.4f} of them removed; the other {} "
+        "parameters stay{})", opt.ratio, r.target == Target::Params ? "parameters" : "bytes", name,
+        static_cast<std::int64_t>(lin), ratio, static_cast<std::int64_t>(other),
+        r.target == Target::Bytes ? ", and the storage type changes the bytes too: see --dtype" : ""));
+  }
+  log_info("--target {}: --ratio {} of the whole model = {:.4f} of the compressed modules' weights", name, opt.ratio,
+           ratio);
+  return ratio;
+}
+
 }  // namespace
+
+std::string_view target_name(Target t) { return kTargetNames.name(t); }
+Target parse_target(std::string_view name) {
+  return kTargetNames.parse(name, "--target (expected {}, got {})");
+}
 
 void require_dense(const model::Model& m, std::string_view what) {
   if (!m.config().raw.contains("latent")) return;
@@ -157,6 +197,7 @@ nlohmann::json options_record(const CompressOptions& o, std::string_view preset)
 Outcome run(Request r, const Observer& observe) {
   CompressOptions& opt = r.options;
   opt.validate();
+  const nlohmann::json target = {{"kind", std::string(target_name(r.target))}, {"ratio", opt.ratio}};  // as given
   if (!r.dry_run && r.out.empty()) throw ConfigError("--out is required (or use --dry-run)");
   Outcome o;
   o.dry_run = r.dry_run;
@@ -174,6 +215,14 @@ Outcome run(Request r, const Observer& observe) {
   require_dense(*m, "compress");
   format::check_format(*m, r.output, "--format", /*allow_latent=*/true);  // as export refuses, before any work
   check_multimodal(r, *m);
+  if (r.target != Target::Linear) {
+    if (opt.components.towers()) {
+      throw ConfigError(fmt::format("--target {}: not with --components {} (expected --target linear: the "
+                                    "whole-model target counts the language model's modules)",
+                                    target_name(r.target), components_name(opt.components)));
+    }
+    opt.ratio = linear_ratio(r, *m, opt);
+  }
   std::optional<calib::CalibOptions>& co = r.calibration;
   if (co && co->source != "scienceqa") calib::resolve_seqlen(*co, m->config());
   if (r.dry_run && co && opt.rank_alloc == RankAlloc::Global) {
@@ -239,6 +288,7 @@ Outcome run(Request r, const Observer& observe) {
     o.model_params = format::weights_size(r.model).params;
     o.planned_model_params = o.model_params - o.planned.plan.dense_params() + o.planned.plan.params();
     o.options_record = options_record(opt, r.preset);
+    if (r.target != Target::Linear) o.options_record["target"] = target;
     return o;
   }
   CompressReport tower_report;
@@ -259,6 +309,7 @@ Outcome run(Request r, const Observer& observe) {
   // The options as run: joint up-down may have been skipped for few tokens (effective_options).
   o.options_record = options_record(effective_options(m->config(), std::ssize(ids), opt), r.preset);
   o.options_record["calibration"] = calib::calibration_record(*co);
+  if (r.target != Target::Linear) o.options_record["target"] = target;
   o.options_record["notes"] = o.report.to_json().at("notes");
   if (o.report.layers_done < o.report.layers_total) {
     o.stopped = true;  // --stop-after-layers: no output; the progress stays for --resume
