@@ -237,8 +237,20 @@ struct Components {
 Components parse_components(std::string_view list);
 std::string components_name(const Components& c);  // "lm", "lm,vision", "lm,vision,projector", ...
 
+// Quantized factors (the paper's appendix "Quantization-Aware Distillation"; docs/QUANT.md): every
+// compressed module's B and A stored as q-bit codes in groups of `group` consecutive input columns, with
+// F16 scales and zero points. A is quantized on the site covariance C, B on A'·C·A'ᵀ (A' the quantized
+// A), by round to nearest on each group's min–max grid (the paper's rule) or by GPTQ.
+struct QuantOptions {
+  int bits = 16;      // q ∈ {2, 3, 4, 8}; 16: no quantization (the factors stay in the storage type)
+  int group = 128;    // G: a positive multiple of 8
+  bool gptq = true;   // false: round to nearest (--quantizer rtn)
+  bool enabled() const { return bits < 16; }
+};
+
 struct CompressOptions {
   Method method = Method::LatentLlm;
+  QuantOptions quant;          // --bits, --group, --quantizer
   // A LLaVA checkpoint's parts to compress (compress_towers beside compress_model of its language model).
   Components components;
   double ratio = 0.2;          // R: fraction of each compressed module's weights removed
