@@ -116,7 +116,7 @@ nlohmann::ordered_json CompressOptions::to_json() const {
   if (quant.enabled()) {  // absent when not quantized, so records of earlier runs stay the same
     j["bits"] = quant.bits;
     j["group"] = quant.group;
-    j["quantizer"] = quant.gptq ? "gptq" : "rtn";
+    j["quantizer"] = uses_gptq(*this) ? "gptq" : "rtn";
   }
   return j;
 }
@@ -189,6 +189,10 @@ void CompressOptions::validate() const {
   }
   if (quant.bits != 16 && quant.bits != 8 && quant.bits != 4 && quant.bits != 3 && quant.bits != 2) {
     throw ConfigError(fmt::format("--bits (expected 2, 3, 4, 8 or 16, got {})", quant.bits));
+  }
+  if (quantizes_dense(method) && !quant.enabled()) {
+    throw ConfigError(fmt::format("--method {}: quantization bits (expected --bits 8, 4, 3 or 2, got {})",
+                                  method_name(method), quant.bits));
   }
   if (quant.group <= 0 || quant.group % 8 != 0) {
     throw ConfigError(fmt::format("--group (expected a positive multiple of 8, got {})", quant.group));

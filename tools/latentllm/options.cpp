@@ -174,7 +174,7 @@ compress::CompressOptions to_compress_options(const MethodArgs& a, const std::st
   o.output_side = a.output_side == "on";
   o.quant.bits = a.bits;
   o.quant.group = a.group;
-  o.quant.gptq = a.quantizer == "auto" ? a.preset != "paper" : a.quantizer == "gptq";
+  if (a.quantizer != "auto") o.quant.gptq = a.quantizer == "gptq";
   o.validate();
   return o;
 }

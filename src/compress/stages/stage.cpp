@@ -171,8 +171,9 @@ Fitted StageContext::fitted_measured(const model::Linear& lin, LowRank f, double
 void StageContext::quantize_fitted(const model::Linear& lin, Fitted& fit, const MatrixD& w, const VectorD& b,
                                    const calib::SiteStats* st) const {
   quant::FactorOptions qo;
-  qo.spec = {opt_.quant.bits, opt_.quant.group, opt_.quant.gptq ? quant::Grid::IntegerZero : quant::Grid::MinMax};
-  qo.quantizer = opt_.quant.gptq ? quant::Quantizer::Gptq : quant::Quantizer::Rtn;
+  const bool gptq = uses_gptq(opt_);
+  qo.spec = {opt_.quant.bits, opt_.quant.group, gptq ? quant::Grid::IntegerZero : quant::Grid::MinMax};
+  qo.quantizer = gptq ? quant::Quantizer::Gptq : quant::Quantizer::Rtn;
   const Eigen::Index d = fit.f.in_features();
   const MatrixD c = st != nullptr ? st->xtx : MatrixD(MatrixD::Identity(d, d));  // [d, d]
   const quant::QuantizedFactors q = quant::quantize_factors(fit.f.B, fit.f.A, c, qo, lin.name, fit.f.perm);

@@ -153,6 +153,8 @@ std::vector<std::unique_ptr<calib::Stage>> site_stages(StageContext& ctx,
 // outputs, without the site's covariance, when local_output_side allows it.
 std::unique_ptr<CompressStage> make_local_stage(StageContext& ctx, const model::Model& m, model::Site site,
                                                 std::vector<model::Role> roles);
+// Dense quantization (--method rtn / gptq, stage_quantize.cpp) of the modules with these roles at `site`.
+std::unique_ptr<CompressStage> make_quantize_stage(StageContext& ctx, model::Site site, std::vector<model::Role> roles);
 std::unique_ptr<CompressStage> make_joint_qk_stage(StageContext& ctx);
 std::unique_ptr<CompressStage> make_joint_vo_stage(StageContext& ctx);
 std::unique_ptr<CompressStage> make_joint_ud_stage(StageContext& ctx);
