@@ -174,6 +174,9 @@ void StageContext::quantize_fitted(const model::Linear& lin, Fitted& fit, const 
   const bool gptq = uses_gptq(opt_);
   qo.spec = {opt_.quant.bits, opt_.quant.group, gptq ? quant::Grid::IntegerZero : quant::Grid::MinMax};
   qo.quantizer = gptq ? quant::Quantizer::Gptq : quant::Quantizer::Rtn;
+  // With GPTQ, B is first refitted to the quantized A on the same statistics (quant::quantize_factors):
+  // it absorbs A's rounding before its own is compensated (docs/QUANT.md "Factors").
+  qo.refit_b = gptq;
   const Eigen::Index d = fit.f.in_features();
   const MatrixD c = st != nullptr ? st->xtx : MatrixD(MatrixD::Identity(d, d));  // [d, d]
   const quant::QuantizedFactors q = quant::quantize_factors(fit.f.B, fit.f.A, c, qo, lin.name, fit.f.perm);
