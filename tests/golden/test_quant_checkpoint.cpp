@@ -116,12 +116,14 @@ TEST_F(QuantCheckpoint, DecodeAndPrefillAgreeWithTheDequantizedModule) {
   const model::Linear& q = m->layer(1).linears[0];
   const model::Linear f = q.dequantized();
   ASSERT_FALSE(f.quantized());
-  MatrixF x(1, q.in);
-  for (Eigen::Index j = 0; j < x.cols(); ++j) x(0, j) = static_cast<float>(std::sin(0.3 * static_cast<double>(j)));
-  MatrixF yq, yf;
-  q.forward(x, yq);
-  f.forward(x, yf);
-  EXPECT_LT((yq - yf).cwiseAbs().maxCoeff(), 1e-4f * (1.0f + yf.cwiseAbs().maxCoeff()));
+  for (const Eigen::Index n : {1, 5, 300}) {  // gemv; xwtq by column blocks; dequantized row blocks
+    MatrixF x(n, q.in);
+    for (Eigen::Index j = 0; j < x.size(); ++j) x.data()[j] = static_cast<float>(std::sin(0.3 * static_cast<double>(j)));
+    MatrixF yq, yf;
+    q.forward(x, yq);
+    f.forward(x, yf);
+    EXPECT_LT((yq - yf).cwiseAbs().maxCoeff(), 1e-4f * (1.0f + yf.cwiseAbs().maxCoeff())) << n << " rows";
+  }
 }
 
 TEST_F(QuantCheckpoint, DenseGptqKeepsEveryRankAndReloads) {
