@@ -48,7 +48,8 @@ std::span<const OptionFlag> option_flags() {
       {"rope_window", "--rope-window"}, {"fit", "--fit"},         {"diagnostics", "--diagnostics"},
       {"rank_alloc", "--rank-alloc"}, {"alloc_score", "--alloc-score"}, {"alloc_tokens", "--alloc-tokens"},
       {"intra_layer", "--no-intra-layer"}, {"covariance", "--covariance"}, {"output_side", "--output-side"},
-      {"batch", "--batch"},
+      {"batch", "--batch"},         {"bits", "--bits"},           {"group", "--group"},
+      {"quantizer", "--quantizer"},
   };
   return kFlags;
 }
