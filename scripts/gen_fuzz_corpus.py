@@ -69,6 +69,12 @@ def gen_safetensors():
     write(t, "seed-bf16-scalar-empty", safetensors(
         [("w.weight", "BF16", [2], bf16), ("s", "F32", [], struct.pack("<f", 7)), ("e", "F16", [0, 3], b"")]))
     write(t, "seed-no-metadata", safetensors([("x", "F32", [1, 1, 1, 1], struct.pack("<f", 1))]))
+    # A quantized module's three tensors (docs/FORMAT.md "Quantized tensors"): U8 codes [rows, n_g, G*q/8],
+    # F16 scales and zero points [rows, n_g]; 2 rows, one 4-bit group of 8.
+    write(t, "seed-quantized", safetensors([
+        ("m.B.qweight", "U8", [2, 1, 4], bytes([0x10, 0x32, 0x54, 0x76, 0x98, 0xBA, 0xDC, 0xFE])),
+        ("m.B.scales", "F16", [2, 1], struct.pack("<2e", 0.5, 0.25)),
+        ("m.B.qzeros", "F16", [2, 1], struct.pack("<2e", 8, 7.5))]))
     shard = safetensors([("a", "F32", [2], struct.pack("<2f", 1, 2)), ("b", "F16", [1], struct.pack("<e", 3))])
     index = jdump({"metadata": {"total_size": 10}, "weight_map": {"a": "s1.safetensors", "b": "s1.safetensors"}})
     write(t, "seed-sharded", join(index, shard))

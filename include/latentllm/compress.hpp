@@ -185,11 +185,14 @@ RankPlan allocate_ranks(const std::vector<ModuleSpectrum>& spectra, double ratio
 // identity + the joint parts of JointParts). Each is one row of the method registry
 // (src/compress/methods.cpp: name, pre-conditioner, default junction, stages, the options it reads);
 // the functions below read the rows.
-enum class Method { PlainSvd, AsvdHessian, AsvdL1, AsvdL2, AsvdCov, AsvdRootCov, LatentLlm };
-std::string_view method_name(Method m);  // "plain-svd", ..., "asvd-rootcov", "latentllm"
+// Rtn and Gptq: the dense weights quantized with CompressOptions::quant, no rank reduction.
+enum class Method { PlainSvd, AsvdHessian, AsvdL1, AsvdL2, AsvdCov, AsvdRootCov, LatentLlm, Rtn, Gptq };
+std::string_view method_name(Method m);  // "plain-svd", ..., "asvd-rootcov", "latentllm", "rtn", "gptq"
 // Throws ConfigError "--method: unknown method (expected one of ..., got X)".
 Method parse_method(std::string_view name);
-std::span<const Method> all_methods();  // in the registry's order
+std::span<const Method> all_methods();  // the low-rank methods, in the registry's order (sweep's default grid)
+// Whether the method keeps every module's rank and only quantizes it (Rtn, Gptq).
+bool quantizes_dense(Method m);
 // The pre-conditioner of a method's local modules (LatentLlm: RootCovariance).
 Preconditioner preconditioner_of(Method m);
 
@@ -237,8 +240,25 @@ struct Components {
 Components parse_components(std::string_view list);
 std::string components_name(const Components& c);  // "lm", "lm,vision", "lm,vision,projector", ...
 
+// Quantized factors (the paper's appendix "Quantization-Aware Distillation"; docs/QUANT.md): every
+// compressed module's B and A stored as q-bit codes in groups of `group` consecutive input columns, with
+// F16 scales and zero points. A is quantized on the site covariance C, B on A'·C·A'ᵀ (A' the quantized
+// A), by round to nearest on each group's min–max grid (the paper's rule) or by GPTQ.
+struct QuantOptions {
+  int bits = 16;      // q ∈ {2, 3, 4, 8}; 16: no quantization (the factors stay in the storage type)
+  int group = 128;    // G: a positive multiple of 8
+  bool gptq = true;   // false: round to nearest (--quantizer rtn)
+  bool enabled() const { return bits < 16; }
+};
+
+struct CompressOptions;
+// Whether modules are quantized by GPTQ: --method gptq, or quant.gptq for the low-rank methods (--method
+// rtn: never).
+bool uses_gptq(const CompressOptions& o);
+
 struct CompressOptions {
   Method method = Method::LatentLlm;
+  QuantOptions quant;          // --bits, --group, --quantizer
   // A LLaVA checkpoint's parts to compress (compress_towers beside compress_model of its language model).
   Components components;
   double ratio = 0.2;          // R: fraction of each compressed module's weights removed

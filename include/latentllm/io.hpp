@@ -25,16 +25,23 @@ namespace latentllm::io {
 inline constexpr int kLatentFormatVersion = 1;
 
 struct LatentModule {
-  std::int64_t rank = 0;
+  std::int64_t rank = 0;           // 0: a dense module stored quantized (bits < 16; no factors)
   std::int64_t in = 0, out = 0;
   bool block_identity = false;
   std::vector<std::int32_t> perm;  // [in] when block_identity
+  // Quantized storage (docs/FORMAT.md "Quantized tensors"): q-bit codes in groups of `group` input
+  // columns, for both factors (or the dense weight); 16 = stored as floats, no quantization.
+  int bits = 16;
+  int group = 0;                   // G when bits < 16
+  bool quantized() const { return bits < 16; }
 };
 
 // Parses config.json's `latent` section (absent -> empty map). Throws FormatError naming the module
-// for an invalid entry (rank out of range, perm not a permutation of 0..in−1, ...).
+// for an invalid entry (rank out of range, perm not a permutation of 0..in−1, bits not 2, 3, 4 or 8,
+// a group size that is not a positive multiple of 8, ...).
 std::map<std::string, LatentModule> parse_latent_modules(const nlohmann::json& config, const std::string& origin);
-// A module's entry of `latent.modules` (rank, in, out, junction, perm with block identity), as
+// A module's entry of `latent.modules` (rank, in, out, junction, perm with block identity; bits and
+// group when quantized, rank omitted for a quantized dense module), as
 // parse_latent_modules reads it.
 nlohmann::json latent_module_json(const LatentModule& m);
 

@@ -21,6 +21,10 @@
 #include "latentllm/io.hpp"
 #include "latentllm/tensor.hpp"
 
+namespace latentllm::quant {
+struct PackedMatrix;  // src/quant/pack.hpp
+}  // namespace latentllm::quant
+
 namespace latentllm::model {
 
 // The MLP activation σ. HF names: relu; gelu (exact, x·Φ(x)); gelu_new, gelu_pytorch_tanh, gelu_fast
@@ -162,19 +166,35 @@ struct Linear {
   // the order perm (perm[0..r) form the identity block). The forward never multiplies by I.
   std::vector<std::int32_t> perm;  // [in] when block_identity, else empty
   bool block_identity = false;
+  // The same matrices stored quantized (docs/FORMAT.md "Quantized tensors": q-bit codes, F16 scales and
+  // zero points per group of input columns): each replaces its float member, which is then empty. The
+  // forward multiplies by them without forming them (quant::gemv for few rows, quant::xwtq otherwise).
+  // Shared and immutable, so copies of a layer share them.
+  std::shared_ptr<const quant::PackedMatrix> weightq;  // [out, in]
+  std::shared_ptr<const quant::PackedMatrix> Bq;       // [out, r]
+  std::shared_ptr<const quant::PackedMatrix> Aq;       // [r, in] or [r, in − r]
 
-  bool factored() const { return B.size() > 0 || B16.size() > 0; }
-  std::int64_t rank() const { return B.size() > 0 ? B.cols() : B16.size() > 0 ? B16.cols : std::min(in, out); }
+  bool factored() const { return B.size() > 0 || B16.size() > 0 || Bq != nullptr; }
+  std::int64_t rank() const;
   // True when a matrix is kept in its 16-bit stored dtype.
   bool stored16() const { return weight16.size() > 0 || B16.size() > 0; }
+  // True when its weight or factors are stored quantized.
+  bool quantized() const { return weightq != nullptr || Bq != nullptr; }
+  // Bits and group size of its quantized matrices (16 and 0 when not quantized).
+  int bits() const;
+  int group() const;
   // Stored weight + bias parameters.
   std::int64_t num_params() const;
-  // Bytes the module's matrices, bias and permutation take in memory (16-bit ones at 2 per value).
+  // Bytes the module's matrices, bias and permutation take in memory (16-bit ones at 2 per value,
+  // quantized ones as quant::packed_bytes).
   std::int64_t bytes() const;
   // y: [n, out] = x: [n, in] · Wᵀ + b, through BLAS GEMMs.
   void forward(const MatrixF& x, MatrixF& y) const;
   // The dense [out, in] weight this module represents (B·A when factored). For tests and analysis.
   MatrixF dense_weight() const;
+  // This module with its quantized matrices dequantized to float32 (the values prefill multiplies by),
+  // in the same form otherwise (factored stays factored); a copy of it when it is not quantized.
+  Linear dequantized() const;
 };
 
 

@@ -16,11 +16,13 @@
 
 namespace latentllm {
 
-enum class DType { F32, F16, BF16 };
+// U8 holds the packed codes of quantized modules (docs/FORMAT.md "Quantized tensors"); every other
+// tensor is floating. A U8 tensor widens to float32 as its integer values.
+enum class DType { F32, F16, BF16, U8 };
 
 // Bytes per element.
 std::size_t dtype_size(DType dtype);
-// The safetensors spelling: "F32", "F16", "BF16".
+// The safetensors spelling: "F32", "F16", "BF16", "U8".
 std::string_view dtype_name(DType dtype);
 // Parses a safetensors dtype string; throws FormatError for anything else.
 DType parse_dtype(std::string_view name);

@@ -48,6 +48,16 @@ Stages latentllm_stages(StageContext& ctx, const model::Model& m) {
   return s;
 }
 
+// The dense weights quantized site by site, no rank reduction (--method rtn / gptq).
+Stages quantize_stages(StageContext& ctx, const model::Model&) {
+  Stages s;
+  s.push_back(make_quantize_stage(ctx, Site::AttnIn, {Role::Q, Role::K, Role::V}));
+  s.push_back(make_quantize_stage(ctx, Site::AttnOut, {Role::O}));
+  s.push_back(make_quantize_stage(ctx, Site::MlpIn, {Role::Gate, Role::Up}));
+  s.push_back(make_quantize_stage(ctx, Site::MlpMid, {Role::Down}));
+  return s;
+}
+
 // Option keys (CompressOptions::to_json) beyond the ones every method reads (kCommonKeys).
 constexpr std::array<std::string_view, 1> kHessian = {"lambda_rel"};
 constexpr std::array<std::string_view, 1> kL1 = {"alpha"};
@@ -79,7 +89,7 @@ struct MethodRow {
 };
 
 // The rows, in the order of the CLI's list and of `sweep`'s default grid.
-const std::array<MethodRow, 7> kRows = {{
+const std::array<MethodRow, 9> kRows = {{
     {Method::PlainSvd, "plain-svd", Preconditioner::Identity, Junction::Identity, local_stages, {}},
     {Method::AsvdHessian, "asvd-hessian", Preconditioner::DiagHessian, Junction::Identity, local_stages, kHessian},
     {Method::AsvdL1, "asvd-l1", Preconditioner::DiagL1, Junction::Identity, local_stages, kL1},
@@ -89,11 +99,15 @@ const std::array<MethodRow, 7> kRows = {{
     // Block identity is one of LatentLLM's own contributions (it saves r² weights per module).
     {Method::LatentLlm, "latentllm", Preconditioner::RootCovariance, Junction::BlockIdentity, latentllm_stages,
      kLatent, latentllm_default},
+    // The quantization baselines (docs/QUANT.md): the pre-conditioner and junction are unused.
+    {Method::Rtn, "rtn", Preconditioner::Identity, Junction::Identity, quantize_stages, {}, nullptr},
+    {Method::Gptq, "gptq", Preconditioner::Identity, Junction::Identity, quantize_stages, {}, nullptr},
 }};
 
+// The low-rank rows (the first seven).
 const std::array<Method, 7> kMethods = [] {
   std::array<Method, 7> a{};
-  for (std::size_t i = 0; i < kRows.size(); ++i) a[i] = kRows[i].id;
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = kRows[i].id;
   return a;
 }();
 
@@ -120,6 +134,8 @@ void apply_default_preset(Method m, CompressOptions& o) {
   if (row(m).default_preset) row(m).default_preset(o);
 }
 std::span<const Method> all_methods() { return kMethods; }
+bool quantizes_dense(Method m) { return m == Method::Rtn || m == Method::Gptq; }
+bool uses_gptq(const CompressOptions& o) { return o.method == Method::Gptq || (o.method != Method::Rtn && o.quant.gptq); }
 
 Method parse_method(std::string_view name) {
   std::vector<std::string_view> names;
@@ -133,6 +149,8 @@ Method parse_method(std::string_view name) {
 bool reads_option(const CompressOptions& o, std::string_view key) {
   const bool global = o.rank_alloc == RankAlloc::Global;
   if (key == "components") return o.components.towers();  // recorded when more than the language model
+  // Quantization is every method's, recorded when it is on (CompressOptions::to_json).
+  if (key == "bits" || key == "group" || key == "quantizer") return true;
   if (std::find(kCommonKeys.begin(), kCommonKeys.end(), key) != kCommonKeys.end()) return true;
   // The global allocation's pre-pass measures root-covariance spectra for every method (sensitivity.cpp).
   if (global && (key == "alloc_score" || key == "alloc_tokens" || key == "lambda_rel" || key == "output_side")) {

@@ -48,7 +48,8 @@ std::span<const OptionFlag> option_flags() {
       {"rope_window", "--rope-window"}, {"fit", "--fit"},         {"diagnostics", "--diagnostics"},
       {"rank_alloc", "--rank-alloc"}, {"alloc_score", "--alloc-score"}, {"alloc_tokens", "--alloc-tokens"},
       {"intra_layer", "--no-intra-layer"}, {"covariance", "--covariance"}, {"output_side", "--output-side"},
-      {"batch", "--batch"},
+      {"batch", "--batch"},         {"bits", "--bits"},           {"group", "--group"},
+      {"quantizer", "--quantizer"},
   };
   return kFlags;
 }
@@ -113,6 +114,11 @@ nlohmann::ordered_json CompressOptions::to_json() const {
   put("ud_precision", ud_f32 ? "f32" : "f64");
   put("ud_unit_tokens", ud_unit_tokens);
   put("diagnostics", diagnostics);
+  if (quant.enabled()) {  // absent when not quantized, so records of earlier runs stay the same
+    j["bits"] = quant.bits;
+    j["group"] = quant.group;
+    j["quantizer"] = uses_gptq(*this) ? "gptq" : "rtn";
+  }
   return j;
 }
 
@@ -146,6 +152,9 @@ CompressOptions CompressOptions::from_json(const nlohmann::json& j) {
     o.ud_f32 = j.value("ud_precision", std::string("f32")) == "f32";
     o.ud_unit_tokens = j.value("ud_unit_tokens", o.ud_unit_tokens);
     o.diagnostics = j.value("diagnostics", o.diagnostics);
+    o.quant.bits = j.value("bits", o.quant.bits);
+    o.quant.group = j.value("group", o.quant.group);
+    o.quant.gptq = j.value("quantizer", std::string("gptq")) == "gptq";
   } catch (const nlohmann::json::exception& e) {
     throw FormatError(fmt::format("options record: {} (expected the keys CompressOptions::to_json writes)", e.what()));
   }
@@ -178,6 +187,16 @@ void CompressOptions::validate() const {
   }
   if (!(joint_tol >= 0 && joint_tol < 1)) {  // also NaN
     throw ConfigError(fmt::format("--joint-tol (expected 0 <= tol < 1, got {})", joint_tol));
+  }
+  if (quant.bits != 16 && quant.bits != 8 && quant.bits != 4 && quant.bits != 3 && quant.bits != 2) {
+    throw ConfigError(fmt::format("--bits (expected 2, 3, 4, 8 or 16, got {})", quant.bits));
+  }
+  if (quantizes_dense(method) && !quant.enabled()) {
+    throw ConfigError(fmt::format("--method {}: quantization bits (expected --bits 8, 4, 3 or 2, got {})",
+                                  method_name(method), quant.bits));
+  }
+  if (quant.group <= 0 || quant.group % 8 != 0) {
+    throw ConfigError(fmt::format("--group (expected a positive multiple of 8, got {})", quant.group));
   }
   if (stop_after_layers < 0) {
     throw ConfigError(fmt::format("--stop-after-layers (expected >= 0, got {})", stop_after_layers));

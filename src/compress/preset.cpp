@@ -26,6 +26,8 @@ CompressOptions preset_options(Preset p, Method method, double ratio) {
   o.ratio = ratio;
   o.local.junction = default_junction(method);
   o.joint = {.qk = true, .vo = false, .ud = true};
+  // Quantized factors (--bits): GPTQ by default; the paper's appendix rounds each chunk to nearest.
+  o.quant.gptq = p != Preset::Paper;
   if (p == Preset::Default) apply_default_preset(method, o);
   // Float covariance products, each 1024-token block's sum added in double: faster covariances at the
   // same perplexity to a few parts in 1e5 on the fixtures (bench/results/covariance.md).

@@ -13,6 +13,7 @@ std::size_t dtype_size(DType dtype) {
     case DType::F32: return 4;
     case DType::F16: return 2;
     case DType::BF16: return 2;
+    case DType::U8: return 1;
   }
   return 0;
 }
@@ -22,6 +23,7 @@ std::string_view dtype_name(DType dtype) {
     case DType::F32: return "F32";
     case DType::F16: return "F16";
     case DType::BF16: return "BF16";
+    case DType::U8: return "U8";
   }
   return "?";
 }
@@ -102,6 +104,9 @@ void TensorView::to_f32(std::int64_t first, std::span<float> out) const {
         std::memcpy(&h, src + 2 * i, 2);
         out[i] = bf16_to_f32(h);
       }
+      break;
+    case DType::U8:
+      for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<float>(std::to_integer<unsigned>(src[i]));
       break;
   }
 }

@@ -9,9 +9,11 @@
 #include "core/mapped_file.hpp"
 #include "core/parallel.hpp"
 #include "format/writers.hpp"
+#include "io/latent_format.hpp"
 #include "latentllm/checkpoint.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/files.hpp"
+#include "quant/pack.hpp"
 
 namespace latentllm::format {
 namespace {
@@ -28,9 +30,14 @@ struct Entry {
 // identity (docs/FORMAT.md) A_dense = [I_r | A] on the columns perm: the identity columns of W are B's
 // columns exactly, the others B·A. Row blocks in parallel, each an independent product, so the bytes do
 // not depend on the thread count.
+// A matrix in double: float32 as is, quantized dequantized exactly (s·(c − z) in double).
+MatrixD in_double(const MatrixF& m, const std::shared_ptr<const quant::PackedMatrix>& q) {
+  return q ? quant::dequantize(quant::unpack(*q)) : MatrixD(m.cast<double>());
+}
+
 std::vector<float> dense_weight(const model::Linear& l) {
-  const MatrixD B = l.B.cast<double>();  // [out, r]
-  const MatrixD A = l.A.cast<double>();  // [r, in] or [r, in − r]
+  const MatrixD B = in_double(l.B, l.Bq);  // [out, r]
+  const MatrixD A = in_double(l.A, l.Aq);  // [r, in] or [r, in − r]
   const std::int64_t out = l.out, in = l.in, r = B.cols();
   std::vector<float> w(static_cast<std::size_t>(out * in));  // [out, in] row-major
   core::parallel_for(out, 64, [&](std::int64_t i0, std::int64_t i1) {
@@ -53,6 +60,10 @@ std::vector<float> to_vector(const VectorF& v) { return {v.data(), v.data() + v.
 
 std::vector<float> weight_of(const model::Linear& l) {
   if (l.factored()) return dense_weight(l);
+  if (l.weightq) {  // [out, in], each value rounded once from the exact dequantized one
+    const MatrixF w = in_double(l.weight, l.weightq).cast<float>();
+    return std::vector<float>(w.data(), w.data() + w.size());
+  }
   const MatrixF stored = l.weight.size() > 0 ? MatrixF() : l.dense_weight();  // kept as stored (16-bit views)
   const MatrixF& w = l.weight.size() > 0 ? l.weight : stored;                  // [out, in]
   return std::vector<float>(w.data(), w.data() + w.size());
@@ -76,8 +87,11 @@ model::Linear read_module(const io::TensorStore& src, const std::string& name, c
   model::Linear l;
   l.in = lm.in;
   l.out = lm.out;
-  l.B = matrix_of(src.get(name + ".B.weight"));
-  l.A = matrix_of(src.get(name + ".A.weight"));
+  if (lm.quantized()) {
+    throw FormatError(fmt::format("{}: a quantized module outside the decoder layers (expected 16-bit factors)", name));
+  }
+  l.B = matrix_of(src.get(io::latent_tensor_name(name, io::Factor::B)));
+  l.A = matrix_of(src.get(io::latent_tensor_name(name, io::Factor::A)));
   l.block_identity = lm.block_identity;
   l.perm = lm.perm;
   return l;

@@ -1,5 +1,6 @@
 // The latent checkpoint writer (docs/FORMAT.md): a model's tensors in its source's order, the factored
-// modules as <module>.A.weight / <module>.B.weight, and config.json's `latent` section.
+// modules as <module>.A.weight / <module>.B.weight (quantized: their codes, scales and zero points; the
+// names are io::latent_tensor_name's), and config.json's `latent` section.
 #include "latentllm/checkpoint.hpp"
 
 #include <cmath>
@@ -16,6 +17,7 @@
 #include "latentllm/files.hpp"
 #include "latentllm/io.hpp"
 #include "latentllm/log.hpp"
+#include "quant/pack.hpp"
 
 namespace latentllm::format {
 namespace {
@@ -26,7 +28,7 @@ namespace fs = std::filesystem;
 // model. Refuse it, naming the tensor and the element.
 void check_representable(const std::string& name, DType dtype, const std::vector<std::int64_t>& shape,
                          const std::vector<float>& data) {
-  if (dtype == DType::F32) return;
+  if (dtype == DType::F32 || dtype == DType::U8) return;
   const float limit = dtype == DType::F16 ? 65504.0f : std::numeric_limits<float>::max();
   for (std::size_t i = 0; i < data.size(); ++i) {
     const float x = data[i];
@@ -52,8 +54,26 @@ std::vector<float> to_vector(const VectorF& v) { return std::vector<float>(v.dat
 
 // The module's entry of the latent section (io::latent_module_json, beside its parser).
 nlohmann::json module_entry(const model::Linear& lin) {
-  return io::latent_module_json({.rank = lin.rank(), .in = lin.in, .out = lin.out,
-                                 .block_identity = lin.block_identity, .perm = lin.perm});
+  return io::latent_module_json({.rank = lin.factored() ? lin.rank() : 0, .in = lin.in, .out = lin.out,
+                                 .block_identity = lin.block_identity, .perm = lin.perm, .bits = lin.bits(),
+                                 .group = lin.group()});
+}
+
+// The quantized matrix `f` of l (its weight, B or A), which the layer source must hold.
+const quant::PackedMatrix& packed_of(const model::Linear& l, io::Factor f) {
+  const auto& q = f == io::Factor::Weight ? l.weightq : f == io::Factor::B ? l.Bq : l.Aq;
+  if (!q) throw Error(fmt::format("{}: module is not quantized (expected the form its header declared)", l.name));
+  return *q;
+}
+
+// A stored part of a quantized matrix as the floats the writer converts: codes (U8, exact), or F16 scales
+// and zero points widened (exact, and rounded back to the same bits).
+std::vector<float> piece_values(const quant::PackedMatrix& q, io::Piece p) {
+  if (p == io::Piece::Codes) return {q.codes.begin(), q.codes.end()};
+  const auto& h = p == io::Piece::Scales ? q.scales : q.zeros;
+  std::vector<float> out(h.size());
+  for (std::size_t i = 0; i < h.size(); ++i) out[i] = f16_to_f32(h[i]);
+  return out;
 }
 // The output's tensors in the source's order, a module's tensors where its first one was: the
 // non-linear tensors from the source, the modules of the decoder layers from `layers`, the tower modules
@@ -71,14 +91,35 @@ std::vector<Entry> plan_tensors(LayerSource& layers, const io::TensorStore& src,
   auto add = [&](std::string n, std::vector<std::int64_t> shape, auto current, auto part) {
     out.push_back({{std::move(n), dtype, std::move(shape)}, [current, part] { return to_vector(part(current())); }});
   };
+  // A quantized matrix's three tensors (docs/FORMAT.md "Quantized tensors"), [rows, cols].
+  auto add_packed = [&](const std::string& stored, io::Factor factor, std::int64_t rows, std::int64_t cols,
+                        const ModuleForm& f, auto current) {
+    const quant::QuantSpec spec{f.bits, f.group, quant::Grid::MinMax};
+    const std::int64_t n_g = spec.groups(cols);
+    for (const io::Piece p : {io::Piece::Codes, io::Piece::Scales, io::Piece::Zeros}) {
+      std::vector<std::int64_t> shape{rows, n_g};
+      if (p == io::Piece::Codes) shape.push_back(quant::group_bytes(spec));
+      out.push_back({{io::latent_tensor_name(stored, factor, p), p == io::Piece::Codes ? DType::U8 : DType::F16,
+                      std::move(shape)},
+                     [current, factor, p] { return piece_values(packed_of(current(), factor), p); }});
+    }
+  };
   auto add_module = [&](const std::string& stored, const model::Linear& spec, const ModuleForm& f, auto current) {
-    if (f.rank > 0) {
-      add(stored + ".A.weight", {f.rank, spec.in - (f.block_identity ? f.rank : 0)}, current,
+    const std::int64_t a_cols = spec.in - (f.block_identity ? f.rank : 0);
+    if (f.bits < 16 && f.rank > 0) {
+      add_packed(stored, io::Factor::A, f.rank, a_cols, f, current);
+      add_packed(stored, io::Factor::B, spec.out, f.rank, f, current);
+    } else if (f.bits < 16) {
+      add_packed(stored, io::Factor::Weight, spec.out, spec.in, f, current);
+    } else if (f.rank > 0) {
+      add(io::latent_tensor_name(stored, io::Factor::A), {f.rank, a_cols}, current,
           [](const model::Linear& l) -> const MatrixF& { return l.A; });
-      add(stored + ".B.weight", {spec.out, f.rank}, current, [](const model::Linear& l) -> const MatrixF& { return l.B; });
+      add(io::latent_tensor_name(stored, io::Factor::B), {spec.out, f.rank}, current,
+          [](const model::Linear& l) -> const MatrixF& { return l.B; });
     } else {
       // Float32, or a dense module kept as stored (16-bit views, LoadOptions::Weights::Stored).
-      add(stored + ".weight", {spec.out, spec.in}, current, [](const model::Linear& l) { return l.dense_weight(); });
+      add(io::latent_tensor_name(stored, io::Factor::Weight), {spec.out, spec.in}, current,
+          [](const model::Linear& l) { return l.dense_weight(); });
     }
     if (f.bias) add(stored + ".bias", {spec.out}, current, [](const model::Linear& l) -> const VectorF& { return l.bias; });
   };
@@ -89,12 +130,13 @@ std::vector<Entry> plan_tensors(LayerSource& layers, const io::TensorStore& src,
     if (const auto t = tower.find(stored_module); t != tower.end()) {
       if (!done.insert(t->first).second) continue;
       const model::Linear* lin = t->second;
-      if (!lin->factored() && lin->weight.size() == 0 && lin->weight16.size() == 0) {
+      if (!lin->factored() && lin->weight.size() == 0 && lin->weight16.size() == 0 && !lin->weightq) {
         throw Error(fmt::format("{}: module {} holds no weight (expected a loaded module)", m.dir().string(), t->first));
       }
-      const ModuleForm f{lin->factored() ? lin->rank() : 0, lin->block_identity, lin->bias.size() > 0};
+      const ModuleForm f{lin->factored() ? lin->rank() : 0, lin->block_identity, lin->bias.size() > 0, lin->bits(),
+                         lin->group()};
       add_module(t->first, *lin, f, [lin]() -> const model::Linear& { return *lin; });
-      if (lin->factored()) modules[t->first] = module_entry(*lin);
+      if (lin->factored() || lin->quantized()) modules[t->first] = module_entry(*lin);
       continue;
     }
     // The module's HF name as the model asks for it; the output keeps the source's stored names (a
@@ -111,7 +153,7 @@ std::vector<Entry> plan_tensors(LayerSource& layers, const io::TensorStore& src,
     const ModuleForm& f = forms[k];
     add_module(m.stored_name(module), m.layer_spec(i).linears[k], f,
                [&layers, i = i, k = k]() -> const model::Linear& { return layers.layer(i).linears[k]; });
-    if (f.rank > 0) modules[module] = module_entry(layers.layer(i).linears[k]);  // its permutation included
+    if (f.rank > 0 || f.bits < 16) modules[module] = module_entry(layers.layer(i).linears[k]);  // perm included
   }
   for (const auto& [name, lin] : tower) {
     if (!done.count(name)) throw FormatError(fmt::format("{}: module {} not found in the source checkpoint", m.dir().string(), name));
@@ -123,6 +165,12 @@ std::vector<Entry> plan_tensors(LayerSource& layers, const io::TensorStore& src,
   return out;
 }
 
+std::int64_t numel(const std::vector<std::int64_t>& shape) {
+  std::int64_t n = 1;
+  for (const auto d : shape) n *= d;
+  return n;
+}
+
 // Streams the entries into `path`, each checked against the storage type before it is written.
 void write_entries(const fs::path& path, const std::vector<Entry>& entries) {
   std::vector<io::TensorSpec> specs;
@@ -130,6 +178,9 @@ void write_entries(const fs::path& path, const std::vector<Entry>& entries) {
   io::SafetensorsWriter w(path, std::move(specs), {{"format", "pt"}});
   for (const auto& e : entries) {
     const std::vector<float> v = e.values();
+    if (v.size() != static_cast<std::size_t>(numel(e.spec.shape))) {
+      throw Error(fmt::format("{}: values (expected {}, got {})", e.spec.name, numel(e.spec.shape), v.size()));
+    }
     check_representable(e.spec.name, e.spec.dtype, e.spec.shape, v);
     w.append(v);
   }

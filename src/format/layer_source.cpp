@@ -2,12 +2,16 @@
 // progress directory (include/latentllm/checkpoint.hpp "Per-layer factor files").
 #include "format/layer_source.hpp"
 
+#include <list>
+
 #include <fmt/format.h>
 
 #include "core/mapped_file.hpp"
+#include "io/latent_format.hpp"
 #include "latentllm/checkpoint.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/io.hpp"
+#include "quant/pack.hpp"
 
 namespace latentllm::format {
 namespace {
@@ -15,8 +19,20 @@ namespace {
 namespace fs = std::filesystem;
 
 ModuleForm form_of(const model::Linear& l) {
-  return {.rank = l.factored() ? l.rank() : 0, .block_identity = l.block_identity, .bias = l.bias.size() > 0};
+  return {.rank = l.factored() ? l.rank() : 0, .block_identity = l.block_identity, .bias = l.bias.size() > 0,
+          .bits = l.bits(), .group = l.group()};
 }
+
+using io::Factor;
+using io::Naming;
+using io::Piece;
+
+// A progress file's name of a part of module `m`.
+std::string progress_name(const std::string& m, Factor f, Piece p = Piece::Values) {
+  return io::latent_tensor_name(m, f, p, Naming::Progress);
+}
+// The tensor holding a quantized module's bits, group size and rank (0: dense) in a progress file: [3] floats.
+std::string progress_spec_name(const std::string& m) { return m + ".quant"; }
 
 std::vector<ModuleForm> forms_of(const model::DecoderLayer& L) {
   std::vector<ModuleForm> out;
@@ -66,9 +82,19 @@ class ProgressLayers final : public LayerSource {
     const io::SafetensorsFile st(checkpoint::layer_factors_file(dir_, i));  // its header only
     std::vector<ModuleForm> out;
     for (const auto& l : m_.layer_spec(i).linears) {
-      const TensorView* b = st.find(l.name + ".B");
-      out.push_back(b ? ModuleForm{b->shape[1], st.find(l.name + ".perm") != nullptr, st.find(l.name + ".bias") != nullptr}
-                      : ModuleForm{0, false, src_.has(m_.stored_name(l.name) + ".bias")});
+      const TensorView* b = st.find(progress_name(l.name, Factor::B));
+      const TensorView* bq = st.find(progress_name(l.name, Factor::B, Piece::Scales));
+      const TensorView* spec = st.find(progress_spec_name(l.name));
+      ModuleForm f = b || bq ? ModuleForm{b ? b->shape[1] : 0, st.find(l.name + ".perm") != nullptr,
+                                          st.find(l.name + ".bias") != nullptr}
+                             : ModuleForm{0, false, src_.has(m_.stored_name(l.name) + ".bias")};
+      if (spec != nullptr) {
+        const std::vector<float> v = spec->to_f32();  // [bits, group, rank]
+        f.bits = static_cast<int>(v.at(0));
+        f.group = static_cast<int>(v.at(1));
+        f.rank = static_cast<std::int64_t>(v.at(2));
+      }
+      out.push_back(f);
     }
     return out;
   }
@@ -79,7 +105,7 @@ class ProgressLayers final : public LayerSource {
     const std::string prefix = layer_prefix(L);
     for (auto& [name, v] : L.norms) v = vector_of(src_.get(m_.stored_name(prefix + name)));
     for (auto& l : L.linears) {
-      if (l.factored()) continue;
+      if (l.factored() || l.quantized()) continue;
       const std::string stored = m_.stored_name(l.name);
       const std::vector<float> w = src_.get(stored + ".weight", std::vector<std::int64_t>{l.out, l.in}).to_f32();
       l.weight = Eigen::Map<const MatrixF>(w.data(), l.out, l.in);
@@ -114,7 +140,8 @@ class LatentLayers final : public LayerSource {
       const auto it = modules_.find(l.name);
       const bool bias = src_.has(m_->stored_name(l.name) + ".bias");
       out.push_back(it == modules_.end() ? ModuleForm{0, false, bias}
-                                         : ModuleForm{it->second.rank, it->second.block_identity, bias});
+                                         : ModuleForm{it->second.rank, it->second.block_identity, bias,
+                                                      it->second.bits, it->second.group});
     }
     return out;
   }
@@ -177,8 +204,7 @@ std::map<std::string, std::pair<int, std::size_t>> layer_modules(const model::Mo
 }
 
 std::string tensor_module(const std::string& name) {
-  for (const char* suffix : {".A.weight", ".B.weight"})
-    if (name.ends_with(suffix)) return name.substr(0, name.size() - std::string_view(suffix).size());
+  if (const auto t = io::parse_latent_tensor_name(name)) return t->module;
   const auto dot = name.rfind('.');
   return dot == std::string::npos ? name : name.substr(0, dot);
 }
@@ -191,15 +217,71 @@ namespace fs = std::filesystem;
 
 fs::path layer_factors_file(const fs::path& dir, int layer) { return dir / fmt::format("layer-{}.safetensors", layer); }
 
+namespace {
+
+// A quantized matrix's parts as the float32 tensors of a progress file (codes one per byte of the
+// packed form, scales and zeros widened from F16: all exact).
+void add_packed(std::vector<io::TensorToWrite>& tensors, std::vector<std::vector<float>>& keep,
+                const std::string& module, io::Factor f, const quant::PackedMatrix& q) {
+  using io::Piece;
+  keep.push_back({q.codes.begin(), q.codes.end()});
+  tensors.push_back({io::latent_tensor_name(module, f, Piece::Codes, io::Naming::Progress), DType::F32,
+                     {q.rows, q.groups(), q.row_bytes() / q.groups()}, keep.back()});
+  for (const Piece p : {Piece::Scales, Piece::Zeros}) {
+    const auto& h = p == Piece::Scales ? q.scales : q.zeros;
+    keep.emplace_back(h.size());
+    for (std::size_t i = 0; i < h.size(); ++i) keep.back()[i] = f16_to_f32(h[i]);
+    tensors.push_back({io::latent_tensor_name(module, f, p, io::Naming::Progress), DType::F32, {q.rows, q.groups()},
+                       keep.back()});
+  }
+}
+
+// The quantized matrix `f` of `module` from a progress file ([rows, cols], validated as a checkpoint's).
+std::shared_ptr<const quant::PackedMatrix> read_packed_progress(const io::SafetensorsFile& st, const std::string& module,
+                                                                io::Factor f, int bits, int group, std::int64_t cols) {
+  using io::Piece;
+  auto get = [&](Piece p) -> const TensorView& {
+    const std::string n = io::latent_tensor_name(module, f, p, io::Naming::Progress);
+    const TensorView* t = st.find(n);
+    if (t == nullptr) throw FormatError(fmt::format("{}: missing tensor {}", st.path().string(), n));
+    return *t;
+  };
+  const TensorView &c = get(Piece::Codes), &s = get(Piece::Scales), &z = get(Piece::Zeros);
+  std::vector<std::uint8_t> codes;
+  for (float v : c.to_f32()) codes.push_back(static_cast<std::uint8_t>(v));
+  std::vector<std::uint16_t> scales, zeros;
+  for (float v : s.to_f32()) scales.push_back(f32_to_f16(v));
+  for (float v : z.to_f32()) zeros.push_back(f32_to_f16(v));
+  const quant::PackedTensors t{c.shape, codes, s.shape, scales, z.shape, zeros};
+  return std::make_shared<const quant::PackedMatrix>(quant::read_packed(c.name, bits, group, cols, t));
+}
+
+}  // namespace
+
 void write_layer_factors(const fs::path& file, const model::DecoderLayer& layer) {
   std::vector<io::TensorToWrite> tensors;
-  std::vector<std::vector<float>> perms;
-  perms.reserve(layer.linears.size());
+  std::list<std::vector<float>> perms;  // stable addresses for the spans
   auto span_of = [](const auto& x) { return std::span<const float>(x.data(), static_cast<std::size_t>(x.size())); };
   for (const auto& lin : layer.linears) {
-    if (!lin.factored()) continue;
-    tensors.push_back({lin.name + ".B", DType::F32, {lin.B.rows(), lin.B.cols()}, span_of(lin.B)});
-    tensors.push_back({lin.name + ".A", DType::F32, {lin.A.rows(), lin.A.cols()}, span_of(lin.A)});
+    if (lin.quantized()) {
+      std::vector<std::vector<float>> keep;
+      keep.reserve(7);
+      const std::int64_t rank = lin.factored() ? lin.rank() : 0;
+      keep.push_back({static_cast<float>(lin.bits()), static_cast<float>(lin.group()), static_cast<float>(rank)});
+      tensors.push_back({format::progress_spec_name(lin.name), DType::F32, {3}, keep.back()});
+      if (lin.factored()) {
+        add_packed(tensors, keep, lin.name, io::Factor::B, *lin.Bq);
+        add_packed(tensors, keep, lin.name, io::Factor::A, *lin.Aq);
+      } else {
+        add_packed(tensors, keep, lin.name, io::Factor::Weight, *lin.weightq);
+      }
+      for (auto& k : keep) perms.push_back(std::move(k));  // moved vectors keep their buffers
+    } else if (lin.factored()) {
+      tensors.push_back({io::latent_tensor_name(lin.name, io::Factor::B, io::Piece::Values, io::Naming::Progress), DType::F32, {lin.B.rows(), lin.B.cols()}, span_of(lin.B)});
+      tensors.push_back({io::latent_tensor_name(lin.name, io::Factor::A, io::Piece::Values, io::Naming::Progress), DType::F32, {lin.A.rows(), lin.A.cols()}, span_of(lin.A)});
+    } else {
+      continue;
+    }
     if (lin.block_identity) {
       perms.push_back(format::to_float(lin.perm));
       tensors.push_back({lin.name + ".perm", DType::F32, {static_cast<std::int64_t>(lin.perm.size())}, perms.back()});
@@ -212,9 +294,26 @@ void write_layer_factors(const fs::path& file, const model::DecoderLayer& layer)
 void read_layer_factors(const fs::path& file, model::DecoderLayer& layer) {
   const io::SafetensorsFile st(file);
   for (auto& lin : layer.linears) {
-    if (!st.find(lin.name + ".B")) continue;
-    lin.B = st.matrix(lin.name + ".B");
-    lin.A = st.matrix(lin.name + ".A");
+    const TensorView* spec = st.find(format::progress_spec_name(lin.name));
+    if (!st.find(io::latent_tensor_name(lin.name, io::Factor::B, io::Piece::Values, io::Naming::Progress)) && spec == nullptr) continue;
+    if (spec != nullptr) {
+      const std::vector<float> v = spec->to_f32();  // [bits, group, rank]
+      if (v.size() != 3) throw FormatError(fmt::format("{}: {}.quant (expected 3 values, got {})", file.string(), lin.name, v.size()));
+      const int bits = static_cast<int>(v[0]), group = static_cast<int>(v[1]);
+      const auto rank = static_cast<std::int64_t>(v[2]);
+      const bool bi = st.find(lin.name + ".perm") != nullptr;
+      if (rank > 0) {
+        lin.Bq = read_packed_progress(st, lin.name, io::Factor::B, bits, group, rank);
+        lin.Aq = read_packed_progress(st, lin.name, io::Factor::A, bits, group, lin.in - (bi ? rank : 0));
+      } else {
+        lin.weightq = read_packed_progress(st, lin.name, io::Factor::Weight, bits, group, lin.in);
+      }
+      lin.B.resize(0, 0);
+      lin.A.resize(0, 0);
+    } else {
+      lin.B = st.matrix(io::latent_tensor_name(lin.name, io::Factor::B, io::Piece::Values, io::Naming::Progress));
+      lin.A = st.matrix(io::latent_tensor_name(lin.name, io::Factor::A, io::Piece::Values, io::Naming::Progress));
+    }
     lin.perm.clear();
     lin.block_identity = false;
     if (const TensorView* p = st.find(lin.name + ".perm")) {

@@ -20,6 +20,8 @@ struct ModuleForm {
   std::int64_t rank = 0;        // 0: dense (weight [out, in]); else B [out, r], A [r, in] or [r, in − r]
   bool block_identity = false;
   bool bias = false;            // bias [out]
+  int bits = 16;                // < 16: its weight or factors stored quantized in groups of `group` inputs
+  int group = 0;
   // Parameters of its matrices and bias (of the module `spec`: in, out).
   std::int64_t params(const model::Linear& spec) const;
 };
@@ -54,7 +56,7 @@ std::map<std::string, std::pair<int, std::size_t>> layer_modules(const model::Mo
 // The HF prefix of a decoder layer's names ("model.layers.3."): its q_proj's name without "self_attn.q_proj".
 std::string layer_prefix(const model::DecoderLayer& L);
 // The stored module name a stored tensor belongs to: <module> of <module>.weight, .bias, .A.weight,
-// .B.weight; any other name up to its last dot.
+// .B.weight and the quantized parts (io::parse_latent_tensor_name); any other name up to its last dot.
 std::string tensor_module(const std::string& name);
 
 }  // namespace latentllm::format

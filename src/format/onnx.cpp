@@ -15,6 +15,7 @@
 #include "format/onnx_graph.hpp"
 #include "format/onnx_module.hpp"
 #include "format/writers.hpp"
+#include "io/latent_format.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/files.hpp"
 
@@ -82,7 +83,7 @@ void io_output(Ctx& c, const std::string& value, const std::string& name, const 
 // Gather of the columns perm[:r], the rest x[:, :, perm[r:]]·Aᵀ; src/model/linear.cpp latent_block).
 std::string latent(Ctx& c, const model::Linear& l, const std::string& x) {
   const std::string n = stored(c, l.name);
-  const std::string at = weight(c, n + ".A.weight", {l.A.cols(), l.A.rows()}, values_of(transposed(l.A)));
+  const std::string at = weight(c, io::latent_tensor_name(n, io::Factor::A), {l.A.cols(), l.A.rows()}, values_of(transposed(l.A)));
   if (!l.block_identity) return c.g.op("MatMul", {x, at});
   const std::int64_t r = l.B.cols();
   const I64 perm(l.perm.begin(), l.perm.end());
@@ -94,6 +95,15 @@ std::string latent(Ctx& c, const model::Linear& l, const std::string& x) {
   return c.g.op("Add", {z, c.g.op("MatMul", {rest, at})});
 }
 
+// The layer as the graph's float initializers hold it: quantized modules dequantized into `copy`
+// (the values latentllm's prefill multiplies by), or the layer itself when it has none.
+const model::DecoderLayer& float_layer(const model::DecoderLayer& L, model::DecoderLayer& copy) {
+  if (std::none_of(L.linears.begin(), L.linears.end(), [](const model::Linear& l) { return l.quantized(); })) return L;
+  copy = L;
+  for (auto& l : copy.linears) l = l.dequantized();
+  return copy;
+}
+
 // y: [B, S, out] = x·Wᵀ + b, W dense (stored transposed, [in, out]) or B·A (B stored transposed, [r, out]).
 std::string linear(Ctx& c, const model::Linear& l, const std::string& x) {
   const std::string n = stored(c, l.name);
@@ -101,9 +111,11 @@ std::string linear(Ctx& c, const model::Linear& l, const std::string& x) {
   if (!l.factored()) {
     // Float32, or a dense module kept as stored (16-bit views).
     const MatrixF w = l.weight.size() > 0 ? l.weight : l.dense_weight();  // [out, in]
-    y = c.g.op("MatMul", {x, weight(c, n + ".weight", {l.in, l.out}, values_of(transposed(w)))});
+    y = c.g.op("MatMul", {x, weight(c, io::latent_tensor_name(n, io::Factor::Weight), {l.in, l.out},
+                                    values_of(transposed(w)))});
   } else {
-    y = c.g.op("MatMul", {latent(c, l, x), weight(c, n + ".B.weight", {l.B.cols(), l.out}, values_of(transposed(l.B)))});
+    y = c.g.op("MatMul", {latent(c, l, x), weight(c, io::latent_tensor_name(n, io::Factor::B), {l.B.cols(), l.out},
+                                                 values_of(transposed(l.B)))});
   }
   if (l.bias.size() > 0) y = c.g.op("Add", {y, weight(c, n + ".bias", {l.out}, values_of(l.bias))});
   return y;
@@ -174,7 +186,7 @@ std::string attention(Ctx& c, const model::DecoderLayer& L, const std::string& p
     const std::string n = stored(c, kp.name);
     const std::int64_t r = kp.B.cols();
     io.present_k = c.g.op("Concat", {io.past_k, latent(c, kp, x)}, {attr("axis", std::int64_t{1})});  // [B, K, r]
-    const std::string bk = weight(c, n + ".B.weight", {c.H_kv, 1, c.d_h, r}, values_of(kp.B));
+    const std::string bk = weight(c, io::latent_tensor_name(n, io::Factor::B), {c.H_kv, 1, c.d_h, r}, values_of(kp.B));
     const std::string ck = c.g.op("Unsqueeze", {c.g.op("Transpose", {io.present_k}, {attr("perm", I64{0, 2, 1})}),
                                                 c.g.ints({1, 2})});  // [B, 1, 1, r, K]
     scores = c.g.op("MatMul", {c.g.op("MatMul", {q5, bk}), ck});
@@ -201,7 +213,7 @@ std::string attention(Ctx& c, const model::DecoderLayer& L, const std::string& p
       for (std::int64_t j = 0; j < r; ++j)
         for (int i = 0; i < c.d_h; ++i) bt[static_cast<std::size_t>((h * r + j) * c.d_h + i)] = vp.B(h * c.d_h + i, j);
     const std::string pc = c.g.op("MatMul", {p, c.g.op("Unsqueeze", {io.present_v, c.g.ints({1, 2})})});  // [B, H_kv, g, S, r]
-    o5 = c.g.op("MatMul", {pc, weight(c, n + ".B.weight", {c.H_kv, 1, r, c.d_h}, bt)});
+    o5 = c.g.op("MatMul", {pc, weight(c, io::latent_tensor_name(n, io::Factor::B), {c.H_kv, 1, r, c.d_h}, bt)});
     if (vp.bias.size() > 0) o5 = c.g.op("Add", {o5, weight(c, n + ".bias", {c.H_kv, 1, 1, c.d_h}, values_of(vp.bias))});
   } else {
     const std::string v4 = split_heads(c, linear(c, vp, x), c.H_kv);
@@ -429,7 +441,8 @@ ExportSummary write_onnx(LayerSource& layers, const fs::path& dir, const WriteOp
   const Tables t = tables(c, store, embed_name);
   std::string h = embed(c, store, t.embed, opt_pre);
   for (int i = 0; i < m->num_layers(); ++i) {
-    const model::DecoderLayer& L = layers.layer(i);
+    model::DecoderLayer widened;  // the layer with quantized modules dequantized, when it has any
+    const model::DecoderLayer& L = float_layer(layers.layer(i), widened);
     LayerIo& io = ios[static_cast<std::size_t>(i)];
     // The form `generate --kv-cache <mode>` gives each module (src/model/kv_cache.cpp), hence the past's
     // shape (mode auto or dense; latent is refused by the registry).

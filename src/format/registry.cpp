@@ -7,6 +7,7 @@
 
 #include "format/onnx_module.hpp"
 #include "format/writers.hpp"
+#include "io/latent_format.hpp"
 #include "latentllm/checkpoint.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/files.hpp"
@@ -91,11 +92,19 @@ ExportSummary write(const FormatRow& row, LayerSource& layers, const fs::path& o
   return s;
 }
 
-// The storage type of a latent checkpoint: that of its factors (all floating tensors share it).
+// The storage type of a latent checkpoint: that of its factors (all floating tensors share it), or with
+// every module quantized that of its other weights (the scales are F16 whatever the storage type).
 DType stored_dtype(const fs::path& dir) {
   const auto store = io::TensorStore::open(dir);
-  for (const auto& name : store.names())
-    if (name.ends_with(".B.weight")) return store.get(name).dtype;
+  const auto names = store.names();
+  for (const auto& name : names) {
+    const auto t = io::parse_latent_tensor_name(name);
+    if (t && t->factor == io::Factor::B && t->piece == io::Piece::Values) return store.get(name).dtype;
+  }
+  for (const auto& name : names) {
+    const auto t = io::parse_latent_tensor_name(name);
+    if (t && t->piece == io::Piece::Values) return store.get(name).dtype;
+  }
   return DType::F32;
 }
 

@@ -11,6 +11,24 @@
 
 namespace latentllm::io {
 
+namespace {
+
+// The optional bits and group of a module entry: both or neither, bits in {2, 3, 4, 8} (16 = absent),
+// the group a positive multiple of 8 (a group's codes fill whole bytes).
+void parse_bits(const nlohmann::json& e, const std::string& ctx, LatentModule& mod) {
+  if (!e.contains("bits") && !e.contains("group")) return;
+  mod.bits = e.at("bits").get<int>();
+  mod.group = e.at("group").get<int>();
+  if (mod.bits != 2 && mod.bits != 3 && mod.bits != 4 && mod.bits != 8) {
+    throw FormatError(fmt::format("{}: bits (expected 2, 3, 4 or 8, got {})", ctx, mod.bits));
+  }
+  if (mod.group <= 0 || mod.group % 8 != 0) {
+    throw FormatError(fmt::format("{}: group (expected a positive multiple of 8, got {})", ctx, mod.group));
+  }
+}
+
+}  // namespace
+
 std::map<std::string, LatentModule> parse_latent_modules(const nlohmann::json& config, const std::string& origin) {
   std::map<std::string, LatentModule> out;
   if (!config.contains("latent")) return out;
@@ -26,7 +44,9 @@ std::map<std::string, LatentModule> parse_latent_modules(const nlohmann::json& c
     const std::string ctx = fmt::format("{}: latent.modules.{}", origin, name);
     try {
       LatentModule mod;
-      mod.rank = e.at("rank").get<std::int64_t>();
+      parse_bits(e, ctx, mod);
+      // A quantized dense module has no rank (docs/FORMAT.md "Quantized tensors").
+      mod.rank = mod.quantized() && !e.contains("rank") ? 0 : e.at("rank").get<std::int64_t>();
       mod.in = e.at("in").get<std::int64_t>();
       mod.out = e.at("out").get<std::int64_t>();
       const std::string junction = e.value("junction", "none");
@@ -34,6 +54,10 @@ std::map<std::string, LatentModule> parse_latent_modules(const nlohmann::json& c
         throw FormatError(fmt::format("{}: junction (expected none or block-identity, got {})", ctx, junction));
       }
       mod.block_identity = junction == "block-identity";
+      if (mod.rank == 0 && mod.quantized() && mod.in > 0 && mod.out > 0 && junction == "none") {
+        out.emplace(name, std::move(mod));
+        continue;
+      }
       if (mod.in <= 0 || mod.out <= 0 || mod.rank <= 0 || mod.rank > std::min(mod.in, mod.out)) {
         throw FormatError(fmt::format("{}: rank (expected 1..{}, got {})", ctx, std::min(mod.in, mod.out), mod.rank));
       }
@@ -59,10 +83,47 @@ std::map<std::string, LatentModule> parse_latent_modules(const nlohmann::json& c
 }
 
 nlohmann::json latent_module_json(const LatentModule& m) {
-  nlohmann::json e = {{"rank", m.rank}, {"in", m.in}, {"out", m.out},
-                      {"junction", m.block_identity ? "block-identity" : "none"}};
+  nlohmann::json e = nlohmann::json::object();
+  if (m.rank > 0) e["rank"] = m.rank;
+  e["in"] = m.in;
+  e["out"] = m.out;
+  e["junction"] = m.block_identity ? "block-identity" : "none";
   if (m.block_identity) e["perm"] = m.perm;
+  if (m.quantized()) {
+    e["bits"] = m.bits;
+    e["group"] = m.group;
+  }
   return e;
+}
+
+std::string latent_tensor_name(std::string_view module, Factor f, Piece p, Naming naming) {
+  std::string n(module);
+  if (f == Factor::B) n += ".B";
+  if (f == Factor::A) n += ".A";
+  switch (p) {
+    case Piece::Values:
+      if (naming == Naming::Checkpoint || f == Factor::Weight) n += ".weight";
+      break;
+    case Piece::Codes: n += ".qweight"; break;
+    case Piece::Scales: n += ".scales"; break;
+    case Piece::Zeros: n += ".qzeros"; break;
+  }
+  return n;
+}
+
+std::optional<LatentTensorName> parse_latent_tensor_name(std::string_view name) {
+  static constexpr std::pair<std::string_view, Piece> kPieces[] = {
+      {".weight", Piece::Values}, {".qweight", Piece::Codes}, {".scales", Piece::Scales}, {".qzeros", Piece::Zeros}};
+  for (const auto& [suffix, piece] : kPieces) {
+    if (!name.ends_with(suffix) || name.size() == suffix.size()) continue;
+    std::string_view rest = name.substr(0, name.size() - suffix.size());
+    Factor f = Factor::Weight;
+    if (rest.ends_with(".B") && rest.size() > 2) f = Factor::B;
+    if (rest.ends_with(".A") && rest.size() > 2) f = Factor::A;
+    if (f != Factor::Weight) rest.remove_suffix(2);
+    return LatentTensorName{std::string(rest), f, piece};
+  }
+  return std::nullopt;
 }
 
 nlohmann::json with_latent_identity(nlohmann::json config) {

@@ -94,8 +94,9 @@ DType parse_entry_dtype(const json& v, const std::string& ctx) {
   if (name == "F32") return DType::F32;
   if (name == "F16") return DType::F16;
   if (name == "BF16") return DType::BF16;
+  if (name == "U8") return DType::U8;
   const bool known = std::find(kReferenceDtypes.begin(), kReferenceDtypes.end(), name) != kReferenceDtypes.end();
-  throw FormatError(fmt::format("{}: {} dtype (expected F32, F16 or BF16, got {})", ctx,
+  throw FormatError(fmt::format("{}: {} dtype (expected F32, F16, BF16 or U8, got {})", ctx,
                                 known ? "unsupported" : "unknown", name));
 }
 
@@ -287,6 +288,9 @@ void encode_values(DType dtype, std::span<const float> values, std::byte* out) {
         const std::uint16_t h = core::f32_to_bf16_rne(values[i]);
         std::memcpy(out + 2 * i, &h, 2);
       }
+      break;
+    case DType::U8:  // quantized codes, integers in [0, 255] (check_u8_values)
+      for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<std::byte>(static_cast<unsigned>(values[i]));
       break;
   }
 }

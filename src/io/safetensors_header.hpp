@@ -59,7 +59,8 @@ std::uint64_t checked_nbytes(const std::string& name, DType dtype, std::span<con
 std::string serialize_header(std::span<const HeaderEntry> entries, const std::map<std::string, std::string>& metadata,
                              const std::string& origin);
 // Stores `values` as `dtype` at `out` (values.size() × dtype size bytes, little-endian): F32 as is,
-// F16/BF16 rounded to nearest even (f32_to_f16 / f32_to_bf16).
+// F16/BF16 rounded to nearest even (f32_to_f16 / f32_to_bf16), U8 as the integers the values are (the
+// caller's codes, each in [0, 255]).
 void encode_values(DType dtype, std::span<const float> values, std::byte* out);
 
 }  // namespace latentllm::io::detail

@@ -8,8 +8,13 @@
 #include "model/linear_fused.hpp"
 #include "core/parallel.hpp"
 #include "model/profile.hpp"
+#include "quant/gemv.hpp"
+#include "quant/prefill.hpp"
 
 namespace latentllm::model {
+
+using Packed = std::shared_ptr<const quant::PackedMatrix>;
+
 namespace {
 
 // Rows per task of the linear forward (also the sgemm's M).
@@ -22,32 +27,59 @@ bool ends_with_module(std::string_view name, std::string_view rel) {
   return name.size() > rel.size() && name.ends_with(rel) && name[name.size() - rel.size() - 1] == '.';
 }
 
-std::int64_t values(const MatrixF& m, const Matrix16& h) { return m.size() + h.size(); }
-
-double linear_macs(const Linear& l) {
-  return static_cast<double>(l.factored() ? values(l.A, l.A16) + values(l.B, l.B16) : values(l.weight, l.weight16));
+std::int64_t values(const MatrixF& m, const Matrix16& h, const Packed& q) {
+  return m.size() + h.size() + (q ? q->rows * q->cols : 0);
 }
 
-// A weight operand [rows, cols]: float32 (f) or kept 16-bit (h).
+double linear_macs(const Linear& l) {
+  return static_cast<double>(l.factored() ? values(l.A, l.A16, l.Aq) + values(l.B, l.B16, l.Bq)
+                                          : values(l.weight, l.weight16, l.weightq));
+}
+
+// A weight operand [rows, cols]: float32 (f), kept 16-bit (h) or quantized (q); exactly one is set
+// (f may be null for an empty matrix).
 struct Operand {
   const float* f = nullptr;
   const Matrix16* h = nullptr;
+  const quant::PackedMatrix* q = nullptr;
 };
-Operand operand(const MatrixF& m, const Matrix16& h) {
-  if (m.size() > 0 || h.size() == 0) return {m.data(), nullptr};
-  return {nullptr, &h};
+Operand operand(const MatrixF& m, const Matrix16& h, const Packed& q) {
+  if (q) return {nullptr, nullptr, q.get()};
+  if (m.size() > 0 || h.size() == 0) return {m.data(), nullptr, nullptr};
+  return {nullptr, &h, nullptr};
 }
 
 }  // namespace
 
+std::int64_t Linear::rank() const {
+  if (B.size() > 0) return B.cols();
+  if (B16.size() > 0) return B16.cols;
+  if (Bq) return Bq->cols;
+  return std::min(in, out);
+}
+
+int Linear::bits() const {
+  const auto& q = factored() ? Bq : weightq;
+  return q ? q->bits : 16;
+}
+
+int Linear::group() const {
+  const auto& q = factored() ? Bq : weightq;
+  return q ? q->group : 0;
+}
+
 std::int64_t Linear::num_params() const {
-  const std::int64_t w = factored() ? values(B, B16) + values(A, A16) : values(weight, weight16);
+  const std::int64_t w =
+      factored() ? values(B, B16, Bq) + values(A, A16, Aq) : values(weight, weight16, weightq);
   return w + bias.size();
 }
 
 std::int64_t Linear::bytes() const {
+  std::int64_t q = 0;
+  for (const auto* m : {&weightq, &Bq, &Aq})
+    if (*m) q += quant::packed_bytes((*m)->rows, (*m)->cols, (*m)->spec());
   return 4 * (weight.size() + B.size() + A.size() + bias.size() + static_cast<std::int64_t>(perm.size())) +
-         weight16.bytes() + B16.bytes() + A16.bytes();
+         weight16.bytes() + B16.bytes() + A16.bytes() + q;
 }
 
 const float* widened(const MatrixF& m, const Matrix16& h, core::ScratchF& scratch) {
@@ -56,6 +88,16 @@ const float* widened(const MatrixF& m, const Matrix16& h, core::ScratchF& scratc
   const double bytes = 6.0 * static_cast<double>(h.size());  // 2 read, 4 written per value
   core::parallel_for(h.rows, 64, core::Work{0, bytes}, [&](std::int64_t r0, std::int64_t r1) {
     core::widen_rows(h, r0, r1, scratch.data() + r0 * h.cols);
+  });
+  return scratch.data();
+}
+
+const float* widened(const MatrixF& m, const Matrix16& h, const Packed& q, core::ScratchF& scratch) {
+  if (!q) return widened(m, h, scratch);
+  scratch.resize(static_cast<std::size_t>(q->rows * q->cols));
+  const double bytes = 4.0 * static_cast<double>(q->rows * q->cols);
+  core::parallel_for(q->rows, 64, core::Work{0, bytes}, [&](std::int64_t r0, std::int64_t r1) {
+    quant::dequantize_rows(*q, r0, r1, scratch.data() + r0 * q->cols);
   });
   return scratch.data();
 }
@@ -96,8 +138,16 @@ void latent_block(const Linear& l, const float* a, const float* xb, int rows, co
 // A 16-bit w is widened block by block (the same sgemm calls on the same values), or read by the GEMV
 // kernel for at most core::kGemvRows rows.
 void xwt_columns(const float* x, int n, int k, Operand w, std::int64_t cols, float beta, float* y, int ldy) {
+  if (w.q != nullptr && n == 1) {  // decode: the GEMV reads the packed codes once (rows split on the pool)
+    core::ScratchF t(static_cast<std::size_t>(cols));  // [cols]
+    quant::gemv(*w.q, std::span<const float>(x, static_cast<std::size_t>(k)), std::span<float>(t.data(), t.size()));
+    for (std::int64_t c = 0; c < cols; ++c) y[c] = beta == 0.0f ? t[static_cast<std::size_t>(c)] : beta * y[c] + t[static_cast<std::size_t>(c)];
+    return;
+  }
   core::parallel_for(cols, kColBlock, core::gemm_work(n, cols, k), [&](std::int64_t c0, std::int64_t c1) {
-    if (w.h != nullptr) {
+    if (w.q != nullptr) {
+      quant::xwtq(x, n, k, *w.q, c0, c1, beta, y + c0, ldy);
+    } else if (w.h != nullptr) {
       core::xwt16(x, n, k, *w.h, c0, c1, beta, y + c0, ldy);
     } else {
       core::sgemm_rm(false, true, n, static_cast<int>(c1 - c0), k, 1.0f, x, k, w.f + c0 * k, k, beta, y + c0, ldy);
@@ -108,7 +158,7 @@ void xwt_columns(const float* x, int n, int k, Operand w, std::int64_t cols, flo
 // z: [n, r] = x: [n, in] · A_denseᵀ for the factored l, by columns of z (few rows).
 void latent_columns(const Linear& l, const float* x, int n, float* z) {
   const std::int64_t r = l.rank(), in = l.in;
-  const Operand a = operand(l.A, l.A16);
+  const Operand a = operand(l.A, l.A16, l.Aq);
   if (!l.block_identity) {
     xwt_columns(x, n, static_cast<int>(in), a, r, 0.0f, z, static_cast<int>(r));
     return;
@@ -135,13 +185,14 @@ void forward_columns(const Linear& l, const MatrixF& x, MatrixF& y, const Epilog
   }
   const float beta = e.accumulate || l.bias.size() > 0 ? 1.0f : 0.0f;
   if (!l.factored()) {
-    xwt_columns(x.data(), n, static_cast<int>(in), operand(l.weight, l.weight16), out, beta, y.data(),
+    xwt_columns(x.data(), n, static_cast<int>(in), operand(l.weight, l.weight16, l.weightq), out, beta, y.data(),
                 static_cast<int>(out));
   } else {
     const std::int64_t r = l.rank();
     core::ScratchF z(static_cast<std::size_t>(n * r));  // [n, r]
     latent_columns(l, x.data(), n, z.data());
-    xwt_columns(z.data(), n, static_cast<int>(r), operand(l.B, l.B16), out, beta, y.data(), static_cast<int>(out));
+    xwt_columns(z.data(), n, static_cast<int>(r), operand(l.B, l.B16, l.Bq), out, beta, y.data(),
+                static_cast<int>(out));
   }
   if (e.act) activate_span(y.data(), y.size(), *e.act);
   if (e.times != nullptr) y.array() *= e.times->array();
@@ -156,7 +207,7 @@ void latent_forward(const Linear& l, const MatrixF& x, MatrixF& z) {
   }
   const std::int64_t n = x.rows(), r = l.rank();
   detail::ProfileScope scope(&ForwardProfile::linear_s, &ForwardProfile::linear_flops,
-                             2.0 * static_cast<double>(values(l.A, l.A16)) * static_cast<double>(n));
+                             2.0 * static_cast<double>(values(l.A, l.A16, l.Aq)) * static_cast<double>(n));
   z.resize(n, r);
   core::BlasSingleThreaded single;
   if (n < kRowBlock) {
@@ -164,7 +215,7 @@ void latent_forward(const Linear& l, const MatrixF& x, MatrixF& z) {
     return;
   }
   thread_local core::ScratchF wide_a;  // [r, in(−r)] a 16-bit A widened
-  const float* a = widened(l.A, l.A16, wide_a);
+  const float* a = widened(l.A, l.A16, l.Aq, wide_a);
   core::parallel_for(n, kRowBlock, core::gemm_work(n, r, l.in), [&](std::int64_t r0, std::int64_t r1) {
     thread_local core::ScratchF zb, rest;  // [rows, r], [rows, in − r]
     latent_block(l, a, x.data() + r0 * l.in, static_cast<int>(r1 - r0), zb, rest);
@@ -199,9 +250,9 @@ void linear_forward(const Linear& l, const MatrixF& x, MatrixF& y, const Epilogu
   // path's sgemm calls on them: OpenBLAS's bits depend on how a product is split, so splitting W
   // further would change them for small blocks.
   thread_local core::ScratchF wide_w, wide_a, wide_b;  // the widened weight16, A16, B16
-  const float* w = l.factored() ? nullptr : widened(l.weight, l.weight16, wide_w);
-  const float* a = l.factored() ? widened(l.A, l.A16, wide_a) : nullptr;
-  const float* b = l.factored() ? widened(l.B, l.B16, wide_b) : nullptr;
+  const float* w = l.factored() ? nullptr : widened(l.weight, l.weight16, l.weightq, wide_w);
+  const float* a = l.factored() ? widened(l.A, l.A16, l.Aq, wide_a) : nullptr;
+  const float* b = l.factored() ? widened(l.B, l.B16, l.Bq, wide_b) : nullptr;
   core::parallel_for(n, kRowBlock, work, [&](std::int64_t r0, std::int64_t r1) {
     const int rows = static_cast<int>(r1 - r0);
     float* yb = y.data() + r0 * out;  // [rows, out]
@@ -229,7 +280,12 @@ void linear_forward(const Linear& l, const MatrixF& x, MatrixF& y, const Epilogu
 
 namespace {
 
-MatrixF to_matrix(const MatrixF& m, const Matrix16& h) {
+MatrixF to_matrix(const MatrixF& m, const Matrix16& h, const Packed& q = nullptr) {
+  if (q) {
+    MatrixF out(q->rows, q->cols);
+    quant::dequantize_rows(*q, 0, q->rows, out.data());
+    return out;
+  }
   if (m.size() > 0 || h.size() == 0) return m;
   MatrixF out(h.rows, h.cols);
   core::widen_rows(h, 0, h.rows, out.data());
@@ -239,8 +295,8 @@ MatrixF to_matrix(const MatrixF& m, const Matrix16& h) {
 }  // namespace
 
 MatrixF Linear::dense_weight() const {
-  if (!factored()) return to_matrix(weight, weight16);
-  const MatrixF B = to_matrix(this->B, B16), A = to_matrix(this->A, A16);
+  if (!factored()) return to_matrix(weight, weight16, weightq);
+  const MatrixF B = to_matrix(this->B, B16, Bq), A = to_matrix(this->A, A16, Aq);
   if (!block_identity) return B * A;  // [out, r]·[r, in]
   const std::int64_t r = B.cols();
   MatrixF a_dense = MatrixF::Zero(r, in);  // [r, in]
@@ -249,9 +305,18 @@ MatrixF Linear::dense_weight() const {
   return B * a_dense;
 }
 
+Linear Linear::dequantized() const {
+  Linear l = *this;
+  if (weightq) l.weight = to_matrix(weight, weight16, weightq);
+  if (Bq) l.B = to_matrix(B, B16, Bq);
+  if (Aq) l.A = to_matrix(A, A16, Aq);
+  l.weightq = l.Bq = l.Aq = nullptr;
+  return l;
+}
+
 const MatrixF& weight_f32(const Linear& l, MatrixF& widened) {
-  if (l.weight16.size() == 0) return l.weight;
-  widened = to_matrix(l.weight, l.weight16);
+  if (l.weight16.size() == 0 && !l.weightq) return l.weight;
+  widened = to_matrix(l.weight, l.weight16, l.weightq);
   return widened;
 }
 

@@ -38,6 +38,9 @@ void linear_forward(const Linear& l, const MatrixF& x, MatrixF& y, const Epilogu
 // The float32 values of a matrix held as float32 (m) or kept 16-bit (h, when m is empty): m's data, or
 // h widened whole into scratch (on the pool), valid until scratch changes.
 const float* widened(const MatrixF& m, const Matrix16& h, core::ScratchF& scratch);
+// The same for a matrix that may also be quantized (q set: its rows dequantized into scratch).
+const float* widened(const MatrixF& m, const Matrix16& h, const std::shared_ptr<const quant::PackedMatrix>& q,
+                     core::ScratchF& scratch);
 
 // The [out, in] weight of an unfactored l in float32, for a solver that reads it whole: l.weight
 // itself, or l.weight16 (LoadOptions::Weights::Stored) widened into `widened` (exact), which the caller

@@ -8,8 +8,10 @@
 
 #include "core/gemm16.hpp"
 #include "core/mapped_file.hpp"
+#include "io/latent_format.hpp"
 #include "latentllm/error.hpp"
 #include "model/ops.hpp"
+#include "quant/pack.hpp"
 
 namespace latentllm::model {
 
@@ -22,6 +24,17 @@ void check_finite16(const Matrix16& m, const std::string& name) {
     throw NumericError(fmt::format("{}: non-finite value at [{}, {}] (expected finite, got {})", name, bad / m.cols,
                                    bad % m.cols, m.dtype == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h)));
   }
+}
+
+// The stored bytes of t as the element type T, checking the dtype first (FormatError naming t).
+template <typename T>
+std::span<const T> elements(const TensorView& t, DType dtype, std::vector<T>& copy) {
+  if (t.dtype != dtype) {
+    throw FormatError(fmt::format("{}: dtype (expected {}, got {})", t.name, dtype_name(dtype), dtype_name(t.dtype)));
+  }
+  copy.resize(t.nbytes / sizeof(T));  // unaligned mappings are copied; the copy is small beside the model
+  if (!copy.empty()) std::memcpy(copy.data(), t.data, copy.size() * sizeof(T));
+  return {copy.data(), copy.size()};
 }
 
 }  // namespace
@@ -200,10 +213,31 @@ std::int64_t WeightLoader::take_largest_widened() {
 }
 
 void WeightLoader::release_pages(const Linear& l) const {
-  const std::pair<const Matrix16*, const char*> parts[] = {
-      {&l.weight16, ".weight"}, {&l.B16, ".B.weight"}, {&l.A16, ".A.weight"}};
-  for (const auto& [m, suffix] : parts)
-    if (m->size() > 0 && !m->owned) store_.release_pages(resolve(l.name + suffix));
+  using io::Factor;
+  const std::pair<const Matrix16*, Factor> parts[] = {{&l.weight16, Factor::Weight}, {&l.B16, Factor::B}, {&l.A16, Factor::A}};
+  for (const auto& [m, factor] : parts)
+    if (m->size() > 0 && !m->owned) store_.release_pages(resolve(io::latent_tensor_name(l.name, factor)));
+}
+
+std::shared_ptr<const quant::PackedMatrix> WeightLoader::packed(const std::string& module, io::Factor f, std::int64_t rows,
+                                                                std::int64_t cols, const io::LatentModule& lm) const {
+  using io::Piece;
+  const TensorView& codes = store_.get(resolve(io::latent_tensor_name(module, f, Piece::Codes)));
+  const TensorView& scales = store_.get(resolve(io::latent_tensor_name(module, f, Piece::Scales)));
+  const TensorView& zeros = store_.get(resolve(io::latent_tensor_name(module, f, Piece::Zeros)));
+  std::vector<std::uint8_t> c;
+  std::vector<std::uint16_t> s, z;
+  const quant::PackedTensors t{codes.shape, elements(codes, DType::U8, c), scales.shape, elements(scales, DType::F16, s),
+                               zeros.shape, elements(zeros, DType::F16, z)};
+  auto p = quant::read_packed(codes.name, lm.bits, lm.group, cols, t);
+  if (p.rows != rows) {
+    throw FormatError(fmt::format("{}: rows (expected {}, got {})", codes.name, rows, p.rows));
+  }
+  counted_bytes_ += quant::packed_bytes(rows, cols, p.spec());
+  largest_stored_ = std::max(largest_stored_, static_cast<std::int64_t>(codes.nbytes));
+  for (const TensorView* v : {&codes, &scales, &zeros}) store_.release_pages(v->name);
+  if (checking_) return nullptr;  // validated only
+  return std::make_shared<const quant::PackedMatrix>(std::move(p));
 }
 
 std::int64_t WeightLoader::take_counted_bytes() {
@@ -225,27 +259,37 @@ Linear WeightLoader::linear(const std::string& module, std::int64_t in, std::int
     }
     const std::int64_t r = lm.rank;
     const std::int64_t a_cols = lm.block_identity ? in - r : in;
-    if (stored_ && is16(module + ".B.weight")) {
-      l.B16 = matrix16(module + ".B.weight", out, r);  // [out, r]
+    const std::string b_name = io::latent_tensor_name(module, io::Factor::B);
+    const std::string a_name = io::latent_tensor_name(module, io::Factor::A);
+    if (lm.quantized() && r == 0) {
+      l.weightq = packed(module, io::Factor::Weight, out, in, lm);  // [out, in]
+    } else if (lm.quantized()) {
+      l.Bq = packed(module, io::Factor::B, out, r, lm);       // [out, r]
+      l.Aq = packed(module, io::Factor::A, r, a_cols, lm);    // [r, in(−r)]
     } else {
-      l.B = matrix(module + ".B.weight", out, r);
+      if (stored_ && is16(b_name)) {
+        l.B16 = matrix16(b_name, out, r);  // [out, r]
+      } else {
+        l.B = matrix(b_name, out, r);
+      }
+      if (stored_ && is16(a_name)) {
+        l.A16 = matrix16(a_name, r, a_cols);  // [r, in(−r)]
+      } else {
+        l.A = matrix(a_name, r, a_cols);
+      }
     }
-    if (stored_ && is16(module + ".A.weight")) {
-      l.A16 = matrix16(module + ".A.weight", r, a_cols);  // [r, in(−r)]
-    } else {
-      l.A = matrix(module + ".A.weight", r, a_cols);
-    }
-    if (stored_) largest_widened_ = std::max(largest_widened_, 4 * (out * r + r * a_cols));
+    if (stored_ && !lm.quantized()) largest_widened_ = std::max(largest_widened_, 4 * (out * r + r * a_cols));
     l.block_identity = lm.block_identity;
     l.perm = lm.perm;
     counted_bytes_ += 4 * static_cast<std::int64_t>(lm.perm.size());
     latent_used_.insert(module);
   } else {
-    if (stored_ && is16(module + ".weight")) {
-      l.weight16 = matrix16(module + ".weight", out, in);  // [out, in]
+    const std::string w_name = io::latent_tensor_name(module, io::Factor::Weight);
+    if (stored_ && is16(w_name)) {
+      l.weight16 = matrix16(w_name, out, in);  // [out, in]
       largest_widened_ = std::max(largest_widened_, 4 * out * in);
     } else {
-      l.weight = matrix(module + ".weight", out, in);  // [out, in]
+      l.weight = matrix(w_name, out, in);  // [out, in]
     }
   }
   if (has_bias) l.bias = vector(module + ".bias", out);  // [out]

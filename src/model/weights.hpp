@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "io/latent_format.hpp"
 #include "latentllm/io.hpp"
 #include "latentllm/model.hpp"
 #include "model/weight_table.hpp"
@@ -98,6 +99,10 @@ class WeightLoader {
   std::int64_t take_largest_widened();
   // Drops the mapped pages of l's 16-bit views (a released layer of a lazy model).
   void release_pages(const Linear& l) const;
+  // A quantized matrix of `module` (its dense weight or a factor, [rows, cols]) from its three stored
+  // tensors, validated by quant::read_packed (FormatError naming the tensor); nullptr in checking mode.
+  std::shared_ptr<const quant::PackedMatrix> packed(const std::string& module, io::Factor f, std::int64_t rows,
+                                                    std::int64_t cols, const io::LatentModule& lm) const;
   // Float32 bytes of the matrices and vectors asked for since the last call (checking mode included):
   // what they take once widened.
   std::int64_t take_counted_bytes();

@@ -34,19 +34,38 @@ MatrixD refit(const MatrixD& b, const MatrixD& a, const MatrixD& a_hat, const Ma
 std::string_view quantizer_name(Quantizer q) { return q == Quantizer::Rtn ? "rtn" : "gptq"; }
 
 QuantizedFactors quantize_factors(const MatrixD& b, const MatrixD& a, const MatrixD& c, const FactorOptions& opt,
-                                  std::string_view context) {
-  if (b.cols() != a.rows() || c.rows() != a.cols() || c.cols() != a.cols()) {
-    throw ConfigError(fmt::format("{}: factor shapes (expected B [d', r], A [r, d] and C [d, d], got B [{}, {}], "
-                                  "A [{}, {}] and C [{}, {}])", context, b.rows(), b.cols(), a.rows(), a.cols(),
-                                  c.rows(), c.cols()));
+                                  std::string_view context, std::span<const int> perm) {
+  const Eigen::Index r = a.rows(), d = perm.empty() ? a.cols() : static_cast<Eigen::Index>(perm.size());
+  if (b.cols() != r || c.rows() != d || c.cols() != d || (!perm.empty() && a.cols() != d - r)) {
+    throw ConfigError(fmt::format("{}: factor shapes (expected B [d', r], A [r, d] (or [r, d − r] with a "
+                                  "permutation of d) and C [d, d], got B [{}, {}], A [{}, {}] and C [{}, {}])",
+                                  context, b.rows(), b.cols(), a.rows(), a.cols(), c.rows(), c.cols()));
   }
   QuantizedFactors out;
-  out.a = quantize(a, c, opt, fmt::format("{}.A", context));
-  const MatrixD a_hat = dequantize(out.a);            // [r, d]
+  // The dense form [r, d] of a stored block s ([r, d − r] with perm, else [r, d]).
+  auto dense = [&](const MatrixD& s) -> MatrixD {
+    if (perm.empty()) return s;
+    MatrixD m = MatrixD::Zero(r, d);
+    for (Eigen::Index j = 0; j < r; ++j) m(j, perm[static_cast<std::size_t>(j)]) = 1.0;
+    for (Eigen::Index k = 0; k < d - r; ++k) m.col(perm[static_cast<std::size_t>(r + k)]) = s.col(k);
+    return m;
+  };
+  MatrixD c_a;  // the stored block's input second moment: C, or C[perm[r:], perm[r:]] [d − r, d − r]
+  if (perm.empty()) {
+    c_a = c;
+  } else {
+    c_a.resize(d - r, d - r);
+    for (Eigen::Index i = 0; i < d - r; ++i)
+      for (Eigen::Index j = 0; j < d - r; ++j)
+        c_a(i, j) = c(perm[static_cast<std::size_t>(r + i)], perm[static_cast<std::size_t>(r + j)]);
+  }
+  out.a = quantize(a, c_a, opt, fmt::format("{}.A", context));
+  const MatrixD a_dense = dense(a);                   // [r, d]
+  const MatrixD a_hat = dense(dequantize(out.a));     // [r, d]
   const MatrixD h_b = a_hat * c * a_hat.transpose();  // [r, r] B's input second moment
-  const MatrixD b_target = opt.refit_b ? refit(b, a, a_hat, c, h_b, opt.gptq.percdamp, context) : b;  // [d', r]
+  const MatrixD b_target = opt.refit_b ? refit(b, a_dense, a_hat, c, h_b, opt.gptq.percdamp, context) : b;  // [d', r]
   out.b = quantize(b_target, h_b, opt, fmt::format("{}.B", context));
-  out.error = output_error(b * a, dequantize(out.b) * a_hat, c);
+  out.error = output_error(b * a_dense, dequantize(out.b) * a_hat, c);
   return out;
 }
 

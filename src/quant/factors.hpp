@@ -11,10 +11,14 @@
 // and λ = 0 it splits exactly into the refit's residual and B's quantization error on H_B (B̃ is the
 // least-squares optimum, so the cross term vanishes).
 //
-// Factors in block-identity form (the junction, src/compress/math/junction.hpp) keep their identity block
-// exact; quantizing only the stored block is the caller's (the stage's) business: pass the dense forms.
+// Factors in block-identity form (the junction, src/compress/math/junction.hpp) keep their identity
+// block exact: with `perm` (a permutation of 0 … d−1) A is the stored block [r, d − r] whose column k is
+// the dense A's column perm[r + k], the dense A's columns perm[0 … r) are the identity. Only the stored
+// block is quantized, on its inputs' second moment C[perm[r:], perm[r:]]; B's inputs are the dense
+// A'·x.
 #pragma once
 
+#include <span>
 #include <string_view>
 
 #include "quant/gptq.hpp"
@@ -41,6 +45,6 @@ struct QuantizedFactors {
 // gptq throw; NumericError when the refit's A'·C·A'ᵀ + λI is not positive definite. Messages start
 // with `context`.
 QuantizedFactors quantize_factors(const MatrixD& b, const MatrixD& a, const MatrixD& c, const FactorOptions& opt,
-                                  std::string_view context);
+                                  std::string_view context, std::span<const int> perm = {});
 
 }  // namespace latentllm::quant

@@ -110,6 +110,20 @@ TEST(OnnxRuntime, OptTinyLatentMatchesLatentllm) {
   expect_ort_agrees("opt-tiny");
 }
 
+// A quantized latent checkpoint (4-bit factors, compress --bits 4): the export's logits and greedy tokens
+// are latentllm's on the same quantized model.
+TEST(OnnxRuntime, QuantizedLatentMatchesLatentllm) {
+  REQUIRE_ORT();
+  const fs::path lat = make_temp_dir("onnx-quant") / "latent";
+  run_cli_ok("compress --model " + shq(shared_path("models/TinyStories-656K")) + " --method latentllm --ratio 0.3 " +
+             "--calib text --calib-data " + shq(tinystories_text()) + " --nsamples 4 --seqlen 64 --dtype f32 " +
+             "--bits 4 --group 32 -q --out " + shq(lat));
+  const json r = check_with_ort(lat, onnx_export(lat), kTolerance);
+  if (!r.is_object()) return;
+  EXPECT_TRUE(r.at("failures").empty()) << r.dump();
+  EXPECT_GT(r.at("greedy_tokens").get<int>(), 0);
+}
+
 // A dense checkpoint's export: the same logits and greedy tokens as latentllm on the dense model.
 TEST(OnnxRuntime, DenseCheckpointMatchesLatentllm) {
   REQUIRE_ORT();

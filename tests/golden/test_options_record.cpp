@@ -28,6 +28,7 @@ CompressOptions reads_everything() {
   o.method = compress::Method::LatentLlm;
   o.joint = {.qk = true, .vo = true, .ud = true};
   o.rank_alloc = compress::RankAlloc::Global;
+  o.quant = {.bits = 4, .group = 64, .gptq = true};
   return o;
 }
 
@@ -36,6 +37,9 @@ std::vector<std::pair<std::string, std::function<void(CompressOptions&)>>> field
   return {
       {"method", [](CompressOptions& o) { o.method = compress::Method::AsvdRootCov; }},
       {"ratio", [](CompressOptions& o) { o.ratio = 0.35; }},
+      {"bits", [](CompressOptions& o) { o.quant.bits = 8; }},
+      {"group", [](CompressOptions& o) { o.quant.group = 32; }},
+      {"quantizer", [](CompressOptions& o) { o.quant.gptq = false; }},
       {"junction", [](CompressOptions& o) { o.local.junction = compress::Junction::SInv; }},
       {"rank_alloc", [](CompressOptions& o) { o.rank_alloc = compress::RankAlloc::Uniform; }},
       {"alloc_score", [](CompressOptions& o) { o.alloc_score = compress::AllocScore::Grouped; }},

@@ -6,10 +6,14 @@
 #include <limits>
 
 #include "errors_doc.hpp"
+#include "latentllm/compress.hpp"
+#include "latentllm/io.hpp"
+#include "model/weights.hpp"
 #include "quant/factors.hpp"
 #include "quant/gemv.hpp"
 #include "quant/gptq.hpp"
 #include "quant/pack.hpp"
+#include "test_support.hpp"
 
 namespace latentllm::test {
 namespace {
@@ -50,6 +54,43 @@ CaseFn gptq_with(std::function<void(MatrixD&, MatrixD&, QuantSpec&, GptqOptions&
     GptqOptions opt;
     edit(w, h, spec, opt);
     (void)gptq(w, h, spec, opt, "layers.0.fc1");
+  });
+}
+
+// A latent section with one module entry `e` (docs/FORMAT.md), parsed.
+CaseFn latent_entry(nlohmann::json e) {
+  return lib([e] {
+    const nlohmann::json config = {{"latent", {{"format_version", io::kLatentFormatVersion}, {"modules", {{"m", e}}}}}};
+    (void)io::parse_latent_modules(config, "dir/config.json");
+  });
+}
+
+// A dense quantized module "m" of `rows` x 8 loaded from a checkpoint whose codes are `codes_dtype`
+// (the stored matrix: 2 rows, one 4-bit group of 8).
+CaseFn load_quantized(DType codes_dtype, std::int64_t rows) {
+  return lib([codes_dtype, rows] {
+    const auto dir = make_temp_dir("errors-quant");
+    const std::vector<float> codes(8, 1.0f), scales(2, 0.5f), zeros(2, 8.0f);
+    const std::vector<io::TensorToWrite> t = {{"m.qweight", codes_dtype, {2, 1, 4}, codes},
+                                              {"m.scales", DType::F16, {2, 1}, scales},
+                                              {"m.qzeros", DType::F16, {2, 1}, zeros}};
+    io::write_safetensors(dir / "model.safetensors", t);
+    const auto store = io::TensorStore::open(dir);
+    io::LatentModule lm;
+    lm.in = 8;
+    lm.out = rows;
+    lm.bits = 4;
+    lm.group = 8;
+    model::WeightLoader w(store, {{"m", lm}});
+    (void)w.linear("m", 8, rows, false);
+  });
+}
+
+CaseFn options_with(std::function<void(compress::CompressOptions&)> edit) {
+  return lib([edit] {
+    compress::CompressOptions o;
+    edit(o);
+    o.validate();
   });
 }
 
@@ -115,6 +156,14 @@ TEST(ErrorsDoc, Quantization) {
                        stored([](Stored& s) { s.p.scales[4] = 0x7c00; }),          // inf
                        stored([](Stored& s) { s.p.scales[4] = 0x7e00; })}},        // nan
       {"qread-zero", {stored([](Stored& s) { s.p.zeros[8] = 0xfc00; })}},
+      {"qlatent-bits", {latent_entry({{"rank", 2}, {"in", 8}, {"out", 8}, {"bits", 5}, {"group", 8}})}},
+      {"qlatent-group", {latent_entry({{"in", 8}, {"out", 8}, {"bits", 4}, {"group", 12}})}},
+      {"qlatent-pair", {latent_entry({{"in", 8}, {"out", 8}, {"bits", 4}})}},
+      {"qread-dtype", {load_quantized(DType::F32, 2)}},
+      {"qread-rows", {load_quantized(DType::U8, 3)}},
+      {"qopt-bits", {options_with([](compress::CompressOptions& o) { o.quant.bits = 5; })}},
+      {"qopt-group", {options_with([](compress::CompressOptions& o) { o.quant = {.bits = 4, .group = 20}; })}},
+      {"qopt-method", {options_with([](compress::CompressOptions& o) { o.method = compress::Method::Gptq; })}},
       {"qread-padding", {stored([](Stored& s) { s.p.codes[3 * 12 - 1] |= 0x10; }),
                          stored([](Stored& s) { s.p.codes[12 - 2] = 0x01; })}},
   };

@@ -131,10 +131,10 @@ TEST(SafetensorsCorrupt, HeaderNotAnObject) {
 
 TEST(SafetensorsCorrupt, UnknownAndUnsupportedDtypes) {
   expect_format_error(make_file("f17", "{" + entry("w", "F17", "[2]", 0, 8) + "}", 8),
-                      {"tensor w: unknown dtype (expected F32, F16 or BF16, got F17)"});
+                      {"tensor w: unknown dtype (expected F32, F16, BF16 or U8, got F17)"});
   for (const char* dtype : {"I8", "F64", "BOOL", "I64"}) {
     expect_format_error(make_file(dtype, "{" + entry("model.w", dtype, "[8]", 0, 8) + "}", 8),
-                        {fmt::format("tensor model.w: unsupported dtype (expected F32, F16 or BF16, got {})", dtype)});
+                        {fmt::format("tensor model.w: unsupported dtype (expected F32, F16, BF16 or U8, got {})", dtype)});
   }
   expect_format_error(make_file("dtypenum", R"({"w":{"dtype":4,"shape":[1],"data_offsets":[0,4]}})", 4),
                       {"tensor w: dtype (expected a string, got 4)"});

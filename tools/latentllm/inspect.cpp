@@ -82,12 +82,32 @@ nlohmann::ordered_json describe(const model::Model& m, const std::string& dir, b
   }
 
   nlohmann::ordered_json latent = nlohmann::ordered_json::array();
+  const std::int64_t value_bytes = c.torch_dtype == "float32" ? 4 : 2;  // of a float tensor as stored
+  std::int64_t dense = 0, bytes = 0;  // of the compressed modules: their dense weights, their stored bytes
+  bool quantized = false;
   for (int i = 0; i < m.num_layers(); ++i)
     for (const auto& l : m.layer(i).linears)
-      if (l.factored()) {
-        latent.push_back({{"module", l.name}, {"rank", l.rank()}, {"in", l.in}, {"out", l.out},
-                          {"junction", l.block_identity ? "block-identity" : "none"}, {"params", l.num_params()}});
+      if (l.factored() || l.quantized()) {
+        nlohmann::ordered_json e = {{"module", l.name}, {"rank", l.factored() ? l.rank() : 0}, {"in", l.in},
+                                    {"out", l.out}, {"junction", l.block_identity ? "block-identity" : "none"},
+                                    {"params", l.num_params()}};
+        if (l.quantized()) {
+          // Its stored matrices: codes, scales and zero points (the bias stays in the storage type).
+          const std::int64_t b = l.bytes() - 4 * (l.bias.size() + static_cast<std::int64_t>(l.perm.size()));
+          e["bits"] = l.bits();
+          e["group"] = l.group();
+          e["bytes"] = b + value_bytes * l.bias.size();
+          quantized = true;
+        }
+        dense += l.in * l.out;
+        bytes += e.contains("bytes") ? e["bytes"].get<std::int64_t>() : value_bytes * l.num_params();
+        latent.push_back(std::move(e));
       }
+  if (quantized) {  // (only then: the reports of 16-bit checkpoints stay as they were)
+    // Bits per original weight of the compressed modules, scales, zero points and biases included.
+    j["compressed_modules"] = {{"dense_params", dense}, {"bytes", bytes},
+                               {"bits_per_weight", 8.0 * static_cast<double>(bytes) / static_cast<double>(dense)}};
+  }
   if (!c.multimodal_architecture.empty() && c.raw.contains("latent")) {
     // compress --components: the factored modules of the vision tower and the projector.
     auto llava = model::LlavaModel::load(dir, {.lazy = true, .allow_unused_tensors = allow_unused_tensors});
@@ -147,9 +167,17 @@ void print_text(const nlohmann::ordered_json& j) {
   }
   std::printf("latent        %zu factored modules\n", latent.size());
   for (const auto& e : latent) {
-    std::printf("  %-48s rank %5lld of [%lld, %lld]  %-14s %s params\n", e["module"].get<std::string>().c_str(),
+    std::printf("  %-48s rank %5lld of [%lld, %lld]  %-14s %s params", e["module"].get<std::string>().c_str(),
                 e["rank"].get<long long>(), e["out"].get<long long>(), e["in"].get<long long>(),
                 e["junction"].get<std::string>().c_str(), grouped(e["params"].get<std::int64_t>()).c_str());
+    if (e.contains("bits")) std::printf(", %d-bit groups of %d", e["bits"].get<int>(), e["group"].get<int>());
+    std::printf("\n");
+  }
+  if (j.contains("compressed_modules")) {
+    const auto& q = j["compressed_modules"];
+    std::printf("compressed    %s bytes for %s weights: %.3f bits per weight\n",
+                grouped(q["bytes"].get<std::int64_t>()).c_str(), grouped(q["dense_params"].get<std::int64_t>()).c_str(),
+                q["bits_per_weight"].get<double>());
   }
 }
 

@@ -99,6 +99,17 @@ void add_method_options(CLI::App* sub, MethodArgs& a) {
       ->check(CLI::IsMember({"on", "off"}))->capture_default_str()->group("Calibration");
   sub->add_option("--batch", a.batch, "Windows per forward call; 0 = about 4096 tokens (as ppl --batch)")
       ->capture_default_str()->group("Run");
+  sub->add_option("--bits", a.bits,
+                  "Quantize every compressed module's factors B and A to this many bits: 8, 4, 3 or 2, in groups of "
+                  "--group input columns with F16 scales and zero points (16 = no quantization; docs/QUANT.md)")
+      ->check(CLI::IsMember({2, 3, 4, 8, 16}))->capture_default_str()->group("Quantization");
+  sub->add_option("--group", a.group, "Input columns per quantization group (a multiple of 8)")
+      ->capture_default_str()->group("Quantization");
+  sub->add_option("--quantizer", a.quantizer,
+                  "rtn (round to nearest on each group's min-max grid: the paper's rule), gptq (error-compensating, "
+                  "on each module's calibration statistics: A on the site covariance C, B on A'·C·A'ᵀ) or auto "
+                  "(the preset's: default gptq, paper rtn)")
+      ->check(CLI::IsMember({"auto", "rtn", "gptq"}))->capture_default_str()->group("Quantization");
 }
 
 void add_calib_options(CLI::App* sub, CalibArgs& a) {
@@ -161,6 +172,9 @@ compress::CompressOptions to_compress_options(const MethodArgs& a, const std::st
   o.alloc_score = compress::parse_alloc_score(a.alloc_score);
   if (a.fit != "auto") o.error_compensation = a.fit == "compensate";
   o.output_side = a.output_side == "on";
+  o.quant.bits = a.bits;
+  o.quant.group = a.group;
+  if (a.quantizer != "auto") o.quant.gptq = a.quantizer == "gptq";
   o.validate();
   return o;
 }

@@ -31,6 +31,8 @@ struct MethodArgs {
   double ud_min_tokens_per_ffn = std::numeric_limits<double>::quiet_NaN();
   std::optional<double> joint_tol;  // unset: the preset's
   bool no_intra_layer = false, diagnostics = false;
+  int bits = 16, group = 128;
+  std::string quantizer = "auto";  // auto: the preset's (default gptq, paper rtn)
   const CLI::App* app = nullptr;  // the subcommand, to tell which options were given
 };
 

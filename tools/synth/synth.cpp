@@ -289,6 +289,7 @@ std::string_view torch_dtype_name(DType dtype) {
     case DType::F32: return "float32";
     case DType::F16: return "float16";
     case DType::BF16: return "bfloat16";
+    case DType::U8: return "uint8";
   }
   return "?";
 }

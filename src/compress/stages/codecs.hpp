@@ -23,17 +23,38 @@ struct Codec<compress::Factors32> {
   static void get(Bytes& b, compress::Factors32& f) { b.get(f.B), b.get(f.A), b.get(f.perm), b.get(f.bias); }
 };
 
-// A module's final factors: B and A in float32, as install() keeps them.
+template <>
+struct Codec<quant::PackedMatrix> {
+  static void put(Bytes& b, const quant::PackedMatrix& m) {
+    b.put(m.rows), b.put(m.cols), b.put(m.bits), b.put(m.group), b.put(m.codes), b.put(m.scales), b.put(m.zeros);
+  }
+  static void get(Bytes& b, quant::PackedMatrix& m) {
+    b.get(m.rows), b.get(m.cols), b.get(m.bits), b.get(m.group), b.get(m.codes), b.get(m.scales), b.get(m.zeros);
+  }
+};
+
+// A module's final factors: B and A in float32, as install() keeps them, and when quantized their packed
+// forms (the float32 values are then the dequantized ones, which install() does not read).
 template <>
 struct Codec<compress::Fitted> {
   static void put(Bytes& b, const compress::Fitted& f) {
     b.put(compress::Factors32(f.f)), b.put(f.loss), b.put(f.energy);
+    const bool q = f.qb != nullptr;
+    b.put(q);
+    if (q) b.put(*f.qb), b.put(*f.qa);
   }
   static void get(Bytes& b, compress::Fitted& f) {
     compress::Factors32 f32;
     b.get(f32);
     f.f = f32.widened();
     b.get(f.loss), b.get(f.energy);
+    bool q = false;
+    b.get(q);
+    if (!q) return;
+    quant::PackedMatrix qb, qa;
+    b.get(qb), b.get(qa);
+    f.qb = std::make_shared<const quant::PackedMatrix>(std::move(qb));
+    f.qa = std::make_shared<const quant::PackedMatrix>(std::move(qa));
   }
 };
 

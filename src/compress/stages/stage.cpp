@@ -12,9 +12,26 @@
 #include "latentllm/error.hpp"
 #include "latentllm/log.hpp"
 #include "model/ops.hpp"
+#include "quant/factors.hpp"
 
 namespace latentllm::compress {
 namespace {
+
+// Writes quantized factors into a model Linear, replacing its dense weight (f: their perm and bias).
+void install_quantized(model::Linear& lin, const Fitted& fit) {
+  lin.Bq = fit.qb;
+  lin.Aq = fit.qa;
+  lin.B.resize(0, 0);
+  lin.A.resize(0, 0);
+  lin.block_identity = fit.f.block_identity();
+  lin.perm.assign(fit.f.perm.begin(), fit.f.perm.end());
+  if (fit.f.bias.size() > 0) lin.bias = fit.f.bias.cast<float>();
+  lin.weight.resize(0, 0);
+  if (lin.weight16.size() > 0 && !lin.weight16.owned) {
+    core::MappedFile::drop_pages_within(lin.weight16.data, static_cast<std::size_t>(lin.weight16.bytes()));
+  }
+  lin.weight16 = {};
+}
 
 // Writes factors into a model Linear (float), replacing its dense weight.
 void install_factors(model::Linear& lin, const LowRank& f) {
@@ -128,6 +145,7 @@ Fitted StageContext::fitted(const model::Linear& lin, LowRank f, const MatrixD& 
   r.f = with_junction(std::move(f), local_.junction, lin.name);
   if (st == nullptr) {
     r.loss = (w - r.f.dense()).squaredNorm();
+    if (opt_.quant.enabled()) quantize_fitted(lin, r, w, b, nullptr);
     return r;
   }
   const MatrixD e = w - r.f.dense();
@@ -137,11 +155,42 @@ Fitted StageContext::fitted(const model::Linear& lin, LowRank f, const MatrixD& 
   const auto n = static_cast<double>(st->n);
   r.loss = output_error_f32(e, delta, st->xtx, mean, n);
   r.energy = output_error_f32(w, b, st->xtx, mean, n);
+  if (opt_.quant.enabled()) quantize_fitted(lin, r, w, b, st);
   return r;
 }
 
 Fitted StageContext::fitted_measured(const model::Linear& lin, LowRank f, double loss, double energy) const {
-  return {with_junction(std::move(f), local_.junction, lin.name), loss, energy};
+  Fitted r;
+  r.f = with_junction(std::move(f), local_.junction, lin.name);
+  r.loss = loss;
+  r.energy = energy;
+  if (opt_.quant.enabled()) quantize_fitted(lin, r, MatrixD(), VectorD(), nullptr);
+  return r;
+}
+
+void StageContext::quantize_fitted(const model::Linear& lin, Fitted& fit, const MatrixD& w, const VectorD& b,
+                                   const calib::SiteStats* st) const {
+  quant::FactorOptions qo;
+  const bool gptq = uses_gptq(opt_);
+  qo.spec = {opt_.quant.bits, opt_.quant.group, gptq ? quant::Grid::IntegerZero : quant::Grid::MinMax};
+  qo.quantizer = gptq ? quant::Quantizer::Gptq : quant::Quantizer::Rtn;
+  // With GPTQ, B is first refitted to the quantized A on the same statistics (quant::quantize_factors):
+  // it absorbs A's rounding before its own is compensated (docs/QUANT.md "Factors").
+  qo.refit_b = gptq;
+  const Eigen::Index d = fit.f.in_features();
+  const MatrixD c = st != nullptr ? st->xtx : MatrixD(MatrixD::Identity(d, d));  // [d, d]
+  const quant::QuantizedFactors q = quant::quantize_factors(fit.f.B, fit.f.A, c, qo, lin.name, fit.f.perm);
+  fit.qb = std::make_shared<const quant::PackedMatrix>(quant::pack(q.b));
+  fit.qa = std::make_shared<const quant::PackedMatrix>(quant::pack(q.a));
+  fit.f.B = quant::dequantize(q.b);  // [d', r]
+  fit.f.A = quant::dequantize(q.a);  // [r, d] or [r, d − r]
+  if (st == nullptr || w.size() == 0) {
+    if (w.size() > 0) fit.loss = (w - fit.f.dense()).squaredNorm();
+    return;
+  }
+  VectorD delta;
+  if (b.size() > 0) delta = b - fit.f.bias;
+  fit.loss = output_error_f32(w - fit.f.dense(), delta, st->xtx, st->mean(), static_cast<double>(st->n));
 }
 
 void StageContext::install_for_passes(model::Linear& lin, const LowRank& f) {
@@ -190,6 +239,7 @@ void StageContext::install(model::Linear& lin, const Fitted& f, std::string_view
              r.loss, r.loss_rel, how);
   }
   report_.modules.push_back(std::move(r));
+  if (f.qb) return install_quantized(lin, f);
   install_factors(lin, f.f);
 }
 

@@ -23,15 +23,19 @@
 #include "latentllm/calib.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/model.hpp"
+#include "quant/pack.hpp"
 
 namespace latentllm::compress {
 
 // A module's factors in their junction form with their output error: loss = Σ ‖W·x + b − B·A·x − b̂‖²
 // and energy = Σ ‖W·x + b‖² over the calibration inputs (energy < 0: the weight error ‖W − B·A‖²
 // only, unlogged).
+// With CompressOptions::quant, the module's factors quantized (quantize_fitted): qb, qa hold B and A packed
+// and f their dequantized values, so that loss is the quantized module's.
 struct Fitted {
   LowRank f;
   double loss = 0, energy = -1;
+  std::shared_ptr<const quant::PackedMatrix> qb, qa;  // [d', r], [r, d] or [r, d − r]; null unless quantized
 };
 
 // What the stages of one compression run share: the options, the planned ranks, the report.
@@ -51,6 +55,11 @@ class StageContext {
                 const calib::SiteStats* st) const;
   // The same with the output error already known (the output side, output_side.hpp).
   Fitted fitted_measured(const model::Linear& lin, LowRank f, double loss, double energy) const;
+  // fit's factors quantized as options().quant asks, on the site's statistics st (A on C = Σ x·xᵀ, B on
+  // A'·C·A'ᵀ; without statistics on C = I, so GPTQ rounds to nearest), fit.f then their dequantized
+  // values and its loss the quantized module's (against w, b over st; without st the weight error).
+  void quantize_fitted(const model::Linear& lin, Fitted& fit, const MatrixD& w, const VectorD& b,
+                       const calib::SiteStats* st) const;
   // Reports f under `how` (its log line, the report's row) and installs it in lin in place of the
   // dense weight.
   void install(model::Linear& lin, const Fitted& f, std::string_view how);
@@ -144,6 +153,8 @@ std::vector<std::unique_ptr<calib::Stage>> site_stages(StageContext& ctx,
 // outputs, without the site's covariance, when local_output_side allows it.
 std::unique_ptr<CompressStage> make_local_stage(StageContext& ctx, const model::Model& m, model::Site site,
                                                 std::vector<model::Role> roles);
+// Dense quantization (--method rtn / gptq, stage_quantize.cpp) of the modules with these roles at `site`.
+std::unique_ptr<CompressStage> make_quantize_stage(StageContext& ctx, model::Site site, std::vector<model::Role> roles);
 std::unique_ptr<CompressStage> make_joint_qk_stage(StageContext& ctx);
 std::unique_ptr<CompressStage> make_joint_vo_stage(StageContext& ctx);
 std::unique_ptr<CompressStage> make_joint_ud_stage(StageContext& ctx);
