@@ -88,6 +88,7 @@ TEST(ErrorsDoc, CompressOptions) {
                     {"opt-target",
                      {compress("--target params --ratio 0.95 --dry-run"),
                       compress("--target bytes --ratio 0.4 --dtype f16 --dry-run"),
+                      compress("--target bytes --ratio 0.1 --bits 4 --dry-run"),
                       cli("compress --model " + q(shared_path("models/llava-shapes-tiny")) + " --components lm,vision" +
                           " --target params --calib scienceqa --calib-data " + q(shared_path("data/scienceqa-shapes")) +
                           " --dry-run")}},

@@ -144,7 +144,7 @@ eval)
   LLAVA=$SHARED/models/llava-shapes-tiny SQA=$SHARED/data/scienceqa-shapes
   strip_timing() { sed -E 's/"eval_seconds":[^,]*,//; s/"problems_per_s":[^,]*,//; s/"processes":[0-9]+,//' "$1"; }
   accuracy() { grep -o '"accuracy_percent":{[^}]*}' "$1" | grep -o '"AVG":[0-9.]*' | cut -d: -f2; }
-  for v in "generate|" "loglik|--max-problems 40"; do
+  for v in "generate|" "loglik|--max-problems 40" "llava|--max-problems 40"; do
     protocol=${v%%|*}
     read -r -a args <<< "${v#*|}"
     for k in 0 2 3; do
@@ -162,7 +162,7 @@ eval)
     echo "eval $protocol: $n problems, accuracy $(accuracy "$TMP/eval0.json") % for 1, 2 and 3 ranks"
     [ "$protocol" = generate ] || continue
     # Threads change nothing either: 2 ranks x 2 threads against one process x 1 thread.
-    ranks 2 eval --model "$LLAVA" --data "$SQA" --threads 2 --json > "$TMP/eval2t2.json" 2> /dev/null ||
+    ranks 2 eval --model "$LLAVA" --data "$SQA" --protocol generate --threads 2 --json > "$TMP/eval2t2.json" 2> /dev/null ||
       fail "generate: 2 ranks x 2 threads failed"
     cmp -s <(strip_timing "$TMP/eval0.json") <(strip_timing "$TMP/eval2t2.json") ||
       fail "generate: 2 ranks x 2 threads printed another result than one process"

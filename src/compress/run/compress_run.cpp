@@ -221,6 +221,10 @@ Outcome run(Request r, const Observer& observe) {
                                     "whole-model target counts the language model's modules)",
                                     target_name(r.target), components_name(opt.components)));
     }
+    if (r.target == Target::Bytes && opt.quant.enabled()) {
+      throw ConfigError(fmt::format("--target bytes: not with --bits {} (expected --target linear or params: the "
+                                    "bytes of quantized factors are not planned yet)", opt.quant.bits));
+    }
     opt.ratio = linear_ratio(r, *m, opt);
   }
   std::optional<calib::CalibOptions>& co = r.calibration;
