@@ -434,6 +434,25 @@ def gen_dict():
             f.write(f'"{esc}"\n')
 
 
+def gen_chat_template():
+    """Real chat templates (tests/data/chat_templates) with a conversation, and small ones that reach the
+    subset's statements, filters and bounds."""
+    t = "chat_template"
+    clear_seeds(t)
+    conv = jdump([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+                  {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Why?"}])
+    src = os.path.join(ROOT, "..", "tests", "data", "chat_templates")
+    for name in ("llama-2-7b-chat", "qwen2.5-7b-instruct", "llava-1.5-7b-hf"):
+        with open(os.path.join(src, name + ".jinja"), "rb") as f:
+            write(t, "seed-" + name, join(f.read(), conv))
+    write(t, "seed-loops", join("{% for m in messages %}{{ loop.index }}:{{ m.role|upper }} {{ m.content|trim }}"
+                                "{% if not loop.last %}\n{% endif %}{% endfor %}{{ range(3)|list|tojson }}", conv))
+    write(t, "seed-namespace", join("{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}"
+                                    "{% endfor %}{{ ns.n * 'ab' }}{{ bos_token ~ eos_token }}", b"not json"))
+    write(t, "seed-raise", join("{% if messages[0]['role'] != 'user' %}{{ raise_exception('user first') }}{% endif %}",
+                                conv))
+
+
 if __name__ == "__main__":
     gen_safetensors()
     gen_config()
@@ -444,4 +463,5 @@ if __name__ == "__main__":
     gen_image()
     gen_multimodal()
     gen_quant_packed()
+    gen_chat_template()
     gen_dict()

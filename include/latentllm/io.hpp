@@ -10,6 +10,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -180,5 +181,14 @@ class SafetensorsWriter {
   std::unique_ptr<Impl> impl_;
 };
 // ---- end of the streaming writer ----------------------------------------------------------------
+
+// A nesting limit for JSON read from files or requests: nlohmann's parser is iterative, but copying,
+// dumping and comparing a document recurse once per level. Far beyond any Hugging Face file (they nest
+// fewer than 10 levels), far below a stack overflow.
+inline constexpr int kMaxJsonDepth = 64;
+// Scans `text` (before parsing it) and throws FormatError "<origin>: JSON nesting too deep (expected at
+// most 64 levels, got more at byte N)". Brackets inside strings do not count; malformed text is left
+// for the parser to report.
+void check_json_depth(std::string_view text, const std::string& origin, int max_depth = kMaxJsonDepth);
 
 }  // namespace latentllm::io

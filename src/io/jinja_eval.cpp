@@ -17,6 +17,11 @@ namespace {
 
 enum class Flow { Normal, Break, Continue };
 
+// Bounds of what a template may build (it is untrusted input): values of a range or characters of a
+// repeated string, and the rendered text.
+constexpr std::int64_t kMaxValues = std::int64_t{1} << 20;
+constexpr std::int64_t kMaxOutput = std::int64_t{64} << 20;
+
 class Renderer {
  public:
   explicit Renderer(const std::string& origin) : origin_(origin) {}
@@ -52,6 +57,10 @@ class Renderer {
   Flow exec(const Body& body, std::string& out) {
     for (const auto& n : body) {
       const Flow f = exec(*n, out);
+      // A template is untrusted input (it comes with the checkpoint): a prompt is never this long.
+      if (static_cast<std::int64_t>(out.size()) > kMaxOutput) {
+        fail(n->line, fmt::format("rendered prompt (expected at most {} bytes)", kMaxOutput));
+      }
       if (f != Flow::Normal) return f;
     }
     return Flow::Normal;
@@ -314,7 +323,12 @@ class Renderer {
       if (a.size() == 3 && is_int(a[2])) st = as_int(a[2]);
       if (st == 0) fail(e.line, "range step (expected a non-zero integer, got 0)");
       Value r = Value::array();
-      for (std::int64_t i = lo; st > 0 ? i < hi : i > hi; i += st) r.push_back(i);
+      for (std::int64_t i = lo; st > 0 ? i < hi : i > hi; i += st) {
+        if (static_cast<std::int64_t>(r.size()) >= kMaxValues) {
+          fail(e.line, fmt::format("range (expected at most {} values)", kMaxValues));
+        }
+        r.push_back(i);
+      }
       return r;
     }
     fail(e.line, fmt::format("function {} is not supported (expected raise_exception, namespace, dict or range)", f));
@@ -471,8 +485,14 @@ class Renderer {
       return r;
     }
     if (op == "*" && a.is_string() && is_int(b)) {
+      const std::string& s = a.get_ref<const std::string&>();
+      const std::int64_t n = std::max<std::int64_t>(as_int(b), 0);
+      if (!s.empty() && n > kMaxValues / static_cast<std::int64_t>(s.size())) {
+        fail(line, fmt::format("string repetition (expected at most {} characters, got {} x {})", kMaxValues, n,
+                               s.size()));
+      }
       std::string r;
-      for (std::int64_t i = 0; i < as_int(b); ++i) r += a.get<std::string>();
+      for (std::int64_t i = 0; i < n; ++i) r += s;
       return r;
     }
     fail(line, fmt::format("operator {} (expected numbers{}, got {} and {})", op, op == "+" ? ", strings or lists" : "",

@@ -44,7 +44,21 @@ class ExprParser {
     if (!at_end()) fail("the end of the tag");
   }
 
+  // Nesting of expressions, bounded so that an untrusted template cannot exhaust the stack (recursive
+  // descent here, recursive evaluation later).
+  struct Nesting {
+    explicit Nesting(ExprParser& p) : p_(p) {
+      if (++p_.depth_ > kMaxNesting) p_.fail(fmt::format("at most {} nested expressions", kMaxNesting));
+    }
+    ~Nesting() { --p_.depth_; }
+    ExprParser& p_;
+  };
+  static constexpr int kMaxNesting = 200, kMaxNodes = 2000;
+  int depth_ = 0, nodes_ = 0;
+
   ExprPtr make(Expr::Kind k, std::string name = {}) {
+    // Left-associative chains (a + b + ..., filters) deepen the tree without nesting: bounded by size.
+    if (++nodes_ > kMaxNodes) fail(fmt::format("at most {} terms in one tag", kMaxNodes));
     auto e = std::make_unique<Expr>();
     e->kind = k;
     e->line = line_;
@@ -54,6 +68,7 @@ class ExprParser {
 
   // A full expression: a conditional expression (`a if c else b`) or a bare tuple `a, b`.
   ExprPtr expression(bool allow_tuple = false) {
+    const Nesting guard(*this);
     ExprPtr first = conditional();
     if (!allow_tuple || !at_op(",")) return first;
     ExprPtr t = make(Expr::Kind::Tuple);
@@ -108,6 +123,7 @@ class ExprParser {
     return e;
   }
   ExprPtr not_expr() {
+    const Nesting guard(*this);
     if (at_name("not")) {
       ++i_;
       ExprPtr u = make(Expr::Kind::Unary, "not");
@@ -159,6 +175,7 @@ class ExprParser {
     return e;
   }
   ExprPtr unary(bool with_filter = true) {
+    const Nesting guard(*this);
     ExprPtr e;
     if (at_op("-") || at_op("+")) {
       const std::string op = next().text;
@@ -345,6 +362,14 @@ class Parser {
   // `stop_parser`); at the top level (stops empty) until the end.
   Body parse_body(const std::set<std::string>& stops, std::string& stop, std::unique_ptr<ExprParser>* stop_parser = nullptr,
                   int* stop_line = nullptr) {
+    // Nested blocks, bounded as nested expressions are (untrusted input, recursive descent).
+    if (++depth_ > 200) {
+      throw FormatError(fmt::format("{}: syntax (expected at most 200 nested blocks)", origin_));
+    }
+    struct Leave {
+      int& d;
+      ~Leave() { --d; }
+    } leave{depth_};
     Body body;
     while (i_ < segs_.size()) {
       const Segment& s = segs_[i_++];
@@ -466,6 +491,7 @@ class Parser {
   std::vector<Segment> segs_;
   std::string origin_;
   std::size_t i_ = 0;
+  int depth_ = 0;  // nested blocks
 };
 
 }  // namespace

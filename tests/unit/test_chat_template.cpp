@@ -185,6 +185,13 @@ fs::path template_dir(const std::string& file, const std::string& body) {
   return dir;
 }
 
+std::string repeat(const std::string& s, int n) {
+  std::string r;
+  for (int i = 0; i < n; ++i) r += s;
+  return r;
+}
+std::string nested_ifs(int n) { return repeat("{% if true %}", n) + "x" + repeat("{% endif %}", n); }
+
 TEST(ErrorsDoc, ChatTemplates) {
   const auto load = [](const std::string& file, const std::string& body) {
     return lib([=] { (void)io::ChatTemplate::load(template_dir(file, body)); });
@@ -212,6 +219,10 @@ TEST(ErrorsDoc, ChatTemplates) {
                                     tmpl("{{ 1 / 0 }}"), tmpl("{{ 1 // 0 }}"), tmpl("{{ 3 | trim }}"),
                                     tmpl("{{ range('a') }}"), tmpl("{{ -'a' }}"), tmpl("{{ undefined_x[0] }}"),
                                     tmpl("{{ (1)(2) }}")}},
+                    {"chat-bounds", {tmpl("{{ " + std::string(201, '(') + "1" + std::string(201, ')') + " }}"),
+                                     tmpl(nested_ifs(201)), tmpl("{{ 1" + repeat(" + 1", 2000) + " }}"),
+                                     tmpl("{{ range(2000000) }}"), tmpl("{{ 'ab' * 1000000 }}"),
+                                     tmpl("{% set s = 'x' * 1000000 %}{% for i in range(100) %}{{ s }}{% endfor %}")}},
                     {"chat-undefined", {tmpl("{{ x.y }}")}},
                     {"chat-refused", {tmpl("{{ raise_exception('Only user and assistant roles are supported!') }}")}},
                     {"chat-conv-messages", {conv("vicuna_v1", R"([{"role": "assistant", "content": "x"}])"),

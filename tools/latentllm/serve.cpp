@@ -23,6 +23,7 @@
 #include "latentllm/chat.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/generate.hpp"
+#include "latentllm/io.hpp"
 #include "latentllm/model.hpp"
 #include "latentllm/tokenizer.hpp"
 
@@ -123,6 +124,7 @@ class Server {
   httplib::Server::Handler guarded(Handler h) {
     return [this, h](const httplib::Request& r, httplib::Response& res) {
       try {
+        io::check_json_depth(r.body, "the request body");  // a latentllm error: 400 below
         const ojson req = ojson::parse(r.body, nullptr, false);
         if (req.is_discarded() || !req.is_object()) bad_request("the request body is not a JSON object");
         const auto model = req.find("model");
