@@ -218,8 +218,13 @@ class Renderer {
       const auto it = obj.find(name);
       return it == obj.end() ? undefined() : *it;
     }
-    if (obj.is_array() && !name.empty() && std::isdigit(static_cast<unsigned char>(name[0])))
-      return item(obj, Value(std::stoll(name)), line);
+    if (obj.is_array() && !name.empty() && std::isdigit(static_cast<unsigned char>(name[0]))) {
+      try {
+        return item(obj, Value(std::stoll(name)), line);
+      } catch (const std::out_of_range&) {
+        return undefined();  // beyond any list
+      }
+    }
     return undefined();
   }
 
@@ -601,7 +606,12 @@ class Renderer {
     }
     if (f == "int") {
       if (is_int(v)) return as_int(v);
-      if (v.is_number()) return static_cast<std::int64_t>(v.get<double>());
+      if (v.is_number()) {
+        const double d = v.get<double>();
+        // Within int64 (a cast of anything else is undefined): Python's int() of inf or nan raises.
+        if (std::isfinite(d) && std::abs(d) < 9.2e18) return static_cast<std::int64_t>(d);
+        return arg(e, a, 0, "default", 0);
+      }
       if (v.is_string()) {
         try {
           return static_cast<std::int64_t>(std::stoll(v.get<std::string>()));

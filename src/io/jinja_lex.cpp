@@ -2,10 +2,12 @@
 // string escapes.
 #include <algorithm>
 #include <cctype>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
 #include "io/jinja_lex.hpp"
+#include "io/unicode.hpp"
 #include "latentllm/error.hpp"
 
 namespace latentllm::io::jinja {
@@ -68,21 +70,7 @@ std::size_t unescape(std::string_view s, std::size_t i, char quote, std::string&
                                         s.substr(i + 1, std::min(n, s.size() - i - 1))));
         const auto cp = static_cast<std::uint32_t>(std::stoul(std::string(s.substr(i + 1, n)), nullptr, 16));
         i += n;
-        if (cp < 0x80) {
-          out += static_cast<char>(cp);
-        } else if (cp < 0x800) {
-          out += static_cast<char>(0xC0 | (cp >> 6));
-          out += static_cast<char>(0x80 | (cp & 0x3F));
-        } else if (cp < 0x10000) {
-          out += static_cast<char>(0xE0 | (cp >> 12));
-          out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-          out += static_cast<char>(0x80 | (cp & 0x3F));
-        } else {
-          out += static_cast<char>(0xF0 | (cp >> 18));
-          out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-          out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-          out += static_cast<char>(0x80 | (cp & 0x3F));
-        }
+        append_utf8(out, cp);
         break;
       }
       default: out += '\\'; out += e;
@@ -169,8 +157,12 @@ std::vector<Token> tokenize(std::string_view s, const std::string& where) {
       std::string digits;
       for (char d : s.substr(i, j - i))
         if (d != '_') digits += d;
-      if (is_float) out.push_back({Token::Kind::Float, digits, Value(std::stod(digits))});
-      else out.push_back({Token::Kind::Int, digits, Value(static_cast<std::int64_t>(std::stoll(digits)))});
+      try {
+        if (is_float) out.push_back({Token::Kind::Float, digits, Value(std::stod(digits))});
+        else out.push_back({Token::Kind::Int, digits, Value(static_cast<std::int64_t>(std::stoll(digits)))});
+      } catch (const std::out_of_range&) {  // Python's integers are unbounded; ours are 64-bit
+        throw FormatError(fmt::format("{}: syntax (expected a number within 64 bits, got {})", where, digits));
+      }
       i = j;
     } else if (c == '\'' || c == '"') {
       Token t{Token::Kind::String, "", {}};

@@ -210,7 +210,7 @@ TEST(ErrorsDoc, ChatTemplates) {
                     {"chat-tag", {tmpl("{% macro f() %}{% endmacro %}"), tmpl("{% raw %}"), tmpl("{% set x %}{% endset %}x")}},
                     {"chat-unclosed-block", {tmpl("{% for m in messages %}"), tmpl("{% if true %}")}},
                     {"chat-unclosed-tag", {tmpl("{{ 1"), tmpl("{% if"), tmpl("{# x")}},
-                    {"chat-syntax", {tmpl("{{ 1 + }}"), tmpl("{{ a[] }}"), tmpl("{{ $ }}"), tmpl("{{ '\\u12' }}")}},
+                    {"chat-syntax", {tmpl("{{ 99999999999999999999999 }}"), tmpl("{{ 1 + }}"), tmpl("{{ a[] }}"), tmpl("{{ $ }}"), tmpl("{{ '\\u12' }}")}},
                     {"chat-filter", {tmpl("{{ 1 | frobnicate }}"), tmpl("{{ 1 is prime }}"), tmpl("{{ 'a'.zfill(3) }}")}},
                     {"chat-function", {tmpl("{{ strftime_now('%Y') }}")}},
                     {"chat-types", {tmpl("{{ 'a' + 1 }}"), tmpl("{{ [] - 1 }}"), tmpl("{{ 1 < 'a' }}"), tmpl("{{ 1 in 2 }}"),
