@@ -6,6 +6,7 @@
 #include <fstream>
 #include <string>
 
+#include "latentllm/chat.hpp"
 #include "latentllm/dataset.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/image.hpp"
@@ -229,6 +230,18 @@ TEST(FuzzRegression, HugeDeclaredJpegStopsAtTheHeader) {
   };
   test::expect_error<FormatError>([&] { image::decode_image(input, "input", std::int64_t{1} << 22); },
                                   {"input: image size 15920x15475 (expected at most 4194304 pixels, got 246362000)"});
+}
+
+// A template's integer literal beyond 64 bits (fuzz/corpus/chat_template/regress-int-overflow).
+TEST(FuzzRegression, JinjaIntegerBeyond64BitsIsFormatError) {
+  const std::string tmpl = "{% for {" + std::string(75, '8') + "%- if tools %}x{% endif %}{% endfor %}";
+  try {
+    io::ChatTemplate t(tmpl, "regress");
+    ADD_FAILURE() << "no error";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("regress: line 1: syntax (expected a number within 64 bits, got 888"),
+              std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
