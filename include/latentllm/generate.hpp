@@ -115,11 +115,16 @@ GenerateResult generate(const model::Model& m, const io::Tokenizer& tok, std::sp
 // loglikelihood over a completions API): entry i > 0 is log p(ids[i] | ids[0..i)) in double from the
 // model's float logits (log-softmax over the model's vocabulary) with the `top` most likely ids at that
 // position and their log-probabilities (most likely first, lower id on ties); entry 0 has no context
-// (logprob NaN, no top). One forward over ids; ConfigError as forward_cached beyond max_position_embeddings.
+// (logprob NaN, no top). ConfigError as forward_cached beyond max_position_embeddings.
+// prompt (0 < prompt < ids.size()): ids[0..prompt) is a prompt and the rest its continuation; the prompt's
+// entries come from one forward of the prompt alone and the continuation's from the same KV cache after it,
+// so the prompt's log-probabilities are the same bits whatever follows (lm-eval scores with max_tokens 0 or
+// 1; a BLAS product's rounding may depend on the number of rows). Otherwise one forward over ids.
 struct TokenLogprob {
   double logprob = 0;
   std::vector<std::pair<std::int32_t, double>> top;
 };
-std::vector<TokenLogprob> token_logprobs(const model::Model& m, std::span<const std::int32_t> ids, int top = 0);
+std::vector<TokenLogprob> token_logprobs(const model::Model& m, std::span<const std::int32_t> ids, int top = 0,
+                                         std::size_t prompt = 0);
 
 }  // namespace latentllm::eval

@@ -9,15 +9,36 @@
 
 namespace latentllm::eval {
 
-std::vector<TokenLogprob> token_logprobs(const model::Model& m, std::span<const std::int32_t> ids, int top) {
+namespace {
+
+// logits: [T − 1, V], row i − 1 predicting ids[i]: the inputs ids[0..T − 1) in one forward, or in two (the
+// prompt's inputs ids[0..prompt − 1), then the rest on the same cache) when a prompt splits them.
+MatrixF predicting_logits(const model::Model& m, std::span<const std::int32_t> ids, std::size_t prompt) {
+  const std::span<const std::int32_t> inp = ids.first(ids.size() - 1);
+  model::KvCache cache(m, static_cast<int>(inp.size()));
+  MatrixF logits;  // [T − 1, V]
+  if (prompt < 2 || prompt >= ids.size()) {
+    m.forward_cached(inp, cache, logits);
+    return logits;
+  }
+  MatrixF first, rest;  // [prompt − 1, V], [T − prompt, V]
+  m.forward_cached(inp.first(prompt - 1), cache, first);
+  m.forward_cached(inp.subspan(prompt - 1), cache, rest);
+  logits.resize(first.rows() + rest.rows(), first.cols());
+  logits.topRows(first.rows()) = first;
+  logits.bottomRows(rest.rows()) = rest;
+  return logits;
+}
+
+}  // namespace
+
+std::vector<TokenLogprob> token_logprobs(const model::Model& m, std::span<const std::int32_t> ids, int top,
+                                         std::size_t prompt) {
   std::vector<TokenLogprob> out(ids.size());
   if (ids.empty()) return out;
   out[0].logprob = std::numeric_limits<double>::quiet_NaN();
   if (ids.size() < 2) return out;
-  const std::span<const std::int32_t> inp = ids.first(ids.size() - 1);
-  model::KvCache cache(m, static_cast<int>(inp.size()));
-  MatrixF logits;  // [T − 1, V]
-  m.forward_cached(inp, cache, logits);
+  const MatrixF logits = predicting_logits(m, ids, prompt);  // [T − 1, V]
   std::vector<std::int32_t> order(static_cast<std::size_t>(logits.cols()));
   for (std::size_t i = 1; i < ids.size(); ++i) {
     const auto row = logits.row(static_cast<Eigen::Index>(i - 1));

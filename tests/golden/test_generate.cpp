@@ -238,5 +238,31 @@ TEST(Generate, UnknownTokenIdsAreClearErrors) {
                                   {"tokenizer.json: token id 600 (expected one of the tokenizer's ids, 0..511)"});
 }
 
+// Scored prompts (serve's echo + logprobs): the prompt's entries are the same bits with or without a
+// continuation after it (lm-eval asks with max_tokens 0 and 1), the continuation's agree with one forward
+// over the whole sequence, and the log-probabilities are normalized.
+TEST(TokenLogprobs, ThePromptsEntriesDoNotDependOnTheContinuation) {
+  const fs::path dir = shared_path("models/TinyStories-656K");
+  const auto m = model::Model::load(dir);
+  const auto tok = io::load_tokenizer(dir);
+  const auto ids = story_ids(*tok, 40);
+  const std::size_t prompt = 23;
+  const auto alone = eval::token_logprobs(*m, std::span(ids).first(prompt), 3);
+  const auto split = eval::token_logprobs(*m, ids, 3, prompt);
+  const auto whole = eval::token_logprobs(*m, ids, 3);
+  ASSERT_EQ(split.size(), ids.size());
+  EXPECT_TRUE(std::isnan(split[0].logprob));
+  for (std::size_t i = 1; i < prompt; ++i) {
+    EXPECT_EQ(split[i].logprob, alone[i].logprob) << i;
+    EXPECT_EQ(split[i].top, alone[i].top) << i;
+  }
+  for (std::size_t i = 1; i < ids.size(); ++i) {
+    EXPECT_NEAR(split[i].logprob, whole[i].logprob, 1e-4) << i;
+    EXPECT_LE(split[i].logprob, 0) << i;
+    ASSERT_EQ(split[i].top.size(), 3u);
+    EXPECT_GE(split[i].top[0].second, split[i].logprob) << i;  // the most likely id comes first
+  }
+}
+
 }  // namespace
 }  // namespace latentllm

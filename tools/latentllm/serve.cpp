@@ -224,10 +224,12 @@ class Server {
     return c;
   }
 
-  // OpenAI's logprobs object for ids[from..): tokens, token_logprobs (null without context), top_logprobs,
-  // text_offset (characters of the text before each token, from `offset`).
-  ojson logprobs(const std::vector<std::int32_t>& ids, std::size_t from, int top, std::size_t offset) const {
-    const std::vector<eval::TokenLogprob> lp = eval::token_logprobs(m_, ids, top);
+  // OpenAI's logprobs object for ids[from..) of a prompt ids[0..prompt) and its completion: tokens,
+  // token_logprobs (null without context), top_logprobs, text_offset (characters of the text before each
+  // token, from `offset`). The prompt's figures do not depend on the completion (eval::token_logprobs).
+  ojson logprobs(const std::vector<std::int32_t>& ids, std::size_t prompt, std::size_t from, int top,
+                 std::size_t offset) const {
+    const std::vector<eval::TokenLogprob> lp = eval::token_logprobs(m_, ids, top, prompt);
     ojson tokens = ojson::array(), values = ojson::array(), tops = ojson::array(), offsets = ojson::array();
     // Each token's text is what it adds to the decoded text before it (its leading space included), so
     // the tokens concatenate to the echoed text and text_offset indexes it.
@@ -274,7 +276,7 @@ class Server {
         if (n_logprobs >= 0) {
           std::vector<std::int32_t> all = ids;
           all.insert(all.end(), c.tokens.begin(), c.tokens.end());
-          choice["logprobs"] = logprobs(all, echo ? 0 : ids.size(), static_cast<int>(n_logprobs), 0);
+          choice["logprobs"] = logprobs(all, ids.size(), echo ? 0 : ids.size(), static_cast<int>(n_logprobs), 0);
         }
         choices.push_back(choice);
         prompt_tokens += static_cast<std::int64_t>(ids.size());
