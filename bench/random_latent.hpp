@@ -21,9 +21,9 @@ inline void randomize_layer(model::Model& m, int i, const compress::RankPlan& pl
     if (it == plan.modules.end()) continue;
     const std::int64_t r = it->rank;
     const float s = 1.0f / std::sqrt(static_cast<float>(l.in));
-    l.weight.resize(0, 0);
-    l.B = MatrixF::Random(l.out, r) * s;        // [out, r]
-    l.A = MatrixF::Random(r, l.in - r) * s;     // [r, in − r]
+    l.weight = {};
+    l.B = MatrixF(MatrixF::Random(l.out, r) * s);     // [out, r]
+    l.A = MatrixF(MatrixF::Random(r, l.in - r) * s);  // [r, in − r]
     l.perm.resize(static_cast<std::size_t>(l.in));
     std::iota(l.perm.begin(), l.perm.end(), 0);
     std::shuffle(l.perm.begin(), l.perm.end(), rng);

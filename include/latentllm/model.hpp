@@ -14,6 +14,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -146,40 +147,76 @@ struct MlpInfo {
   Activation act = Activation::Relu;
 };
 
-// y = x·Wᵀ + b, with W dense or factored as W ≈ B·A (paper eq. for the latent form).
+// One weight matrix [rows, cols] in the form the model keeps it, exactly one of:
+//   float32, computed or loaded as such (the compressor's working form);
+//   16-bit as an F16/BF16 checkpoint stores it (LoadOptions::weights = Stored), often a view of the mapped
+//     file; the forward widens it inside its kernels;
+//   quantized (docs/FORMAT.md "Quantized tensors": q-bit codes, F16 scales and zero points per group of
+//     input columns), shared and immutable so that copies of a layer share it; the forward multiplies by it
+//     without forming it (quant::gemv for few rows, quant::xwtq otherwise).
+// Default: no matrix (float32, 0 × 0). Readers that need float32 ask for f32(), which names the form it
+// found instead of handing an empty matrix on.
+class Weight {
+ public:
+  using Packed = std::shared_ptr<const quant::PackedMatrix>;
+  Weight() = default;
+  Weight(MatrixF m) : v_(std::move(m)) {}   // NOLINT(google-explicit-constructor): a computed matrix
+  template <class Derived>                  // an Eigen expression, evaluated
+  Weight(const Eigen::MatrixBase<Derived>& e) : v_(MatrixF(e)) {}  // NOLINT(google-explicit-constructor)
+  Weight(Matrix16 m) : v_(std::move(m)) {}  // NOLINT(google-explicit-constructor)
+  Weight(Packed q);                         // NOLINT(google-explicit-constructor)
+
+  std::int64_t rows() const;
+  std::int64_t cols() const;
+  std::int64_t size() const { return rows() * cols(); }  // values; 0 when empty
+  bool empty() const { return size() == 0; }
+  // Bytes in memory: 4 per float32 value, 2 per 16-bit value, quant::packed_bytes when quantized.
+  std::int64_t bytes() const;
+  // Bits per stored value and the quantization group (16 or 32 and 0 when not quantized).
+  int bits() const;
+  int group() const;
+
+  bool is_f32() const { return std::holds_alternative<MatrixF>(v_); }
+  // The float32 matrix. Error "<form> matrix [r, c] where float32 is expected" when it is kept 16-bit or
+  // quantized (a solver given a model loaded with --weights stored).
+  const MatrixF& f32() const;
+  MatrixF& f32();
+  const Matrix16* half() const { return std::get_if<Matrix16>(&v_); }  // null unless 16-bit
+  const Packed& packed() const;                                       // null unless quantized
+  // A float32 copy: the matrix itself, a 16-bit one widened (exact), a quantized one dequantized.
+  MatrixF to_f32() const;
+
+  // The same form (float32, the same 16-bit dtype, or quantized with the same bits and group), shape and
+  // stored bits.
+  friend bool operator==(const Weight& a, const Weight& b);
+
+ private:
+  std::variant<MatrixF, Matrix16, Packed> v_;
+};
+
+// y = x·Wᵀ + b, with W dense or factored as W ≈ B·A (paper eq. for the latent form); each matrix is a
+// Weight in its own form (float32, 16-bit or quantized).
 struct Linear {
   std::string name;             // HF module name, e.g. "model.decoder.layers.0.self_attn.q_proj"
   Role role = Role::Q;
   Site site = Site::AttnIn;     // the input it reads
   std::int64_t in = 0, out = 0;  // d, d'
-  MatrixF weight;               // [out, in] when dense; empty when factored
+  Weight weight;                // [out, in] when dense; empty when factored
   VectorF bias;                 // [out] or empty
   // Factored form: W ≈ B·A.
-  MatrixF B;                    // [out, r]
-  MatrixF A;                    // [r, in], or [r, in − r] when block_identity
-  // The same matrices kept as an F16/BF16 checkpoint stores them (LoadOptions::weights = Stored):
-  // each replaces its float member, which is then empty. The forward widens them inside its kernels.
-  Matrix16 weight16;            // [out, in]
-  Matrix16 B16;                 // [out, r]
-  Matrix16 A16;                 // [r, in] or [r, in − r]
+  Weight B;                     // [out, r]
+  Weight A;                     // [r, in], or [r, in − r] when block_identity
   // Block identity (paper "junction matrix"): the dense A is [I_r | A] on the input columns taken in
   // the order perm (perm[0..r) form the identity block). The forward never multiplies by I.
   std::vector<std::int32_t> perm;  // [in] when block_identity, else empty
   bool block_identity = false;
-  // The same matrices stored quantized (docs/FORMAT.md "Quantized tensors": q-bit codes, F16 scales and
-  // zero points per group of input columns): each replaces its float member, which is then empty. The
-  // forward multiplies by them without forming them (quant::gemv for few rows, quant::xwtq otherwise).
-  // Shared and immutable, so copies of a layer share them.
-  std::shared_ptr<const quant::PackedMatrix> weightq;  // [out, in]
-  std::shared_ptr<const quant::PackedMatrix> Bq;       // [out, r]
-  std::shared_ptr<const quant::PackedMatrix> Aq;       // [r, in] or [r, in − r]
 
-  bool factored() const { return B.size() > 0 || B16.size() > 0 || Bq != nullptr; }
+  bool factored() const { return !B.empty(); }
   std::int64_t rank() const;
   // True when a matrix is kept in its 16-bit stored dtype.
-  bool stored16() const { return weight16.size() > 0 || B16.size() > 0; }
+  bool stored16() const { return weight.half() != nullptr || B.half() != nullptr; }
   // True when its weight or factors are stored quantized.
-  bool quantized() const { return weightq != nullptr || Bq != nullptr; }
+  bool quantized() const { return weight.packed() != nullptr || B.packed() != nullptr; }
   // Bits and group size of its quantized matrices (16 and 0 when not quantized).
   int bits() const;
   int group() const;
@@ -318,7 +355,7 @@ struct LoadOptions {
   // `inv_freq`, GPT-style `attn.bias` / `attn.masked_bias` masks) are accepted always. true: accept any.
   bool allow_unused_tensors = false;
   // How the decoder layers' linear weights are held. F32: widened to float32. Stored: F16 and BF16
-  // matrices stay as stored (Linear::weight16, B16, A16: views of the mapped checkpoint, which the
+  // matrices stay as stored (16-bit Linear weights, Weight::half(): views of the mapped checkpoint, which the
   // model keeps open), the forward widens them inside its kernels; the embedding and the LM head are
   // then read mapped as a lazy model reads them. F32 tensors are widened either way. Same numbers as
   // F32 except decoding's GEMV (core/gemm16.hpp states the bound).

@@ -30,14 +30,15 @@ struct Entry {
 // identity (docs/FORMAT.md) A_dense = [I_r | A] on the columns perm: the identity columns of W are B's
 // columns exactly, the others B·A. Row blocks in parallel, each an independent product, so the bytes do
 // not depend on the thread count.
-// A matrix in double: float32 as is, quantized dequantized exactly (s·(c − z) in double).
-MatrixD in_double(const MatrixF& m, const std::shared_ptr<const quant::PackedMatrix>& q) {
-  return q ? quant::dequantize(quant::unpack(*q)) : MatrixD(m.cast<double>());
+// A matrix in double: float32 as is, 16-bit widened, quantized dequantized exactly (s·(c − z) in double).
+MatrixD in_double(const model::Weight& w) {
+  if (const auto& q = w.packed()) return quant::dequantize(quant::unpack(*q));
+  return w.is_f32() ? MatrixD(w.f32().cast<double>()) : MatrixD(w.to_f32().cast<double>());
 }
 
 std::vector<float> dense_weight(const model::Linear& l) {
-  const MatrixD B = in_double(l.B, l.Bq);  // [out, r]
-  const MatrixD A = in_double(l.A, l.Aq);  // [r, in] or [r, in − r]
+  const MatrixD B = in_double(l.B);  // [out, r]
+  const MatrixD A = in_double(l.A);  // [r, in] or [r, in − r]
   const std::int64_t out = l.out, in = l.in, r = B.cols();
   std::vector<float> w(static_cast<std::size_t>(out * in));  // [out, in] row-major
   core::parallel_for(out, 64, [&](std::int64_t i0, std::int64_t i1) {
@@ -60,12 +61,12 @@ std::vector<float> to_vector(const VectorF& v) { return {v.data(), v.data() + v.
 
 std::vector<float> weight_of(const model::Linear& l) {
   if (l.factored()) return dense_weight(l);
-  if (l.weightq) {  // [out, in], each value rounded once from the exact dequantized one
-    const MatrixF w = in_double(l.weight, l.weightq).cast<float>();
+  if (l.weight.packed()) {  // [out, in], each value rounded once from the exact dequantized one
+    const MatrixF w = in_double(l.weight).cast<float>();
     return std::vector<float>(w.data(), w.data() + w.size());
   }
-  const MatrixF stored = l.weight.size() > 0 ? MatrixF() : l.dense_weight();  // kept as stored (16-bit views)
-  const MatrixF& w = l.weight.size() > 0 ? l.weight : stored;                  // [out, in]
+  const MatrixF stored = l.weight.is_f32() ? MatrixF() : l.weight.to_f32();  // kept as stored (16-bit views)
+  const MatrixF& w = l.weight.is_f32() ? l.weight.f32() : stored;            // [out, in]
   return std::vector<float>(w.data(), w.data() + w.size());
 }
 

@@ -61,7 +61,7 @@ nlohmann::json module_entry(const model::Linear& lin) {
 
 // The quantized matrix `f` of l (its weight, B or A), which the layer source must hold.
 const quant::PackedMatrix& packed_of(const model::Linear& l, io::Factor f) {
-  const auto& q = f == io::Factor::Weight ? l.weightq : f == io::Factor::B ? l.Bq : l.Aq;
+  const auto& q = (f == io::Factor::Weight ? l.weight : f == io::Factor::B ? l.B : l.A).packed();
   if (!q) throw Error(fmt::format("{}: module is not quantized (expected the form its header declared)", l.name));
   return *q;
 }
@@ -113,9 +113,9 @@ std::vector<Entry> plan_tensors(LayerSource& layers, const io::TensorStore& src,
       add_packed(stored, io::Factor::Weight, spec.out, spec.in, f, current);
     } else if (f.rank > 0) {
       add(io::latent_tensor_name(stored, io::Factor::A), {f.rank, a_cols}, current,
-          [](const model::Linear& l) -> const MatrixF& { return l.A; });
+          [](const model::Linear& l) -> const MatrixF& { return l.A.f32(); });
       add(io::latent_tensor_name(stored, io::Factor::B), {spec.out, f.rank}, current,
-          [](const model::Linear& l) -> const MatrixF& { return l.B; });
+          [](const model::Linear& l) -> const MatrixF& { return l.B.f32(); });
     } else {
       // Float32, or a dense module kept as stored (16-bit views, LoadOptions::Weights::Stored).
       add(io::latent_tensor_name(stored, io::Factor::Weight), {spec.out, spec.in}, current,
@@ -130,7 +130,7 @@ std::vector<Entry> plan_tensors(LayerSource& layers, const io::TensorStore& src,
     if (const auto t = tower.find(stored_module); t != tower.end()) {
       if (!done.insert(t->first).second) continue;
       const model::Linear* lin = t->second;
-      if (!lin->factored() && lin->weight.size() == 0 && lin->weight16.size() == 0 && !lin->weightq) {
+      if (!lin->factored() && lin->weight.empty()) {
         throw Error(fmt::format("{}: module {} holds no weight (expected a loaded module)", m.dir().string(), t->first));
       }
       const ModuleForm f{lin->factored() ? lin->rank() : 0, lin->block_identity, lin->bias.size() > 0, lin->bits(),

@@ -108,7 +108,7 @@ class ProgressLayers final : public LayerSource {
       if (l.factored() || l.quantized()) continue;
       const std::string stored = m_.stored_name(l.name);
       const std::vector<float> w = src_.get(stored + ".weight", std::vector<std::int64_t>{l.out, l.in}).to_f32();
-      l.weight = Eigen::Map<const MatrixF>(w.data(), l.out, l.in);
+      l.weight = MatrixF(Eigen::Map<const MatrixF>(w.data(), l.out, l.in));
       if (src_.has(stored + ".bias")) l.bias = vector_of(src_.get(stored + ".bias"));
     }
   }
@@ -270,15 +270,15 @@ void write_layer_factors(const fs::path& file, const model::DecoderLayer& layer)
       keep.push_back({static_cast<float>(lin.bits()), static_cast<float>(lin.group()), static_cast<float>(rank)});
       tensors.push_back({format::progress_spec_name(lin.name), DType::F32, {3}, keep.back()});
       if (lin.factored()) {
-        add_packed(tensors, keep, lin.name, io::Factor::B, *lin.Bq);
-        add_packed(tensors, keep, lin.name, io::Factor::A, *lin.Aq);
+        add_packed(tensors, keep, lin.name, io::Factor::B, *lin.B.packed());
+        add_packed(tensors, keep, lin.name, io::Factor::A, *lin.A.packed());
       } else {
-        add_packed(tensors, keep, lin.name, io::Factor::Weight, *lin.weightq);
+        add_packed(tensors, keep, lin.name, io::Factor::Weight, *lin.weight.packed());
       }
       for (auto& k : keep) perms.push_back(std::move(k));  // moved vectors keep their buffers
     } else if (lin.factored()) {
-      tensors.push_back({io::latent_tensor_name(lin.name, io::Factor::B, io::Piece::Values, io::Naming::Progress), DType::F32, {lin.B.rows(), lin.B.cols()}, span_of(lin.B)});
-      tensors.push_back({io::latent_tensor_name(lin.name, io::Factor::A, io::Piece::Values, io::Naming::Progress), DType::F32, {lin.A.rows(), lin.A.cols()}, span_of(lin.A)});
+      tensors.push_back({io::latent_tensor_name(lin.name, io::Factor::B, io::Piece::Values, io::Naming::Progress), DType::F32, {lin.B.rows(), lin.B.cols()}, span_of(lin.B.f32())});
+      tensors.push_back({io::latent_tensor_name(lin.name, io::Factor::A, io::Piece::Values, io::Naming::Progress), DType::F32, {lin.A.rows(), lin.A.cols()}, span_of(lin.A.f32())});
     } else {
       continue;
     }
@@ -303,16 +303,18 @@ void read_layer_factors(const fs::path& file, model::DecoderLayer& layer) {
       const auto rank = static_cast<std::int64_t>(v[2]);
       const bool bi = st.find(lin.name + ".perm") != nullptr;
       if (rank > 0) {
-        lin.Bq = read_packed_progress(st, lin.name, io::Factor::B, bits, group, rank);
-        lin.Aq = read_packed_progress(st, lin.name, io::Factor::A, bits, group, lin.in - (bi ? rank : 0));
+        lin.B = read_packed_progress(st, lin.name, io::Factor::B, bits, group, rank);
+        lin.A = read_packed_progress(st, lin.name, io::Factor::A, bits, group, lin.in - (bi ? rank : 0));
+        lin.weight = {};
       } else {
-        lin.weightq = read_packed_progress(st, lin.name, io::Factor::Weight, bits, group, lin.in);
+        lin.weight = read_packed_progress(st, lin.name, io::Factor::Weight, bits, group, lin.in);
+        lin.B = {};
+        lin.A = {};
       }
-      lin.B.resize(0, 0);
-      lin.A.resize(0, 0);
     } else {
       lin.B = st.matrix(io::latent_tensor_name(lin.name, io::Factor::B, io::Piece::Values, io::Naming::Progress));
       lin.A = st.matrix(io::latent_tensor_name(lin.name, io::Factor::A, io::Piece::Values, io::Naming::Progress));
+      lin.weight = {};
     }
     lin.perm.clear();
     lin.block_identity = false;
@@ -324,8 +326,6 @@ void read_layer_factors(const fs::path& file, model::DecoderLayer& layer) {
       const auto v = bias->to_f32();
       lin.bias = Eigen::Map<const VectorF>(v.data(), static_cast<Eigen::Index>(v.size()));
     }
-    lin.weight.resize(0, 0);
-    lin.weight16 = {};
   }
 }
 

@@ -83,7 +83,7 @@ void io_output(Ctx& c, const std::string& value, const std::string& name, const 
 // Gather of the columns perm[:r], the rest x[:, :, perm[r:]]·Aᵀ; src/model/linear.cpp latent_block).
 std::string latent(Ctx& c, const model::Linear& l, const std::string& x) {
   const std::string n = stored(c, l.name);
-  const std::string at = weight(c, io::latent_tensor_name(n, io::Factor::A), {l.A.cols(), l.A.rows()}, values_of(transposed(l.A)));
+  const std::string at = weight(c, io::latent_tensor_name(n, io::Factor::A), {l.A.cols(), l.A.rows()}, values_of(transposed(l.A.f32())));
   if (!l.block_identity) return c.g.op("MatMul", {x, at});
   const std::int64_t r = l.B.cols();
   const I64 perm(l.perm.begin(), l.perm.end());
@@ -95,12 +95,15 @@ std::string latent(Ctx& c, const model::Linear& l, const std::string& x) {
   return c.g.op("Add", {z, c.g.op("MatMul", {rest, at})});
 }
 
-// The layer as the graph's float initializers hold it: quantized modules dequantized into `copy`
-// (the values latentllm's prefill multiplies by), or the layer itself when it has none.
+// The layer as the graph's float initializers hold it: 16-bit matrices widened and quantized ones
+// dequantized into `copy` (the values latentllm's prefill multiplies by), or the layer itself when every
+// matrix is float32.
 const model::DecoderLayer& float_layer(const model::DecoderLayer& L, model::DecoderLayer& copy) {
-  if (std::none_of(L.linears.begin(), L.linears.end(), [](const model::Linear& l) { return l.quantized(); })) return L;
+  const auto f32 = [](const model::Linear& l) { return l.weight.is_f32() && l.B.is_f32() && l.A.is_f32(); };
+  if (std::all_of(L.linears.begin(), L.linears.end(), f32)) return L;
   copy = L;
-  for (auto& l : copy.linears) l = l.dequantized();
+  for (auto& l : copy.linears)
+    for (model::Weight* w : {&l.weight, &l.B, &l.A}) *w = w->to_f32();
   return copy;
 }
 
@@ -109,13 +112,11 @@ std::string linear(Ctx& c, const model::Linear& l, const std::string& x) {
   const std::string n = stored(c, l.name);
   std::string y;
   if (!l.factored()) {
-    // Float32, or a dense module kept as stored (16-bit views).
-    const MatrixF w = l.weight.size() > 0 ? l.weight : l.dense_weight();  // [out, in]
     y = c.g.op("MatMul", {x, weight(c, io::latent_tensor_name(n, io::Factor::Weight), {l.in, l.out},
-                                    values_of(transposed(w)))});
+                                    values_of(transposed(l.weight.f32())))});
   } else {
     y = c.g.op("MatMul", {latent(c, l, x), weight(c, io::latent_tensor_name(n, io::Factor::B), {l.B.cols(), l.out},
-                                                 values_of(transposed(l.B)))});
+                                                 values_of(transposed(l.B.f32())))});
   }
   if (l.bias.size() > 0) y = c.g.op("Add", {y, weight(c, n + ".bias", {l.out}, values_of(l.bias))});
   return y;
@@ -186,7 +187,7 @@ std::string attention(Ctx& c, const model::DecoderLayer& L, const std::string& p
     const std::string n = stored(c, kp.name);
     const std::int64_t r = kp.B.cols();
     io.present_k = c.g.op("Concat", {io.past_k, latent(c, kp, x)}, {attr("axis", std::int64_t{1})});  // [B, K, r]
-    const std::string bk = weight(c, io::latent_tensor_name(n, io::Factor::B), {c.H_kv, 1, c.d_h, r}, values_of(kp.B));
+    const std::string bk = weight(c, io::latent_tensor_name(n, io::Factor::B), {c.H_kv, 1, c.d_h, r}, values_of(kp.B.f32()));
     const std::string ck = c.g.op("Unsqueeze", {c.g.op("Transpose", {io.present_k}, {attr("perm", I64{0, 2, 1})}),
                                                 c.g.ints({1, 2})});  // [B, 1, 1, r, K]
     scores = c.g.op("MatMul", {c.g.op("MatMul", {q5, bk}), ck});
@@ -211,7 +212,7 @@ std::string attention(Ctx& c, const model::DecoderLayer& L, const std::string& p
     std::vector<float> bt(static_cast<std::size_t>(vp.B.size()));  // [H_kv, 1, r, d_h]: B_v,gᵀ per kv head
     for (int h = 0; h < c.H_kv; ++h)
       for (std::int64_t j = 0; j < r; ++j)
-        for (int i = 0; i < c.d_h; ++i) bt[static_cast<std::size_t>((h * r + j) * c.d_h + i)] = vp.B(h * c.d_h + i, j);
+        for (int i = 0; i < c.d_h; ++i) bt[static_cast<std::size_t>((h * r + j) * c.d_h + i)] = vp.B.f32()(h * c.d_h + i, j);
     const std::string pc = c.g.op("MatMul", {p, c.g.op("Unsqueeze", {io.present_v, c.g.ints({1, 2})})});  // [B, H_kv, g, S, r]
     o5 = c.g.op("MatMul", {pc, weight(c, io::latent_tensor_name(n, io::Factor::B), {c.H_kv, 1, r, c.d_h}, bt)});
     if (vp.bias.size() > 0) o5 = c.g.op("Add", {o5, weight(c, n + ".bias", {c.H_kv, 1, 1, c.d_h}, values_of(vp.bias))});

@@ -42,7 +42,7 @@ void decompress(const Linear& l, const MatrixF& c, int K, MatrixF& y) {
   y.resize(K, out);
   core::BlasSingleThreaded single;
   thread_local core::ScratchF wide;  // [out, r] a 16-bit B widened
-  const float* b = widened(l.B, l.B16, l.Bq, wide);
+  const float* b = widened(l.B, wide);
   core::parallel_for(K, kRowBlock, core::gemm_work(K, out, r), [&](std::int64_t r0, std::int64_t r1) {
     const bool bias = l.bias.size() > 0;
     if (bias) y.middleRows(r0, r1 - r0).rowwise() = l.bias.transpose();
@@ -91,7 +91,7 @@ void absorbed_attention(const MatrixF& q, const MatrixF& keys, const Linear* kp,
   if (kp != nullptr) {
     const int r = static_cast<int>(kp->rank());
     thread_local core::ScratchF wide;  // [H_kv·d_h, r_k] a 16-bit B_k widened
-    const float* b = widened(kp->B, kp->B16, kp->Bq, wide);
+    const float* b = widened(kp->B, wide);
     MatrixF qt(T, static_cast<std::int64_t>(H) * r);  // [T, H·r_k] q̃_h = q_h·B_k,h, also [T·H, r_k]
     core::parallel_for(H, 1, core::gemm_work(T, r, d_h) * H, [&](std::int64_t h, std::int64_t) {
       core::sgemm_rm(false, false, T, r, d_h, 1.0f, q.data() + h * d_h, H * d_h,
@@ -113,7 +113,7 @@ void absorbed_attention(const MatrixF& q, const MatrixF& keys, const Linear* kp,
   if (vp != nullptr) {
     const int r = static_cast<int>(vp->rank());
     thread_local core::ScratchF wide;  // [H_kv·d_h, r_v] a 16-bit B_v widened
-    const float* b = widened(vp->B, vp->B16, vp->Bq, wide);
+    const float* b = widened(vp->B, wide);
     MatrixF ol(T, static_cast<std::int64_t>(H) * r);  // [T, H·r_v] = P·c_v per head, also [T·H, r_v]
     core::parallel_for(r, kColBlock, core::gemm_work(rows, r, K), [&](std::int64_t c0, std::int64_t c1) {
       core::sgemm_rm(false, false, static_cast<int>(rows), static_cast<int>(c1 - c0), K, 1.0f, S.data(), K,

@@ -27,13 +27,8 @@ bool ends_with_module(std::string_view name, std::string_view rel) {
   return name.size() > rel.size() && name.ends_with(rel) && name[name.size() - rel.size() - 1] == '.';
 }
 
-std::int64_t values(const MatrixF& m, const Matrix16& h, const Packed& q) {
-  return m.size() + h.size() + (q ? q->rows * q->cols : 0);
-}
-
 double linear_macs(const Linear& l) {
-  return static_cast<double>(l.factored() ? values(l.A, l.A16, l.Aq) + values(l.B, l.B16, l.Bq)
-                                          : values(l.weight, l.weight16, l.weightq));
+  return static_cast<double>(l.factored() ? l.A.size() + l.B.size() : l.weight.size());
 }
 
 // A weight operand [rows, cols]: float32 (f), kept 16-bit (h) or quantized (q); exactly one is set
@@ -43,57 +38,42 @@ struct Operand {
   const Matrix16* h = nullptr;
   const quant::PackedMatrix* q = nullptr;
 };
-Operand operand(const MatrixF& m, const Matrix16& h, const Packed& q) {
-  if (q) return {nullptr, nullptr, q.get()};
-  if (m.size() > 0 || h.size() == 0) return {m.data(), nullptr, nullptr};
-  return {nullptr, &h, nullptr};
+Operand operand(const Weight& w) {
+  if (const Packed& q = w.packed()) return {nullptr, nullptr, q.get()};
+  if (const Matrix16* h = w.half()) return {nullptr, h, nullptr};
+  return {w.f32().data(), nullptr, nullptr};
 }
 
 }  // namespace
 
-std::int64_t Linear::rank() const {
-  if (B.size() > 0) return B.cols();
-  if (B16.size() > 0) return B16.cols;
-  if (Bq) return Bq->cols;
-  return std::min(in, out);
-}
+std::int64_t Linear::rank() const { return factored() ? B.cols() : std::min(in, out); }
 
 int Linear::bits() const {
-  const auto& q = factored() ? Bq : weightq;
+  const Packed& q = (factored() ? B : weight).packed();
   return q ? q->bits : 16;
 }
 
-int Linear::group() const {
-  const auto& q = factored() ? Bq : weightq;
-  return q ? q->group : 0;
-}
+int Linear::group() const { return (factored() ? B : weight).group(); }
 
 std::int64_t Linear::num_params() const {
-  const std::int64_t w =
-      factored() ? values(B, B16, Bq) + values(A, A16, Aq) : values(weight, weight16, weightq);
-  return w + bias.size();
+  return (factored() ? B.size() + A.size() : weight.size()) + bias.size();
 }
 
 std::int64_t Linear::bytes() const {
-  std::int64_t q = 0;
-  for (const auto* m : {&weightq, &Bq, &Aq})
-    if (*m) q += quant::packed_bytes((*m)->rows, (*m)->cols, (*m)->spec());
-  return 4 * (weight.size() + B.size() + A.size() + bias.size() + static_cast<std::int64_t>(perm.size())) +
-         weight16.bytes() + B16.bytes() + A16.bytes() + q;
+  return weight.bytes() + B.bytes() + A.bytes() + 4 * (bias.size() + static_cast<std::int64_t>(perm.size()));
 }
 
-const float* widened(const MatrixF& m, const Matrix16& h, core::ScratchF& scratch) {
-  if (m.size() > 0 || h.size() == 0) return m.data();
-  scratch.resize(static_cast<std::size_t>(h.size()));
-  const double bytes = 6.0 * static_cast<double>(h.size());  // 2 read, 4 written per value
-  core::parallel_for(h.rows, 64, core::Work{0, bytes}, [&](std::int64_t r0, std::int64_t r1) {
-    core::widen_rows(h, r0, r1, scratch.data() + r0 * h.cols);
-  });
-  return scratch.data();
-}
-
-const float* widened(const MatrixF& m, const Matrix16& h, const Packed& q, core::ScratchF& scratch) {
-  if (!q) return widened(m, h, scratch);
+const float* widened(const Weight& w, core::ScratchF& scratch) {
+  if (const Matrix16* h = w.half()) {
+    scratch.resize(static_cast<std::size_t>(h->size()));
+    const double bytes = 6.0 * static_cast<double>(h->size());  // 2 read, 4 written per value
+    core::parallel_for(h->rows, 64, core::Work{0, bytes}, [&](std::int64_t r0, std::int64_t r1) {
+      core::widen_rows(*h, r0, r1, scratch.data() + r0 * h->cols);
+    });
+    return scratch.data();
+  }
+  const Packed& q = w.packed();
+  if (!q) return w.f32().data();
   scratch.resize(static_cast<std::size_t>(q->rows * q->cols));
   const double bytes = 4.0 * static_cast<double>(q->rows * q->cols);
   core::parallel_for(q->rows, 64, core::Work{0, bytes}, [&](std::int64_t r0, std::int64_t r1) {
@@ -158,7 +138,7 @@ void xwt_columns(const float* x, int n, int k, Operand w, std::int64_t cols, flo
 // z: [n, r] = x: [n, in] · A_denseᵀ for the factored l, by columns of z (few rows).
 void latent_columns(const Linear& l, const float* x, int n, float* z) {
   const std::int64_t r = l.rank(), in = l.in;
-  const Operand a = operand(l.A, l.A16, l.Aq);
+  const Operand a = operand(l.A);
   if (!l.block_identity) {
     xwt_columns(x, n, static_cast<int>(in), a, r, 0.0f, z, static_cast<int>(r));
     return;
@@ -185,13 +165,13 @@ void forward_columns(const Linear& l, const MatrixF& x, MatrixF& y, const Epilog
   }
   const float beta = e.accumulate || l.bias.size() > 0 ? 1.0f : 0.0f;
   if (!l.factored()) {
-    xwt_columns(x.data(), n, static_cast<int>(in), operand(l.weight, l.weight16, l.weightq), out, beta, y.data(),
+    xwt_columns(x.data(), n, static_cast<int>(in), operand(l.weight), out, beta, y.data(),
                 static_cast<int>(out));
   } else {
     const std::int64_t r = l.rank();
     core::ScratchF z(static_cast<std::size_t>(n * r));  // [n, r]
     latent_columns(l, x.data(), n, z.data());
-    xwt_columns(z.data(), n, static_cast<int>(r), operand(l.B, l.B16, l.Bq), out, beta, y.data(),
+    xwt_columns(z.data(), n, static_cast<int>(r), operand(l.B), out, beta, y.data(),
                 static_cast<int>(out));
   }
   if (e.act) activate_span(y.data(), y.size(), *e.act);
@@ -207,7 +187,7 @@ void latent_forward(const Linear& l, const MatrixF& x, MatrixF& z) {
   }
   const std::int64_t n = x.rows(), r = l.rank();
   detail::ProfileScope scope(&ForwardProfile::linear_s, &ForwardProfile::linear_flops,
-                             2.0 * static_cast<double>(values(l.A, l.A16, l.Aq)) * static_cast<double>(n));
+                             2.0 * static_cast<double>(l.A.size()) * static_cast<double>(n));
   z.resize(n, r);
   core::BlasSingleThreaded single;
   if (n < kRowBlock) {
@@ -215,7 +195,7 @@ void latent_forward(const Linear& l, const MatrixF& x, MatrixF& z) {
     return;
   }
   thread_local core::ScratchF wide_a;  // [r, in(−r)] a 16-bit A widened
-  const float* a = widened(l.A, l.A16, l.Aq, wide_a);
+  const float* a = widened(l.A, wide_a);
   core::parallel_for(n, kRowBlock, core::gemm_work(n, r, l.in), [&](std::int64_t r0, std::int64_t r1) {
     thread_local core::ScratchF zb, rest;  // [rows, r], [rows, in − r]
     latent_block(l, a, x.data() + r0 * l.in, static_cast<int>(r1 - r0), zb, rest);
@@ -250,9 +230,9 @@ void linear_forward(const Linear& l, const MatrixF& x, MatrixF& y, const Epilogu
   // path's sgemm calls on them: OpenBLAS's bits depend on how a product is split, so splitting W
   // further would change them for small blocks.
   thread_local core::ScratchF wide_w, wide_a, wide_b;  // the widened weight16, A16, B16
-  const float* w = l.factored() ? nullptr : widened(l.weight, l.weight16, l.weightq, wide_w);
-  const float* a = l.factored() ? widened(l.A, l.A16, l.Aq, wide_a) : nullptr;
-  const float* b = l.factored() ? widened(l.B, l.B16, l.Bq, wide_b) : nullptr;
+  const float* w = l.factored() ? nullptr : widened(l.weight, wide_w);
+  const float* a = l.factored() ? widened(l.A, wide_a) : nullptr;
+  const float* b = l.factored() ? widened(l.B, wide_b) : nullptr;
   core::parallel_for(n, kRowBlock, work, [&](std::int64_t r0, std::int64_t r1) {
     const int rows = static_cast<int>(r1 - r0);
     float* yb = y.data() + r0 * out;  // [rows, out]
@@ -278,25 +258,9 @@ void linear_forward(const Linear& l, const MatrixF& x, MatrixF& y, const Epilogu
   });
 }
 
-namespace {
-
-MatrixF to_matrix(const MatrixF& m, const Matrix16& h, const Packed& q = nullptr) {
-  if (q) {
-    MatrixF out(q->rows, q->cols);
-    quant::dequantize_rows(*q, 0, q->rows, out.data());
-    return out;
-  }
-  if (m.size() > 0 || h.size() == 0) return m;
-  MatrixF out(h.rows, h.cols);
-  core::widen_rows(h, 0, h.rows, out.data());
-  return out;
-}
-
-}  // namespace
-
 MatrixF Linear::dense_weight() const {
-  if (!factored()) return to_matrix(weight, weight16, weightq);
-  const MatrixF B = to_matrix(this->B, B16, Bq), A = to_matrix(this->A, A16, Aq);
+  if (!factored()) return weight.to_f32();
+  const MatrixF B = this->B.to_f32(), A = this->A.to_f32();
   if (!block_identity) return B * A;  // [out, r]·[r, in]
   const std::int64_t r = B.cols();
   MatrixF a_dense = MatrixF::Zero(r, in);  // [r, in]
@@ -307,16 +271,14 @@ MatrixF Linear::dense_weight() const {
 
 Linear Linear::dequantized() const {
   Linear l = *this;
-  if (weightq) l.weight = to_matrix(weight, weight16, weightq);
-  if (Bq) l.B = to_matrix(B, B16, Bq);
-  if (Aq) l.A = to_matrix(A, A16, Aq);
-  l.weightq = l.Bq = l.Aq = nullptr;
+  for (Weight* w : {&l.weight, &l.B, &l.A})
+    if (w->packed()) *w = w->to_f32();
   return l;
 }
 
 const MatrixF& weight_f32(const Linear& l, MatrixF& widened) {
-  if (l.weight16.size() == 0 && !l.weightq) return l.weight;
-  widened = to_matrix(l.weight, l.weight16, l.weightq);
+  if (l.weight.is_f32()) return l.weight.f32();
+  widened = l.weight.to_f32();
   return widened;
 }
 

@@ -35,15 +35,12 @@ inline Epilogue activated(Activation act, const MatrixF* times = nullptr) {
 // Fewer rows than one row block (decoding) split the output columns instead, also in fixed blocks.
 void linear_forward(const Linear& l, const MatrixF& x, MatrixF& y, const Epilogue& e = {});
 
-// The float32 values of a matrix held as float32 (m) or kept 16-bit (h, when m is empty): m's data, or
-// h widened whole into scratch (on the pool), valid until scratch changes.
-const float* widened(const MatrixF& m, const Matrix16& h, core::ScratchF& scratch);
-// The same for a matrix that may also be quantized (q set: its rows dequantized into scratch).
-const float* widened(const MatrixF& m, const Matrix16& h, const std::shared_ptr<const quant::PackedMatrix>& q,
-                     core::ScratchF& scratch);
+// The float32 values of w: its own data when float32, else w widened or dequantized whole into scratch
+// (on the pool), valid until scratch changes.
+const float* widened(const Weight& w, core::ScratchF& scratch);
 
 // The [out, in] weight of an unfactored l in float32, for a solver that reads it whole: l.weight
-// itself, or l.weight16 (LoadOptions::Weights::Stored) widened into `widened` (exact), which the caller
+// itself, or its 16-bit or quantized form (LoadOptions::Weights::Stored) widened into `widened` (exact), which the caller
 // frees when it is done.
 const MatrixF& weight_f32(const Linear& l, MatrixF& widened);
 

@@ -214,9 +214,11 @@ std::int64_t WeightLoader::take_largest_widened() {
 
 void WeightLoader::release_pages(const Linear& l) const {
   using io::Factor;
-  const std::pair<const Matrix16*, Factor> parts[] = {{&l.weight16, Factor::Weight}, {&l.B16, Factor::B}, {&l.A16, Factor::A}};
-  for (const auto& [m, factor] : parts)
-    if (m->size() > 0 && !m->owned) store_.release_pages(resolve(io::latent_tensor_name(l.name, factor)));
+  const std::pair<const Weight*, Factor> parts[] = {{&l.weight, Factor::Weight}, {&l.B, Factor::B}, {&l.A, Factor::A}};
+  for (const auto& [w, factor] : parts) {
+    const Matrix16* m = w->half();
+    if (m != nullptr && m->size() > 0 && !m->owned) store_.release_pages(resolve(io::latent_tensor_name(l.name, factor)));
+  }
 }
 
 std::shared_ptr<const quant::PackedMatrix> WeightLoader::packed(const std::string& module, io::Factor f, std::int64_t rows,
@@ -262,18 +264,18 @@ Linear WeightLoader::linear(const std::string& module, std::int64_t in, std::int
     const std::string b_name = io::latent_tensor_name(module, io::Factor::B);
     const std::string a_name = io::latent_tensor_name(module, io::Factor::A);
     if (lm.quantized() && r == 0) {
-      l.weightq = packed(module, io::Factor::Weight, out, in, lm);  // [out, in]
+      l.weight = packed(module, io::Factor::Weight, out, in, lm);  // [out, in]
     } else if (lm.quantized()) {
-      l.Bq = packed(module, io::Factor::B, out, r, lm);       // [out, r]
-      l.Aq = packed(module, io::Factor::A, r, a_cols, lm);    // [r, in(−r)]
+      l.B = packed(module, io::Factor::B, out, r, lm);       // [out, r]
+      l.A = packed(module, io::Factor::A, r, a_cols, lm);    // [r, in(−r)]
     } else {
       if (stored_ && is16(b_name)) {
-        l.B16 = matrix16(b_name, out, r);  // [out, r]
+        l.B = matrix16(b_name, out, r);  // [out, r]
       } else {
         l.B = matrix(b_name, out, r);
       }
       if (stored_ && is16(a_name)) {
-        l.A16 = matrix16(a_name, r, a_cols);  // [r, in(−r)]
+        l.A = matrix16(a_name, r, a_cols);  // [r, in(−r)]
       } else {
         l.A = matrix(a_name, r, a_cols);
       }
@@ -286,7 +288,7 @@ Linear WeightLoader::linear(const std::string& module, std::int64_t in, std::int
   } else {
     const std::string w_name = io::latent_tensor_name(module, io::Factor::Weight);
     if (stored_ && is16(w_name)) {
-      l.weight16 = matrix16(w_name, out, in);  // [out, in]
+      l.weight = matrix16(w_name, out, in);  // [out, in]
       largest_widened_ = std::max(largest_widened_, 4 * out * in);
     } else {
       l.weight = matrix(w_name, out, in);  // [out, in]

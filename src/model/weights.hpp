@@ -52,7 +52,7 @@ class WeightLoader {
   WeightTable table(const std::string& name, std::int64_t rows, std::int64_t cols) const;
   // The linear module `module` ("model.layers.0.self_attn.q_proj") of shape [out, in], with a bias
   // if has_bias; factored when the latent section lists it. With set_stored, its F16/BF16 matrices are
-  // kept as stored (Linear::weight16, B16, A16).
+  // kept as stored (16-bit Linear weights: Weight::half()).
   Linear linear(const std::string& module, std::int64_t in, std::int64_t out, bool has_bias);
   // Throws FormatError naming a latent module no architecture file asked for; modules under the
   // `skip` prefixes are another loader's (a LLaVA checkpoint's vision tower and projector).
@@ -95,7 +95,7 @@ class WeightLoader {
     huge_min_bytes_ = min_bytes;
   }
   // Float32 bytes of the largest set of 16-bit matrices one linear() gave since the last call: what
-  // the forward widens at once (Linear::weight16, or A16 + B16).
+  // the forward widens at once (a 16-bit Linear weight, or its A and B).
   std::int64_t take_largest_widened();
   // Drops the mapped pages of l's 16-bit views (a released layer of a lazy model).
   void release_pages(const Linear& l) const;

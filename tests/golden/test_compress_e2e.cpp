@@ -211,8 +211,8 @@ TEST_F(CompressE2E, F16CheckpointHoldsTheHalfRoundedFactors) {
   for (int i = 0; i < m->num_layers(); ++i)
     for (const auto& lin : m->layer(i).linears) {
       const auto& r = reloaded(*re, i, lin);
-      EXPECT_EQ(f16_rounded(lin.B), r.B) << lin.name;
-      EXPECT_EQ(f16_rounded(lin.A), r.A) << lin.name;
+      EXPECT_EQ(f16_rounded(lin.B.f32()), r.B) << lin.name;
+      EXPECT_EQ(f16_rounded(lin.A.f32()), r.A) << lin.name;
       EXPECT_EQ(f16_rounded(lin.bias), r.bias) << lin.name;
       EXPECT_EQ(lin.perm, r.perm) << lin.name;
       any_rounded |= lin.B != r.B;

@@ -95,7 +95,7 @@ int expect_weights_multiplied_back(const fs::path& latent_dir, const fs::path& o
       EXPECT_FALSE(b.factored()) << b.name;
       const MatrixF w = a.dense_weight();  // [out, in]
       const float scale = w.cwiseAbs().maxCoeff();
-      EXPECT_LE((w - b.weight).cwiseAbs().maxCoeff(), 1e-5f * scale) << a.name;
+      EXPECT_LE((w - b.weight.f32()).cwiseAbs().maxCoeff(), 1e-5f * scale) << a.name;
       EXPECT_EQ(a.bias.size(), b.bias.size()) << a.name;
       if (a.bias.size() > 0) {
         EXPECT_EQ(a.bias, b.bias) << a.name;

@@ -76,10 +76,10 @@ TEST_F(QuantCheckpoint, FactorsArePackedAndReloadBitIdentically) {
   const auto m = compressed(compress::Method::LatentLlm, 4, true);
   for (int i = 0; i < m->num_layers(); ++i)
     for (const auto& l : m->layer(i).linears) {
-      ASSERT_TRUE(l.Bq && l.Aq) << l.name;
+      ASSERT_TRUE(l.B.packed() && l.A.packed()) << l.name;
       EXPECT_EQ(l.bits(), 4);
       EXPECT_EQ(l.group(), 32);
-      EXPECT_EQ(l.B.size() + l.A.size(), 0) << l.name;
+      EXPECT_TRUE(l.weight.empty()) << l.name;  // no dense weight beside the packed factors
     }
   const auto dir = saved(*m, "quant-reload");
   const auto re = model::Model::load(dir);
@@ -87,10 +87,10 @@ TEST_F(QuantCheckpoint, FactorsArePackedAndReloadBitIdentically) {
     for (std::size_t k = 0; k < m->layer(i).linears.size(); ++k) {
       const auto& a = m->layer(i).linears[k];
       const auto& b = re->layer(i).linears[k];
-      ASSERT_TRUE(b.Bq && b.Aq) << b.name;
-      EXPECT_EQ(a.Bq->codes, b.Bq->codes) << a.name;
-      EXPECT_EQ(a.Aq->scales, b.Aq->scales) << a.name;
-      EXPECT_EQ(a.Aq->zeros, b.Aq->zeros) << a.name;
+      ASSERT_TRUE(b.B.packed() && b.A.packed()) << b.name;
+      EXPECT_EQ(a.B.packed()->codes, b.B.packed()->codes) << a.name;
+      EXPECT_EQ(a.A.packed()->scales, b.A.packed()->scales) << a.name;
+      EXPECT_EQ(a.A.packed()->zeros, b.A.packed()->zeros) << a.name;
       EXPECT_EQ(a.perm, b.perm) << a.name;
     }
   // Prefill (xwtq, more rows than one row block) and two short windows (column blocks).
@@ -129,7 +129,7 @@ TEST_F(QuantCheckpoint, DecodeAndPrefillAgreeWithTheDequantizedModule) {
 TEST_F(QuantCheckpoint, DenseGptqKeepsEveryRankAndReloads) {
   const auto m = compressed(compress::Method::Gptq, 4, true);
   for (const auto& l : m->layer(0).linears) {
-    ASSERT_TRUE(l.weightq) << l.name;
+    ASSERT_TRUE(l.weight.packed()) << l.name;
     EXPECT_FALSE(l.factored()) << l.name;
   }
   const auto dir = saved(*m, "quant-gptq");

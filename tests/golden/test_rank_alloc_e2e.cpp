@@ -68,7 +68,7 @@ TEST_F(RankAllocE2E, SpectraSumToTheDampedOutputEnergy) {
   m->layer_forward(0, h, kSeqlen, &tap);
   const MatrixD c = tap.st.xtx;
   const double lambda = opt.local.lambda_rel * c.diagonal().mean();
-  const MatrixD w = m->layer(0).linear(model::Role::Q).weight.cast<double>();  // [out, in]
+  const MatrixD w = m->layer(0).linear(model::Role::Q).weight.f32().cast<double>();  // [out, in]
   const double energy = (w * (c + lambda * MatrixD::Identity(c.rows(), c.cols())) * w.transpose()).trace();
   double sum = 0;
   for (double v : spectra[0].sigma2) sum += v;

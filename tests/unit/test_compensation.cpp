@@ -268,7 +268,7 @@ void factorize_half_rank(model::Linear& l) {
   const Eigen::Index r = (std::min(l.in, l.out) + 1) / 2;
   l.B = svd.matrixU().leftCols(r) * svd.singularValues().head(r).asDiagonal();
   l.A = svd.matrixV().leftCols(r).transpose();
-  l.weight.resize(0, 0);
+  l.weight = {};
 }
 
 // One stage per site, recording what it was handed and factorizing its site's modules; with `cross`

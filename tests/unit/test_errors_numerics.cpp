@@ -60,7 +60,7 @@ class Overflowing : public calib::Stage {
   std::string_view name() const override { return "overflowing"; }
   model::Site site() const override { return model::Site::MlpIn; }
   void run(const calib::StageInput& in, model::Model& m) override {
-    m.layer(in.layer).linear("fc2").weight.setConstant(3e38f);
+    m.layer(in.layer).linear("fc2").weight.f32().setConstant(3e38f);
   }
 };
 
@@ -145,7 +145,7 @@ TEST_F(Quiet, NumericsErrors) {
            })}},
           {"num-ppl", {lib([] {
              auto m = opt_model([](Checkpoint&) {});
-             m->layer(1).linear("fc2").weight.setConstant(3e38f);  // finite, but the forward overflows
+             m->layer(1).linear("fc2").weight.f32().setConstant(3e38f);  // finite, but the forward overflows
              eval::perplexity_ids(*m, ids_of(2, 10), 10, 0, 0, "ids");
            })}},
           {"num-nonfinite-matrix", {lib([] {

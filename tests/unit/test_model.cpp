@@ -79,7 +79,7 @@ TEST(Linear, DenseFactoredAndBlockIdentityMatchTheirDenseWeight) {
   // The block-identity dense weight really is B·[I | A] on the permuted columns.
   const MatrixF w = block.dense_weight();
   for (std::int64_t j = 0; j < r; ++j)
-    EXPECT_LT((w.col(block.perm[static_cast<std::size_t>(j)]) - block.B.col(j)).norm(), 1e-5f);
+    EXPECT_LT((w.col(block.perm[static_cast<std::size_t>(j)]) - block.B.f32().col(j)).norm(), 1e-5f);
   EXPECT_EQ(dense.num_params(), out * in + out);
   EXPECT_EQ(fact.num_params(), out * r + r * in + out);
   EXPECT_EQ(block.num_params(), out * r + r * (in - r));
@@ -107,10 +107,10 @@ TEST(Linear, BlockIdentityForwardNeverMultipliesByTheIdentityNorFormsBA) {
   for (std::int64_t i = 0; i < n; ++i)
     for (std::int64_t k = 0; k < r; ++k) {
       double s = x(i, l.perm[static_cast<std::size_t>(k)]);
-      for (std::int64_t t = 0; t < in - r; ++t) s += double(l.A(k, t)) * x(i, l.perm[static_cast<std::size_t>(r + t)]);
+      for (std::int64_t t = 0; t < in - r; ++t) s += double(l.A.f32()(k, t)) * x(i, l.perm[static_cast<std::size_t>(r + t)]);
       z(i, k) = s;
     }
-  const Eigen::MatrixXd expected = z * l.B.cast<double>().transpose();  // [n, out]
+  const Eigen::MatrixXd expected = z * l.B.f32().cast<double>().transpose();  // [n, out]
   MatrixF y;
   l.forward(x, y);
   ASSERT_TRUE(y.allFinite());
@@ -120,7 +120,7 @@ TEST(Linear, BlockIdentityForwardNeverMultipliesByTheIdentityNorFormsBA) {
   l.forward(x, y);
   for (std::int64_t o = 0; o < out; ++o) {
     ASSERT_FALSE(std::isnan(y(0, o))) << o;
-    EXPECT_EQ(y(0, o), std::copysign(std::numeric_limits<float>::infinity(), l.B(o, 0))) << o;
+    EXPECT_EQ(y(0, o), std::copysign(std::numeric_limits<float>::infinity(), l.B.f32()(o, 0))) << o;
   }
   EXPECT_TRUE(y.bottomRows(n - 1).allFinite());
 }

@@ -46,7 +46,7 @@ void factorize_half_rank(model::Linear& l) {
   const Eigen::Index r = (std::min(l.in, l.out) + 1) / 2;
   l.B = svd.matrixU().leftCols(r) * svd.singularValues().head(r).asDiagonal();  // [out, r]
   l.A = svd.matrixV().leftCols(r).transpose();                                  // [r, in]
-  l.weight.resize(0, 0);
+  l.weight = {};
 }
 
 // One stage per site: records the stage's inputs, then factorizes the modules its site feeds. With
@@ -84,7 +84,7 @@ class FactorizingRecorder {
         if (l.site == site_) factorize_half_rank(l);
       if (!rewrite_attn_in_ || site_ != Site::AttnOut) return;
       for (auto& l : layer.linears)
-        if (l.site == Site::AttnIn) l.B *= 0.5f;
+        if (l.site == Site::AttnIn) l.B.f32() *= 0.5f;
     }
 
    private:

@@ -21,7 +21,7 @@ void factor_q(model::Model& m, int layer, float scale) {
   model::Linear& q = m.layer(layer).linear("self_attn.q_proj");
   q.B = MatrixF::Constant(q.out, 2, scale);
   q.A = MatrixF::Constant(2, q.in, 1.0f);
-  q.weight.resize(0, 0);
+  q.weight = {};
 }
 
 TEST(ResumeState, AKillBetweenTheWritesRestoresTheLastFinishedLayer) {

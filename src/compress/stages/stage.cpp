@@ -17,20 +17,24 @@
 namespace latentllm::compress {
 namespace {
 
+// Empties w. A view of the mapped checkpoint (an owned copy is freed with it): its pages leave the
+// resident set now, not when the layer is released (the dense stream's copy reads them again if it needs
+// them).
+void release(model::Weight& w) {
+  if (const Matrix16* h = w.half(); h != nullptr && h->size() > 0 && !h->owned) {
+    core::MappedFile::drop_pages_within(h->data, static_cast<std::size_t>(h->bytes()));
+  }
+  w = {};
+}
+
 // Writes quantized factors into a model Linear, replacing its dense weight (f: their perm and bias).
 void install_quantized(model::Linear& lin, const Fitted& fit) {
-  lin.Bq = fit.qb;
-  lin.Aq = fit.qa;
-  lin.B.resize(0, 0);
-  lin.A.resize(0, 0);
+  lin.B = fit.qb;
+  lin.A = fit.qa;
   lin.block_identity = fit.f.block_identity();
   lin.perm.assign(fit.f.perm.begin(), fit.f.perm.end());
   if (fit.f.bias.size() > 0) lin.bias = fit.f.bias.cast<float>();
-  lin.weight.resize(0, 0);
-  if (lin.weight16.size() > 0 && !lin.weight16.owned) {
-    core::MappedFile::drop_pages_within(lin.weight16.data, static_cast<std::size_t>(lin.weight16.bytes()));
-  }
-  lin.weight16 = {};
+  release(lin.weight);
 }
 
 // Writes factors into a model Linear (float), replacing its dense weight.
@@ -44,13 +48,7 @@ void install_factors(model::Linear& lin, const LowRank& f) {
   lin.block_identity = f.block_identity();
   lin.perm.assign(f.perm.begin(), f.perm.end());
   if (f.bias.size() > 0) lin.bias = f.bias.cast<float>();
-  lin.weight.resize(0, 0);
-  // A view of the mapped checkpoint (an owned copy is freed with it): its pages leave the resident set
-  // now, not when the layer is released (the dense stream's copy reads them again if it needs them).
-  if (lin.weight16.size() > 0 && !lin.weight16.owned) {
-    core::MappedFile::drop_pages_within(lin.weight16.data, static_cast<std::size_t>(lin.weight16.bytes()));
-  }
-  lin.weight16 = {};
+  release(lin.weight);
 }
 
 }  // namespace
@@ -79,8 +77,9 @@ namespace {
 
 // [out, in] in double from float32 or from a 16-bit matrix (widened by blocks of rows, never whole in
 // float32), exact either way.
-MatrixD widened_double(const MatrixF& weight, const Matrix16& h) {
-  if (h.size() == 0) return weight.cast<double>();
+MatrixD widened_double(const model::Weight& w) {
+  if (w.half() == nullptr) return w.f32().cast<double>();
+  const Matrix16& h = *w.half();
   constexpr std::int64_t kRows = 64;
   MatrixD out(h.rows, h.cols);
   MatrixF block(std::min(kRows, h.rows), h.cols);  // [rows, in]
@@ -94,24 +93,18 @@ MatrixD widened_double(const MatrixF& weight, const Matrix16& h) {
 
 }  // namespace
 
-MatrixD weight_double(const model::Linear& lin) { return widened_double(lin.weight, lin.weight16); }
-MatrixD weight_double(const DenseWeight& w) { return widened_double(w.weight, w.weight16); }
+MatrixD weight_double(const model::Linear& lin) { return widened_double(lin.weight); }
+MatrixD weight_double(const DenseWeight& w) { return widened_double(w.weight); }
 
 std::shared_ptr<const DenseWeight> take_dense(model::Linear& lin) {
   auto d = std::make_shared<DenseWeight>();
   d->weight = std::move(lin.weight);
-  d->weight16 = std::move(lin.weight16);
-  lin.weight.resize(0, 0);
-  lin.weight16 = {};
+  lin.weight = {};
   return d;
 }
 
-DenseWeight::~DenseWeight() {
-  // A view of the mapped checkpoint: its pages leave the resident set now (install_factors' reason).
-  if (weight16.size() > 0 && !weight16.owned) {
-    core::MappedFile::drop_pages_within(weight16.data, static_cast<std::size_t>(weight16.bytes()));
-  }
-}
+// A view of the mapped checkpoint: its pages leave the resident set now (release's reason).
+DenseWeight::~DenseWeight() { release(weight); }
 
 std::string joined_name(std::initializer_list<const model::Linear*> mods) {
   std::string out;
@@ -211,10 +204,7 @@ void StageContext::install_for_passes(model::Linear& lin, const LowRank& f) {
                    static_cast<int>(lin.in));
   }
   if (f.bias.size() > 0) lin.bias = f.bias.cast<float>();
-  if (lin.weight16.size() > 0 && !lin.weight16.owned) {
-    core::MappedFile::drop_pages_within(lin.weight16.data, static_cast<std::size_t>(lin.weight16.bytes()));
-  }
-  lin.weight16 = {};
+  release(lin.weight);
   lin.weight = std::move(w);
 }
 

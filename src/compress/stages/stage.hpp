@@ -111,8 +111,7 @@ struct RoundedFit {
 // The dense weight of a module, moved out of it before its factors are installed, for its fit and its
 // output error (finishing work); a mapped view's pages are dropped when the last holder lets go.
 struct DenseWeight {
-  MatrixF weight;     // [out, in] float32, or empty
-  Matrix16 weight16;  // [out, in] 16-bit, or empty
+  model::Weight weight;  // [out, in] float32 or 16-bit
   DenseWeight() = default;
   DenseWeight(const DenseWeight&) = delete;
   DenseWeight& operator=(const DenseWeight&) = delete;

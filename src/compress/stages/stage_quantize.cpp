@@ -50,8 +50,8 @@ class QuantizeStage final : public CompressStage {
     r.loss_rel = energy > 0 ? r.loss / energy : 0.0;
     log_info("  {} {}-bit loss {:.4e} (rel {:.4f}) [{}]", lin.name, o.quant.bits, r.loss, r.loss_rel, r.how);
     ctx_.report().modules.push_back(std::move(r));
-    lin.weightq = std::make_shared<const quant::PackedMatrix>(quant::pack(q));
     take_dense(lin);  // the dense weight's memory (and a mapped view's pages) released
+    lin.weight = std::make_shared<const quant::PackedMatrix>(quant::pack(q));
   }
 
   model::Site site_;
