@@ -209,7 +209,7 @@ std::vector<std::vector<int>> Graph::rounds_of(const std::vector<int>& site) con
 }
 
 // Slot s of a round is rank s mod K, thread s / K: with one thread per rank the slots are the ranks.
-int Graph::slots() {
+int Graph::agree_slots() {
   int t = std::max(1, ex_.threads());
   ex_.broadcast_value(t, 0);  // rank 0's count on every rank, so that every rank places the same
   threads_ = std::max(1, t);
@@ -325,7 +325,7 @@ void Graph::exchange_results(const std::vector<int>& ids, const std::vector<int>
 }
 
 void Graph::run_round(const std::vector<int>& jobs, int round) {
-  const int k = ex_.size(), n_slots = slots();
+  const int k = ex_.size(), n_slots = agree_slots();
   std::vector<double> costs;
   for (const int id : jobs) costs.push_back(nodes_[static_cast<std::size_t>(id)]->cost);
   std::vector<int> owners = dist::owners_by_cost(costs, n_slots);  // slots
@@ -441,7 +441,7 @@ void Graph::end_layer() {
     }
     std::vector<double> costs;
     for (const int id : wave) costs.push_back(nodes_[static_cast<std::size_t>(id)]->cost);
-    const std::vector<int> owners = dist::owners_by_cost(costs, slots());  // slots
+    const std::vector<int> owners = dist::owners_by_cost(costs, agree_slots());  // slots
     run_tasks(wave, owners);
     exchange_results(wave, owners);
     rest = std::move(later);

@@ -14,9 +14,9 @@
 //     a fixed order: a site task's with its group (stage) at the site's end, a finishing task's with the
 //     layer-end effect that reads it;
 //   - finishing work (tasks marked finishing: a fit's junction form and output error, nothing later
-//     decompositions read) fills the time a round leaves a rank idle (first right after the task it
-//     reads, on that task's owner; then pending ones on the least loaded rank), and the rest runs at the
-//     layer's end, costliest first;
+//     decompositions read) fills the time a round leaves a slot idle (first right after the task it
+//     reads, on that task's slot; then pending ones on the least loaded slot), and the rest runs at the
+//     layer's end, costliest first, at once on the slots;
 //   - timing: every task's seconds and owner, and every group's seconds of declaration and effects.
 // Where or when a task runs changes no bit of any result: every rank installs the same bytes for any
 // number of ranks and threads. With one rank the same graph runs in process, each task once, in round
@@ -237,7 +237,7 @@ class Graph {
                const std::function<void(Bytes&)>& take);
 
   std::vector<std::vector<int>> rounds_of(const std::vector<int>& site) const;
-  int slots();
+  int agree_slots();  // every rank calls it: rank 0's threads × the ranks
   void run_round(const std::vector<int>& jobs, int round);
   void run_tasks(const std::vector<int>& ids, const std::vector<int>& slots);
   void run_task(Node& n);
