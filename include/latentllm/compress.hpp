@@ -402,8 +402,8 @@ struct CompressReport {
   calib::PipelineTimes times;
   std::map<std::string, double> part_seconds;  // decompositions by stage: local, joint-qk, joint-vo, joint-ud
   // The decompositions one by one (a module's fit, a joint group's eigenproblems): the rank that ran
-  // each and its seconds there, in the order every rank received them. Under K ranks they overlap, so
-  // their sum may exceed the wall time. Of the layers this run computed (not restored by --resume).
+  // each and its seconds there, in the order every rank received them. Under K ranks or T threads they
+  // overlap, so their sum may exceed the wall time. Of the layers this run computed (not restored by --resume).
   struct Job {
     int layer = 0;
     std::string stage;  // "local", "joint-qk", ...
@@ -411,8 +411,12 @@ struct CompressReport {
     int rank = 0;
     double seconds = 0;
     std::string after;  // finishing work run in a round's idle time right after this job on its rank, or empty
+    int thread = 0;     // the thread slot of its rank it was given (a rank runs its slots' jobs at once)
   };
   std::vector<Job> jobs;
+  // The most jobs one rank ran at the same moment (measured; 1 on one thread): whether --threads
+  // actually ran independent decompositions at once.
+  int jobs_at_once = 0;
   double calib_sample_s = 0;        // tokenizing and sampling the calibration set
   double total_s = 0;
   int layers_done = 0, layers_total = 0;  // compressed layers (resumed ones included) of the model's

@@ -30,7 +30,9 @@ bool in_parallel_region();
 
 // Runs body(begin, end) over [0, n) in chunks of at most `grain` items (end − begin <= grain), on
 // the forward's threads. Returns when every chunk is done; rethrows the first exception a chunk
-// threw. Calls from inside a body run their chunks serially.
+// threw. Calls from inside a body run their chunks serially, on the thread of that body: the task
+// graph's jobs (src/graph) are chunks of one region, so a job's own loops never wait for the pool and
+// never put more threads to work than --threads.
 void parallel_for(std::int64_t n, std::int64_t grain, const std::function<void(std::int64_t, std::int64_t)>& body);
 
 // The whole work of a loop: floating-point operations and bytes read or written (weights, inputs,

@@ -2,12 +2,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <limits>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include "core/parallel.hpp"
 #include "dist/comm.hpp"
 #include "latentllm/error.hpp"
+#include "latentllm/threads.hpp"
 
 namespace latentllm::graph {
 
@@ -33,6 +37,7 @@ class Processes final : public Exchange {
     dist::broadcast_bytes(bytes.data(), n, root);
   }
   void barrier() override { dist::barrier(); }
+  int threads() const override { return core::num_threads(); }
 };
 
 class ThisProcess final : public Exchange {
@@ -41,6 +46,7 @@ class ThisProcess final : public Exchange {
   int rank() const override { return 0; }
   void broadcast(std::vector<char>&, int) override {}
   void barrier() override {}
+  int threads() const override { return core::num_threads(); }
 };
 
 using Clock = std::chrono::steady_clock;
@@ -102,9 +108,9 @@ void Graph::observe(const std::string& group, bool begin) const {
   if (hooks_.observe) hooks_.observe(group, begin);
 }
 
-void Graph::time(const std::string& group, const std::string& task, int owner, double seconds,
+void Graph::time(const std::string& group, const std::string& task, int owner, int thread, double seconds,
                  const std::string& after) const {
-  if (hooks_.timed) hooks_.timed({layer_, group, task, owner, seconds, after});
+  if (hooks_.timed) hooks_.timed({layer_, group, task, owner, thread, seconds, after});
 }
 
 void Graph::declare(std::string group, const std::function<void(Graph&)>& build) {
@@ -125,7 +131,7 @@ void Graph::declare(std::string group, const std::function<void(Graph&)>& build)
     throw;
   }
   current_ = -1;
-  time(group, {}, ex_.rank(), seconds_since(t0));
+  time(group, {}, ex_.rank(), 0, seconds_since(t0));
   observe(group, false);
 }
 
@@ -202,24 +208,88 @@ std::vector<std::vector<int>> Graph::rounds_of(const std::vector<int>& site) con
   return rounds;
 }
 
-void Graph::run_tasks(const std::vector<int>& ids, const std::vector<int>& owners) {
-  for (std::size_t j = 0; j < ids.size(); ++j) {
-    if (owners[j] != ex_.rank()) continue;
-    Node& n = *nodes_[static_cast<std::size_t>(ids[j])];
-    observe(n.group, true);
-    const auto t0 = Clock::now();
-    Bytes b;
-    if (hooks_.journal) {
-      n.notes = hooks_.journal->capture([&] { n.run(b); });
-    } else {
-      n.run(b);
+// Slot s of a round is rank s mod K, thread s / K: with one thread per rank the slots are the ranks.
+int Graph::agree_slots() {
+  int t = std::max(1, ex_.threads());
+  ex_.broadcast_value(t, 0);  // rank 0's count on every rank, so that every rank places the same
+  threads_ = std::max(1, t);
+  return ex_.size() * threads_;
+}
+
+// This rank's share of the tasks (slots[j] owns ids[j]): each of its threads' tasks in order, the threads
+// at once when more than one has work.
+void Graph::run_tasks(const std::vector<int>& ids, const std::vector<int>& slots) {
+  const int k = ex_.size();
+  std::vector<std::vector<std::size_t>> by_thread(static_cast<std::size_t>(threads_));
+  for (std::size_t j = 0; j < ids.size(); ++j)
+    if (slots[j] % k == ex_.rank()) by_thread[static_cast<std::size_t>(slots[j] / k)].push_back(j);
+  const auto busy = std::count_if(by_thread.begin(), by_thread.end(), [](const auto& l) { return !l.empty(); });
+  if (busy > 1) return run_at_once(ids, by_thread);
+  for (const auto& list : by_thread) {
+    for (const std::size_t j : list) {
+      Node& n = *nodes_[static_cast<std::size_t>(ids[j])];
+      observe(n.group, true);
+      run_task(n);
+      observe(n.group, false);
     }
-    n.seconds = seconds_since(t0);
-    n.out = std::move(b.data());
-    n.run = nullptr;  // what it held (its inputs) is freed now
-    take(n);          // read back at once: finishing work right after it on this rank reads it
-    observe(n.group, false);
   }
+}
+
+// One task on the calling thread: its result and notes, read back at once (finishing work right after
+// it on the same thread reads it).
+void Graph::run_task(Node& n) {
+  const int now = at_once_.fetch_add(1) + 1;
+  for (int most = most_at_once_.load(); now > most && !most_at_once_.compare_exchange_weak(most, now);) {
+  }
+  struct Leave {
+    std::atomic<int>& c;
+    ~Leave() { c.fetch_sub(1); }
+  } leave{at_once_};
+  const auto t0 = Clock::now();
+  Bytes b;
+  if (hooks_.journal) {
+    n.notes = hooks_.journal->capture([&] { n.run(b); });
+  } else {
+    n.run(b);
+  }
+  n.seconds = seconds_since(t0);
+  n.out = std::move(b.data());
+  n.run = nullptr;  // what it held (its inputs) is freed now
+  take(n);
+}
+
+// The threads' task lists at once on the pool: chunk t is thread t's list, run in order. A task touches
+// only its own node (and the values it reads, all from earlier rounds), its notes go to a capture on the
+// thread that runs it, and a parallel_for inside it runs inline (core::parallel_for in a region). A
+// failing task ends its list; the failure first in task order is rethrown, the one a single thread
+// would have met first.
+void Graph::run_at_once(const std::vector<int>& ids, const std::vector<std::vector<std::size_t>>& by_thread) {
+  std::vector<std::size_t> mine;
+  for (const auto& list : by_thread) mine.insert(mine.end(), list.begin(), list.end());
+  std::sort(mine.begin(), mine.end());
+  std::vector<std::string> groups;  // the groups at work on this rank, in task order, for the observer
+  for (const std::size_t j : mine) {
+    const std::string& g = nodes_[static_cast<std::size_t>(ids[j])]->group;
+    if (std::find(groups.begin(), groups.end(), g) == groups.end()) groups.push_back(g);
+  }
+  const std::string part = fmt::format("{}", fmt::join(groups, "+"));
+  std::vector<std::exception_ptr> failed(ids.size());
+  observe(part, true);
+  core::parallel_for(static_cast<std::int64_t>(by_thread.size()), 1, [&](std::int64_t t0, std::int64_t t1) {
+    for (std::int64_t t = t0; t < t1; ++t) {
+      for (const std::size_t j : by_thread[static_cast<std::size_t>(t)]) {
+        try {
+          run_task(*nodes_[static_cast<std::size_t>(ids[j])]);
+        } catch (...) {
+          failed[j] = std::current_exception();
+          break;
+        }
+      }
+    }
+  });
+  observe(part, false);
+  for (const std::exception_ptr& e : failed)
+    if (e) std::rethrow_exception(e);
 }
 
 // The result from its bytes into its value, as every rank reads it.
@@ -231,14 +301,16 @@ void Graph::take(Node& n) {
 }
 
 // Every rank reads the tasks' results in order, from their owners.
-void Graph::exchange_results(const std::vector<int>& ids, const std::vector<int>& owners) {
+void Graph::exchange_results(const std::vector<int>& ids, const std::vector<int>& slots) {
+  const int k = ex_.size();
   for (std::size_t j = 0; j < ids.size(); ++j) {
     Node& n = *nodes_[static_cast<std::size_t>(ids[j])];
-    if (ex_.size() > 1) {
-      const bool mine = owners[j] == ex_.rank();
+    const int owner = slots[j] % k, thread = slots[j] / k;
+    if (k > 1) {
+      const bool mine = owner == ex_.rank();
       Bytes msg;
       if (mine) msg.put(n.out), msg.put(n.notes), msg.put(n.seconds);
-      ex_.broadcast(msg.data(), owners[j]);
+      ex_.broadcast(msg.data(), owner);
       if (!mine) {
         msg.get(n.out), msg.get(n.notes), msg.get(n.seconds);
         take(n);
@@ -247,22 +319,23 @@ void Graph::exchange_results(const std::vector<int>& ids, const std::vector<int>
     n.out = {};
     n.run = nullptr;
     n.done = true;
-    time(n.group, n.what, owners[j], n.seconds, n.after >= 0 ? nodes_[static_cast<std::size_t>(n.after)]->what : "");
+    time(n.group, n.what, owner, thread, n.seconds,
+         n.after >= 0 ? nodes_[static_cast<std::size_t>(n.after)]->what : "");
   }
 }
 
 void Graph::run_round(const std::vector<int>& jobs, int round) {
-  const int k = ex_.size();
+  const int k = ex_.size(), n_slots = agree_slots();
   std::vector<double> costs;
   for (const int id : jobs) costs.push_back(nodes_[static_cast<std::size_t>(id)]->cost);
-  std::vector<int> owners = ex_.owners_by_cost(costs);
+  std::vector<int> owners = dist::owners_by_cost(costs, n_slots);  // slots
   // Finishing work in the round's idle time (by modelled cost, so every rank decides the same): first
-  // what reads one of the round's tasks, on that task's owner, in task order; then pending work whose
-  // inputs are ready, each to the least loaded rank; both only while within the busiest rank's load.
+  // what reads one of the round's tasks, on that task's slot, in task order; then pending work whose
+  // inputs are ready, each to the least loaded slot; both only while within the busiest slot's load.
   std::vector<int> order = jobs, order_owners = owners;
   std::vector<int> fill, fill_owners;
-  if (k > 1 && !jobs.empty()) {
-    std::vector<double> load(static_cast<std::size_t>(k), 0.0);
+  if (n_slots > 1 && !jobs.empty()) {
+    std::vector<double> load(static_cast<std::size_t>(n_slots), 0.0);
     for (std::size_t j = 0; j < jobs.size(); ++j) load[static_cast<std::size_t>(owners[j])] += costs[j];
     const double busiest = *std::max_element(load.begin(), load.end());
     std::vector<char> taken(nodes_.size(), 0);
@@ -282,7 +355,7 @@ void Graph::run_round(const std::vector<int>& jobs, int round) {
         taken[f] = 1;
         nodes_[f]->after = jobs[j];
         order.push_back(static_cast<int>(f)), order_owners.push_back(owners[j]);
-        placed_.push_back({n.what, round, owners[j], true});
+        placed_.push_back({n.what, round, owners[j] % k, true, owners[j] / k});
       }
     }
     for (std::size_t f = 0; f < nodes_.size(); ++f) {
@@ -296,11 +369,11 @@ void Graph::run_round(const std::vector<int>& jobs, int round) {
       taken[f] = 1;
       fill.push_back(static_cast<int>(f));
       fill_owners.push_back(static_cast<int>(least - load.begin()));
-      placed_.push_back({n.what, round, fill_owners.back(), true});
+      placed_.push_back({n.what, round, fill_owners.back() % k, true, fill_owners.back() / k});
     }
   }
   for (std::size_t j = 0; j < jobs.size(); ++j)
-    placed_.push_back({nodes_[static_cast<std::size_t>(jobs[j])]->what, round, owners[j], false});
+    placed_.push_back({nodes_[static_cast<std::size_t>(jobs[j])]->what, round, owners[j] % k, false, owners[j] / k});
   order.insert(order.end(), fill.begin(), fill.end());
   order_owners.insert(order_owners.end(), fill_owners.begin(), fill_owners.end());
   run_tasks(order, order_owners);
@@ -335,7 +408,7 @@ void Graph::run_site() {
         eff.fn = nullptr;
       }
     });
-    time(d.group, {}, ex_.rank(), seconds_since(t0));
+    time(d.group, {}, ex_.rank(), 0, seconds_since(t0));
     observe(d.group, false);
     for (const int t : d.tasks) nodes_[static_cast<std::size_t>(t)]->notes = {};
   }
@@ -354,15 +427,25 @@ void Graph::end_layer() {
         throw std::logic_error("task graph: " + n.what + ": reads a task that never ran");
     rest.push_back(static_cast<int>(i));
   }
-  // Costliest first (ties in declaration order), for the owners' balance.
+  // Costliest first (ties in declaration order), for the owners' balance; in waves, each of the work
+  // whose inputs are ready, since the tasks of a wave run at once.
   std::stable_sort(rest.begin(), rest.end(), [&](int a, int b) {
     return nodes_[static_cast<std::size_t>(a)]->cost > nodes_[static_cast<std::size_t>(b)]->cost;
   });
-  std::vector<double> costs;
-  for (const int id : rest) costs.push_back(nodes_[static_cast<std::size_t>(id)]->cost);
-  const std::vector<int> owners = ex_.owners_by_cost(costs);
-  run_tasks(rest, owners);
-  exchange_results(rest, owners);
+  while (!rest.empty()) {
+    std::vector<int> wave, later;
+    for (const int id : rest) {
+      const auto& deps = nodes_[static_cast<std::size_t>(id)]->deps;
+      const bool ready = std::all_of(deps.begin(), deps.end(), [&](int d) { return nodes_[static_cast<std::size_t>(d)]->done; });
+      (ready ? wave : later).push_back(id);
+    }
+    std::vector<double> costs;
+    for (const int id : wave) costs.push_back(nodes_[static_cast<std::size_t>(id)]->cost);
+    const std::vector<int> owners = dist::owners_by_cost(costs, agree_slots());  // slots
+    run_tasks(wave, owners);
+    exchange_results(wave, owners);
+    rest = std::move(later);
+  }
   // The layer-end effects in declaration order, each after the notes of the finishing work it reads.
   for (Effect& e : effects_) {
     if (!e.layer_end) continue;
@@ -377,7 +460,7 @@ void Graph::end_layer() {
     }
     const auto t0 = Clock::now();
     record(notes, e.fn);
-    time(e.group, {}, ex_.rank(), seconds_since(t0));
+    time(e.group, {}, ex_.rank(), 0, seconds_since(t0));
   }
   std::vector<const std::vector<char>*> unread;  // finishing work no effect reads: its notes still count
   for (const auto& n : nodes_)

@@ -6,20 +6,24 @@
 // everything about distribution, in one place:
 //   - rounds: a task runs in the round after its dependencies; a task without dependencies runs in the
 //     round its dependents allow where the site's chains cost most (there the other ranks idle longest);
-//   - owners: each round's tasks get owner ranks by modelled cost (dist::owners_by_cost);
+//   - owners: each round's tasks get owner slots by modelled cost (dist::owners_by_cost over the slots):
+//     a slot is a (rank, thread) pair, and a rank runs its slots' tasks at once on the threads of its
+//     pool (core::parallel_for), each task single-threaded inside (a parallel_for it calls runs inline);
 //   - results: the owner serializes its result (bytes.hpp, one Codec per type), every rank reads it back
 //     in task order, with what the task recorded beside it (a Journal: the numerical notes), replayed in
 //     a fixed order: a site task's with its group (stage) at the site's end, a finishing task's with the
 //     layer-end effect that reads it;
 //   - finishing work (tasks marked finishing: a fit's junction form and output error, nothing later
-//     decompositions read) fills the time a round leaves a rank idle (first right after the task it
-//     reads, on that task's owner; then pending ones on the least loaded rank), and the rest runs at the
-//     layer's end, costliest first;
+//     decompositions read) fills the time a round leaves a slot idle (first right after the task it
+//     reads, on that task's slot; then pending ones on the least loaded slot), and the rest runs at the
+//     layer's end, costliest first, at once on the slots;
 //   - timing: every task's seconds and owner, and every group's seconds of declaration and effects.
 // Where or when a task runs changes no bit of any result: every rank installs the same bytes for any
-// number of ranks. With one rank the same graph runs in process, each task once, in round order.
+// number of ranks and threads. With one rank the same graph runs in process, each task once, in round
+// order, a round's tasks on the process's threads.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -45,6 +49,9 @@ class Exchange {
   virtual void broadcast(std::vector<char>& bytes, int root) = 0;
   // Every rank waits for the others.
   virtual void barrier() = 0;
+  // The threads of this rank a round's tasks may run on at once (slots per rank; the graph takes rank
+  // 0's count on every rank, so that every rank places the same).
+  virtual int threads() const { return 1; }
   // root's value to every rank, through its Codec.
   template <typename T>
   void broadcast_value(T& v, int root) {
@@ -58,9 +65,9 @@ class Exchange {
   // least loaded rank so far (the lowest of equal ones); the same on every rank.
   std::vector<int> owners_by_cost(const std::vector<double>& costs) const;
 };
-// The run's processes (MPI ranks; one without MPI).
+// The run's processes (MPI ranks; one without MPI), each with its --threads.
 Exchange& processes();
-// This process alone (one rank), whatever the run's size: a graph that is not distributed.
+// This process alone (one rank, its --threads), whatever the run's size: a graph that is not distributed.
 Exchange& this_process();
 // What a rank that the launcher stops (another rank failed or was killed) tells the user.
 void set_stop_advice(const std::string& advice);
@@ -88,14 +95,16 @@ struct Spec {
 struct Timing {
   int layer = 0;
   std::string group, task;
-  int owner = 0;
+  int owner = 0;   // the rank
+  int thread = 0;  // the owner slot's thread on that rank (0 for a group's own work)
   double seconds = 0;
   std::string after;  // finishing work run right after another task on its owner: that task
 };
 
 struct Hooks {
   Journal* journal = nullptr;
-  // Around this rank's work for a group (begin = true, then false): progress and ETA.
+  // Around this rank's work for a group (begin = true, then false), on the calling thread, never nested:
+  // progress and ETA. Tasks of several groups that run at once are one part, their groups joined by '+'.
   std::function<void(std::string_view group, bool begin)> observe;
   // Every task on every rank in a fixed order, every group's own work on each rank.
   std::function<void(const Timing&)> timed;
@@ -181,8 +190,12 @@ class Graph {
     std::string what;
     int round = 0, owner = 0;
     bool finishing = false;  // a finishing task run in that round's idle time
+    int thread = 0;          // the owner slot's thread on its rank
   };
   const std::vector<Placed>& placement() const { return placed_; }
+  // The most tasks this rank ran at the same moment since the graph was made (measured, not placed:
+  // a worker that is not scheduled in time leaves its slot's tasks to another thread).
+  int most_at_once() const { return most_at_once_.load(); }
 
  private:
   struct Node;
@@ -224,13 +237,16 @@ class Graph {
                const std::function<void(Bytes&)>& take);
 
   std::vector<std::vector<int>> rounds_of(const std::vector<int>& site) const;
+  int agree_slots();  // every rank calls it: rank 0's threads × the ranks
   void run_round(const std::vector<int>& jobs, int round);
-  void run_tasks(const std::vector<int>& ids, const std::vector<int>& owners);
+  void run_tasks(const std::vector<int>& ids, const std::vector<int>& slots);
+  void run_task(Node& n);
+  void run_at_once(const std::vector<int>& ids, const std::vector<std::vector<std::size_t>>& by_thread);
   void take(Node& n);
-  void exchange_results(const std::vector<int>& ids, const std::vector<int>& owners);
+  void exchange_results(const std::vector<int>& ids, const std::vector<int>& slots);
   void record(const std::vector<const std::vector<char>*>& notes, const std::function<void()>& then);
   void observe(const std::string& group, bool begin) const;
-  void time(const std::string& group, const std::string& task, int owner, double seconds,
+  void time(const std::string& group, const std::string& task, int owner, int thread, double seconds,
             const std::string& after = {}) const;
 
   Exchange& ex_;
@@ -240,7 +256,9 @@ class Graph {
   std::vector<Effect> effects_;               // the layer's effects, in declaration order
   std::vector<Decl> decls_;                   // the site's declarations, in order
   int current_ = -1;                          // the declaration being made
+  int threads_ = 1;                           // slots per rank of the round being run (rank 0's threads)
   std::vector<Placed> placed_;
+  std::atomic<int> at_once_{0}, most_at_once_{0};  // tasks running on this rank now, and the most so far
 };
 
 }  // namespace latentllm::graph

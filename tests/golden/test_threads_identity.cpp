@@ -1,8 +1,11 @@
 // `latentllm compress` and `ppl` give the same bytes for any --threads (docs/ARCHITECTURE.md, "Threads"):
 // a calibration of several batches on opt-tiny at 1, 2 and 3 threads (3 oversubscribes a 2-core
 // machine, which is allowed), through the decompositions that OpenBLAS's own threads once made depend
-// on the count. scripts/fingerprint runs one batch at the default thread count, so it cannot see this.
+// on the count, and that the task graph runs several at once on the threads (its --json says how many
+// ran at the same moment). scripts/fingerprint runs one batch at the default thread count, so it cannot
+// see this.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <fstream>
 #include <sstream>
@@ -42,8 +45,18 @@ TEST(ThreadsIdentity, MultiBatchCompressAndPplAreByteIdenticalForOneTwoAndThreeT
     SCOPED_TRACE(threads);
     const auto out_dir = dir / ("t" + std::to_string(threads));
     std::string out;
-    ASSERT_EQ(test::run_command(compress + " --out " + q(out_dir) + " --threads " + std::to_string(threads) +
-                                    " 2>&1", out), 0) << out;
+    // The report alone on stdout (run_command adds stderr to it; the subshell keeps it out).
+    ASSERT_EQ(test::run_command("(" + compress + " --json --out " + q(out_dir) + " --threads " +
+                                    std::to_string(threads) + " 2>/dev/null)", out), 0) << out;
+    ASSERT_TRUE(nlohmann::json::accept(out)) << out;
+    const auto report = nlohmann::json::parse(out);
+    const int at_once = report.at("stage_seconds").at("decompositions_at_once").get<int>();
+    if (threads == 1) {
+      EXPECT_EQ(at_once, 1);
+    } else {
+      EXPECT_GT(at_once, 1) << "no two decompositions ran at the same moment";
+      EXPECT_LE(at_once, threads);
+    }
     ASSERT_EQ(test::run_command(cli + " ppl --model " + q(out_dir) + " --dataset wikitext2 --data " +
                                     q(test::shared_path("data/wikitext2/wiki.test.raw")) +
                                     " --seqlen 128 --max-windows 4 --threads " + std::to_string(threads) +

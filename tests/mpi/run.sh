@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The CLI under mpirun on the fixtures (ctest label `mpi`, tests/CMakeLists.txt): checkpoints,
-# perplexities and ScienceQA results byte-identical to one plain process for K = 2 and 3 ranks, a resume
+# perplexities and ScienceQA results byte-identical to one plain process for K = 2 and 3 ranks (and the
+# compressor's for one process of 2 threads and 2 ranks of 2 threads: the task graph's thread slots), a resume
 # with another K, a killed rank, a failing rank during eval, the commands rank 0 runs alone. Small calibration sets (6 windows of 64 tokens in batches of 2: 3 batches, one per rank
 # at K = 3) keep each case to seconds. In the identical case joint up-down runs in units of 96 tokens
 # (4 units: 2 + 2 at K = 2, 1 + 1 + 2 at K = 3), so its token passes are split across the ranks.
@@ -26,7 +27,7 @@ compress() {  # K out model args...
   local k=$1 out=$2 model=$3
   shift 3
   ranks "$k" compress --model "$SHARED/models/$model" --out "$out" --ratio 0.3 --calib c4 --calib-data "$C4" \
-    --nsamples "${NSAMPLES:-6}" --seqlen 64 --batch 2 --seed 0 --dtype f32 --threads 1 "$@"
+    --nsamples "${NSAMPLES:-6}" --seqlen 64 --batch 2 --seed 0 --dtype f32 --threads "${THREADS:-1}" "$@"
 }
 digest() { cat "$1/model.safetensors" "$1/config.json" | sha256sum | cut -c1-16; }
 # The ranks that ran a stage's decomposition jobs (--json stage_seconds.decompositions_by_job, whose
@@ -49,37 +50,42 @@ identical)
            "stories260K/hf|--method asvd-rootcov" "opt-tiny|--method asvd-rootcov --lambda 0" \
            "TinyStories-656K|--joint qk,vo"; do
     model=${v%%|*}
-    rm -rf "$TMP"/k?
+    rm -rf "$TMP"/k? "$TMP"/c?x? "$TMP"/t2
     read -r -a args <<< "${v#*|}"
     compress 0 "$TMP/k0" "$model" "${args[@]}" > /dev/null 2> "$TMP/k0.err" || { cat "$TMP/k0.err"; fail "plain run"; }
     want=$(digest "$TMP/k0")
     # latentllm's runs must exercise joint up-down's split passes (asvd-rootcov has none).
     [[ " ${args[*]} " == *" --method "* || " ${args[*]} " == *" --joint "* ]] ||
       grep -q "MLP output loss" "$TMP/k0.err" || fail "$model ${args[*]}: joint up-down did not run"
-    for k in 2 3; do
-      compress "$k" "$TMP/k$k" "$model" "${args[@]}" --json > "$TMP/k$k.json" 2> "$TMP/k$k.err" ||
-        { cat "$TMP/k$k.err"; fail "$model ${args[*]}: $k ranks failed"; }
-      got=$(digest "$TMP/k$k")
-      [ "$got" = "$want" ] || fail "$model ${args[*]}: $k ranks wrote $got, one process $want"
-      [ "$(grep -c 'numerics \[' "$TMP/k$k.err")" = "$(grep -c 'numerics \[' "$TMP/k0.err")" ] ||
+    # One process of 2 threads (the graph's thread slots), then ranks x threads.
+    THREADS=2 compress 0 "$TMP/t2" "$model" "${args[@]}" > /dev/null 2> "$TMP/t2.err" ||
+      { cat "$TMP/t2.err"; fail "$model ${args[*]}: 2 threads failed"; }
+    [ "$(digest "$TMP/t2")" = "$want" ] || fail "$model ${args[*]}: 2 threads wrote $(digest "$TMP/t2"), 1 thread $want"
+    for c in 2x1 3x1 2x2; do
+      k=${c%x*}
+      THREADS=${c#*x} compress "$k" "$TMP/c$c" "$model" "${args[@]}" --json > "$TMP/c$c.json" 2> "$TMP/c$c.err" ||
+        { cat "$TMP/c$c.err"; fail "$model ${args[*]}: $c failed"; }
+      got=$(digest "$TMP/c$c")
+      [ "$got" = "$want" ] || fail "$model ${args[*]}: $c (ranks x threads) wrote $got, one process $want"
+      [ "$(grep -c 'numerics \[' "$TMP/c$c.err")" = "$(grep -c 'numerics \[' "$TMP/k0.err")" ] ||
         fail "$model ${args[*]}: $k ranks logged other numerical notes than one process"
-      grep -q "\"processes\": $k" "$TMP/k$k.json" || fail "$model ${args[*]}: --json without \"processes\": $k"
+      grep -q "\"processes\": $k" "$TMP/c$c.json" || fail "$model ${args[*]}: --json without \"processes\": $k"
       # latentllm: joint Q-K's eigenproblems ran on every rank (its starts are 4 jobs of equal cost), so
       # the joint group's results really came from other ranks.
       if [[ " ${args[*]} " != *" --method "* ]]; then
-        owners=$(job_ranks "$TMP/k$k.json" joint-qk)
+        owners=$(job_ranks "$TMP/c$c.json" joint-qk)
         [ "$owners" = "$(seq -s ' ' 0 $((k - 1)))" ] ||
           fail "$model ${args[*]}: joint Q-K's jobs ran on ranks '$owners' of $k"
         # Junction forms and output errors off the critical path: deferred jobs (filling idle ranks or
         # at the layer's end) and a local v_proj's right after its fit beside joint Q-K's iterations; the
         # bytes above are one process's all the same.
-        grep -q ': junction form"' "$TMP/k$k.json" || fail "$model ${args[*]}: no deferred junction form on $k ranks"
-        [[ " ${args[*]} " == *" --joint "* ]] || grep -q '"after": "[^"]*v_proj"' "$TMP/k$k.json" ||
+        grep -q ': junction form"' "$TMP/c$c.json" || fail "$model ${args[*]}: no deferred junction form on $k ranks"
+        [[ " ${args[*]} " == *" --joint "* ]] || grep -q '"after": "[^"]*v_proj"' "$TMP/c$c.json" ||
           fail "$model ${args[*]}: v_proj's junction form did not run with its fit on $k ranks"
       fi
-      grep -q "ranks: $k processes" "$TMP/k$k.err" || fail "$model ${args[*]}: no ranks header on stderr"
+      grep -q "ranks: $k processes" "$TMP/c$c.err" || fail "$model ${args[*]}: no ranks header on stderr"
     done
-    echo "$model ${args[*]}: $want for 1, 2 and 3 ranks ($(grep -c 'numerics \[' "$TMP/k0.err") numerical notes)"
+    echo "$model ${args[*]}: $want for 1 x 1, 1 x 2, 2 x 1, 3 x 1 and 2 x 2 ranks x threads ($(grep -c 'numerics \[' "$TMP/k0.err") numerical notes)"
   done
   # ppl: the per-batch NLLs summed in batch order, the same figure as one process.
   for k in 0 2 3; do

@@ -1,7 +1,9 @@
 // The task-graph runtime (src/graph) on its own: rounds, owners, results and their codecs, finishing work
 // in idle time, the order records are replayed in, and a failing task, on one rank and on K ranks
-// simulated by threads of one process (a shared-memory Exchange), which must all end with the same
-// results and the same record.
+// simulated by threads of one process (a shared-memory Exchange), with one or more thread slots per
+// rank, which must all end with the same results and the same record.
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -10,10 +12,13 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "core/parallel.hpp"
 #include "graph/bytes.hpp"
 #include "graph/graph.hpp"
+#include "latentllm/threads.hpp"
 
 namespace latentllm::graph {
 namespace {
@@ -61,9 +66,10 @@ class Ranks {
 
 class Simulated final : public Exchange {
  public:
-  Simulated(Ranks& ranks, int rank) : ranks_(ranks), rank_(rank) {}
+  Simulated(Ranks& ranks, int rank, int threads = 1) : ranks_(ranks), rank_(rank), threads_(threads) {}
   int size() const override { return ranks_.size(); }
   int rank() const override { return rank_; }
+  int threads() const override { return threads_; }
   void broadcast(std::vector<char>& bytes, int root) override {
     ++broadcasts;
     if (rank_ == root) ranks_.post(bytes);
@@ -77,6 +83,19 @@ class Simulated final : public Exchange {
  private:
   Ranks& ranks_;
   int rank_;
+  int threads_;
+};
+
+// The pool at `n` threads for a scope (the graph's thread slots of this_process()), then as before.
+class PoolThreads {
+ public:
+  explicit PoolThreads(int n) : saved_(core::num_threads()) { core::set_num_threads(n); }
+  ~PoolThreads() { core::set_num_threads(saved_); }
+  PoolThreads(const PoolThreads&) = delete;
+  PoolThreads& operator=(const PoolThreads&) = delete;
+
+ private:
+  int saved_;
 };
 
 // What tasks record: strings, into the innermost capture on this thread, else into the run's record.
@@ -186,13 +205,13 @@ Outcome one_layer(Exchange& ex) {
   return out;
 }
 
-std::vector<Outcome> on_ranks(int k, const std::function<Outcome(Exchange&)>& body) {
+std::vector<Outcome> on_ranks(int k, const std::function<Outcome(Exchange&)>& body, int slots_per_rank = 1) {
   Ranks ranks(k);
   std::vector<Outcome> outs(static_cast<std::size_t>(k));
   std::vector<std::thread> threads;
   for (int r = 0; r < k; ++r) {
     threads.emplace_back([&, r] {
-      Simulated ex(ranks, r);
+      Simulated ex(ranks, r, slots_per_rank);
       outs[static_cast<std::size_t>(r)] = body(ex);
     });
   }
@@ -310,7 +329,8 @@ TEST(Graph, FinishingWorkRightAfterItsInputAndInLaterRounds) {
     }
     EXPECT_TRUE(found);
   }
-  // With one rank nothing is attached: the same results.
+  // With one rank of one thread nothing is attached: the same results.
+  const PoolThreads one_thread(1);
   const Outcome one = small(this_process());
   EXPECT_EQ(one.effects, (std::vector<std::string>{"1", "20"}));
   for (const auto& t : one.timed) EXPECT_EQ(t.after, "");
@@ -382,6 +402,170 @@ TEST(Graph, AFailingTaskFailsItsOwnerAndReleasesTheOthers) {
   for (auto& t : threads) t.join();
   EXPECT_EQ(errors[0], "model.layers.0.q_proj: singular");  // a's owner
   EXPECT_EQ(errors[1], "another rank failed");
+}
+
+// Two tasks of one round that each wait until both run: they finish only if the round's thread slots
+// run them at once (a timeout, not a hang, when they do not).
+Outcome meeting(Exchange& ex) {
+  Outcome out;
+  Graph g(ex, {nullptr, {}, [&](const Timing& t) { out.timed.push_back(t); }});
+  auto arrived = std::make_shared<std::atomic<int>>(0);
+  auto meet = [arrived] {
+    arrived->fetch_add(1);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (arrived->load() < 2 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    return arrived->load() >= 2 && core::in_parallel_region();
+  };
+  g.declare("s", [&](Graph& d) {
+    const auto a = d.task({"a", 1.0}, meet);
+    const auto b = d.task({"b", 1.0}, meet);
+    d.at_site_end([&](const bool& x, const bool& y) { out.effects.push_back(x && y ? "met" : "alone"); }, a, b);
+  });
+  g.run_site();
+  out.placed = g.placement();
+  g.end_layer();
+  out.record.push_back(std::to_string(g.most_at_once()));
+  return out;
+}
+
+TEST(GraphThreads, ARoundsTasksRunAtOnceOnTheThreadSlots) {
+  const PoolThreads two(2);
+  const Outcome o = meeting(this_process());
+  EXPECT_EQ(o.effects, (std::vector<std::string>{"met"}));
+  EXPECT_EQ(o.record, (std::vector<std::string>{"2"}));  // most_at_once
+  ASSERT_EQ(o.placed.size(), 2u);
+  EXPECT_EQ(o.placed[0].thread, 0);
+  EXPECT_EQ(o.placed[1].thread, 1);
+  for (const auto& p : o.placed) EXPECT_EQ(p.owner, 0);
+  for (const auto& t : o.timed) {
+    if (!t.task.empty()) {
+      EXPECT_EQ(t.thread, t.task == "a" ? 0 : 1);
+    }
+  }
+}
+
+TEST(GraphThreads, EveryThreadAndRankCountGivesTheSameResultsAndRecord) {
+  Outcome one;
+  {
+    const PoolThreads single(1);
+    one = one_layer(this_process());
+  }
+  for (int threads : {2, 3}) {
+    const PoolThreads pool(threads);
+    const Outcome o = one_layer(this_process());
+    EXPECT_EQ(o.effects, one.effects) << threads << " threads";
+    EXPECT_EQ(o.record, one.record) << threads << " threads";
+    // (rank, thread) slots: 2 ranks of `threads` slots each, the rank threads sharing this pool.
+    for (const Outcome& r : on_ranks(2, one_layer, threads)) {
+      EXPECT_EQ(r.effects, one.effects) << "2 ranks x " << threads << " threads";
+      EXPECT_EQ(r.record, one.record) << "2 ranks x " << threads << " threads";
+    }
+  }
+}
+
+TEST(GraphThreads, SlotsAreRanksFirstThenThreads) {
+  // Round 1 of one_layer holds b (8), c (3) and e (5): over 2 ranks × 2 threads, slots 0..3 are (rank 0,
+  // thread 0), (1, 0), (0, 1), (1, 1); b, c and e take slots 0, 1 and 2.
+  const std::vector<Outcome> outs = on_ranks(2, one_layer, 2);
+  std::map<std::string, std::pair<int, int>> at;
+  for (const auto& p : outs[0].placed)
+    if (!p.finishing) at[p.what] = {p.owner, p.thread};
+  EXPECT_EQ(at.at("b"), std::make_pair(0, 0));
+  EXPECT_EQ(at.at("c"), std::make_pair(1, 0));
+  EXPECT_EQ(at.at("e"), std::make_pair(0, 1));
+  // Both ranks see the same placement.
+  ASSERT_EQ(outs[0].placed.size(), outs[1].placed.size());
+  for (std::size_t i = 0; i < outs[0].placed.size(); ++i) {
+    EXPECT_EQ(outs[0].placed[i].owner, outs[1].placed[i].owner);
+    EXPECT_EQ(outs[0].placed[i].thread, outs[1].placed[i].thread);
+  }
+}
+
+TEST(GraphThreads, FinishingWorkFillsAnIdleThread) {
+  const PoolThreads two(2);
+  Outcome out;
+  Graph g(this_process(), {nullptr, {}, [&](const Timing& t) { out.timed.push_back(t); }});
+  g.declare("s", [&](Graph& d) {
+    const auto a = d.task({"a", 10.0}, [] { return 1; });
+    const auto b = d.task({"b", 2.0}, [] { return 2; });
+    const auto fb = d.finishing({"fb", 5.0}, [](const int& v) { return v * 10; }, b);
+    d.at_layer_end([&](const int& y) { out.effects.push_back(std::to_string(y)); }, fb);
+    d.at_site_end([&](const int& x) { out.effects.push_back(std::to_string(x)); }, a);
+  });
+  g.run_site();
+  g.end_layer();
+  EXPECT_EQ(out.effects, (std::vector<std::string>{"1", "20"}));
+  bool found = false;
+  for (const auto& t : out.timed) {
+    if (t.task != "fb") continue;
+    found = true;
+    EXPECT_EQ(t.after, "b");  // right after b, on b's thread
+    EXPECT_EQ(t.owner, 0);
+    EXPECT_EQ(t.thread, 1);
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST(GraphThreads, ATasksOwnLoopsRunInlineWithTheSameChunks) {
+  // A task's parallel_for runs on the task's thread, in the same fixed chunks: the sums are the same bits.
+  auto body = [](Exchange& ex) {
+    Outcome out;
+    Graph g(ex);
+    g.declare("s", [&](Graph& d) {
+      std::vector<Value<double>> sums;
+      for (int t = 0; t < 4; ++t) {
+        sums.push_back(d.task({"sum " + std::to_string(t), 1.0}, [t] {
+          std::vector<double> part(16, 0.0);
+          core::parallel_for(16, 1, [&](std::int64_t c0, std::int64_t c1) {
+            for (std::int64_t c = c0; c < c1; ++c)
+              for (int i = 0; i < 1000; ++i) part[static_cast<std::size_t>(c)] += 1.0 / (1.0 + t + c * 1000.0 + i);
+          });
+          double s = 0;
+          for (const double p : part) s += p;  // in chunk order
+          return s;
+        }));
+      }
+      for (const auto& v : sums)
+        d.at_site_end([&](const double& x) { out.effects.push_back(fmt::format("{:a}", x)); }, v);
+    });
+    g.run_site();
+    g.end_layer();
+    return out;
+  };
+  Outcome one;
+  {
+    const PoolThreads single(1);
+    one = body(this_process());
+  }
+  for (int threads : {2, 3}) {
+    const PoolThreads pool(threads);
+    EXPECT_EQ(body(this_process()).effects, one.effects) << threads << " threads";
+  }
+}
+
+TEST(GraphThreads, TheFirstFailureInTaskOrderIsRethrown) {
+  // b fails at once, a fails later: one thread meets a's failure first, and so must two.
+  auto body = [](Exchange& ex) {
+    Graph g(ex);
+    g.declare("s", [&](Graph& d) {
+      const auto a = d.task({"a", 2.0}, []() -> int {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        throw std::runtime_error("a failed");
+      });
+      const auto b = d.task({"b", 1.0}, []() -> int { throw std::runtime_error("b failed"); });
+      d.at_site_end([](const int&, const int&) {}, a, b);
+    });
+    g.run_site();
+  };
+  for (int threads : {1, 2}) {
+    const PoolThreads pool(threads);
+    try {
+      body(this_process());
+      ADD_FAILURE() << "no failure";
+    } catch (const std::runtime_error& e) {
+      EXPECT_STREQ(e.what(), "a failed") << threads << " threads";
+    }
+  }
 }
 
 TEST(Graph, OnRunsOneTaskAtOnceOnItsOwner) {

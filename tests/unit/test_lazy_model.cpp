@@ -221,8 +221,9 @@ TEST(PlanCompressMemory, TotalsAreTheHandComputedBytes) {
   const auto local = compress::plan_compress_memory(*m, 64, 8, o, 1000);
   // Beyond the limit a pass holds one batch's state (batch_windows 8 of 8 tokens here: all 64), not a copy
   // of every batch's input beside it.
+  // o_proj [16, 24] beats down_proj [16, 20]; one such working set per thread (2).
   EXPECT_EQ(local.total(), common + 4 * 64 * (16 + 24) + 3 * 8 * (2 * 256 + 576 + 400) +
-                               8 * (2 * 576 + 4 * 24 * 16));  // o_proj [16, 24] beats down_proj [16, 20]
+                               2 * 8 * (2 * 576 + 4 * 24 * 16));
   EXPECT_FALSE(local.fits());
 }
 

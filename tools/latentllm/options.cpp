@@ -267,7 +267,7 @@ std::string g_root_only;  // a command rank 0 runs alone under K > 1 ranks (run_
 }  // namespace
 
 void add_run_options(CLI::App* sub, RunArgs& a) {
-  sub->add_option("--threads", a.threads, "Threads of every parallel loop (0 = all cores)")
+  sub->add_option("--threads", a.threads, "Threads of every parallel loop and of the compressor's independent decompositions (0 = all cores)")
       ->capture_default_str()->group("Run");
   sub->add_flag("--quiet,-q", a.quiet, "Only warnings and errors on stderr: no progress lines, no plans")->group("Run");
   sub->add_flag("--verbose", a.verbose, "Memory plans item by item on stderr (default: one summary line each)")

@@ -133,8 +133,11 @@ core::MemoryPlan plan_compress_memory(const model::Model& m, std::int64_t n_tok,
       const std::int64_t need = down_out && i == f && o == d ? 3 * o * o + 2 * i * o : 2 * i * i + 4 * i * o;
       if (need > work) std::tie(work, in, out) = std::tuple{need, i, o};
     }
-    p.add("decomposition working set", 8 * work,
-          fmt::format("whitening and SVD of a [{}, {}] module in double", out, in));
+    // The task graph runs up to one decomposition per thread at once (docs/ARCHITECTURE.md "Threads").
+    const std::int64_t at_once = std::max(core::num_threads(), 1);
+    p.add("decomposition working set", 8 * work * at_once,
+          fmt::format("whitening and SVD of a [{}, {}] module in double, {} at once (one per thread)", out, in,
+                      at_once));
   }
   {
     // Held from a module's fit to the layer's end (finishing work, graph::Graph::finishing): the fits in float32 (r·(out + in)

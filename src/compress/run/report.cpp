@@ -62,6 +62,7 @@ void CompressReport::merge(CompressReport from) {
   for (const auto& n : from.notes) into.add_note(n);
   for (const auto& [part, s] : from.part_seconds) into.part_seconds[part] += s;
   into.jobs.insert(into.jobs.end(), from.jobs.begin(), from.jobs.end());
+  into.jobs_at_once = std::max(into.jobs_at_once, from.jobs_at_once);
   into.qk_losses.insert(into.qk_losses.end(), from.qk_losses.begin(), from.qk_losses.end());
   into.vo_losses.insert(into.vo_losses.end(), from.vo_losses.begin(), from.vo_losses.end());
   into.ud_losses.insert(into.ud_losses.end(), from.ud_losses.begin(), from.ud_losses.end());
@@ -81,7 +82,7 @@ nlohmann::json CompressReport::to_json() const {
   nlohmann::json jobs_json = nlohmann::json::array();
   for (const auto& jb : jobs) {
     jobs_json.push_back({{"layer", jb.layer}, {"stage", jb.stage}, {"what", jb.what}, {"rank", jb.rank},
-                         {"seconds", jb.seconds}});
+                         {"thread", jb.thread}, {"seconds", jb.seconds}});
     if (!jb.after.empty()) jobs_json.back()["after"] = jb.after;
   }
   nlohmann::json notes_json = nlohmann::json::array();
@@ -105,7 +106,8 @@ nlohmann::json CompressReport::to_json() const {
                        {"output_statistics", times.consume},
                        {"decompositions", times.compress},
                        {"decompositions_by_part", part_seconds},
-                       {"decompositions_by_job", jobs_json}}},
+                       {"decompositions_by_job", jobs_json},
+                       {"decompositions_at_once", jobs_at_once}}},
           {"stage_flops", {{"forward", times.forward_flops}, {"covariance", times.covariance_flops},
                      {"output_statistics", times.consume_flops}}}};
   if (times.dense_forward > 0 || times.cross > 0) {  // error-compensating fits only

@@ -5,7 +5,8 @@
 // this thread (none: logged only, so a fallback is never silent). The driver opens one collector per
 // compression stage and moves its notes into the run's report. Identical notes (the same module,
 // kind and detail, e.g. from the iterations of joint up-down) are kept and logged once per collector.
-// The compressors run on one thread (parallelism is inside BLAS), so a thread-local stack suffices.
+// A decomposition runs on one thread (the graph's tasks each on one of the pool's threads, each inside a
+// capture of its own), so a thread-local stack suffices.
 #pragma once
 
 #include <string>

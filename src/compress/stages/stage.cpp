@@ -119,8 +119,9 @@ StageContext::StageContext(const CompressOptions& opt, const RankPlan& plan, Com
       journal_(report),
       graph_(graph::processes(), graph::Hooks{&journal_, opt.part_observer, [this](const graph::Timing& t) {
                                                  report_.part_seconds[t.group] += t.seconds;
-                                                 if (!t.task.empty())
-                                                   report_.jobs.push_back({t.layer, t.group, t.task, t.owner, t.seconds, t.after});
+                                                 if (t.task.empty()) return;
+                                                 report_.jobs.push_back({t.layer, t.group, t.task, t.owner, t.seconds, t.after, t.thread});
+                                                 report_.jobs_at_once = std::max(report_.jobs_at_once, graph_.most_at_once());
                                                }}) {
   local_.preconditioner = preconditioner_of(opt.method);
   for (const auto& mp : plan.modules) ranks_[mp.name] = mp.rank;
