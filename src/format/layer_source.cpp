@@ -105,7 +105,7 @@ class ProgressLayers final : public LayerSource {
     const std::string prefix = layer_prefix(L);
     for (auto& [name, v] : L.norms) v = vector_of(src_.get(m_.stored_name(prefix + name)));
     for (auto& l : L.linears) {
-      if (l.factored() || l.quantized()) continue;
+      if (l.factored() || l.quantized() || l.weight.size() > 0) continue;  // the last: dense from the progress
       const std::string stored = m_.stored_name(l.name);
       const std::vector<float> w = src_.get(stored + ".weight", std::vector<std::int64_t>{l.out, l.in}).to_f32();
       l.weight = Eigen::Map<const MatrixF>(w.data(), l.out, l.in);
@@ -258,7 +258,7 @@ std::shared_ptr<const quant::PackedMatrix> read_packed_progress(const io::Safete
 
 }  // namespace
 
-void write_layer_factors(const fs::path& file, const model::DecoderLayer& layer) {
+void write_layer_factors(const fs::path& file, const model::DecoderLayer& layer, bool dense_modules) {
   std::vector<io::TensorToWrite> tensors;
   std::list<std::vector<float>> perms;  // stable addresses for the spans
   auto span_of = [](const auto& x) { return std::span<const float>(x.data(), static_cast<std::size_t>(x.size())); };
@@ -279,6 +279,9 @@ void write_layer_factors(const fs::path& file, const model::DecoderLayer& layer)
     } else if (lin.factored()) {
       tensors.push_back({io::latent_tensor_name(lin.name, io::Factor::B, io::Piece::Values, io::Naming::Progress), DType::F32, {lin.B.rows(), lin.B.cols()}, span_of(lin.B)});
       tensors.push_back({io::latent_tensor_name(lin.name, io::Factor::A, io::Piece::Values, io::Naming::Progress), DType::F32, {lin.A.rows(), lin.A.cols()}, span_of(lin.A)});
+    } else if (dense_modules && lin.weight.size() > 0) {
+      tensors.push_back({io::latent_tensor_name(lin.name, io::Factor::Weight, io::Piece::Values, io::Naming::Progress),
+                         DType::F32, {lin.weight.rows(), lin.weight.cols()}, span_of(lin.weight)});
     } else {
       continue;
     }
@@ -295,6 +298,16 @@ void read_layer_factors(const fs::path& file, model::DecoderLayer& layer) {
   const io::SafetensorsFile st(file);
   for (auto& lin : layer.linears) {
     const TensorView* spec = st.find(format::progress_spec_name(lin.name));
+    const std::string dense = io::latent_tensor_name(lin.name, io::Factor::Weight, io::Piece::Values, io::Naming::Progress);
+    if (spec == nullptr && st.find(dense) != nullptr) {  // a rewritten dense module (write_layer_factors)
+      lin.weight = st.matrix(dense);
+      lin.weight16 = {};
+      if (const TensorView* bias = st.find(lin.name + ".bias")) {
+        const auto v = bias->to_f32();
+        lin.bias = Eigen::Map<const VectorF>(v.data(), static_cast<Eigen::Index>(v.size()));
+      }
+      continue;
+    }
     if (!st.find(io::latent_tensor_name(lin.name, io::Factor::B, io::Piece::Values, io::Naming::Progress)) && spec == nullptr) continue;
     if (spec != nullptr) {
       const std::vector<float> v = spec->to_f32();  // [bits, group, rank]

@@ -221,6 +221,11 @@ Outcome run(Request r, const Observer& observe) {
                                     "whole-model target counts the language model's modules)",
                                     target_name(r.target), components_name(opt.components)));
     }
+    if (sparsifies(opt.method)) {
+      throw ConfigError(fmt::format("--target {}: not with --method {} (expected --target linear: --ratio is the "
+                                    "fraction of zeros of the compressed modules)", target_name(r.target),
+                                    method_name(opt.method)));
+    }
     if (r.target == Target::Bytes && opt.quant.enabled()) {
       throw ConfigError(fmt::format("--target bytes: not with --bits {} (expected --target linear or params: the "
                                     "bytes of quantized factors are not planned yet)", opt.quant.bits));
