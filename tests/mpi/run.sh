@@ -47,7 +47,7 @@ identical)
   for v in "opt-tiny|--ud-min-tokens-per-ffn 0 --ud-unit-tokens 96" "opt-tiny|--preset paper --ud-unit-tokens 96" \
            "stories260K/hf|--fit compensate --ud-min-tokens-per-ffn 0 --ud-unit-tokens 96" \
            "stories260K/hf|--method asvd-rootcov" "opt-tiny|--method asvd-rootcov --lambda 0" \
-           "TinyStories-656K|--joint qk,vo" "TinyStories-656K|--method sparse" "opt-tiny|--method sparse --solver fista" \
+           "TinyStories-656K|--joint qk,vo" "TinyStories-656K|--method sparse" "opt-tiny|--method sparse" "TinyStories-656K|--method sparse --solver fista --sparse-iters 10" \
            "TinyStories-656K|--method sparsegpt"; do
     model=${v%%|*}
     rm -rf "$TMP"/k?
