@@ -117,6 +117,41 @@ TEST_F(SparseCheckpoint, HardKeepsTheAskedEntriesAndReloadsBitIdentically) {
   EXPECT_TRUE(std::isfinite(ppl.ppl) && ppl.ppl > 1.0) << ppl.ppl;
 }
 
+// opt-tiny's modules have biases: --method sparse fits D on the centered covariance and updates the bias
+// (b̂ = b + (W − D)·μ, appendix "Bias Update"); Wanda keeps the bias as published. The run is lazy, so the
+// updated biases travel through the progress files.
+TEST_F(SparseCheckpoint, SparseUpdatesBiasesAndWandaKeepsThem) {
+  const auto tmp = test::make_temp_dir("sparse-bias");
+  const fs::path opt_tiny = test::shared_path("models/opt-tiny");
+  auto src = model::Model::load(opt_tiny);
+  for (const auto method : {compress::Method::Sparse, compress::Method::Wanda}) {
+    const fs::path out = tmp / std::string(compress::method_name(method));
+    compress::CompressOptions o = options(method, 0.5, compress::SparsePattern::Unstructured);
+    o.state_dir = out.string() + ".resume";
+    auto m = model::Model::load(opt_tiny, {.lazy = true});
+    const auto report = compress::compress_model(*m, calibration(), kSeqlen, o);
+    checkpoint::SaveOptions so;
+    so.dtype = DType::F32;
+    so.layer_factors_dir = o.state_dir;
+    checkpoint::save(*m, out, so);
+    auto re = model::Model::load(out);
+    int changed = 0, biased = 0;
+    for (int i = 0; i < re->num_layers(); ++i)
+      for (std::size_t k = 0; k < re->layer(i).linears.size(); ++k) {
+        const auto& a = src->layer(i).linears[k];
+        const auto& b = re->layer(i).linears[k];
+        if (a.bias.size() == 0) continue;
+        ++biased;
+        changed += !(a.bias == b.bias);
+        EXPECT_EQ((b.weight.array() != 0.0f).count(), b.out * (b.in - b.in / 2)) << b.name;
+      }
+    ASSERT_GT(biased, 0);
+    if (method == compress::Method::Sparse) EXPECT_EQ(changed, biased);
+    else EXPECT_EQ(changed, 0);
+    for (const auto& mr : report.modules) EXPECT_TRUE(std::isfinite(mr.loss) && mr.loss_rel < 1) << mr.name;
+  }
+}
+
 // The sparse modules live in the progress files (dense <module>.weight): a lazy run and a run stopped after
 // layer 0 and resumed write the eager run's checkpoint byte for byte.
 TEST_F(SparseCheckpoint, LazyAndResumedRunsWriteTheEagerBytes) {

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "compress/math/asvd.hpp"
+#include "compress/math/bias.hpp"
 #include "compress/math/sparse.hpp"
 #include "compress/stages/codecs.hpp"
 #include "compress/stages/stage.hpp"
@@ -18,13 +19,15 @@
 namespace latentllm::compress {
 namespace {
 
-// A module's sparse weight as installed (float32) with its output error over the calibration inputs.
+// A module's sparse weight as installed (float32) with its bias and its output error over the calibration
+// inputs.
 struct SparseFit {
   MatrixF d;                // [d', d] zeros where pruned
+  VectorF bias;             // [d'] the module's bias (updated with --method sparse), or empty
   std::int64_t nnz = 0;     // non-zero entries of d
   double loss = 0, energy = 0;
   template <class S>
-  static auto fields(S& s) { return std::tie(s.d, s.nnz, s.loss, s.energy); }
+  static auto fields(S& s) { return std::tie(s.d, s.bias, s.nnz, s.loss, s.energy); }
 };
 
 class SparseStage final : public CompressStage {
@@ -52,30 +55,43 @@ class SparseStage final : public CompressStage {
     return h;
   }
 
-  // The method's sparse weight for w ([d', d]) on the site's statistics.
-  MatrixD solve(const MatrixD& w, const calib::SiteStats& st, const std::string& name) const {
+  // The method's sparse weight for w ([d', d]) on the input second moment c ([d, d]).
+  MatrixD solve(const MatrixD& w, const MatrixD& c, const std::string& name) const {
     const CompressOptions& o = ctx_.options();
     const SparseTarget t{o.ratio, o.sparse.pattern};
     switch (o.method) {
-      case Method::Wanda: return wanda(w, st.xtx, t, name);
-      case Method::SparseGpt: return sparsegpt(w, st.xtx, t, o.local.lambda_rel, name);
+      case Method::Wanda: return wanda(w, c, t, name);
+      case Method::SparseGpt: return sparsegpt(w, c, t, o.local.lambda_rel, name);
       default:
-        return o.sparse.solver == SparseSolver::Fista ? sparse_fista(w, st.xtx, t, o.sparse.iters, name)
-                                                      : sparse_hard(w, st.xtx, t, o.sparse.iters, name);
+        return o.sparse.solver == SparseSolver::Fista ? sparse_fista(w, c, t, o.sparse.iters, name)
+                                                      : sparse_hard(w, c, t, o.sparse.iters, name);
     }
+  }
+
+  // --method sparse on a module with a bias (and update_bias): the free bias b̂ = b + (W − D)·μ keeps the
+  // mean output, so D is fitted on the centered covariance (appendix "Bias Update", as the local ASVD).
+  // Wanda and SparseGPT keep the bias, as published.
+  bool updates_bias(const VectorD& b) const {
+    const CompressOptions& o = ctx_.options();
+    return o.method == Method::Sparse && o.local.update_bias && b.size() > 0;
   }
 
   SparseFit fit(const model::Linear& lin, const DenseWeight& dense, const VectorD& b, const calib::SiteStats& st) const {
     const MatrixD w = weight_double(dense);  // [d', d]
-    const MatrixD d = solve(w, st, lin.name);  // [d', d]
+    const bool centered = updates_bias(b);
+    const MatrixD d = centered ? solve(w, st.centered(), lin.name) : solve(w, st.xtx, lin.name);  // [d', d]
     SparseFit f;
     f.d = d.cast<float>();
     // Values beyond the float range would poison every later layer.
     model::check_finite(f.d, lin.name + ".weight");
     f.nnz = (f.d.array() != 0.0f).count();
+    const MatrixD dense_d = f.d.cast<double>();  // [d', d] as installed
+    const VectorD mean = st.mean();              // [d]
+    const VectorD bias = centered ? updated_bias(w, dense_d, b, mean) : b;  // [d'] or empty
+    f.bias = bias.cast<float>();
     const double n = static_cast<double>(st.n);
-    const VectorD mean = st.mean(), none;
-    f.loss = output_error_f32(w - f.d.cast<double>(), none, st.xtx, mean, n);
+    const VectorD delta = centered ? VectorD(b - f.bias.cast<double>()) : VectorD();  // [d'] b − b̂
+    f.loss = output_error_f32(w - dense_d, delta, st.xtx, mean, n);
     f.energy = output_error_f32(w, b, st.xtx, mean, n);
     return f;
   }
@@ -86,7 +102,10 @@ class SparseStage final : public CompressStage {
     const double o = static_cast<double>(lin.out), n = static_cast<double>(lin.in);
     const double cost = n * n * n + (1.0 + ctx_.options().sparse.iters) * o * n * n;
     const auto fitted = g.task({lin.name, cost}, [this, &lin, &st, dense, b] { return fit(lin, *dense, *b, st); });
-    g.at_site_end([&lin](const SparseFit& f) { lin.weight = f.d; }, fitted);
+    g.at_site_end([&lin](const SparseFit& f) {
+      lin.weight = f.d;
+      lin.bias = f.bias;
+    }, fitted);
     g.at_layer_end([this, &lin](const SparseFit& f) { report(lin, f); }, fitted);
   }
 
