@@ -94,7 +94,7 @@ MatrixD fista_run(const MatrixD& w, const MatrixD& c, double l, double theta, co
   MatrixD d = start, y = start;  // [d', d]
   double t = 1.0;
   for (int k = 0; k < iters; ++k) {
-    MatrixD next = soft_shrink(y - (y - w) * c / l, theta);
+    MatrixD next = soft_shrink(y - (y - w) * c / l, theta);  // [d', d]
     const double t_next = 0.5 * (1.0 + std::sqrt(1.0 + 4.0 * t * t));
     y = next + ((t - 1.0) / t_next) * (next - d);
     d = std::move(next);
@@ -134,7 +134,7 @@ MatrixD sparse_hard(const MatrixD& w, const MatrixD& c, const SparseTarget& t, i
   const double l = lambda_max(c, context);
   double loss = sparse_loss(w, d, c);
   for (int k = 0; k < iters; ++k) {
-    MatrixD next = hard_shrink(d - (d - w) * c / l, t);
+    MatrixD next = hard_shrink(d - (d - w) * c / l, t);  // [d', d]
     const double next_loss = sparse_loss(w, next, c);
     // Step 1/L majorises the loss, so it cannot rise but by rounding; stop when it no longer falls.
     if (!(next_loss < loss)) break;
@@ -159,11 +159,11 @@ MatrixD sparse_fista(const MatrixD& w, const MatrixD& c, const SparseTarget& t, 
   const auto keep = w.rows() * (w.cols() - pruned_per_row(w.cols(), t));
   // D = 0 is FISTA's fixed point once θ ≥ max|W·C|/L, the size of the first step from 0.
   double hi = (w * c).cwiseAbs().maxCoeff() / l, lo = hi * 1e-9;
-  MatrixD best = MatrixD::Zero(w.rows(), w.cols()), start = w;
+  MatrixD best = MatrixD::Zero(w.rows(), w.cols()), start = w;  // [d', d] each
   // Bisection on log θ, each run warm-started from the last: the smallest θ found keeping ≤ κ entries.
   for (int step = 0; step < 40 && hi > 0; ++step) {
     const double theta = std::sqrt(lo * hi);
-    MatrixD d = fista_run(w, c, l, theta, start, iters);
+    MatrixD d = fista_run(w, c, l, theta, start, iters);  // [d', d]
     if (nonzeros(d) <= keep) {
       hi = theta;
       best = d;
