@@ -190,7 +190,9 @@ std::unique_ptr<LayerSource> latent_layers(const fs::path& dir, bool allow_dense
   // the config does not switch on is refused here, naming it.
   auto m = model::Model::load(dir, {.lazy = true});
   auto modules = io::parse_latent_modules(config, (dir / "config.json").string());
-  if (modules.empty()) throw not_latent(dir);
+  // No module entries: a latent section without a compression record, or a compression that left every
+  // module dense (the sparse methods rewrite the dense weights; their record names the method).
+  if (modules.empty() && !config["latent"].contains("method")) throw not_latent(dir);
   return std::make_unique<LatentLayers>(std::move(m), std::move(modules));
 }
 

@@ -204,6 +204,16 @@ TEST_F(SparseCheckpoint, CliAndInspectStateSparsityAndBytes) {
   ASSERT_EQ(test::run_command(test::cli_path().string() + " inspect " + q(out) + " 2>&1", log), 0) << log;
   EXPECT_NE(log.find("sparsity 0.5000"), std::string::npos) << log;
   EXPECT_NE(log.find("as values + positions"), std::string::npos) << log;
+  // export --format hf: the dense weights with their zeros under the source's identity, the same logits.
+  const auto hf = out.parent_path() / "hf";
+  ASSERT_EQ(test::run_command(test::cli_path().string() + " export -q --format hf --model " + q(out) + " --out " +
+                                  q(hf),
+                              log), 0) << log;
+  auto a = model::Model::load(out), b = model::Model::load(hf);
+  EXPECT_FALSE(b->config().raw.contains("latent"));
+  std::vector<std::int32_t> ids(kSeqlen);
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int32_t>((i * 11 + 3) % 2048);
+  EXPECT_TRUE(logits_of(*a, ids, kSeqlen) == logits_of(*b, ids, kSeqlen));
 }
 
 }  // namespace
