@@ -69,10 +69,14 @@ std::span<const char* const> companion_files();
 // floats) and <module>.bias [out], by HF module name. Compression writes one per finished layer (its
 // progress, compress::ResumeState) and save() writes a lazy model's checkpoint from them.
 std::filesystem::path layer_factors_file(const std::filesystem::path& dir, int layer);  // dir/layer-<i>.safetensors
-// Writes the factored modules of `layer` (atomically; IoError when it cannot).
-void write_layer_factors(const std::filesystem::path& file, const model::DecoderLayer& layer);
-// Installs the modules `file` holds into `layer` (factors, perm, bias; the dense weight dropped);
-// modules absent from the file are left as they are. IoError / FormatError naming the file.
+// Writes the factored modules of `layer` (atomically; IoError when it cannot). With `dense_modules`, also
+// every module left in dense form, as <module>.weight [out, in] (and its bias): a compression that
+// rewrites the dense weights themselves (the sparse methods) keeps them here, not in the source.
+void write_layer_factors(const std::filesystem::path& file, const model::DecoderLayer& layer,
+                         bool dense_modules = false);
+// Installs the modules `file` holds into `layer` (factors, perm, bias, or a dense <module>.weight; a
+// factored module's dense weight dropped); modules absent from the file are left as they are. IoError /
+// FormatError naming the file.
 void read_layer_factors(const std::filesystem::path& file, model::DecoderLayer& layer);
 // Checks that every factor in `file` fits the storage type `dtype`, as save() will require, so that a run
 // fails at the layer whose factors overflow (its progress kept) rather than when the checkpoint is

@@ -186,13 +186,20 @@ RankPlan allocate_ranks(const std::vector<ModuleSpectrum>& spectra, double ratio
 // (src/compress/methods.cpp: name, pre-conditioner, default junction, stages, the options it reads);
 // the functions below read the rows.
 // Rtn and Gptq: the dense weights quantized with CompressOptions::quant, no rank reduction.
-enum class Method { PlainSvd, AsvdHessian, AsvdL1, AsvdL2, AsvdCov, AsvdRootCov, LatentLlm, Rtn, Gptq };
-std::string_view method_name(Method m);  // "plain-svd", ..., "asvd-rootcov", "latentllm", "rtn", "gptq"
+// Sparse, Wanda, SparseGpt: the dense weights with a fraction `ratio` of their entries set to zero
+// (CompressOptions::sparse): the paper's full-covariance sparse approximation (appendix "Sparse
+// Matrix") and the published diagonal-covariance baselines.
+enum class Method { PlainSvd, AsvdHessian, AsvdL1, AsvdL2, AsvdCov, AsvdRootCov, LatentLlm, Rtn, Gptq, Sparse, Wanda,
+                    SparseGpt };
+std::string_view method_name(Method m);  // "plain-svd", ..., "latentllm", "rtn", "gptq", "sparse", "wanda", "sparsegpt"
 // Throws ConfigError "--method: unknown method (expected one of ..., got X)".
 Method parse_method(std::string_view name);
 std::span<const Method> all_methods();  // the low-rank methods, in the registry's order (sweep's default grid)
 // Whether the method keeps every module's rank and only quantizes it (Rtn, Gptq).
 bool quantizes_dense(Method m);
+// Whether the method sets entries of the dense weights to zero (Sparse, Wanda, SparseGpt): `ratio` is then
+// the fraction of each module's weights set to zero, and the modules stay dense matrices with zeros.
+bool sparsifies(Method m);
 // The pre-conditioner of a method's local modules (LatentLlm: RootCovariance).
 Preconditioner preconditioner_of(Method m);
 
@@ -251,6 +258,25 @@ struct QuantOptions {
   bool enabled() const { return bits < 16; }
 };
 
+// The sparse methods' options (--method sparse | wanda | sparsegpt; compress/math/sparse.hpp).
+enum class SparseSolver {
+  Hard,   // "hard": hard shrinkage, the paper's best (gradient steps each followed by keeping the κ largest)
+  Fista,  // "fista": soft shrinkage by FISTA, its threshold searched to reach the sparsity
+};
+enum class SparsePattern {
+  Unstructured,  // "unstructured": any entries, the fraction `ratio` of the module's weights zero
+  TwoFour,       // "2:4": at most 2 non-zero in every group of 4 consecutive inputs of a row (ratio 0.5)
+};
+std::string_view sparse_solver_name(SparseSolver s);
+SparseSolver parse_sparse_solver(std::string_view name);  // ConfigError "--solver (expected hard or fista, got X)"
+std::string_view sparse_pattern_name(SparsePattern p);
+SparsePattern parse_sparse_pattern(std::string_view name);  // ConfigError "--pattern (expected ..., got X)"
+struct SparseOptions {
+  SparseSolver solver = SparseSolver::Hard;  // --method sparse only
+  SparsePattern pattern = SparsePattern::Unstructured;
+  int iters = 100;  // --sparse-iters: the solver's iterations (hard: its shrinkage steps; fista: per threshold)
+};
+
 struct CompressOptions;
 // Whether modules are quantized by GPTQ: --method gptq, or quant.gptq for the low-rank methods (--method
 // rtn: never).
@@ -259,6 +285,7 @@ bool uses_gptq(const CompressOptions& o);
 struct CompressOptions {
   Method method = Method::LatentLlm;
   QuantOptions quant;          // --bits, --group, --quantizer
+  SparseOptions sparse;        // --solver, --pattern, --sparse-iters (the sparse methods)
   // A LLaVA checkpoint's parts to compress (compress_towers beside compress_model of its language model).
   Components components;
   double ratio = 0.2;          // R: fraction of each compressed module's weights removed

@@ -127,6 +127,11 @@ std::int64_t dense_macs(std::int64_t out, std::int64_t in, std::int64_t n_tok);
 std::int64_t factored_macs(std::int64_t out, std::int64_t in, std::int64_t rank, bool block_identity,
                            std::int64_t n_tok);
 inline std::int64_t flops_of_macs(std::int64_t macs) { return 2 * macs; }
+// A sparse module (compress --method sparse, wanda, sparsegpt: W with d'·d − nnz zeros) stored as its nnz
+// values of value_bytes each plus their positions, the cheaper of a d'·d-bit mask and ⌈log₂(d'·d)⌉ bits per
+// value (the paper's appendix "Sparse Matrix"), in whole bytes. The checkpoint keeps such modules dense:
+// this is the size a values + positions format would have.
+std::int64_t sparse_storage_bytes(std::int64_t nnz, std::int64_t out, std::int64_t in, int value_bytes);
 // The MACs of a module as stored (dense or factored) for n_tok tokens.
 std::int64_t linear_macs(const model::Linear& l, std::int64_t n_tok);
 

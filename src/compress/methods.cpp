@@ -58,6 +58,17 @@ Stages quantize_stages(StageContext& ctx, const model::Model&) {
   return s;
 }
 
+// The dense weights sparsified site by site, each module at the ratio's sparsity (--method sparse, wanda,
+// sparsegpt): every later site and layer calibrates on the sparse modules' outputs.
+Stages sparse_stages(StageContext& ctx, const model::Model&) {
+  Stages s;
+  s.push_back(make_sparse_stage(ctx, Site::AttnIn, {Role::Q, Role::K, Role::V}));
+  s.push_back(make_sparse_stage(ctx, Site::AttnOut, {Role::O}));
+  s.push_back(make_sparse_stage(ctx, Site::MlpIn, {Role::Gate, Role::Up}));
+  s.push_back(make_sparse_stage(ctx, Site::MlpMid, {Role::Down}));
+  return s;
+}
+
 // Option keys (CompressOptions::to_json) beyond the ones every method reads (kCommonKeys).
 constexpr std::array<std::string_view, 1> kHessian = {"lambda_rel"};
 constexpr std::array<std::string_view, 1> kL1 = {"alpha"};
@@ -65,6 +76,13 @@ constexpr std::array<std::string_view, 3> kRootCov = {"lambda_rel", "fit", "outp
 constexpr std::array<std::string_view, 14> kLatent = {
     "lambda_rel", "fit",      "output_side", "joint",       "qk_iters",   "vo_iters",   "ud_iters",
     "joint_tol",  "ud_tokens", "ud_min_tokens_per_ffn", "ud_precision", "ud_unit_tokens", "rope_window", "diagnostics"};
+
+constexpr std::array<std::string_view, 3> kSparse = {"solver", "pattern", "sparse_iters"};
+constexpr std::array<std::string_view, 1> kPattern = {"pattern"};
+constexpr std::array<std::string_view, 2> kSparseGpt = {"pattern", "lambda_rel"};
+
+// SparseGPT's published damping (percdamp 0.01 of the mean diagonal), also under --preset default.
+void sparsegpt_default(CompressOptions& o) { o.local.lambda_rel = 0.01; }
 
 // --preset default beyond the paper for LatentLLM, each setting validated on TinyStories stories 1-116
 // (docs/PRESETS.md).
@@ -89,7 +107,7 @@ struct MethodRow {
 };
 
 // The rows, in the order of the CLI's list and of `sweep`'s default grid.
-const std::array<MethodRow, 9> kRows = {{
+const std::array<MethodRow, 12> kRows = {{
     {Method::PlainSvd, "plain-svd", Preconditioner::Identity, Junction::Identity, local_stages, {}},
     {Method::AsvdHessian, "asvd-hessian", Preconditioner::DiagHessian, Junction::Identity, local_stages, kHessian},
     {Method::AsvdL1, "asvd-l1", Preconditioner::DiagL1, Junction::Identity, local_stages, kL1},
@@ -102,6 +120,11 @@ const std::array<MethodRow, 9> kRows = {{
     // The quantization baselines (docs/QUANT.md): the pre-conditioner and junction are unused.
     {Method::Rtn, "rtn", Preconditioner::Identity, Junction::Identity, quantize_stages, {}, nullptr},
     {Method::Gptq, "gptq", Preconditioner::Identity, Junction::Identity, quantize_stages, {}, nullptr},
+    // The sparse methods (appendix "Sparse Matrix"): the pre-conditioner and junction are unused.
+    {Method::Sparse, "sparse", Preconditioner::Identity, Junction::Identity, sparse_stages, kSparse, nullptr},
+    {Method::Wanda, "wanda", Preconditioner::Identity, Junction::Identity, sparse_stages, kPattern, nullptr},
+    {Method::SparseGpt, "sparsegpt", Preconditioner::Identity, Junction::Identity, sparse_stages, kSparseGpt,
+     sparsegpt_default},
 }};
 
 // The low-rank rows (the first seven).
@@ -135,6 +158,7 @@ void apply_default_preset(Method m, CompressOptions& o) {
 }
 std::span<const Method> all_methods() { return kMethods; }
 bool quantizes_dense(Method m) { return m == Method::Rtn || m == Method::Gptq; }
+bool sparsifies(Method m) { return m == Method::Sparse || m == Method::Wanda || m == Method::SparseGpt; }
 bool uses_gptq(const CompressOptions& o) { return o.method == Method::Gptq || (o.method != Method::Rtn && o.quant.gptq); }
 
 Method parse_method(std::string_view name) {

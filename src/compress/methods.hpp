@@ -7,7 +7,8 @@ namespace latentllm::compress {
 
 // Whether the method has joint parts (CompressOptions::joint is read: its row reads "joint").
 bool has_joint_parts(Method m);
-// --preset default's settings of the method's row beyond the paper's protocol (none for the baselines).
+// --preset default's settings of the method's row beyond the paper's protocol (none for most baselines;
+// sparsegpt: its published damping).
 void apply_default_preset(Method m, CompressOptions& o);
 
 }  // namespace latentllm::compress

@@ -2,11 +2,17 @@
 // `latent` metadata and the CLI's --json, with only the options its method reads (methods.cpp).
 #include <cmath>
 
+#include "core/enum_names.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/error.hpp"
 
 namespace latentllm::compress {
 namespace {
+
+constexpr auto kSolverNames = core::enum_names<SparseSolver>(core::Named<SparseSolver>{SparseSolver::Hard, "hard"},
+                                               core::Named<SparseSolver>{SparseSolver::Fista, "fista"});
+constexpr auto kPatternNames = core::enum_names<SparsePattern>(core::Named<SparsePattern>{SparsePattern::Unstructured, "unstructured"},
+                                                core::Named<SparsePattern>{SparsePattern::TwoFour, "2:4"});
 
 std::string joint_spec(const JointParts& j) {
   std::string s;
@@ -36,6 +42,13 @@ JointParts parse_joint_parts(std::string_view spec) {
 
 std::string joint_parts_name(const JointParts& j) { return joint_spec(j); }
 
+std::string_view sparse_solver_name(SparseSolver s) { return kSolverNames.name(s); }
+SparseSolver parse_sparse_solver(std::string_view name) { return kSolverNames.parse(name, "--solver (expected {}, got {})"); }
+std::string_view sparse_pattern_name(SparsePattern p) { return kPatternNames.name(p); }
+SparsePattern parse_sparse_pattern(std::string_view name) {
+  return kPatternNames.parse(name, "--pattern (expected {}, got {})");
+}
+
 std::span<const OptionFlag> option_flags() {
   // The record's keys a user sets, each with its one command-line flag (tests/golden/test_options_record.cpp
   // checks this table against the record and against `compress --help`).
@@ -49,7 +62,8 @@ std::span<const OptionFlag> option_flags() {
       {"rank_alloc", "--rank-alloc"}, {"alloc_score", "--alloc-score"}, {"alloc_tokens", "--alloc-tokens"},
       {"intra_layer", "--no-intra-layer"}, {"covariance", "--covariance"}, {"output_side", "--output-side"},
       {"batch", "--batch"},         {"bits", "--bits"},           {"group", "--group"},
-      {"quantizer", "--quantizer"},
+      {"quantizer", "--quantizer"}, {"solver", "--solver"},       {"pattern", "--pattern"},
+      {"sparse_iters", "--sparse-iters"},
   };
   return kFlags;
 }
@@ -114,6 +128,9 @@ nlohmann::ordered_json CompressOptions::to_json() const {
   put("ud_precision", ud_f32 ? "f32" : "f64");
   put("ud_unit_tokens", ud_unit_tokens);
   put("diagnostics", diagnostics);
+  put("solver", sparse_solver_name(sparse.solver));
+  put("pattern", sparse_pattern_name(sparse.pattern));
+  put("sparse_iters", sparse.iters);
   if (quant.enabled()) {  // absent when not quantized, so records of earlier runs stay the same
     j["bits"] = quant.bits;
     j["group"] = quant.group;
@@ -152,6 +169,9 @@ CompressOptions CompressOptions::from_json(const nlohmann::json& j) {
     o.ud_f32 = j.value("ud_precision", std::string("f32")) == "f32";
     o.ud_unit_tokens = j.value("ud_unit_tokens", o.ud_unit_tokens);
     o.diagnostics = j.value("diagnostics", o.diagnostics);
+    if (j.contains("solver")) o.sparse.solver = parse_sparse_solver(j.at("solver").get<std::string>());
+    if (j.contains("pattern")) o.sparse.pattern = parse_sparse_pattern(j.at("pattern").get<std::string>());
+    o.sparse.iters = j.value("sparse_iters", o.sparse.iters);
     o.quant.bits = j.value("bits", o.quant.bits);
     o.quant.group = j.value("group", o.quant.group);
     o.quant.gptq = j.value("quantizer", std::string("gptq")) == "gptq";
@@ -160,6 +180,36 @@ CompressOptions CompressOptions::from_json(const nlohmann::json& j) {
   }
   return o;
 }
+
+namespace {
+
+// The sparse methods' own checks: a pattern they can reach, and none of the low-rank or quantization options
+// that would be silently unused (their modules keep their dense shape).
+void validate_sparse(const CompressOptions& o) {
+  const std::string_view m = method_name(o.method);
+  if (o.sparse.pattern == SparsePattern::TwoFour && o.ratio != 0.5) {
+    throw ConfigError(fmt::format("--pattern 2:4: ratio (expected --ratio 0.5, the pattern's sparsity, got {})", o.ratio));
+  }
+  if (o.sparse.pattern == SparsePattern::TwoFour && o.method == Method::Sparse && o.sparse.solver == SparseSolver::Fista) {
+    throw ConfigError("--solver fista: pattern (expected --pattern unstructured: its threshold sets the sparsity, got "
+                      "--pattern 2:4)");
+  }
+  if (o.sparse.iters <= 0) throw ConfigError(fmt::format("--sparse-iters (expected > 0, got {})", o.sparse.iters));
+  if (o.quant.enabled()) {
+    throw ConfigError(fmt::format("--method {}: quantization (expected --bits 16: sparse modules are not quantized "
+                                  "yet, got --bits {})", m, o.quant.bits));
+  }
+  if (o.rank_alloc != RankAlloc::Uniform) {
+    throw ConfigError(fmt::format("--method {}: --rank-alloc (expected uniform: every module at the ratio's "
+                                  "sparsity, got {})", m, rank_alloc_name(o.rank_alloc)));
+  }
+  if (o.components.towers()) {
+    throw ConfigError(fmt::format("--method {}: --components (expected lm: the towers are compressed by low rank "
+                                  "only, got {})", m, components_name(o.components)));
+  }
+}
+
+}  // namespace
 
 void CompressOptions::validate() const {
   if (!(ratio > 0.0 && ratio < 1.0)) {  // also NaN
@@ -198,6 +248,7 @@ void CompressOptions::validate() const {
   if (quant.group <= 0 || quant.group % 8 != 0) {
     throw ConfigError(fmt::format("--group (expected a positive multiple of 8, got {})", quant.group));
   }
+  if (sparsifies(method)) validate_sparse(*this);
   if (stop_after_layers < 0) {
     throw ConfigError(fmt::format("--stop-after-layers (expected >= 0, got {})", stop_after_layers));
   }

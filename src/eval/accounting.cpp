@@ -1,5 +1,6 @@
 // Parameters, MACs/FLOPs and KV-cache sizes (latentllm/eval.hpp): the one place that counts them.
 #include <algorithm>
+#include <cmath>
 
 #include "latentllm/eval.hpp"
 
@@ -10,6 +11,14 @@ std::int64_t dense_params(std::int64_t out, std::int64_t in) { return out * in; 
 std::int64_t factored_params(std::int64_t out, std::int64_t in, std::int64_t rank, bool block_identity) {
   const std::int64_t p = rank * (out + in);
   return block_identity ? p - rank * rank : p;
+}
+
+std::int64_t sparse_storage_bytes(std::int64_t nnz, std::int64_t out, std::int64_t in, int value_bytes) {
+  const std::int64_t entries = out * in;
+  const auto index_bits =
+      static_cast<std::int64_t>(std::ceil(std::log2(static_cast<double>(std::max<std::int64_t>(entries, 2)))));
+  const std::int64_t position_bits = std::min(entries, nnz * index_bits);
+  return nnz * value_bytes + (position_bits + 7) / 8;
 }
 
 std::int64_t dense_macs(std::int64_t out, std::int64_t in, std::int64_t n_tok) { return n_tok * dense_params(out, in); }

@@ -105,7 +105,7 @@ class ProgressLayers final : public LayerSource {
     const std::string prefix = layer_prefix(L);
     for (auto& [name, v] : L.norms) v = vector_of(src_.get(m_.stored_name(prefix + name)));
     for (auto& l : L.linears) {
-      if (l.factored() || l.quantized()) continue;
+      if (l.factored() || l.quantized() || l.weight.size() > 0) continue;  // the last: dense from the progress
       const std::string stored = m_.stored_name(l.name);
       const std::vector<float> w = src_.get(stored + ".weight", std::vector<std::int64_t>{l.out, l.in}).to_f32();
       l.weight = MatrixF(Eigen::Map<const MatrixF>(w.data(), l.out, l.in));
@@ -190,7 +190,9 @@ std::unique_ptr<LayerSource> latent_layers(const fs::path& dir, bool allow_dense
   // the config does not switch on is refused here, naming it.
   auto m = model::Model::load(dir, {.lazy = true});
   auto modules = io::parse_latent_modules(config, (dir / "config.json").string());
-  if (modules.empty()) throw not_latent(dir);
+  // No module entries: a latent section without a compression record, or a compression that left every
+  // module dense (the sparse methods rewrite the dense weights; their record names the method).
+  if (modules.empty() && !config["latent"].contains("method")) throw not_latent(dir);
   return std::make_unique<LatentLayers>(std::move(m), std::move(modules));
 }
 
@@ -258,7 +260,7 @@ std::shared_ptr<const quant::PackedMatrix> read_packed_progress(const io::Safete
 
 }  // namespace
 
-void write_layer_factors(const fs::path& file, const model::DecoderLayer& layer) {
+void write_layer_factors(const fs::path& file, const model::DecoderLayer& layer, bool dense_modules) {
   std::vector<io::TensorToWrite> tensors;
   std::list<std::vector<float>> perms;  // stable addresses for the spans
   auto span_of = [](const auto& x) { return std::span<const float>(x.data(), static_cast<std::size_t>(x.size())); };
@@ -279,6 +281,9 @@ void write_layer_factors(const fs::path& file, const model::DecoderLayer& layer)
     } else if (lin.factored()) {
       tensors.push_back({io::latent_tensor_name(lin.name, io::Factor::B, io::Piece::Values, io::Naming::Progress), DType::F32, {lin.B.rows(), lin.B.cols()}, span_of(lin.B.f32())});
       tensors.push_back({io::latent_tensor_name(lin.name, io::Factor::A, io::Piece::Values, io::Naming::Progress), DType::F32, {lin.A.rows(), lin.A.cols()}, span_of(lin.A.f32())});
+    } else if (dense_modules && lin.weight.is_f32() && !lin.weight.empty()) {
+      tensors.push_back({io::latent_tensor_name(lin.name, io::Factor::Weight, io::Piece::Values, io::Naming::Progress),
+                         DType::F32, {lin.weight.rows(), lin.weight.cols()}, span_of(lin.weight.f32())});
     } else {
       continue;
     }
@@ -295,6 +300,15 @@ void read_layer_factors(const fs::path& file, model::DecoderLayer& layer) {
   const io::SafetensorsFile st(file);
   for (auto& lin : layer.linears) {
     const TensorView* spec = st.find(format::progress_spec_name(lin.name));
+    const std::string dense = io::latent_tensor_name(lin.name, io::Factor::Weight, io::Piece::Values, io::Naming::Progress);
+    if (spec == nullptr && st.find(dense) != nullptr) {  // a rewritten dense module (write_layer_factors)
+      lin.weight = st.matrix(dense);
+      if (const TensorView* bias = st.find(lin.name + ".bias")) {
+        const auto v = bias->to_f32();
+        lin.bias = Eigen::Map<const VectorF>(v.data(), static_cast<Eigen::Index>(v.size()));
+      }
+      continue;
+    }
     if (!st.find(io::latent_tensor_name(lin.name, io::Factor::B, io::Piece::Values, io::Naming::Progress)) && spec == nullptr) continue;
     if (spec != nullptr) {
       const std::vector<float> v = spec->to_f32();  // [bits, group, rank]

@@ -94,7 +94,9 @@ TEST(ErrorsDoc, CompressOptions) {
                           " --dry-run")}},
                     {"opt-unread", {compress("--method plain-svd --alpha 2 --dry-run"),
                                     compress("--joint qk --vo-iters 3 --dry-run"),
-                                    compress("--method asvd-l2 --rank-alloc uniform --alloc-tokens 5 --dry-run")}},
+                                    compress("--method asvd-l2 --rank-alloc uniform --alloc-tokens 5 --dry-run"),
+                                    compress("--method latentllm --solver fista --dry-run"),
+                                    compress("--method wanda --ratio 0.5 --sparse-iters 5 --dry-run")}},
                 });
 }
 

@@ -66,6 +66,43 @@ std::vector<std::pair<std::string, std::function<void(CompressOptions&)>>> field
   };
 }
 
+// --method sparse: the keys the sparse methods add (solver, pattern, sparse_iters).
+CompressOptions sparse_record() {
+  CompressOptions o = compress::preset_options(compress::Preset::Default, compress::Method::Sparse, 0.5);
+  o.sparse = {compress::SparseSolver::Fista, compress::SparsePattern::Unstructured, 50};
+  return o;
+}
+
+TEST(OptionsRecord, SparseFieldsRoundTripAndChangeTheFingerprint) {
+  const auto m = model::Model::load(test::shared_path("models/stories260K/hf"));
+  const std::vector<std::int32_t> ids(2 * kSeqlen, 5);
+  const CompressOptions base = sparse_record();
+  const auto base_json = base.to_json();
+  EXPECT_EQ(CompressOptions::from_json(base_json).to_json(), base_json);
+  const std::vector<std::pair<std::string, std::function<void(CompressOptions&)>>> changes = {
+      {"solver", [](CompressOptions& o) { o.sparse.solver = compress::SparseSolver::Hard; }},
+      {"pattern", [](CompressOptions& o) { o.sparse = {compress::SparseSolver::Hard, compress::SparsePattern::TwoFour, 50}; }},
+      {"sparse_iters", [](CompressOptions& o) { o.sparse.iters = 7; }},
+      {"ratio", [](CompressOptions& o) { o.ratio = 0.6; }},
+  };
+  for (const auto& [key, change] : changes) {
+    SCOPED_TRACE(key);
+    EXPECT_TRUE(base_json.contains(key));
+    CompressOptions o = base;
+    change(o);
+    const auto j = o.to_json();
+    EXPECT_NE(j, base_json);
+    EXPECT_EQ(CompressOptions::from_json(j).to_json(), j);
+    EXPECT_NE(compress::run_fingerprint(*m, ids, kSeqlen, o), compress::run_fingerprint(*m, ids, kSeqlen, base));
+  }
+  // Wanda reads the pattern only; the low-rank methods none of the three.
+  CompressOptions w = base;
+  w.method = compress::Method::Wanda;
+  EXPECT_TRUE(w.to_json().contains("pattern"));
+  EXPECT_FALSE(w.to_json().contains("solver"));
+  EXPECT_FALSE(reads_everything().to_json().contains("pattern"));
+}
+
 TEST(OptionsRecord, EveryFieldRoundTripsAndChangesTheFingerprint) {
   const auto m = model::Model::load(test::shared_path("models/stories260K/hf"));
   const std::vector<std::int32_t> ids(2 * kSeqlen, 5);
@@ -114,6 +151,7 @@ TEST(OptionsRecord, EveryKeyHasOneFlagAndTheCliOffersIt) {
     o.method = m;
     every.update(o.to_json());
   }
+  every.update(sparse_record().to_json());
   for (const auto& f : flags) {
     EXPECT_TRUE(every.contains(std::string(f.key))) << f.key << " is not a key of the options record";
     const std::string flag = std::string(f.flag) + " ";

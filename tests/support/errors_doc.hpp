@@ -63,6 +63,9 @@ inline const std::map<std::string, std::string>& doc_owners() {
       {"LLaVA-NeXT inputs (`model::LlavaModel`, `image::preprocess_anyres`)", "test_llava_next"},
       {"Quantization (`quant::rtn`, `quant::gptq`, `quant::quantize_factors`, `quant::read_packed`, `quant::gemv`)",
        "test_errors_quant"},
+      {"Sparsity (`compress --method sparse|wanda|sparsegpt`, `compress::sparse_hard`, `compress::sparse_fista`, "
+       "`compress::wanda`, `compress::sparsegpt`)",
+       "test_errors_sparse"},
       {"Chat templates (`io::ChatTemplate`, `io::conv_prompt`, `io::jinja::Template`)", "test_chat_template"},
       {"Zero-shot multiple choice (`latentllm eval --task mc`, `eval::mc`)", "test_mc_formats"},
       {"Numerics (`compress`, `ppl`)", "test_errors_numerics"},

@@ -12,6 +12,7 @@
 #include "latentllm/compress.hpp"
 #include "latentllm/compress_run.hpp"
 #include "latentllm/error.hpp"
+#include "latentllm/eval.hpp"
 #include "latentllm/export.hpp"
 #include "latentllm/provenance.hpp"
 
@@ -64,6 +65,20 @@ void print_model_size(const format::WeightsSize& before, const format::WeightsSi
   std::printf("whole model: %s, weight files %s -> %s (%s -> %s)\n", params.c_str(),
               core::format_bytes(before.bytes).c_str(), core::format_bytes(after.bytes).c_str(),
               before.dtypes.c_str(), after.dtypes.empty() ? "ONNX" : after.dtypes.c_str());
+}
+
+// A sparse run's modules as a values + positions format would store them (eval::sparse_storage_bytes):
+// the checkpoint keeps them dense with zeros.
+nlohmann::json sparse_json(const compress::CompressReport& report, int value_bytes) {
+  std::int64_t nnz = 0, dense = 0, bytes = 0;
+  for (const auto& m : report.modules) {
+    nnz += m.params;
+    dense += m.dense_params;
+    bytes += eval::sparse_storage_bytes(m.params, m.out, m.in, value_bytes);
+  }
+  return {{"nonzeros", nnz}, {"dense_params", dense},
+          {"sparsity", dense > 0 ? 1.0 - static_cast<double>(nnz) / static_cast<double>(dense) : 0.0},
+          {"value_bytes", value_bytes}, {"storage_bytes", bytes}, {"dense_bytes", dense * value_bytes}};
 }
 
 // --stop-after-layers: no checkpoint; the progress directory stays for --resume, and the time of the
@@ -137,6 +152,8 @@ int report_done(const CompressArgs& a, const compress::Outcome& o) {
     j["components"] = {{"language", {{"dense_params", o.language_dense_params}, {"params", o.language_params}}},
                        {"towers", {{"dense_params", o.tower_dense_params}, {"params", o.tower_params}}}};
   }
+  const bool sparse = compress::sparsifies(compress::parse_method(a.method));
+  if (sparse) j["sparse"] = sparse_json(report, a.dtype == "f32" ? 4 : 2);
   if (a.json) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
@@ -153,6 +170,14 @@ int report_done(const CompressArgs& a, const compress::Outcome& o) {
                 (long long)report.params);
   }
   print_model_size(o.before, o.after);
+  if (sparse) {
+    const auto& sp = j["sparse"];
+    std::printf("sparsity %.4f of the compressed modules (stored dense with zeros); as values + positions (a bitmask, "
+                "or indices when fewer bits) they would take %s of their dense %s (%.2f%% fewer bytes)\n",
+                sp["sparsity"].get<double>(), core::format_bytes(sp["storage_bytes"].get<std::int64_t>()).c_str(),
+                core::format_bytes(sp["dense_bytes"].get<std::int64_t>()).c_str(),
+                100.0 * (1.0 - sp["storage_bytes"].get<double>() / sp["dense_bytes"].get<double>()));
+  }
   if (towers) {
     const compress::Components c = compress::parse_components(a.components);
     const char* parts = c.vision && c.projector ? "the vision tower and projector"
@@ -212,7 +237,12 @@ int run_compress(const CompressArgs& a) {
   observe.memory = [&](const core::MemoryPlan& plan, const std::string& budget_source) {
     print_memory_plan("compress", plan, budget_source);
   };
+  const bool sparse = compress::sparsifies(r.options.method);
   observe.planned = [&](const compress::PlannedRanks& p) {
+    if (sparse) {  // no ranks: every module keeps its shape with --ratio of its weights zero
+      if (!a.json) std::fprintf(stderr, "sparse: every compressed module with %.4g of its weights zero\n", a.ratio);
+      return;
+    }
     const bool plain = p.source != compress::PlannedRanks::Source::Resumed &&
                        p.plan.junction == compress::Junction::BlockIdentity;
     print_plan(p.plan, plain ? &p.plain : nullptr, a.json);
@@ -241,7 +271,8 @@ Command add_compress(CLI::App& app) {
                   "--format onnx: which past inputs carry the latent: auto (where generate --kv-cache auto caches it) "
                   "or dense (as latentllm export --kv-cache)")->capture_default_str()->group("Model");
   sub->add_flag("--force", a->force, "Replace an existing output directory")->group("Model");
-  sub->add_option("--method", a->method, "plain-svd, asvd-hessian, asvd-l1, asvd-l2, asvd-cov, asvd-rootcov, latentllm")
+  sub->add_option("--method", a->method, "plain-svd, asvd-hessian, asvd-l1, asvd-l2, asvd-cov, asvd-rootcov, latentllm; rtn, gptq (dense, "
+                                        "quantized: --bits); sparse, wanda, sparsegpt (dense with --ratio of the weights zero)")
       ->capture_default_str()->group("Method");
   sub->add_option("--ratio", a->ratio, "Fraction of the weights of the compressed modules (the linear modules of "
                                        "attention and MLP; not the embeddings, norms or LM head) removed, in (0, 1)")

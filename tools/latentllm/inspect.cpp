@@ -1,5 +1,6 @@
 // `latentllm inspect`: architecture, dimensions, parameters per module type, storage dtype,
 // tokenizer, and for latent checkpoints the rank of every factored module.
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <string>
@@ -32,6 +33,24 @@ std::string grouped(std::int64_t n) {
     out.push_back(digits[i]);
   }
   return out;
+}
+
+// The compressed modules of a sparse checkpoint (compress --method sparse, wanda, sparsegpt), stored dense
+// with zeros: their non-zero entries counted in the stored tensors, and the bytes a values + positions
+// format would take (eval::sparse_storage_bytes).
+nlohmann::ordered_json sparse_modules(const model::Model& m, const io::TensorStore& store, int value_bytes) {
+  std::int64_t nnz = 0, dense = 0, bytes = 0;
+  for (int i = 0; i < m.num_layers(); ++i)
+    for (const auto& l : m.layer_spec(i).linears) {
+      const std::vector<float> w = store.get(m.stored_name(l.name) + ".weight").to_f32();  // [out·in]
+      const auto k = static_cast<std::int64_t>(std::count_if(w.begin(), w.end(), [](float x) { return x != 0.0f; }));
+      nnz += k;
+      dense += l.out * l.in;
+      bytes += eval::sparse_storage_bytes(k, l.out, l.in, value_bytes);
+    }
+  return {{"nonzeros", nnz}, {"dense_params", dense},
+          {"sparsity", dense > 0 ? 1.0 - static_cast<double>(nnz) / static_cast<double>(dense) : 0.0},
+          {"storage_bytes", bytes}, {"dense_bytes", dense * value_bytes}};
 }
 
 nlohmann::ordered_json describe(const model::Model& m, const std::string& dir, bool allow_unused_tensors) {
@@ -103,6 +122,10 @@ nlohmann::ordered_json describe(const model::Model& m, const std::string& dir, b
         bytes += e.contains("bytes") ? e["bytes"].get<std::int64_t>() : value_bytes * l.num_params();
         latent.push_back(std::move(e));
       }
+  if (const auto lat = c.raw.find("latent"); lat != c.raw.end() && lat->is_object() && lat->contains("method") &&
+      (*lat)["method"].is_string() && compress::sparsifies(compress::parse_method((*lat)["method"].get<std::string>()))) {
+    j["sparse_modules"] = sparse_modules(m, store, value_bytes);
+  }
   if (quantized) {  // (only then: the reports of 16-bit checkpoints stay as they were)
     // Bits per original weight of the compressed modules, scales, zero points and biases included.
     j["compressed_modules"] = {{"dense_params", dense}, {"bytes", bytes},
@@ -161,8 +184,16 @@ void print_text(const nlohmann::ordered_json& j) {
                 t.contains("bos_id") ? std::to_string(t["bos_id"].get<int>()).c_str() : "none");
   }
   const auto& latent = j["latent_modules"];
+  if (j.contains("sparse_modules")) {
+    const auto& sp = j["sparse_modules"];
+    std::printf("sparse        %s of %s weights non-zero in the compressed modules (sparsity %.4f, stored dense); "
+                "as values + positions %s bytes of their dense %s\n",
+                grouped(sp["nonzeros"].get<std::int64_t>()).c_str(), grouped(sp["dense_params"].get<std::int64_t>()).c_str(),
+                sp["sparsity"].get<double>(), grouped(sp["storage_bytes"].get<std::int64_t>()).c_str(),
+                grouped(sp["dense_bytes"].get<std::int64_t>()).c_str());
+  }
   if (latent.empty()) {
-    std::printf("latent        none (dense checkpoint)\n");
+    if (!j.contains("sparse_modules")) std::printf("latent        none (dense checkpoint)\n");
     return;
   }
   std::printf("latent        %zu factored modules\n", latent.size());

@@ -110,6 +110,19 @@ void add_method_options(CLI::App* sub, MethodArgs& a) {
                   "on each module's calibration statistics: A on the site covariance C, B on A'·C·A'ᵀ) or auto "
                   "(the preset's: default gptq, paper rtn)")
       ->check(CLI::IsMember({"auto", "rtn", "gptq"}))->capture_default_str()->group("Quantization");
+  sub->add_option("--solver", a.solver,
+                  "--method sparse: hard (hard shrinkage: gradient steps on the full-covariance loss, each keeping "
+                  "the largest entries; the paper's best) or fista (soft shrinkage, its threshold searched for the "
+                  "sparsity; unstructured only)")
+      ->capture_default_str()->group("Sparsity");
+  sub->add_option("--pattern", a.pattern,
+                  "--method sparse, wanda, sparsegpt: unstructured (any --ratio of each module's weights zero) or "
+                  "2:4 (at most 2 non-zero in every 4 consecutive inputs of a row; --ratio 0.5)")
+      ->capture_default_str()->group("Sparsity");
+  sub->add_option("--sparse-iters", a.sparse_iters,
+                  "--method sparse: iterations of the solver (hard: shrinkage steps, then as many refit steps on the "
+                  "support; fista: steps per threshold of its search)")
+      ->capture_default_str()->group("Sparsity");
 }
 
 void add_calib_options(CLI::App* sub, CalibArgs& a) {
@@ -175,6 +188,9 @@ compress::CompressOptions to_compress_options(const MethodArgs& a, const std::st
   o.quant.bits = a.bits;
   o.quant.group = a.group;
   if (a.quantizer != "auto") o.quant.gptq = a.quantizer == "gptq";
+  o.sparse.solver = compress::parse_sparse_solver(a.solver);
+  o.sparse.pattern = compress::parse_sparse_pattern(a.pattern);
+  o.sparse.iters = a.sparse_iters;
   o.validate();
   return o;
 }

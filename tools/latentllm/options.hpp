@@ -33,6 +33,8 @@ struct MethodArgs {
   bool no_intra_layer = false, diagnostics = false;
   int bits = 16, group = 128;
   std::string quantizer = "auto";  // auto: the preset's (default gptq, paper rtn)
+  std::string solver = "hard", pattern = "unstructured";  // the sparse methods
+  int sparse_iters = 100;
   const CLI::App* app = nullptr;  // the subcommand, to tell which options were given
 };
 

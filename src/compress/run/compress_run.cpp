@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "compress/math/sparse.hpp"
 #include "core/enum_names.hpp"
 #include "latentllm/checkpoint.hpp"
 #include "latentllm/dist.hpp"
@@ -221,6 +222,11 @@ Outcome run(Request r, const Observer& observe) {
                                     "whole-model target counts the language model's modules)",
                                     target_name(r.target), components_name(opt.components)));
     }
+    if (sparsifies(opt.method)) {
+      throw ConfigError(fmt::format("--target {}: not with --method {} (expected --target linear: --ratio is the "
+                                    "fraction of zeros of the compressed modules)", target_name(r.target),
+                                    method_name(opt.method)));
+    }
     if (r.target == Target::Bytes && opt.quant.enabled()) {
       throw ConfigError(fmt::format("--target bytes: not with --bits {} (expected --target linear or params: the "
                                     "bytes of quantized factors are not planned yet)", opt.quant.bits));
@@ -291,6 +297,11 @@ Outcome run(Request r, const Observer& observe) {
     // The whole model: every stored parameter, the compressed modules' as planned.
     o.model_params = format::weights_size(r.model).params;
     o.planned_model_params = o.model_params - o.planned.plan.dense_params() + o.planned.plan.params();
+    if (sparsifies(opt.method)) {  // no ranks: the non-zero weights every module keeps at the ratio's sparsity
+      o.planned_model_params = o.model_params;
+      for (const ModulePlan& p : o.planned.plan.modules)
+        o.planned_model_params -= p.out * pruned_per_row(p.in, {opt.ratio, opt.sparse.pattern});
+    }
     o.options_record = options_record(opt, r.preset);
     if (r.target != Target::Linear) o.options_record["target"] = target;
     return o;

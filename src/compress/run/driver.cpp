@@ -88,7 +88,8 @@ std::optional<ResumeState> open_state(const model::Model& m, std::span<const std
                                   "not in memory", m.dir().string()));
   }
   if (opt.state_dir.empty()) return std::nullopt;
-  std::optional<ResumeState> state(std::in_place, opt.state_dir, run_fingerprint(m, ids, seqlen, opt));
+  std::optional<ResumeState> state(std::in_place, opt.state_dir, run_fingerprint(m, ids, seqlen, opt),
+                                   sparsifies(opt.method));
   // Every rank checks; rank 0 alone writes the directory (the others read it on resume).
   if (opt.resume) {
     state->check_fingerprint();  // a different run's progress fails now, not after the pre-pass

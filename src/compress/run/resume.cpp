@@ -81,8 +81,8 @@ std::string run_fingerprint(const model::Model& m, std::span<const std::int32_t>
   return fmt::format("{:016x}", f.h);
 }
 
-ResumeState::ResumeState(fs::path dir, std::string fingerprint)
-    : dir_(std::move(dir)), fingerprint_(std::move(fingerprint)) {}
+ResumeState::ResumeState(fs::path dir, std::string fingerprint, bool dense_modules)
+    : dir_(std::move(dir)), fingerprint_(std::move(fingerprint)), sparse_(dense_modules) {}
 
 namespace {
 
@@ -169,7 +169,8 @@ int ResumeState::restore(model::Model& m, MatrixF& hidden, MatrixF* dense, Compr
 void ResumeState::save_layer(const model::Model& m, int layer, const MatrixF& hidden, const MatrixF* dense,
                              const CompressReport& report) const {
   create();
-  checkpoint::write_layer_factors(layer_file(layer), m.layer(layer));
+  // The sparse methods rewrite the dense weights: those are the layer's progress.
+  checkpoint::write_layer_factors(layer_file(layer), m.layer(layer), sparse_);
   std::vector<io::TensorToWrite> h = {
       {"hidden", DType::F32, {hidden.rows(), hidden.cols()},
        std::span<const float>(hidden.data(), static_cast<std::size_t>(hidden.size()))}};

@@ -31,7 +31,8 @@ std::string run_fingerprint(const model::Model& m, std::span<const std::int32_t>
 
 class ResumeState {
  public:
-  ResumeState(std::filesystem::path dir, std::string fingerprint);
+  // dense_modules: the run rewrites dense weights (the sparse methods), which its layer files then hold.
+  ResumeState(std::filesystem::path dir, std::string fingerprint, bool dense_modules = false);
 
   // Restores the finished layers into `m` (their factors), the hidden states after the last of them
   // (and, when dense is not null, the dense stream's: FormatError if the state has none) and the
@@ -70,6 +71,7 @@ class ResumeState {
  private:
   std::filesystem::path dir_;
   std::string fingerprint_;
+  bool sparse_ = false;  // dense_modules
 };
 
 }  // namespace latentllm::compress

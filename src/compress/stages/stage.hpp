@@ -6,6 +6,8 @@
 //   joint-qk   stage_joint_qk.cpp   AttnIn              Q, K              AttnIn
 //   joint-vo   stage_joint_vo.cpp   AttnOut (+AttnIn)   V, O              AttnIn, AttnOut
 //   joint-ud   stage_joint_ud.cpp   MlpIn (activations) Gate, Up, Down    MlpIn, MlpMid
+//   quantize   stage_quantize.cpp   its site            by role           its site
+//   sparse     stage_sparse.cpp     its site            by role           its site
 #pragma once
 
 #include <functional>
@@ -154,6 +156,9 @@ std::unique_ptr<CompressStage> make_local_stage(StageContext& ctx, const model::
                                                 std::vector<model::Role> roles);
 // Dense quantization (--method rtn / gptq, stage_quantize.cpp) of the modules with these roles at `site`.
 std::unique_ptr<CompressStage> make_quantize_stage(StageContext& ctx, model::Site site, std::vector<model::Role> roles);
+// Sparse approximation (--method sparse / wanda / sparsegpt, stage_sparse.cpp) of the modules with these
+// roles at `site`: dense matrices with zeros.
+std::unique_ptr<CompressStage> make_sparse_stage(StageContext& ctx, model::Site site, std::vector<model::Role> roles);
 std::unique_ptr<CompressStage> make_joint_qk_stage(StageContext& ctx);
 std::unique_ptr<CompressStage> make_joint_vo_stage(StageContext& ctx);
 std::unique_ptr<CompressStage> make_joint_ud_stage(StageContext& ctx);
