@@ -302,7 +302,12 @@ void read_layer_factors(const fs::path& file, model::DecoderLayer& layer) {
     const TensorView* spec = st.find(format::progress_spec_name(lin.name));
     const std::string dense = io::latent_tensor_name(lin.name, io::Factor::Weight, io::Piece::Values, io::Naming::Progress);
     if (spec == nullptr && st.find(dense) != nullptr) {  // a rewritten dense module (write_layer_factors)
-      lin.weight = st.matrix(dense);
+      MatrixF w = st.matrix(dense);  // [out, in]
+      if (w.rows() != lin.out || w.cols() != lin.in) {
+        throw FormatError(fmt::format("{}: {} shape (expected [{}, {}], got [{}, {}])", file.string(), dense, lin.out,
+                                      lin.in, w.rows(), w.cols()));
+      }
+      lin.weight = std::move(w);
       if (const TensorView* bias = st.find(lin.name + ".bias")) {
         const auto v = bias->to_f32();
         lin.bias = Eigen::Map<const VectorF>(v.data(), static_cast<Eigen::Index>(v.size()));
