@@ -8,6 +8,7 @@
 
 #include "compress/run/resume.hpp"
 #include "errors_doc.hpp"
+#include "latentllm/checkpoint.hpp"
 #include "latentllm/files.hpp"
 #include "latentllm/generate.hpp"
 #include "latentllm/model.hpp"
@@ -310,6 +311,25 @@ TEST(ErrorsDoc, OutputAndResources) {
              fs::create_directories(tmp / "plan.resume");
              std::ofstream(tmp / "plan.resume" / "plan.json") << R"({"fingerprint": "fp", "modules": [{"name": 3}]})";
              (void)compress::ResumeState(tmp / "plan.resume", "fp").restore_plan();
+           })}},
+          // A layer's progress file whose rewritten dense module (the sparse methods) is [3, 5], read into
+          // a [5, 3] module.
+          {"out-resume-shape", {lib([&] {
+             auto layer_with = [](std::int64_t out, std::int64_t in) {
+               model::DecoderLayer layer;
+               model::Linear l;
+               l.name = "model.layers.0.mlp.down_proj";
+               l.role = model::Role::Down;
+               l.out = out;
+               l.in = in;
+               l.weight = MatrixF(MatrixF::Zero(out, in));  // [out, in]
+               layer.linears.push_back(std::move(l));
+               return layer;
+             };
+             fs::create_directories(tmp / "shape.resume");
+             checkpoint::write_layer_factors(tmp / "shape.resume" / "layer-0.safetensors", layer_with(3, 5), true);
+             model::DecoderLayer other = layer_with(5, 3);
+             checkpoint::read_layer_factors(tmp / "shape.resume" / "layer-0.safetensors", other);
            })}},
       });
   // The user's files are all still there, the overflowing run's progress is kept and resumes in f32.
