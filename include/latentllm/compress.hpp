@@ -7,6 +7,7 @@
 // mean; P: [d, d] the pre-conditioner; r the rank kept, so W ≈ B·A with B: [d', r], A: [r, d].
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -114,6 +115,7 @@ struct ModulePlan {
   std::int64_t dense_params = 0;  // d'·d
   std::int64_t macs = 0;          // factored, for RankPlan::n_tok tokens
   std::int64_t dense_macs = 0;
+  int bits = 0;                   // its factors' bits (allocate_ranks_bits: 2, 3, 4, 8 or 16); 0: the run's --bits
 };
 
 struct RankPlan {
@@ -164,7 +166,13 @@ struct ModuleSpectrum {
   model::Role role = model::Role::Q;
   std::int64_t out = 0, in = 0;  // d', d
   std::vector<double> sigma2;    // [min(d, d')] σ_i² of W·P, descending (≥ 0)
+  // ‖W − Q_q(W)‖²_F / ‖W‖²_F of round to nearest in groups of the run's --group, for q = 2, 3, 4, 8
+  // (kQuantBits); empty: not measured (allocate_ranks_bits then takes the uniform-noise estimate).
+  std::vector<double> quant_rel;
 };
+
+// The bit widths --bpw chooses among besides 16 (no quantization), in the order of ModuleSpectrum::quant_rel.
+inline constexpr std::array<int, 4> kQuantBits = {2, 3, 4, 8};
 
 // Ranks under the uniform plan's total parameters (plan_ranks(shapes, ratio, j).params(), so never
 // more weights than uniform): every module starts at rank 1, then the greedy takes, most efficient
@@ -176,6 +184,24 @@ struct ModuleSpectrum {
 // the earlier module). Throws ConfigError as plan_ranks.
 RankPlan allocate_ranks(const std::vector<ModuleSpectrum>& spectra, double ratio, Junction j, AllocScore score,
                         std::int64_t n_tok = 128);
+
+// ---- One budget in bytes: ranks and bits together (--bpw) ---------------------------------------
+// Each module's rank r and bits q ∈ {2, 3, 4, 8, 16} minimising the sum of the modules' estimated
+// relative losses within bpw bits per original weight (Σ stored bytes ≤ bpw·Σ d'·d / 8, scales and zero
+// points included, biases not: they are the same in every plan). A module's estimate is
+//   L(r, q) = tail(r) + (1 − tail(r))·ε(q)·φ(r),
+// tail(r) = Σ_{i>r} σ_i² / Σ σ_i² (the rank's relative loss, as allocate_ranks), ε(q) its weight's
+// relative rounding error at q bits (ModuleSpectrum::quant_rel), φ(r) = 1 + (the share of the inputs
+// A stores) — B's rounding and A's add up — and φ = 1 at full rank, where the module is stored as its
+// dense weight quantized. Solved by the Lagrangian relaxation of the
+// multiple-choice knapsack (each module's best r, q for a price per byte, the price bisected to the
+// budget), deterministic. Throws ConfigError when even rank 1 at 2 bits everywhere exceeds the budget.
+RankPlan allocate_ranks_bits(const std::vector<ModuleSpectrum>& spectra, double bpw, int group, Junction j,
+                             std::int64_t n_tok = 128);
+// Stored bytes of a module at rank r and q bits, biases not counted: 16 bits, two bytes per factor weight;
+// fewer, its factors' codes with scales and zero points, or at full rank r = min(d, d') its dense
+// weight's (--bpw stores a full-rank module as one quantized matrix, not as two).
+std::int64_t module_bytes(std::int64_t out, std::int64_t in, std::int64_t rank, int bits, int group, bool block_identity);
 
 // ---- Whole-model compression ------------------------------------------------------------------
 // Calibrate, plan ranks, compress every linear module of attention and MLP with the chosen method,
@@ -255,7 +281,10 @@ struct QuantOptions {
   int bits = 16;      // q ∈ {2, 3, 4, 8}; 16: no quantization (the factors stay in the storage type)
   int group = 128;    // G: a positive multiple of 8
   bool gptq = true;   // false: round to nearest (--quantizer rtn)
-  bool enabled() const { return bits < 16; }
+  // --bpw: one budget in bits per original weight of the compressed modules (codes, scales and zero
+  // points included); each module's rank and bits chosen together (allocate_ranks_bits). 0: none.
+  double bpw = 0;
+  bool enabled() const { return bits < 16 || bpw > 0; }
 };
 
 // The sparse methods' options (--method sparse | wanda | sparsegpt; compress/math/sparse.hpp).

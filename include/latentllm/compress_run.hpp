@@ -19,6 +19,7 @@
 
 #include "latentllm/calib.hpp"
 #include "latentllm/compress.hpp"
+#include "latentllm/eval.hpp"
 #include "latentllm/export.hpp"
 #include "latentllm/model.hpp"
 #include "latentllm/provenance.hpp"
@@ -79,6 +80,8 @@ struct Outcome {
   // skipped for few tokens), the preset, the calibration and the numerical notes.
   nlohmann::json options_record;
   format::WeightsSize before, after;  // the whole model's stored weights (after: when written)
+  // The compressed modules as written, when quantized (--bits, --bpw) into a latent checkpoint.
+  std::optional<eval::CompressedModules> compressed_modules;
   double write_s = 0;
   std::int64_t model_params = 0, planned_model_params = 0;  // a dry run: the whole model, as planned
 };

@@ -134,6 +134,18 @@ inline std::int64_t flops_of_macs(std::int64_t macs) { return 2 * macs; }
 std::int64_t sparse_storage_bytes(std::int64_t nnz, std::int64_t out, std::int64_t in, int value_bytes);
 // The MACs of a module as stored (dense or factored) for n_tok tokens.
 std::int64_t linear_macs(const model::Linear& l, std::int64_t n_tok);
+// The compressed modules (factored or quantized) of a model as stored: their original weights d'·d, their
+// stored bytes (factors or codes with scales and zero points, biases at value_bytes each; no permutation)
+// and bits per original weight, 8·bytes / dense_params. compress --json and inspect --json report it.
+struct CompressedModules {
+  std::int64_t modules = 0, dense_params = 0, bytes = 0;
+  bool quantized = false;  // any module holds packed codes
+  double bits_per_weight() const { return dense_params > 0 ? 8.0 * static_cast<double>(bytes) / static_cast<double>(dense_params) : 0.0; }
+};
+// One module's stored bytes as CompressedModules counts them (value_bytes: a float matrix's stored type).
+std::int64_t compressed_module_bytes(const model::Linear& l, std::int64_t value_bytes);
+// A lazy model's layers are loaded one at a time and released again (those it had loaded stay).
+CompressedModules compressed_modules(model::Model& m, std::int64_t value_bytes);
 
 // Stored parameters (weights, biases, norms, embeddings) per module type: "embed", "attn", "mlp",
 // "norm", then "lm_head" when untied.

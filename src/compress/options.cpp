@@ -63,7 +63,7 @@ std::span<const OptionFlag> option_flags() {
       {"intra_layer", "--no-intra-layer"}, {"covariance", "--covariance"}, {"output_side", "--output-side"},
       {"batch", "--batch"},         {"bits", "--bits"},           {"group", "--group"},
       {"quantizer", "--quantizer"}, {"solver", "--solver"},       {"pattern", "--pattern"},
-      {"sparse_iters", "--sparse-iters"},
+      {"sparse_iters", "--sparse-iters"}, {"bpw", "--bpw"},
   };
   return kFlags;
 }
@@ -132,7 +132,8 @@ nlohmann::ordered_json CompressOptions::to_json() const {
   put("pattern", sparse_pattern_name(sparse.pattern));
   put("sparse_iters", sparse.iters);
   if (quant.enabled()) {  // absent when not quantized, so records of earlier runs stay the same
-    j["bits"] = quant.bits;
+    if (quant.bpw > 0) j["bpw"] = quant.bpw;  // each module's bits then the plan's
+    else j["bits"] = quant.bits;
     j["group"] = quant.group;
     j["quantizer"] = uses_gptq(*this) ? "gptq" : "rtn";
   }
@@ -174,6 +175,7 @@ CompressOptions CompressOptions::from_json(const nlohmann::json& j) {
     o.sparse.iters = j.value("sparse_iters", o.sparse.iters);
     o.quant.bits = j.value("bits", o.quant.bits);
     o.quant.group = j.value("group", o.quant.group);
+    o.quant.bpw = j.value("bpw", o.quant.bpw);
     o.quant.gptq = j.value("quantizer", std::string("gptq")) == "gptq";
   } catch (const nlohmann::json::exception& e) {
     throw FormatError(fmt::format("options record: {} (expected the keys CompressOptions::to_json writes)", e.what()));
@@ -206,6 +208,30 @@ void validate_sparse(const CompressOptions& o) {
   if (o.components.towers()) {
     throw ConfigError(fmt::format("--method {}: --components (expected lm: the towers are compressed by low rank "
                                   "only, got {})", m, components_name(o.components)));
+  }
+}
+
+// --bpw's checks: a budget a plan can meet, chosen by the allocation of ranks and bits alone.
+void validate_bpw(const CompressOptions& o) {
+  if (!(o.quant.bpw > 0 && o.quant.bpw <= 16)) {  // also NaN
+    throw ConfigError(fmt::format("--bpw (expected 0 < bits per weight <= 16, got {})", o.quant.bpw));
+  }
+  if (quantizes_dense(o.method) || sparsifies(o.method)) {
+    throw ConfigError(fmt::format("--method {}: --bpw (expected a low-rank method: the budget chooses ranks and "
+                                  "bits together, got {})", method_name(o.method), method_name(o.method)));
+  }
+  if (o.quant.bits != 16) {
+    throw ConfigError(fmt::format("--bpw: --bits (expected 16: each module's bits come from the budget, got {})",
+                                  o.quant.bits));
+  }
+  if (o.rank_alloc != RankAlloc::Global || o.alloc_score != AllocScore::Relative) {
+    throw ConfigError(fmt::format("--bpw: rank allocation (expected --rank-alloc global with --alloc-score relative: "
+                                  "the budget is spread over every module, got {} with {})",
+                                  rank_alloc_name(o.rank_alloc), alloc_score_name(o.alloc_score)));
+  }
+  if (o.components.towers()) {
+    throw ConfigError(fmt::format("--bpw: --components (expected lm: the towers' ranks and bits are not allocated "
+                                  "yet, got {})", components_name(o.components)));
   }
 }
 
@@ -248,6 +274,7 @@ void CompressOptions::validate() const {
   if (quant.group <= 0 || quant.group % 8 != 0) {
     throw ConfigError(fmt::format("--group (expected a positive multiple of 8, got {})", quant.group));
   }
+  if (quant.bpw != 0) validate_bpw(*this);
   if (sparsifies(method)) validate_sparse(*this);
   if (stop_after_layers < 0) {
     throw ConfigError(fmt::format("--stop-after-layers (expected >= 0, got {})", stop_after_layers));

@@ -32,6 +32,29 @@ std::int64_t linear_macs(const model::Linear& l, std::int64_t n_tok) {
   return n_tok * (l.num_params() - l.bias.size());
 }
 
+std::int64_t compressed_module_bytes(const model::Linear& l, std::int64_t value_bytes) {
+  if (!l.quantized()) return value_bytes * l.num_params();
+  // Its stored matrices: codes, scales and zero points (the bias stays in the storage type).
+  return l.bytes() - 4 * (l.bias.size() + static_cast<std::int64_t>(l.perm.size())) + value_bytes * l.bias.size();
+}
+
+CompressedModules compressed_modules(model::Model& m, std::int64_t value_bytes) {
+  CompressedModules c;
+  for (int i = 0; i < m.num_layers(); ++i) {
+    const bool load = !m.layer_loaded(i);
+    if (load) m.load_layer(i);
+    for (const auto& l : m.layer(i).linears)
+      if (l.factored() || l.quantized()) {
+        ++c.modules;
+        c.dense_params += l.in * l.out;
+        c.bytes += compressed_module_bytes(l, value_bytes);
+        c.quantized = c.quantized || l.quantized();
+      }
+    if (load) m.release_layer(i);
+  }
+  return c;
+}
+
 std::vector<std::pair<std::string, std::int64_t>> param_breakdown(const model::Model& m) {
   std::vector<std::pair<std::string, std::int64_t>> out = {{"embed", 0}, {"attn", 0}, {"mlp", 0}, {"norm", 0}};
   auto add = [&](const std::string& key, std::int64_t n) {

@@ -98,6 +98,12 @@ TEST(ErrorsDoc, CompressOptions) {
                                     compress("--method asvd-l2 --rank-alloc uniform --alloc-tokens 5 --dry-run"),
                                     compress("--method latentllm --solver fista --dry-run"),
                                     compress("--method wanda --ratio 0.5 --sparse-iters 5 --dry-run")}},
+                    {"opt-bpw-ratio", {compress("--bpw 3 --ratio 0.3 --dry-run")}},
+                    {"opt-bpw-target", {compress("--bpw 3 --target params --dry-run"),
+                                        compress("--bpw 3 --target bytes --dry-run")}},
+                    {"opt-bpw-data", {compress("--bpw 3 --dry-run")}},
+                    {"opt-bpw-sweep", {cli("sweep --model " + model() + calib() + " --bpw 3 --out " +
+                                           q(make_temp_dir("err-bpw-sweep") / "s"))}},
                 });
 }
 

@@ -103,6 +103,29 @@ TEST(OptionsRecord, SparseFieldsRoundTripAndChangeTheFingerprint) {
   EXPECT_FALSE(reads_everything().to_json().contains("pattern"));
 }
 
+// --bpw: the budget recorded in place of --bits (each module's bits are the plan's), round-tripped, and
+// part of the run's identity.
+CompressOptions bpw_record() {
+  CompressOptions o = reads_everything();
+  o.quant = {.bits = 16, .group = 32, .gptq = true, .bpw = 3.0};
+  return o;
+}
+
+TEST(OptionsRecord, BitsPerWeightRoundTripsAndChangesTheFingerprint) {
+  const auto m = model::Model::load(test::shared_path("models/stories260K/hf"));
+  const std::vector<std::int32_t> ids(2 * kSeqlen, 5);
+  const CompressOptions base = bpw_record();
+  const auto j = base.to_json();
+  EXPECT_EQ(j.at("bpw"), 3.0);
+  EXPECT_FALSE(j.contains("bits"));
+  EXPECT_EQ(CompressOptions::from_json(j).to_json(), j);
+  CompressOptions other = base;
+  other.quant.bpw = 3.5;
+  EXPECT_NE(compress::run_fingerprint(*m, ids, kSeqlen, other), compress::run_fingerprint(*m, ids, kSeqlen, base));
+  other.quant.bpw = 0;
+  EXPECT_FALSE(other.to_json().contains("bpw"));
+}
+
 TEST(OptionsRecord, EveryFieldRoundTripsAndChangesTheFingerprint) {
   const auto m = model::Model::load(test::shared_path("models/stories260K/hf"));
   const std::vector<std::int32_t> ids(2 * kSeqlen, 5);
@@ -152,6 +175,7 @@ TEST(OptionsRecord, EveryKeyHasOneFlagAndTheCliOffersIt) {
     every.update(o.to_json());
   }
   every.update(sparse_record().to_json());
+  every.update(bpw_record().to_json());
   for (const auto& f : flags) {
     EXPECT_TRUE(every.contains(std::string(f.key))) << f.key << " is not a key of the options record";
     const std::string flag = std::string(f.flag) + " ";

@@ -86,6 +86,16 @@ CaseFn load_quantized(DType codes_dtype, std::int64_t rows) {
   });
 }
 
+// An edit on top of a valid --bpw run (latentllm, global ranks, a budget of 3 bits per weight).
+std::function<void(compress::CompressOptions&)> bpw(std::function<void(compress::CompressOptions&)> edit) {
+  return [edit](compress::CompressOptions& o) {
+    o.method = compress::Method::LatentLlm;
+    o.rank_alloc = compress::RankAlloc::Global;
+    o.quant.bpw = 3;
+    edit(o);
+  };
+}
+
 CaseFn options_with(std::function<void(compress::CompressOptions&)> edit) {
   return lib([edit] {
     compress::CompressOptions o;
@@ -164,6 +174,20 @@ TEST(ErrorsDoc, Quantization) {
       {"qopt-bits", {options_with([](compress::CompressOptions& o) { o.quant.bits = 5; })}},
       {"qopt-group", {options_with([](compress::CompressOptions& o) { o.quant = {.bits = 4, .group = 20}; })}},
       {"qopt-method", {options_with([](compress::CompressOptions& o) { o.method = compress::Method::Gptq; })}},
+      {"qopt-bpw", {options_with(bpw([](compress::CompressOptions& o) { o.quant.bpw = -1; })),
+                    options_with(bpw([](compress::CompressOptions& o) { o.quant.bpw = 17; })),
+                    options_with(bpw([](compress::CompressOptions& o) { o.quant.bpw = std::nan(""); }))}},
+      {"qopt-bpw-method", {options_with(bpw([](compress::CompressOptions& o) { o.method = compress::Method::Gptq; })),
+                           options_with(bpw([](compress::CompressOptions& o) { o.method = compress::Method::Wanda; }))}},
+      {"qopt-bpw-bits", {options_with(bpw([](compress::CompressOptions& o) { o.quant.bits = 4; }))}},
+      {"qopt-bpw-alloc", {options_with(bpw([](compress::CompressOptions& o) { o.rank_alloc = compress::RankAlloc::Uniform; })),
+                          options_with(bpw([](compress::CompressOptions& o) { o.alloc_score = compress::AllocScore::Grouped; }))}},
+      {"qopt-bpw-components", {options_with(bpw([](compress::CompressOptions& o) { o.components = {true, true, false}; }))}},
+      {"qalloc-bpw-budget", {lib([] {
+         const compress::ModuleSpectrum s{"model.layers.0.mlp.down_proj", model::Role::Down, 16, 16,
+                                          std::vector<double>(16, 1.0), {}};
+         (void)compress::allocate_ranks_bits({s}, 2.0, 8, compress::Junction::BlockIdentity);
+       })}},
       {"qread-padding", {stored([](Stored& s) { s.p.codes[3 * 12 - 1] |= 0x10; }),
                          stored([](Stored& s) { s.p.codes[12 - 2] = 0x01; })}},
   };

@@ -21,7 +21,7 @@ constexpr Junction kPlain = Junction::Identity;
 
 ModuleSpectrum spectrum(std::string name, std::int64_t out, std::int64_t in, std::vector<double> s2,
                         model::Role role = model::Role::Q) {
-  return {std::move(name), role, out, in, std::move(s2)};
+  return {std::move(name), role, out, in, std::move(s2), {}};
 }
 
 // Σ over modules of the normalized gains of ranks 1..r (the objective the greedy maximizes).

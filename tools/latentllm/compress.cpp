@@ -26,6 +26,7 @@ struct CompressArgs {
   std::string components = "lm";
   std::string target = "linear";
   double ratio = 0.2;
+  const CLI::Option* ratio_flag = nullptr;  // whether --ratio was given (--bpw replaces it)
   MethodArgs m;
   CalibArgs c;
   RunArgs run;
@@ -37,11 +38,13 @@ struct CompressArgs {
 // the same, so its ranks are lower, not its parameters higher.
 void print_plan(const compress::RankPlan& plan, const compress::RankPlan* plain, bool json) {
   if (json || !dist::is_root()) return;
-  std::printf("%-52s %9s %6s %10s %10s %12s\n", "module", "shape", "rank", "params", "dense", "MACs@128");
+  const bool bits = !plan.modules.empty() && plan.modules.front().bits > 0;  // --bpw chose each module's bits
+  std::printf("%-52s %9s %6s %10s %10s %12s%s\n", "module", "shape", "rank", "params", "dense", "MACs@128",
+              bits ? "  bits" : "");
   for (const auto& m : plan.modules) {
-    std::printf("%-52s %4lldx%-4lld %6lld %10lld %10lld %12lld\n", m.name.c_str(), (long long)m.out,
+    std::printf("%-52s %4lldx%-4lld %6lld %10lld %10lld %12lld%s\n", m.name.c_str(), (long long)m.out,
                 (long long)m.in, (long long)m.rank, (long long)m.params, (long long)m.dense_params,
-                (long long)m.macs);
+                (long long)m.macs, bits ? fmt::format(" {:5d}", m.bits).c_str() : "");
   }
   std::printf("total of the compressed linear modules: params %lld of %lld (%.2f%% removed), MACs@%lld %lld of "
               "%lld, FLOPs %lld of %lld\n",
@@ -154,11 +157,19 @@ int report_done(const CompressArgs& a, const compress::Outcome& o) {
   }
   const bool sparse = compress::sparsifies(compress::parse_method(a.method));
   if (sparse) j["sparse"] = sparse_json(report, a.dtype == "f32" ? 4 : 2);
+  if (const auto& cm = o.compressed_modules) {  // as inspect --json reports it
+    j["compressed_modules"] = {{"dense_params", cm->dense_params}, {"bytes", cm->bytes},
+                               {"bits_per_weight", cm->bits_per_weight()}};
+  }
   if (a.json) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  if (a.target == "linear") {
+  if (a.m.bpw) {
+    std::printf("compressed %s with %s at --bpw %g: %lld -> %lld weights in compressed modules (the linear modules "
+                "of attention and MLP), each module's rank and bits chosen together\n", a.model.c_str(),
+                a.method.c_str(), *a.m.bpw, (long long)report.dense_params, (long long)report.params);
+  } else if (a.target == "linear") {
     std::printf("compressed %s with %s at ratio %.2f: %lld -> %lld weights in compressed modules (the linear "
                 "modules of attention and MLP, what --ratio counts)\n", a.model.c_str(), a.method.c_str(), a.ratio,
                 (long long)report.dense_params, (long long)report.params);
@@ -170,6 +181,12 @@ int report_done(const CompressArgs& a, const compress::Outcome& o) {
                 (long long)report.params);
   }
   print_model_size(o.before, o.after);
+  if (const auto& cm = o.compressed_modules) {
+    std::printf("quantized: the compressed modules store %s for %lld weights, %.4f bits per weight (codes, scales, "
+                "zero points and biases)%s\n", core::format_bytes(cm->bytes).c_str(), (long long)cm->dense_params,
+                cm->bits_per_weight(),
+                a.m.bpw ? fmt::format(" of the --bpw {} budget", *a.m.bpw).c_str() : "");
+  }
   if (sparse) {
     const auto& sp = j["sparse"];
     std::printf("sparsity %.4f of the compressed modules (stored dense with zeros); as values + positions (a bitmask, "
@@ -212,6 +229,10 @@ int run_compress(const CompressArgs& a) {
   apply_run_options(a.run);
   compress::Request r;
   r.model = a.model;
+  if (a.m.bpw && a.ratio_flag->count() > 0) {
+    throw ConfigError(fmt::format("--bpw: --ratio (expected one of them: the budget in bits per weight replaces the "
+                                  "ratio, got --bpw {} and --ratio {})", *a.m.bpw, a.ratio));
+  }
   r.options = to_compress_options(a.m, a.method, a.ratio);
   r.options.stop_after_layers = a.stop_after_layers;
   r.options.components = compress::parse_components(a.components);
@@ -243,7 +264,7 @@ int run_compress(const CompressArgs& a) {
       if (!a.json) std::fprintf(stderr, "sparse: every compressed module with %.4g of its weights zero\n", a.ratio);
       return;
     }
-    const bool plain = p.source != compress::PlannedRanks::Source::Resumed &&
+    const bool plain = p.source != compress::PlannedRanks::Source::Resumed && !a.m.bpw &&
                        p.plan.junction == compress::Junction::BlockIdentity;
     print_plan(p.plan, plain ? &p.plain : nullptr, a.json);
   };
@@ -274,7 +295,7 @@ Command add_compress(CLI::App& app) {
   sub->add_option("--method", a->method, "plain-svd, asvd-hessian, asvd-l1, asvd-l2, asvd-cov, asvd-rootcov, latentllm; rtn, gptq (dense, "
                                         "quantized: --bits); sparse, wanda, sparsegpt (dense with --ratio of the weights zero)")
       ->capture_default_str()->group("Method");
-  sub->add_option("--ratio", a->ratio, "Fraction of the weights of the compressed modules (the linear modules of "
+  a->ratio_flag = sub->add_option("--ratio", a->ratio, "Fraction of the weights of the compressed modules (the linear modules of "
                                        "attention and MLP; not the embeddings, norms or LM head) removed, in (0, 1)")
       ->capture_default_str()->group("Method");
   sub->add_option("--target", a->target,

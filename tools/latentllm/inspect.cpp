@@ -53,7 +53,7 @@ nlohmann::ordered_json sparse_modules(const model::Model& m, const io::TensorSto
           {"storage_bytes", bytes}, {"dense_bytes", dense * value_bytes}};
 }
 
-nlohmann::ordered_json describe(const model::Model& m, const std::string& dir, bool allow_unused_tensors) {
+nlohmann::ordered_json describe(model::Model& m, const std::string& dir, bool allow_unused_tensors) {
   const auto& c = m.config();
   nlohmann::ordered_json j;
   j["model"] = dir;
@@ -102,8 +102,6 @@ nlohmann::ordered_json describe(const model::Model& m, const std::string& dir, b
 
   nlohmann::ordered_json latent = nlohmann::ordered_json::array();
   const std::int64_t value_bytes = c.torch_dtype == "float32" ? 4 : 2;  // of a float tensor as stored
-  std::int64_t dense = 0, bytes = 0;  // of the compressed modules: their dense weights, their stored bytes
-  bool quantized = false;
   for (int i = 0; i < m.num_layers(); ++i)
     for (const auto& l : m.layer(i).linears)
       if (l.factored() || l.quantized()) {
@@ -111,25 +109,21 @@ nlohmann::ordered_json describe(const model::Model& m, const std::string& dir, b
                                     {"out", l.out}, {"junction", l.block_identity ? "block-identity" : "none"},
                                     {"params", l.num_params()}};
         if (l.quantized()) {
-          // Its stored matrices: codes, scales and zero points (the bias stays in the storage type).
-          const std::int64_t b = l.bytes() - 4 * (l.bias.size() + static_cast<std::int64_t>(l.perm.size()));
           e["bits"] = l.bits();
           e["group"] = l.group();
-          e["bytes"] = b + value_bytes * l.bias.size();
-          quantized = true;
+          e["bytes"] = eval::compressed_module_bytes(l, value_bytes);
         }
-        dense += l.in * l.out;
-        bytes += e.contains("bytes") ? e["bytes"].get<std::int64_t>() : value_bytes * l.num_params();
         latent.push_back(std::move(e));
       }
+  const eval::CompressedModules cm = eval::compressed_modules(m, value_bytes);
   if (const auto lat = c.raw.find("latent"); lat != c.raw.end() && lat->is_object() && lat->contains("method") &&
       (*lat)["method"].is_string() && compress::sparsifies(compress::parse_method((*lat)["method"].get<std::string>()))) {
     j["sparse_modules"] = sparse_modules(m, store, value_bytes);
   }
-  if (quantized) {  // (only then: the reports of 16-bit checkpoints stay as they were)
+  if (cm.quantized) {  // (only then: the reports of 16-bit checkpoints stay as they were)
     // Bits per original weight of the compressed modules, scales, zero points and biases included.
-    j["compressed_modules"] = {{"dense_params", dense}, {"bytes", bytes},
-                               {"bits_per_weight", 8.0 * static_cast<double>(bytes) / static_cast<double>(dense)}};
+    j["compressed_modules"] = {{"dense_params", cm.dense_params}, {"bytes", cm.bytes},
+                               {"bits_per_weight", cm.bits_per_weight()}};
   }
   if (!c.multimodal_architecture.empty() && c.raw.contains("latent")) {
     // compress --components: the factored modules of the vision tower and the projector.

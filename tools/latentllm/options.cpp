@@ -103,6 +103,12 @@ void add_method_options(CLI::App* sub, MethodArgs& a) {
                   "Quantize every compressed module's factors B and A to this many bits: 8, 4, 3 or 2, in groups of "
                   "--group input columns with F16 scales and zero points (16 = no quantization; docs/QUANT.md)")
       ->check(CLI::IsMember({2, 3, 4, 8, 16}))->capture_default_str()->group("Quantization");
+  sub->add_option("--bpw", a.bpw,
+                  "One budget in bits per original weight of the compressed modules (codes, scales and zero points "
+                  "included), in place of --ratio and --bits: a dense pre-pass measures each module's spectrum and "
+                  "rounding error, and each module's rank and bits (2, 3, 4, 8 or 16) are chosen together to lose "
+                  "least (implies --rank-alloc global; docs/QUANT.md)")
+      ->group("Quantization");
   sub->add_option("--group", a.group, "Input columns per quantization group (a multiple of 8)")
       ->capture_default_str()->group("Quantization");
   sub->add_option("--quantizer", a.quantizer,
@@ -187,6 +193,10 @@ compress::CompressOptions to_compress_options(const MethodArgs& a, const std::st
   o.output_side = a.output_side == "on";
   o.quant.bits = a.bits;
   o.quant.group = a.group;
+  if (a.bpw) {
+    o.quant.bpw = *a.bpw;
+    if (a.rank_alloc == "auto") o.rank_alloc = compress::RankAlloc::Global;
+  }
   if (a.quantizer != "auto") o.quant.gptq = a.quantizer == "gptq";
   o.sparse.solver = compress::parse_sparse_solver(a.solver);
   o.sparse.pattern = compress::parse_sparse_pattern(a.pattern);
@@ -267,9 +277,11 @@ bool held_out(io::Dataset dataset, const std::string& eval_file, const nlohmann:
 
 nlohmann::json plan_json(const compress::RankPlan& p) {
   nlohmann::json mods = nlohmann::json::array();
-  for (const auto& m : p.modules)
+  for (const auto& m : p.modules) {
     mods.push_back({{"name", m.name}, {"out", m.out}, {"in", m.in}, {"rank", m.rank}, {"params", m.params},
                     {"dense_params", m.dense_params}, {"macs", m.macs}, {"dense_macs", m.dense_macs}});
+    if (m.bits > 0) mods.back()["bits"] = m.bits;  // --bpw's choice
+  }
   return {{"ratio", p.ratio}, {"junction", compress::junction_name(p.junction)}, {"n_tok", p.n_tok},
           {"params", p.params()}, {"dense_params", p.dense_params()}, {"macs", p.macs()},
           {"dense_macs", p.dense_macs()}, {"flops", 2 * p.macs()}, {"dense_flops", 2 * p.dense_macs()},

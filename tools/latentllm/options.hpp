@@ -32,6 +32,7 @@ struct MethodArgs {
   std::optional<double> joint_tol;  // unset: the preset's
   bool no_intra_layer = false, diagnostics = false;
   int bits = 16, group = 128;
+  std::optional<double> bpw;  // --bpw
   std::string quantizer = "auto";  // auto: the preset's (default gptq, paper rtn)
   std::string solver = "hard", pattern = "unstructured";  // the sparse methods
   int sparse_iters = 100;

@@ -124,6 +124,10 @@ class Sweep {
 
   int run() {
     apply_run_options(a_.run);
+    if (a_.m.bpw) {
+      throw ConfigError(fmt::format("sweep: --bpw (expected compress --bpw: sweep's grid is --ratios, and a grid of "
+                                    "budgets is not there yet, got --bpw {})", *a_.m.bpw));
+    }
     const auto methods = split(a_.methods.empty() ? default_methods() : a_.methods);
     const auto ratios = parse_ratios(a_.ratios);
     for (const auto& method : methods) {

@@ -18,6 +18,7 @@
 #include "latentllm/log.hpp"
 #include "linalg/linalg.hpp"
 #include "model/linear_fused.hpp"
+#include "quant/quant.hpp"
 
 namespace latentllm::compress {
 namespace {
@@ -26,6 +27,19 @@ std::vector<double> descending_nonnegative(const VectorD& values) {  // eigenval
   std::vector<double> s(static_cast<std::size_t>(values.size()));
   for (Eigen::Index i = 0; i < values.size(); ++i) s[static_cast<std::size_t>(i)] = std::max(0.0, values(i));
   return s;
+}
+
+// ‖W − Q_q(W)‖²_F / ‖W‖²_F of round to nearest on each group's min–max grid, for q in kQuantBits
+// (--bpw's estimate of what quantizing this module costs; allocate_ranks_bits).
+std::vector<double> rounding_errors(const MatrixD& w, int group, std::string_view context) {
+  std::vector<double> out;
+  const double energy = w.squaredNorm();
+  for (int bits : kQuantBits) {
+    const quant::QuantSpec spec{bits, group, quant::Grid::MinMax};
+    const double e = (w - quant::dequantize(quant::rtn(w, spec, context))).squaredNorm();
+    out.push_back(energy > 0 ? e / energy : 0.0);
+  }
+  return out;
 }
 
 }  // namespace
@@ -106,7 +120,9 @@ class SpectrumStage final : public calib::Stage {
       if (lin.site != site_) continue;
       // As the local ASVD: a bias module whose bias is updated sees only the centered inputs.
       const bool centered = lin.bias.size() > 0 && opt_.local.update_bias;
-      ModuleSpectrum s{lin.name, lin.role, lin.out, lin.in, {}};
+      ModuleSpectrum s{lin.name, lin.role, lin.out, lin.in, {}, {}};
+      // Every rank holds the layer, and rounding has no reduction order: each measures its own.
+      if (opt_.quant.bpw > 0) s.quant_rel = rounding_errors(weight_double(lin), opt_.quant.group, lin.name);
       if (output_side_) {
         const OutputStats& os = outputs_.finished(lin.name);  // a collective: every rank
         if (mine) {

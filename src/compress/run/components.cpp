@@ -97,7 +97,7 @@ std::vector<ModuleSpectrum> projector_spectra(model::LlavaModel& m, const TowerC
     NoteCollector silent(/*silent=*/true);  // the compression itself records the whitening's notes
     const bool centered = lin.bias.size() > 0 && opt.local.update_bias;  // as the local ASVD
     const Whitening wh = whiten(centered ? st.centered() : st.xtx, opt.local.lambda_rel, lin.name);  // [d, d]
-    out.push_back({lin.name, k == 0 ? model::Role::Up : model::Role::Down, lin.out, lin.in, whitened_spectrum(weight_double(lin), wh, lin.name)});
+    out.push_back({lin.name, k == 0 ? model::Role::Up : model::Role::Down, lin.out, lin.in, whitened_spectrum(weight_double(lin), wh, lin.name), {}});
   });
   return out;
 }

@@ -140,6 +140,11 @@ void write_output(const Request& r, model::Model& m, const CompressOptions& opt,
   o.write_s = seconds_since(tw);
   o.written = true;
   o.after = format::weights_size(r.out);
+  if (r.output.format == "latent" && opt.quant.enabled() && !llava) {
+    // Counted from the checkpoint as inspect counts it (bits per weight, scales and zero points included).
+    const auto written = model::Model::load(r.out, {.lazy = true});
+    o.compressed_modules = eval::compressed_modules(*written, so.dtype == DType::F32 ? 4 : 2);
+  }
 }
 
 constexpr auto kTargetNames = core::enum_names<Target>(core::Named<Target>{Target::Linear, "linear"},
@@ -226,6 +231,10 @@ Outcome run(Request r, const Observer& observe) {
       throw ConfigError(fmt::format("--target {}: not with --method {} (expected --target linear: --ratio is the "
                                     "fraction of zeros of the compressed modules)", target_name(r.target),
                                     method_name(opt.method)));
+    }
+    if (opt.quant.bpw > 0) {
+      throw ConfigError(fmt::format("--bpw: --target (expected linear: the budget is in bits per weight of the "
+                                    "compressed modules, got {})", target_name(r.target)));
     }
     if (r.target == Target::Bytes && opt.quant.enabled()) {
       throw ConfigError(fmt::format("--target bytes: not with --bits {} (expected --target linear or params: the "

@@ -142,12 +142,35 @@ std::string_view planned_source_name(PlannedRanks::Source s) {
   return "uniform";
 }
 
+namespace {
+
+// One line of what --bpw chose: the budget used and how many modules took each bit width.
+void log_bits_plan(const RankPlan& plan, double bpw, int group) {
+  std::map<int, int> by_bits;
+  std::int64_t bytes = 0, dense = 0;
+  for (const auto& mp : plan.modules) {
+    ++by_bits[mp.bits];
+    bytes += module_bytes(mp.out, mp.in, mp.rank, mp.bits, group, plan.junction == Junction::BlockIdentity);
+    dense += mp.dense_params;
+  }
+  std::string mix;
+  for (const auto& [b, n] : by_bits) mix += fmt::format("{}{} at {} bits", mix.empty() ? "" : ", ", n, b);
+  log_info("rank and bits allocation: {:.4f} of {} bits per weight ({}), {} weights",
+           8.0 * static_cast<double>(bytes) / static_cast<double>(dense), bpw, mix, plan.params());
+}
+
+}  // namespace
+
 PlannedRanks plan_run(model::Model& m, std::span<const std::int32_t> ids, int seqlen, const CompressOptions& requested,
                       std::vector<ModuleSpectrum>* spectra, const PlanParts* more) {
   const CompressOptions opt = effective_options(m.config(), static_cast<std::int64_t>(ids.size()), requested);
   PlannedRanks p;
   CompressOptions plain_opt = opt;
   plain_opt.local.junction = Junction::Identity;
+  if (opt.quant.bpw > 0 && ids.empty()) {
+    throw ConfigError("--bpw: calibration windows (expected --calib-data: each module's rank and bits come from the "
+                      "spectra of a dense pre-pass over them, got none)");
+  }
   if (opt.rank_alloc == RankAlloc::Uniform || ids.empty()) {
     p.plan = plan_model(m, opt);
     p.plain = plan_model(m, plain_opt);
@@ -188,6 +211,13 @@ PlannedRanks plan_run(model::Model& m, std::span<const std::int32_t> ids, int se
     p.prepass_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   }
   const std::vector<ModuleSpectrum>& all = more != nullptr ? with_parts : measured;
+  if (opt.quant.bpw > 0) {
+    p.plan = allocate_ranks_bits(all, opt.quant.bpw, opt.quant.group, opt.local.junction);
+    p.plain = allocate_ranks_bits(all, opt.quant.bpw, opt.quant.group, Junction::Identity);
+    p.source = PlannedRanks::Source::Global;
+    log_bits_plan(p.plan, opt.quant.bpw, opt.quant.group);
+    return p;
+  }
   p.plan = allocate_ranks(all, opt.ratio, opt.local.junction, opt.alloc_score);
   p.plain = allocate_ranks(all, opt.ratio, Junction::Identity, opt.alloc_score);
   p.source = PlannedRanks::Source::Global;

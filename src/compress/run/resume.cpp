@@ -111,6 +111,7 @@ void ResumeState::save_plan(const RankPlan& plan) const {
   for (const auto& p : plan.modules) {
     mods.push_back({{"name", p.name}, {"out", p.out}, {"in", p.in}, {"rank", p.rank}, {"params", p.params},
                     {"dense_params", p.dense_params}, {"macs", p.macs}, {"dense_macs", p.dense_macs}});
+    if (p.bits > 0) mods.back()["bits"] = p.bits;  // --bpw's choice
   }
   const nlohmann::json j = {{"fingerprint", fingerprint_}, {"ratio", plan.ratio},
                             {"junction", junction_name(plan.junction)}, {"n_tok", plan.n_tok}, {"modules", mods}};
@@ -129,7 +130,7 @@ std::optional<RankPlan> ResumeState::restore_plan() const {
     plan.n_tok = j.at("n_tok");
     for (const auto& p : j.at("modules")) {
       plan.modules.push_back({p.at("name"), p.at("out"), p.at("in"), p.at("rank"), p.at("params"),
-                              p.at("dense_params"), p.at("macs"), p.at("dense_macs")});
+                              p.at("dense_params"), p.at("macs"), p.at("dense_macs"), p.value("bits", 0)});
     }
     log_info("resume: the global rank allocation restored from {} (no pre-pass)", file.string());
     return plan;

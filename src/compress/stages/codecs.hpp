@@ -34,7 +34,8 @@ struct Codec<quant::PackedMatrix> {
 };
 
 // A module's final factors: B and A in float32, as install() keeps them, and when quantized their packed
-// forms (the float32 values are then the dequantized ones, which install() does not read).
+// forms (the float32 values are then the dequantized ones, which install() does not read), or the packed
+// dense matrix of a full-rank fit under --bpw.
 template <>
 struct Codec<compress::Fitted> {
   static void put(Bytes& b, const compress::Fitted& f) {
@@ -42,6 +43,9 @@ struct Codec<compress::Fitted> {
     const bool q = f.qb != nullptr;
     b.put(q);
     if (q) b.put(*f.qb), b.put(*f.qa);
+    const bool dense = f.qw != nullptr;  // --bpw at full rank
+    b.put(dense);
+    if (dense) b.put(*f.qw);
   }
   static void get(Bytes& b, compress::Fitted& f) {
     compress::Factors32 f32;
@@ -50,11 +54,18 @@ struct Codec<compress::Fitted> {
     b.get(f.loss), b.get(f.energy);
     bool q = false;
     b.get(q);
-    if (!q) return;
-    quant::PackedMatrix qb, qa;
-    b.get(qb), b.get(qa);
-    f.qb = std::make_shared<const quant::PackedMatrix>(std::move(qb));
-    f.qa = std::make_shared<const quant::PackedMatrix>(std::move(qa));
+    if (q) {
+      quant::PackedMatrix qb, qa;
+      b.get(qb), b.get(qa);
+      f.qb = std::make_shared<const quant::PackedMatrix>(std::move(qb));
+      f.qa = std::make_shared<const quant::PackedMatrix>(std::move(qa));
+    }
+    bool dense = false;
+    b.get(dense);
+    if (!dense) return;
+    quant::PackedMatrix qw;
+    b.get(qw);
+    f.qw = std::make_shared<const quant::PackedMatrix>(std::move(qw));
   }
 };
 

@@ -13,6 +13,7 @@
 #include "latentllm/log.hpp"
 #include "model/ops.hpp"
 #include "quant/factors.hpp"
+#include "quant/gptq.hpp"
 
 namespace latentllm::compress {
 namespace {
@@ -35,6 +36,17 @@ void install_quantized(model::Linear& lin, const Fitted& fit) {
   lin.perm.assign(fit.f.perm.begin(), fit.f.perm.end());
   if (fit.f.bias.size() > 0) lin.bias = fit.f.bias.cast<float>();
   release(lin.weight);
+}
+
+// Writes a full-rank fit quantized as one dense matrix into a model Linear (--bpw), with its bias.
+void install_quantized_dense(model::Linear& lin, const Fitted& fit) {
+  release(lin.weight);
+  lin.weight = fit.qw;
+  lin.B = {};
+  lin.A = {};
+  lin.block_identity = false;
+  lin.perm.clear();
+  if (fit.f.bias.size() > 0) lin.bias = fit.f.bias.cast<float>();
 }
 
 // Writes factors into a model Linear (float), replacing its dense weight.
@@ -124,7 +136,15 @@ StageContext::StageContext(const CompressOptions& opt, const RankPlan& plan, Com
                                                  report_.jobs_at_once = std::max(report_.jobs_at_once, graph_.most_at_once());
                                                }}) {
   local_.preconditioner = preconditioner_of(opt.method);
-  for (const auto& mp : plan.modules) ranks_[mp.name] = mp.rank;
+  for (const auto& mp : plan.modules) {
+    ranks_[mp.name] = mp.rank;
+    if (mp.bits > 0) bits_[mp.name] = mp.bits;
+  }
+}
+
+int StageContext::bits_of(const model::Linear& lin) const {
+  const auto it = bits_.find(lin.name);
+  return it != bits_.end() ? it->second : opt_.quant.bits;
 }
 
 int StageContext::rank_of(const model::Linear& lin) const {
@@ -139,7 +159,7 @@ Fitted StageContext::fitted(const model::Linear& lin, LowRank f, const MatrixD& 
   r.f = with_junction(std::move(f), local_.junction, lin.name);
   if (st == nullptr) {
     r.loss = (w - r.f.dense()).squaredNorm();
-    if (opt_.quant.enabled()) quantize_fitted(lin, r, w, b, nullptr);
+    if (bits_of(lin) < 16) quantize_fitted(lin, r, w, b, nullptr);
     return r;
   }
   const MatrixD e = w - r.f.dense();
@@ -149,7 +169,7 @@ Fitted StageContext::fitted(const model::Linear& lin, LowRank f, const MatrixD& 
   const auto n = static_cast<double>(st->n);
   r.loss = output_error_f32(e, delta, st->xtx, mean, n);
   r.energy = output_error_f32(w, b, st->xtx, mean, n);
-  if (opt_.quant.enabled()) quantize_fitted(lin, r, w, b, st);
+  if (bits_of(lin) < 16) quantize_fitted(lin, r, w, b, st);
   return r;
 }
 
@@ -158,7 +178,7 @@ Fitted StageContext::fitted_measured(const model::Linear& lin, LowRank f, double
   r.f = with_junction(std::move(f), local_.junction, lin.name);
   r.loss = loss;
   r.energy = energy;
-  if (opt_.quant.enabled()) quantize_fitted(lin, r, MatrixD(), VectorD(), nullptr);
+  if (bits_of(lin) < 16) quantize_fitted(lin, r, MatrixD(), VectorD(), nullptr);
   return r;
 }
 
@@ -166,13 +186,14 @@ void StageContext::quantize_fitted(const model::Linear& lin, Fitted& fit, const 
                                    const calib::SiteStats* st) const {
   quant::FactorOptions qo;
   const bool gptq = uses_gptq(opt_);
-  qo.spec = {opt_.quant.bits, opt_.quant.group, gptq ? quant::Grid::IntegerZero : quant::Grid::MinMax};
+  qo.spec = {bits_of(lin), opt_.quant.group, gptq ? quant::Grid::IntegerZero : quant::Grid::MinMax};
   qo.quantizer = gptq ? quant::Quantizer::Gptq : quant::Quantizer::Rtn;
   // With GPTQ, B is first refitted to the quantized A on the same statistics (quant::quantize_factors):
   // it absorbs A's rounding before its own is compensated (docs/QUANT.md "Factors").
   qo.refit_b = gptq;
   const Eigen::Index d = fit.f.in_features();
   const MatrixD c = st != nullptr ? st->xtx : MatrixD(MatrixD::Identity(d, d));  // [d, d]
+  if (opt_.quant.bpw > 0 && fit.f.rank() == std::min(lin.out, lin.in)) return quantize_dense(lin, fit, w, b, c, qo, st);
   const quant::QuantizedFactors q = quant::quantize_factors(fit.f.B, fit.f.A, c, qo, lin.name, fit.f.perm);
   fit.qb = std::make_shared<const quant::PackedMatrix>(quant::pack(q.b));
   fit.qa = std::make_shared<const quant::PackedMatrix>(quant::pack(q.a));
@@ -185,6 +206,24 @@ void StageContext::quantize_fitted(const model::Linear& lin, Fitted& fit, const 
   VectorD delta;
   if (b.size() > 0) delta = b - fit.f.bias;
   fit.loss = output_error_f32(w - fit.f.dense(), delta, st->xtx, st->mean(), static_cast<double>(st->n));
+}
+
+void StageContext::quantize_dense(const model::Linear& lin, Fitted& fit, const MatrixD& w, const VectorD& b,
+                                  const MatrixD& c, const quant::FactorOptions& qo, const calib::SiteStats* st) const {
+  const MatrixD full = fit.f.dense();  // [d', d] B·A
+  const quant::QuantizedMatrix q = qo.quantizer == quant::Quantizer::Gptq
+                                       ? quant::gptq(full, c, qo.spec, quant::GptqOptions{}, lin.name).q
+                                       : quant::rtn(full, qo.spec, lin.name);
+  fit.qw = std::make_shared<const quant::PackedMatrix>(quant::pack(q));
+  const MatrixD e = w.size() > 0 ? MatrixD(w - quant::dequantize(q)) : MatrixD();  // [d', d]
+  if (w.size() == 0) return;
+  if (st == nullptr) {
+    fit.loss = e.squaredNorm();
+    return;
+  }
+  VectorD delta;
+  if (b.size() > 0) delta = b - fit.f.bias;
+  fit.loss = output_error_f32(e, delta, st->xtx, st->mean(), static_cast<double>(st->n));
 }
 
 void StageContext::install_for_passes(model::Linear& lin, const LowRank& f) {
@@ -230,6 +269,7 @@ void StageContext::install(model::Linear& lin, const Fitted& f, std::string_view
              r.loss, r.loss_rel, how);
   }
   report_.modules.push_back(std::move(r));
+  if (f.qw) return install_quantized_dense(lin, f);
   if (f.qb) return install_quantized(lin, f);
   install_factors(lin, f.f);
 }

@@ -25,6 +25,7 @@
 #include "latentllm/calib.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/model.hpp"
+#include "quant/factors.hpp"
 #include "quant/pack.hpp"
 
 namespace latentllm::compress {
@@ -38,6 +39,9 @@ struct Fitted {
   LowRank f;
   double loss = 0, energy = -1;
   std::shared_ptr<const quant::PackedMatrix> qb, qa;  // [d', r], [r, d] or [r, d − r]; null unless quantized
+  // --bpw at full rank: B·A quantized as one dense [d', d] matrix instead of qb, qa (as many weights, one
+  // rounding instead of two).
+  std::shared_ptr<const quant::PackedMatrix> qw;
 };
 
 // What the stages of one compression run share: the options, the planned ranks, the report.
@@ -50,6 +54,8 @@ class StageContext {
   const LocalOptions& local() const { return local_; }
   CompressReport& report() { return report_; }
   int rank_of(const model::Linear& lin) const;
+  // The bits of lin's factors: the plan's (--bpw), else the run's --bits (16: not quantized).
+  int bits_of(const model::Linear& lin) const;
 
   // f put into the junction form the options ask for and measured: its output error over the inputs
   // `st` against the dense w, b (st null: the weight error only).
@@ -62,6 +68,9 @@ class StageContext {
   // values and its loss the quantized module's (against w, b over st; without st the weight error).
   void quantize_fitted(const model::Linear& lin, Fitted& fit, const MatrixD& w, const VectorD& b,
                        const calib::SiteStats* st) const;
+  // quantize_fitted's full-rank case under --bpw: B·A quantized as one dense matrix on c (fit.qw).
+  void quantize_dense(const model::Linear& lin, Fitted& fit, const MatrixD& w, const VectorD& b, const MatrixD& c,
+                      const quant::FactorOptions& qo, const calib::SiteStats* st) const;
   // Reports f under `how` (its log line, the report's row) and installs it in lin in place of the
   // dense weight.
   void install(model::Linear& lin, const Fitted& f, std::string_view how);
@@ -86,6 +95,7 @@ class StageContext {
   LocalOptions local_;
   CompressReport& report_;
   std::map<std::string, std::int64_t> ranks_;
+  std::map<std::string, int> bits_;  // the plan's, where it chose them
   NotesJournal journal_;
   graph::Graph graph_;
   std::set<std::string> in_passes_;  // the modules installed for passes, until end_layer
