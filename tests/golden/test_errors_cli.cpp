@@ -96,7 +96,8 @@ TEST(ErrorsDoc, CompressOptions) {
                                     compress("--joint qk --vo-iters 3 --dry-run"),
                                     compress("--method asvd-l2 --rank-alloc uniform --alloc-tokens 5 --dry-run"),
                                     compress("--method latentllm --solver fista --dry-run"),
-                                    compress("--method wanda --ratio 0.5 --sparse-iters 5 --dry-run")}},
+                                    compress("--method wanda --ratio 0.5 --sparse-iters 5 --dry-run"),
+                                    compress("--method lowrank-sparse --pattern 2:4 --ratio 0.5 --dry-run")}},
                 });
 }
 
