@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -25,8 +26,8 @@ LowRankSparse alternate(const MatrixD& w, const MatrixD& c, const Preconditioner
                         const SparseTarget& t, const LowRankSparseOptions& o, std::string_view context) {
   LowRankSparse f;
   f.rank = rank;
-  f.ba = MatrixD::Zero(w.rows(), w.cols());            // [d', d]
-  f.d = sparse_step(w, c, t, o, nullptr, context);     // [d', d]
+  f.ba = MatrixD::Zero(w.rows(), w.cols());         // [d', d]
+  f.d = sparse_step(w, c, t, o, nullptr, context);  // [d', d]
   double loss = sparse_loss(w, f.d, c);
   f.loss.push_back(loss);
   if (rank == 0) return f;
@@ -47,6 +48,13 @@ LowRankSparse alternate(const MatrixD& w, const MatrixD& c, const Preconditioner
     f.loss.push_back(loss);
   }
   return f;
+}
+
+// P = (C + λI)^½ of the low-rank step (the root-covariance pre-conditioner of the local ASVD).
+PreconditionerMatrix root_preconditioner(const MatrixD& c, double lambda_rel, std::string_view context) {
+  LocalOptions lo;
+  lo.lambda_rel = lambda_rel;
+  return make_preconditioner(Preconditioner::RootCovariance, c, VectorD(), lo, context);
 }
 
 }  // namespace
@@ -83,17 +91,12 @@ LowRankSparse lowrank_sparse(const MatrixD& w, const MatrixD& c, int rank, const
                             sparse_pattern_name(t.pattern)));
   }
   if (rank > 0) check_rank(rank, w.rows(), w.cols(), context);
-  LocalOptions lo;
-  lo.lambda_rel = o.lambda_rel;
-  const PreconditionerMatrix p =
-      rank > 0 ? make_preconditioner(Preconditioner::RootCovariance, c, VectorD(), lo, context) : PreconditionerMatrix{};
+  const PreconditionerMatrix p = rank > 0 ? root_preconditioner(c, o.lambda_rel, context) : PreconditionerMatrix{};
   return alternate(w, c, p, rank, t, o, context);
 }
 
 LowRankSparse lowrank_sparse_budget(const MatrixD& w, const MatrixD& c, double sparsity, const LowRankSparseOptions& o,
                                     std::string_view context) {
-  LocalOptions lo;
-  lo.lambda_rel = o.lambda_rel;
   std::optional<PreconditionerMatrix> p;  // built at the first positive rank
   std::optional<LowRankSparse> best;
   int last_rank = -1;
@@ -101,7 +104,7 @@ LowRankSparse lowrank_sparse_budget(const MatrixD& w, const MatrixD& c, double s
     const LowRankSparseSplit s = lowrank_sparse_split(w.rows(), w.cols(), sparsity, fraction);
     if (s.rank == last_rank || (s.rank > 0 && s.keep_per_row < 1)) continue;  // the same split again, or no D left
     last_rank = s.rank;
-    if (s.rank > 0 && !p) p = make_preconditioner(Preconditioner::RootCovariance, c, VectorD(), lo, context);
+    if (s.rank > 0 && !p) p = root_preconditioner(c, o.lambda_rel, context);
     LowRankSparse f = alternate(w, c, s.rank > 0 ? *p : PreconditionerMatrix{}, s.rank,
                                 keep_target(w.cols(), s.keep_per_row), o, context);
     f.split = fraction;

@@ -129,7 +129,8 @@ class SparseStage final : public CompressStage {
     const double o = static_cast<double>(lin.out), n = static_cast<double>(lin.in);
     const bool low_rank = ctx_.options().method == Method::LowRankSparse;
     // lowrank-sparse: the sparse solve once per split and alternation
-    const double runs = low_rank ? static_cast<double>(kLowRankSparseSplits.size() * (1 + kLowRankSparseAlternations)) : 1.0;
+    const double runs =
+        low_rank ? static_cast<double>(kLowRankSparseSplits.size() * (1 + kLowRankSparseAlternations)) : 1.0;
     const double cost = n * n * n + runs * (1.0 + ctx_.options().sparse.iters) * o * n * n;
     const auto fitted = g.task({lin.name, cost}, [this, &lin, &st, dense, b] { return fit(lin, *dense, *b, st); });
     g.at_site_end([&lin](const SparseFit& f) {
