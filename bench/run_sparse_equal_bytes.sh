@@ -6,7 +6,10 @@
 # takes as many bytes, S ≥ B + 1/16 (a d'·d-bit mask costs 1/16 of the 16-bit dense bytes). Perplexity on the
 # held-out TinyStories test stories (117-232, `ppl --dataset tinystories-test`); the bytes each row achieves
 # (`compress --json`: sparse.storage_bytes, or 2 bytes per factored parameter) and the mean relative
-# layer-wise loss of its modules (ModuleReport::loss_rel). Writes bench/results/sparse_equal_bytes.csv.
+# layer-wise loss of its modules (ModuleReport::loss_rel). lowrank-sparse (B·A + D) runs at the same --ratio S
+# as the sparse methods: its modules take the bytes of pure sparse at S, split between the factors and D per
+# module. Writes bench/results/sparse_equal_bytes.csv; with METHODS (e.g. METHODS=lowrank-sparse) only the rows
+# of those methods, printed, the CSV left as it is.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BUILD_DIR:-build}/latentllm
@@ -17,9 +20,13 @@ MODEL=$SHARED/models/TinyStories-656K
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
+METHODS=${METHODS:-}
+CSV=bench/results/sparse_equal_bytes.csv
+[[ -z $METHODS ]] || CSV=/dev/null
 row() {  # bytes_target label args...
   local target=$1 label=$2
   shift 2
+  if [[ -n $METHODS && " $METHODS " != *" ${label%% *} "* ]]; then return; fi
   "$BIN" compress --model "$MODEL" --out "$TMP/out" --force --calib c4 --calib-data "$C4" --nsamples 64 \
     --seqlen 256 --seed 0 --json "$@" > "$TMP/json" 2> "$TMP/log"
   local ppl stats
@@ -34,7 +41,8 @@ print("%.4f,%.5f" % (1 - stored / (2 * dense), sum(rel) / len(rel)))' "$TMP/json
   echo "$target,$label,$stats,$ppl"
 }
 
-dense=$("$BIN" ppl --model "$MODEL" --dataset tinystories-test --data "$ST" 2>/dev/null | awk '$1 == "ppl" { print $2 }')
+dense=0
+[[ -n $METHODS ]] || dense=$("$BIN" ppl --model "$MODEL" --dataset tinystories-test --data "$ST" 2>/dev/null | awk '$1 == "ppl" { print $2 }')
 {
   echo "bytes_target,method,bytes_saved,mean_loss_rel,ppl"
   echo "0,dense,0,0,$dense"
@@ -47,5 +55,6 @@ dense=$("$BIN" ppl --model "$MODEL" --dataset tinystories-test --data "$ST" 2>/d
     row "$b" "sparse fista $s" --method sparse --solver fista --ratio "$s"
     row "$b" "wanda $s" --method wanda --ratio "$s"
     row "$b" "sparsegpt $s" --method sparsegpt --ratio "$s"
+    row "$b" "lowrank-sparse $s" --method lowrank-sparse --ratio "$s"
   done
-} | tee bench/results/sparse_equal_bytes.csv
+} | tee "$CSV"

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""An independent float64 check of the sparse solvers, and the golden losses of tests/data/sparse/sparse_cases.json.
+"""An independent float64 check of the sparse solvers and of low rank + sparse, and the golden losses of
+tests/data/sparse/sparse_cases.json.
 
 Run it with /usr/bin/python3 (Debian's numpy; torch is not needed):
 
@@ -33,6 +34,15 @@ written in its plainest form (loops over rows and groups, numpy's eigvalsh and C
     floor(s d' n) lowest w^2 / U_jj^2 (ties: the higher row-major index) pruned when the sweep enters
     it; 2:4: at each group's first column, the 2 lowest of the group in each row; then column by
     column q = w masked, e = (w - q) / U_ii, later columns -= e U[i, i+1:].
+  * lowrank-sparse (W ~ B A + D): the budget of --ratio S is the bytes of pure sparse at S (16-bit values plus
+    the cheaper of a d' d-bit mask and ceil(log2(d' d)) bits per value, in whole bytes); a split f gives the
+    factors r = min(floor(f budget / (2 (d' + d))), d', d) and D the most entries per row k whose bytes fit
+    beside them (D's target: floor(s d) = d - k pruned per row). The alternation: D = hard(W) from Wanda,
+    B A = 0; then `alternations` times: B A' = the rank-r truncated SVD of (W - D) P times P^+ with
+    P = (C + lambda I)^(1/2), lambda = lambda_rel mean(diag C) (eigh; eigenvalues <= 1e-12 of the largest
+    dropped), taken if the loss does not rise; D' = hard(W - B A) started from the current D instead of
+    Wanda's, taken if the loss does not rise. The losses after the start and each alternation are recorded;
+    the budget's choice is the split of lowest final loss (ties: the first, the smaller rank).
 """
 import json
 import math
@@ -116,8 +126,8 @@ def refit(w, c, mask, d, iters):
     return d
 
 
-def hard(w, c, s, pattern, iters):
-    d = wanda(w, c, s, pattern)
+def hard(w, c, s, pattern, iters, start=None):
+    d = wanda(w, c, s, pattern) if start is None else start.copy()
     lmax = np.linalg.eigvalsh(c)[-1]
     cur = loss(w, d, c)
     for _ in range(iters):
@@ -190,6 +200,49 @@ def sparsegpt(w0, c, s, pattern, lam):
     return q
 
 
+def storage_bytes(nnz, rows, cols, value_bytes=2):
+    entries = rows * cols
+    index_bits = math.ceil(math.log2(max(entries, 2)))
+    return nnz * value_bytes + (min(entries, nnz * index_bits) + 7) // 8
+
+
+def split(rows, cols, s, fraction):
+    budget = storage_bytes(rows * (cols - pruned_per_row(cols, s, "unstructured")), rows, cols)
+    rank = min(int(math.floor(fraction * budget / (2 * (rows + cols)))), rows, cols)
+    keep = max([k for k in range(cols + 1) if storage_bytes(rows * k, rows, cols) + 2 * rank * (rows + cols) <= budget])
+    return rank, keep
+
+
+def root_cov(c, lam_rel):
+    lam = lam_rel * np.mean(np.diag(c))
+    ev, v = np.linalg.eigh(c + lam * np.eye(c.shape[0]))
+    k = ev > 1e-12 * ev.max()
+    return (v[:, k] * np.sqrt(ev[k])) @ v[:, k].T, (v[:, k] / np.sqrt(ev[k])) @ v[:, k].T
+
+
+def lowrank_sparse(w, c, rank, keep, iters, alternations, lam_rel):
+    s = (w.shape[1] - keep + 0.5) / w.shape[1]
+    d = hard(w, c, s, "unstructured", iters)
+    ba = np.zeros_like(w)
+    cur = loss(w, d, c)
+    losses = [cur]
+    if rank == 0:
+        return losses
+    p, p_pinv = root_cov(c, lam_rel)
+    for _ in range(alternations):
+        u, sv, vt = np.linalg.svd((w - d) @ p)
+        nba = (u[:, :rank] * sv[:rank]) @ vt[:rank] @ p_pinv
+        nl = loss(w, nba + d, c)
+        if nl <= cur:
+            ba, cur = nba, nl
+        nd = hard(w - ba, c, s, "unstructured", iters, d)
+        nl = loss(w - ba, nd, c)
+        if nl <= cur:
+            d, cur = nd, nl
+        losses.append(cur)
+    return losses
+
+
 def main(out):
     w, c = fixture()
     iters = 100
@@ -203,9 +256,18 @@ def main(out):
             cases.append({"method": name, "sparsity": s, "pattern": pattern, "iters": iters,
                           "loss": loss(w, d, c), "nnz": int(np.count_nonzero(d))})
             print(f"{name:10s} {pattern:12s} s={s:.2f} nnz={cases[-1]['nnz']:4d} loss={cases[-1]['loss']:.9e}")
+    lowrank = []
+    for s in [0.5, 0.3]:
+        for fraction in [0.0, 0.25, 0.5, 0.75]:
+            rank, keep = split(ROWS, COLS, s, fraction)
+            losses = lowrank_sparse(w, c, rank, keep, iters, 4, 1e-4)
+            lowrank.append({"sparsity": s, "fraction": fraction, "rank": rank, "keep_per_row": keep, "iters": iters,
+                            "alternations": 4, "lambda_rel": 1e-4, "losses": losses})
+            print(f"lowrank-sparse s={s:.2f} f={fraction:.2f} rank={rank:2d} keep={keep:2d} "
+                  f"losses={' '.join(f'{x:.6e}' for x in losses)}")
     with open(out, "w") as f:
-        json.dump({"rows": ROWS, "cols": COLS, "w": w.ravel().tolist(), "c": c.ravel().tolist(), "cases": cases}, f,
-                  indent=1)
+        json.dump({"rows": ROWS, "cols": COLS, "w": w.ravel().tolist(), "c": c.ravel().tolist(), "cases": cases,
+                   "lowrank_sparse": lowrank}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -216,15 +216,18 @@ std::int64_t module_bytes(std::int64_t out, std::int64_t in, std::int64_t rank, 
 // (CompressOptions::sparse): the paper's full-covariance sparse approximation (appendix "Sparse
 // Matrix") and the published diagonal-covariance baselines.
 enum class Method { PlainSvd, AsvdHessian, AsvdL1, AsvdL2, AsvdCov, AsvdRootCov, LatentLlm, Rtn, Gptq, Sparse, Wanda,
-                    SparseGpt };
-std::string_view method_name(Method m);  // "plain-svd", ..., "latentllm", "rtn", "gptq", "sparse", "wanda", "sparsegpt"
+                    SparseGpt, LowRankSparse };
+// "plain-svd", ..., "latentllm", "rtn", "gptq", "sparse", "wanda", "sparsegpt", "lowrank-sparse"
+std::string_view method_name(Method m);
 // Throws ConfigError "--method: unknown method (expected one of ..., got X)".
 Method parse_method(std::string_view name);
 std::span<const Method> all_methods();  // the low-rank methods, in the registry's order (sweep's default grid)
 // Whether the method keeps every module's rank and only quantizes it (Rtn, Gptq).
 bool quantizes_dense(Method m);
-// Whether the method sets entries of the dense weights to zero (Sparse, Wanda, SparseGpt): `ratio` is then
-// the fraction of each module's weights set to zero, and the modules stay dense matrices with zeros.
+// Whether the method rewrites the dense weights with a sparse part (Sparse, Wanda, SparseGpt, LowRankSparse):
+// `ratio` is then the fraction of each module's weights set to zero (LowRankSparse: of the pure sparse
+// module whose bytes its B·A + D may take), and the modules stay dense matrices (with zeros; LowRankSparse:
+// B·A + D summed, its ranks and non-zeros recorded beside them).
 bool sparsifies(Method m);
 // The pre-conditioner of a method's local modules (LatentLlm: RootCovariance).
 Preconditioner preconditioner_of(Method m);

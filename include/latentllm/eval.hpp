@@ -132,6 +132,11 @@ inline std::int64_t flops_of_macs(std::int64_t macs) { return 2 * macs; }
 // value (the paper's appendix "Sparse Matrix"), in whole bytes. The checkpoint keeps such modules dense:
 // this is the size a values + positions format would have.
 std::int64_t sparse_storage_bytes(std::int64_t nnz, std::int64_t out, std::int64_t in, int value_bytes);
+// A low rank + sparse module (compress --method lowrank-sparse: B·A + D, rank r, D with nnz non-zeros): D as
+// sparse_storage_bytes counts it plus the r·(d' + d) factor values of value_bytes each. At r = 0 it is
+// sparse_storage_bytes. The checkpoint keeps B·A + D summed dense: this is the size of the packed form.
+std::int64_t lowrank_sparse_storage_bytes(std::int64_t nnz, std::int64_t rank, std::int64_t out, std::int64_t in,
+                                          int value_bytes);
 // The MACs of a module as stored (dense or factored) for n_tok tokens.
 std::int64_t linear_macs(const model::Linear& l, std::int64_t n_tok);
 // The compressed modules (factored or quantized) of a model as stored: their original weights d'·d, their

@@ -80,6 +80,8 @@ constexpr std::array<std::string_view, 14> kLatent = {
 constexpr std::array<std::string_view, 3> kSparse = {"solver", "pattern", "sparse_iters"};
 constexpr std::array<std::string_view, 1> kPattern = {"pattern"};
 constexpr std::array<std::string_view, 2> kSparseGpt = {"pattern", "lambda_rel"};
+// Low rank + sparse: unstructured only; lambda_rel damps the root covariance of its low-rank step.
+constexpr std::array<std::string_view, 3> kLowRankSparse = {"solver", "sparse_iters", "lambda_rel"};
 
 // SparseGPT's published damping (percdamp 0.01 of the mean diagonal), also under --preset default.
 void sparsegpt_default(CompressOptions& o) { o.local.lambda_rel = 0.01; }
@@ -107,7 +109,7 @@ struct MethodRow {
 };
 
 // The rows, in the order of the CLI's list and of `sweep`'s default grid.
-const std::array<MethodRow, 12> kRows = {{
+const std::array<MethodRow, 13> kRows = {{
     {Method::PlainSvd, "plain-svd", Preconditioner::Identity, Junction::Identity, local_stages, {}},
     {Method::AsvdHessian, "asvd-hessian", Preconditioner::DiagHessian, Junction::Identity, local_stages, kHessian},
     {Method::AsvdL1, "asvd-l1", Preconditioner::DiagL1, Junction::Identity, local_stages, kL1},
@@ -120,11 +122,14 @@ const std::array<MethodRow, 12> kRows = {{
     // The quantization baselines (docs/QUANT.md): the pre-conditioner and junction are unused.
     {Method::Rtn, "rtn", Preconditioner::Identity, Junction::Identity, quantize_stages, {}, nullptr},
     {Method::Gptq, "gptq", Preconditioner::Identity, Junction::Identity, quantize_stages, {}, nullptr},
-    // The sparse methods (appendix "Sparse Matrix"): the pre-conditioner and junction are unused.
+    // The sparse methods (appendix "Sparse Matrix"): the registry's pre-conditioner and junction are unused.
     {Method::Sparse, "sparse", Preconditioner::Identity, Junction::Identity, sparse_stages, kSparse, nullptr},
     {Method::Wanda, "wanda", Preconditioner::Identity, Junction::Identity, sparse_stages, kPattern, nullptr},
     {Method::SparseGpt, "sparsegpt", Preconditioner::Identity, Junction::Identity, sparse_stages, kSparseGpt,
      sparsegpt_default},
+    // B·A + D (sec:spa): the sparse stage whitens its low-rank step itself (lowrank_sparse.hpp).
+    {Method::LowRankSparse, "lowrank-sparse", Preconditioner::Identity, Junction::Identity, sparse_stages,
+     kLowRankSparse, nullptr},
 }};
 
 // The low-rank rows (the first seven).
@@ -158,7 +163,9 @@ void apply_default_preset(Method m, CompressOptions& o) {
 }
 std::span<const Method> all_methods() { return kMethods; }
 bool quantizes_dense(Method m) { return m == Method::Rtn || m == Method::Gptq; }
-bool sparsifies(Method m) { return m == Method::Sparse || m == Method::Wanda || m == Method::SparseGpt; }
+bool sparsifies(Method m) {
+  return m == Method::Sparse || m == Method::Wanda || m == Method::SparseGpt || m == Method::LowRankSparse;
+}
 bool uses_gptq(const CompressOptions& o) { return o.method == Method::Gptq || (o.method != Method::Rtn && o.quant.gptq); }
 
 Method parse_method(std::string_view name) {

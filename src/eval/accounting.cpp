@@ -21,6 +21,11 @@ std::int64_t sparse_storage_bytes(std::int64_t nnz, std::int64_t out, std::int64
   return nnz * value_bytes + (position_bits + 7) / 8;
 }
 
+std::int64_t lowrank_sparse_storage_bytes(std::int64_t nnz, std::int64_t rank, std::int64_t out, std::int64_t in,
+                                          int value_bytes) {
+  return sparse_storage_bytes(nnz, out, in, value_bytes) + value_bytes * factored_params(out, in, rank, false);
+}
+
 std::int64_t dense_macs(std::int64_t out, std::int64_t in, std::int64_t n_tok) { return n_tok * dense_params(out, in); }
 
 std::int64_t factored_macs(std::int64_t out, std::int64_t in, std::int64_t rank, bool block_identity,

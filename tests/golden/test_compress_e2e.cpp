@@ -244,7 +244,7 @@ TEST_F(CompressE2E, BadRatioIsRejected) {
   EXPECT_THROW(compress::plan_model(*m, opt), ConfigError);
   EXPECT_EQ(test::error_of<ConfigError>([] { (void)compress::parse_method("svd-magic"); }),
             "--method: unknown method (expected one of plain-svd, asvd-hessian, asvd-l1, asvd-l2, asvd-cov, "
-            "asvd-rootcov, latentllm, rtn, gptq, sparse, wanda, sparsegpt, got svd-magic)");
+            "asvd-rootcov, latentllm, rtn, gptq, sparse, wanda, sparsegpt, lowrank-sparse, got svd-magic)");
 }
 
 }  // namespace

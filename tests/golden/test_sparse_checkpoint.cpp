@@ -1,8 +1,9 @@
-// Sparse compression end to end on TinyStories-656K (--method sparse, wanda, sparsegpt; appendix "Sparse
-// Matrix"): every compressed module keeps exactly the asked number of entries (2:4 read group by group),
-// the checkpoint reloads to bit-identical weights and logits with a finite perplexity, a lazy run (its
-// modules only in the progress files) and a run stopped after a layer and resumed write the eager run's
-// bytes, and the CLI states the sparsity and the bytes of a values + positions storage.
+// Sparse compression end to end on TinyStories-656K (--method sparse, wanda, sparsegpt, lowrank-sparse;
+// appendix "Sparse Matrix"): every compressed module keeps exactly the asked number of entries (2:4 read group
+// by group), the checkpoint reloads to bit-identical weights and logits with a finite perplexity, a lazy run
+// (its modules only in the progress files) and a run stopped after a layer and resumed write the eager run's
+// bytes, and the CLI states the sparsity and the bytes of a values + positions storage (lowrank-sparse: within
+// those of sparse at the same --ratio, compress --json and inspect agreeing).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -167,6 +168,37 @@ TEST_F(SparseCheckpoint, LazyAndResumedRunsWriteTheEagerBytes) {
   EXPECT_EQ(resumed.to_json().at("modules"), eager.to_json().at("modules"));
 }
 
+// lowrank-sparse: the same through the progress files; every module within the bytes of pure sparse at its
+// ratio, and no module above pure sparse's layer-wise loss (the split 0 is pure sparse, and the split of lowest
+// loss is kept).
+TEST_F(SparseCheckpoint, LowRankSparseResumesAndStaysWithinTheSparseBytes) {
+  const auto tmp = test::make_temp_dir("lowrank-sparse-resume");
+  auto opt = options(compress::Method::LowRankSparse, 0.4, compress::SparsePattern::Unstructured);
+  opt.sparse.iters = 20;
+  const auto eager = run(opt, tmp / "eager", false);
+  const auto lazy = run(opt, tmp / "lazy", true);
+  const auto resumed = run(opt, tmp / "resumed", true, 1);
+  for (const char* dir : {"lazy", "resumed"}) {
+    EXPECT_EQ(read(tmp / dir / "model.safetensors"), read(tmp / "eager" / "model.safetensors")) << dir;
+    EXPECT_EQ(read(tmp / dir / "config.json"), read(tmp / "eager" / "config.json")) << dir;
+  }
+  EXPECT_EQ(resumed.to_json().at("modules"), eager.to_json().at("modules"));
+  auto sparse_opt = options(compress::Method::Sparse, 0.4, compress::SparsePattern::Unstructured);
+  sparse_opt.sparse.iters = 20;
+  const auto sparse = run(sparse_opt, tmp / "sparse", false);
+  ASSERT_EQ(eager.modules.size(), sparse.modules.size());
+  for (std::size_t i = 0; i < eager.modules.size(); ++i) {
+    const auto& m = eager.modules[i];
+    const std::int64_t factors = eval::factored_params(m.out, m.in, m.rank, false);
+    EXPECT_LE(eval::lowrank_sparse_storage_bytes(m.params - factors, m.rank, m.out, m.in, 2),
+              eval::sparse_storage_bytes(sparse.modules[i].params, m.out, m.in, 2)) << m.name;
+    // The first module sees the same inputs in both runs: its loss at most pure sparse's.
+    if (i == 0) {
+      EXPECT_LE(m.loss, sparse.modules[i].loss * (1 + 1e-4)) << m.name;
+    }
+  }
+}
+
 TEST_F(SparseCheckpoint, TwoFourCheckpointsSatisfyThePatternInEveryGroup) {
   const auto tmp = test::make_temp_dir("sparse-24");
   for (const auto method : {compress::Method::Sparse, compress::Method::Wanda, compress::Method::SparseGpt}) {
@@ -214,6 +246,31 @@ TEST_F(SparseCheckpoint, CliAndInspectStateSparsityAndBytes) {
   std::vector<std::int32_t> ids(kSeqlen);
   for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int32_t>((i * 11 + 3) % 2048);
   EXPECT_TRUE(logits_of(*a, ids, kSeqlen) == logits_of(*b, ids, kSeqlen));
+}
+
+// lowrank-sparse through the CLI: compress --json and inspect --json report the same non-zeros, factor
+// parameters and bytes (the checkpoint's dense B·A + D no longer shows them: latent.sparse_parts does).
+TEST_F(SparseCheckpoint, CliAndInspectAgreeOnLowRankSparse) {
+  const auto out = test::make_temp_dir("lowrank-sparse-cli") / "out";
+  std::string log;
+  const std::string cmd = "(" + test::cli_path().string() + " compress --model " + q(model_dir()) +
+                          " --method lowrank-sparse --sparse-iters 20 --ratio 0.5 --calib text --calib-data " +
+                          q(stories()) + " --nsamples 4 --seqlen 64 --json -q --out " + q(out) + " 2>/dev/null)";
+  ASSERT_EQ(test::run_command(cmd, log), 0) << log;
+  const auto j = nlohmann::json::parse(log);
+  const auto& sp = j.at("sparse");
+  EXPECT_EQ(j.at("options").at("method"), "lowrank-sparse");
+  EXPECT_FALSE(j.at("options").contains("pattern"));
+  ASSERT_TRUE(sp.contains("factor_params"));
+  // Within the bytes of sparse at --ratio 0.5: 2-byte values of half the entries and a d'·d-bit mask.
+  const std::int64_t dense = sp.at("dense_params");
+  EXPECT_LE(sp.at("storage_bytes").get<std::int64_t>(), dense + dense / 8);
+  ASSERT_EQ(test::run_command(test::cli_path().string() + " inspect --json " + q(out) + " 2>/dev/null", log), 0)
+      << log;
+  const auto inspected = nlohmann::json::parse(log);
+  const auto& in = inspected.at("sparse_modules");
+  for (const char* key : {"nonzeros", "factor_params", "storage_bytes", "dense_params"})
+    EXPECT_EQ(in.at(key), sp.at(key)) << key;
 }
 
 }  // namespace

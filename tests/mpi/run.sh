@@ -44,12 +44,13 @@ identical)
   # module-parallel local stages (q/k/v, gate/up on different ranks); with --lambda 0 the rank-deficient
   # covariances record numerical notes on their owner ranks, replayed into config.json. latentllm: joint
   # Q-K's starts and iterations are jobs on several ranks beside the local v_proj (checked below); with
-  # --joint qk,vo the joint V-O group is a job of its own. The sparse methods: one job per module.
+  # --joint qk,vo the joint V-O group is a job of its own. The sparse methods (lowrank-sparse too): one job per
+  # module.
   for v in "opt-tiny|--ud-min-tokens-per-ffn 0 --ud-unit-tokens 96" "opt-tiny|--preset paper --ud-unit-tokens 96" \
            "stories260K/hf|--fit compensate --ud-min-tokens-per-ffn 0 --ud-unit-tokens 96" \
            "stories260K/hf|--method asvd-rootcov" "opt-tiny|--method asvd-rootcov --lambda 0" \
            "TinyStories-656K|--joint qk,vo" "TinyStories-656K|--method sparse" "opt-tiny|--method sparse" "TinyStories-656K|--method sparse --solver fista --sparse-iters 10" \
-           "TinyStories-656K|--method sparsegpt"; do
+           "TinyStories-656K|--method sparsegpt" "TinyStories-656K|--method lowrank-sparse --sparse-iters 20"; do
     model=${v%%|*}
     rm -rf "$TMP"/k? "$TMP"/c?x? "$TMP"/t2
     read -r -a args <<< "${v#*|}"

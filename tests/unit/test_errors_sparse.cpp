@@ -52,10 +52,13 @@ TEST(ErrorsDoc, Sparsity) {
                        }),
                        lib([] { (void)compress::sparse_fista(weight(), MatrixD::Identity(8, 8), {0.5, SparsePattern::TwoFour}, 5, kModule); })}},
       {"sp-iters", {options_with([](compress::CompressOptions& o) { o.sparse.iters = 0; })}},
-      {"sp-bits", {options_with([](compress::CompressOptions& o) { o.quant.bits = 4; })}},
-      {"sp-rank-alloc", {options_with([](compress::CompressOptions& o) { o.rank_alloc = compress::RankAlloc::Global; })}},
+      {"sp-bits", {options_with([](compress::CompressOptions& o) { o.quant.bits = 4; }),
+                   compress_cli("--method lowrank-sparse --bits 4")}},
+      {"sp-rank-alloc", {options_with([](compress::CompressOptions& o) { o.rank_alloc = compress::RankAlloc::Global; }),
+                         compress_cli("--method lowrank-sparse --rank-alloc global")}},
       {"sp-components", {options_with([](compress::CompressOptions& o) { o.components.vision = true; })}},
-      {"sp-target", {compress_cli("--method sparse --ratio 0.5 --target params")}},
+      {"sp-target", {compress_cli("--method sparse --ratio 0.5 --target params"),
+                     compress_cli("--method lowrank-sparse --ratio 0.5 --target bytes")}},
       {"sp-columns", {lib([] {
          (void)compress::wanda(MatrixD::Ones(2, 6), MatrixD::Identity(6, 6), {0.5, SparsePattern::TwoFour}, kModule);
        })}},

@@ -70,18 +70,22 @@ void print_model_size(const format::WeightsSize& before, const format::WeightsSi
               before.dtypes.c_str(), after.dtypes.empty() ? "ONNX" : after.dtypes.c_str());
 }
 
-// A sparse run's modules as a values + positions format would store them (eval::sparse_storage_bytes):
-// the checkpoint keeps them dense with zeros.
+// A sparse run's modules as a values + positions format would store them (eval::sparse_storage_bytes;
+// lowrank-sparse: its factors beside, eval::lowrank_sparse_storage_bytes): the checkpoint keeps them dense.
 nlohmann::json sparse_json(const compress::CompressReport& report, int value_bytes) {
-  std::int64_t nnz = 0, dense = 0, bytes = 0;
+  std::int64_t nnz = 0, factors = 0, dense = 0, bytes = 0;
   for (const auto& m : report.modules) {
-    nnz += m.params;
+    const std::int64_t f = eval::factored_params(m.out, m.in, m.rank, false);  // 0 without a low-rank part
+    nnz += m.params - f;
+    factors += f;
     dense += m.dense_params;
-    bytes += eval::sparse_storage_bytes(m.params, m.out, m.in, value_bytes);
+    bytes += eval::lowrank_sparse_storage_bytes(m.params - f, m.rank, m.out, m.in, value_bytes);
   }
-  return {{"nonzeros", nnz}, {"dense_params", dense},
-          {"sparsity", dense > 0 ? 1.0 - static_cast<double>(nnz) / static_cast<double>(dense) : 0.0},
-          {"value_bytes", value_bytes}, {"storage_bytes", bytes}, {"dense_bytes", dense * value_bytes}};
+  nlohmann::json j = {{"nonzeros", nnz}, {"dense_params", dense},
+                      {"sparsity", dense > 0 ? 1.0 - static_cast<double>(nnz) / static_cast<double>(dense) : 0.0},
+                      {"value_bytes", value_bytes}, {"storage_bytes", bytes}, {"dense_bytes", dense * value_bytes}};
+  if (report.method == compress::Method::LowRankSparse) j["factor_params"] = factors;
+  return j;
 }
 
 // --stop-after-layers: no checkpoint; the progress directory stays for --resume, and the time of the
@@ -189,6 +193,10 @@ int report_done(const CompressArgs& a, const compress::Outcome& o) {
   }
   if (sparse) {
     const auto& sp = j["sparse"];
+    if (sp.contains("factor_params")) {
+      std::printf("low rank + sparse: %lld factor parameters beside the sparse parts (the modules stored dense as "
+                  "B·A + D)\n", (long long)sp["factor_params"].get<std::int64_t>());
+    }
     std::printf("sparsity %.4f of the compressed modules (stored dense with zeros); as values + positions (a bitmask, "
                 "or indices when fewer bits) they would take %s of their dense %s (%.2f%% fewer bytes)\n",
                 sp["sparsity"].get<double>(), core::format_bytes(sp["storage_bytes"].get<std::int64_t>()).c_str(),
@@ -259,9 +267,16 @@ int run_compress(const CompressArgs& a) {
     print_memory_plan("compress", plan, budget_source);
   };
   const bool sparse = compress::sparsifies(r.options.method);
-  observe.planned = [&](const compress::PlannedRanks& p) {
+  const compress::Method r_method = r.options.method;
+  observe.planned = [&, r_method](const compress::PlannedRanks& p) {
     if (sparse) {  // no ranks: every module keeps its shape with --ratio of its weights zero
-      if (!a.json) std::fprintf(stderr, "sparse: every compressed module with %.4g of its weights zero\n", a.ratio);
+      if (a.json) return;
+      if (r_method == compress::Method::LowRankSparse) {
+        std::fprintf(stderr, "lowrank-sparse: every compressed module as B·A + D in the bytes of %.4g of its weights "
+                     "zero, the rank chosen per module\n", a.ratio);
+      } else {
+        std::fprintf(stderr, "sparse: every compressed module with %.4g of its weights zero\n", a.ratio);
+      }
       return;
     }
     const bool plain = p.source != compress::PlannedRanks::Source::Resumed && !a.m.bpw &&
@@ -293,7 +308,8 @@ Command add_compress(CLI::App& app) {
                   "or dense (as latentllm export --kv-cache)")->capture_default_str()->group("Model");
   sub->add_flag("--force", a->force, "Replace an existing output directory")->group("Model");
   sub->add_option("--method", a->method, "plain-svd, asvd-hessian, asvd-l1, asvd-l2, asvd-cov, asvd-rootcov, latentllm; rtn, gptq (dense, "
-                                        "quantized: --bits); sparse, wanda, sparsegpt (dense with --ratio of the weights zero)")
+                                        "quantized: --bits); sparse, wanda, sparsegpt (dense with --ratio of the weights zero); "
+                                        "lowrank-sparse (B·A + D in the bytes of sparse at --ratio, stored summed)")
       ->capture_default_str()->group("Method");
   a->ratio_flag = sub->add_option("--ratio", a->ratio, "Fraction of the weights of the compressed modules (the linear modules of "
                                        "attention and MLP; not the embeddings, norms or LM head) removed, in (0, 1)")

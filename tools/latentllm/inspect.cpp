@@ -35,22 +35,35 @@ std::string grouped(std::int64_t n) {
   return out;
 }
 
-// The compressed modules of a sparse checkpoint (compress --method sparse, wanda, sparsegpt), stored dense
-// with zeros: their non-zero entries counted in the stored tensors, and the bytes a values + positions
-// format would take (eval::sparse_storage_bytes).
-nlohmann::ordered_json sparse_modules(const model::Model& m, const io::TensorStore& store, int value_bytes) {
-  std::int64_t nnz = 0, dense = 0, bytes = 0;
+// The compressed modules of a sparse checkpoint (compress --method sparse, wanda, sparsegpt, lowrank-sparse),
+// stored dense: their non-zero entries counted in the stored tensors, or, for a module of `parts`
+// (latent.sparse_parts of lowrank-sparse, whose stored B·A + D is dense), its recorded rank and non-zeros; and
+// the bytes a values + positions format would take (eval::lowrank_sparse_storage_bytes, at rank 0
+// eval::sparse_storage_bytes).
+nlohmann::ordered_json sparse_modules(const model::Model& m, const io::TensorStore& store, int value_bytes,
+                                      const nlohmann::json& parts) {
+  std::int64_t nnz = 0, factors = 0, dense = 0, bytes = 0;
   for (int i = 0; i < m.num_layers(); ++i)
     for (const auto& l : m.layer_spec(i).linears) {
-      const std::vector<float> w = store.get(m.stored_name(l.name) + ".weight").to_f32();  // [out·in]
-      const auto k = static_cast<std::int64_t>(std::count_if(w.begin(), w.end(), [](float x) { return x != 0.0f; }));
+      std::int64_t k = 0, rank = 0;
+      if (const auto p = parts.find(l.name); p != parts.end()) {
+        k = p->value("nonzeros", std::int64_t{0});
+        rank = p->value("rank", std::int64_t{0});
+      } else {
+        const std::vector<float> w = store.get(m.stored_name(l.name) + ".weight").to_f32();  // [out·in]
+        k = static_cast<std::int64_t>(std::count_if(w.begin(), w.end(), [](float x) { return x != 0.0f; }));
+      }
       nnz += k;
+      factors += eval::factored_params(l.out, l.in, rank, false);
       dense += l.out * l.in;
-      bytes += eval::sparse_storage_bytes(k, l.out, l.in, value_bytes);
+      bytes += eval::lowrank_sparse_storage_bytes(k, rank, l.out, l.in, value_bytes);
     }
-  return {{"nonzeros", nnz}, {"dense_params", dense},
-          {"sparsity", dense > 0 ? 1.0 - static_cast<double>(nnz) / static_cast<double>(dense) : 0.0},
-          {"storage_bytes", bytes}, {"dense_bytes", dense * value_bytes}};
+  nlohmann::ordered_json j = {
+      {"nonzeros", nnz}, {"dense_params", dense},
+      {"sparsity", dense > 0 ? 1.0 - static_cast<double>(nnz) / static_cast<double>(dense) : 0.0},
+      {"storage_bytes", bytes}, {"dense_bytes", dense * value_bytes}};
+  if (!parts.empty()) j["factor_params"] = factors;
+  return j;
 }
 
 nlohmann::ordered_json describe(model::Model& m, const std::string& dir, bool allow_unused_tensors) {
@@ -118,7 +131,8 @@ nlohmann::ordered_json describe(model::Model& m, const std::string& dir, bool al
   const eval::CompressedModules cm = eval::compressed_modules(m, value_bytes);
   if (const auto lat = c.raw.find("latent"); lat != c.raw.end() && lat->is_object() && lat->contains("method") &&
       (*lat)["method"].is_string() && compress::sparsifies(compress::parse_method((*lat)["method"].get<std::string>()))) {
-    j["sparse_modules"] = sparse_modules(m, store, value_bytes);
+    const nlohmann::json parts = lat->value("sparse_parts", nlohmann::json::object());
+    j["sparse_modules"] = sparse_modules(m, store, value_bytes, parts.is_object() ? parts : nlohmann::json::object());
   }
   if (cm.quantized) {  // (only then: the reports of 16-bit checkpoints stay as they were)
     // Bits per original weight of the compressed modules, scales, zero points and biases included.

@@ -117,17 +117,17 @@ void add_method_options(CLI::App* sub, MethodArgs& a) {
                   "(the preset's: default gptq, paper rtn)")
       ->check(CLI::IsMember({"auto", "rtn", "gptq"}))->capture_default_str()->group("Quantization");
   sub->add_option("--solver", a.solver,
-                  "--method sparse: hard (hard shrinkage: gradient steps on the full-covariance loss, each keeping "
-                  "the largest entries; the paper's best) or fista (soft shrinkage, its threshold searched for the "
-                  "sparsity; unstructured only)")
+                  "--method sparse, lowrank-sparse: hard (hard shrinkage: gradient steps on the full-covariance loss, "
+                  "each keeping the largest entries; the paper's best) or fista (soft shrinkage, its threshold "
+                  "searched for the sparsity; unstructured only)")
       ->capture_default_str()->group("Sparsity");
   sub->add_option("--pattern", a.pattern,
                   "--method sparse, wanda, sparsegpt: unstructured (any --ratio of each module's weights zero) or "
                   "2:4 (at most 2 non-zero in every 4 consecutive inputs of a row; --ratio 0.5)")
       ->capture_default_str()->group("Sparsity");
   sub->add_option("--sparse-iters", a.sparse_iters,
-                  "--method sparse: iterations of the solver (hard: shrinkage steps, then as many refit steps on the "
-                  "support; fista: steps per threshold of its search)")
+                  "--method sparse, lowrank-sparse: iterations of the solver (hard: shrinkage steps, then as many refit "
+                  "steps on the support; fista: steps per threshold of its search)")
       ->capture_default_str()->group("Sparsity");
 }
 

@@ -129,8 +129,18 @@ MatrixD hard_shrink(const MatrixD& v, const SparseTarget& t) {
   return out;
 }
 
-MatrixD sparse_hard(const MatrixD& w, const MatrixD& c, const SparseTarget& t, int iters, std::string_view context) {
-  MatrixD d = wanda(w, c, t, context);  // [d', d] a feasible start: the loss only falls from Wanda's
+MatrixD sparse_hard(const MatrixD& w, const MatrixD& c, const SparseTarget& t, int iters, std::string_view context,
+                    const MatrixD* start) {
+  // [d', d] a feasible start (Wanda's mask, which also checks the inputs, or the given one): the loss
+  // only falls from it
+  MatrixD d = wanda(w, c, t, context);
+  if (start) {
+    if (start->rows() != w.rows() || start->cols() != w.cols()) {
+      throw Error(fmt::format("{}: sparse start (expected [{}, {}], got [{}, {}])", context, w.rows(), w.cols(),
+                                    start->rows(), start->cols()));
+    }
+    d = *start;
+  }
   const double l = lambda_max(c, context);
   double loss = sparse_loss(w, d, c);
   for (int k = 0; k < iters; ++k) {

@@ -32,8 +32,11 @@ MatrixD hard_shrink(const MatrixD& v, const SparseTarget& t);
 // on the activation loss, each followed by S_κ, D_k = S_κ[D_{k−1} − (D_{k−1} − W)·C / λ_max(C)] (the step
 // 1/L of the loss's Lipschitz constant, so the loss never rises), from Wanda's mask of W; then the kept
 // entries refitted on that support by conjugate gradients (the fixed point the iteration tends to).
-// `iters` bounds both. `context` names the module in errors.
-MatrixD sparse_hard(const MatrixD& w, const MatrixD& c, const SparseTarget& t, int iters, std::string_view context);
+// `iters` bounds both. `context` names the module in errors. `start` ([d', d], at most κ non-zeros in the
+// pattern), when given, replaces Wanda's mask as the first iterate: the result's loss is then at most
+// the start's (the low rank + sparse alternation warm-starts each sparse step from the last).
+MatrixD sparse_hard(const MatrixD& w, const MatrixD& c, const SparseTarget& t, int iters, std::string_view context,
+                    const MatrixD* start = nullptr);
 
 // --solver fista: FISTA on ‖(W − D)·C^½‖² + λ‖D‖₁ with the update of sec:spa (a gradient step, the soft
 // shrinkage T, Nesterov's momentum), `iters` steps per λ; λ searched by bisection for the smallest

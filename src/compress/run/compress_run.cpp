@@ -11,6 +11,7 @@
 #include "latentllm/checkpoint.hpp"
 #include "latentllm/dist.hpp"
 #include "latentllm/error.hpp"
+#include "latentllm/eval.hpp"
 #include "latentllm/image.hpp"
 #include "latentllm/log.hpp"
 #include "latentllm/multimodal.hpp"
@@ -145,6 +146,16 @@ void write_output(const Request& r, model::Model& m, const CompressOptions& opt,
     const auto written = model::Model::load(r.out, {.lazy = true});
     o.compressed_modules = eval::compressed_modules(*written, so.dtype == DType::F32 ? 4 : 2);
   }
+}
+
+// --method lowrank-sparse: each module's rank and the non-zeros of its D, which the dense B·A + D of the
+// checkpoint no longer shows (inspect reads them back).
+nlohmann::json sparse_parts(const CompressReport& report) {
+  nlohmann::json parts = nlohmann::json::object();
+  for (const ModuleReport& m : report.modules) {
+    parts[m.name] = {{"rank", m.rank}, {"nonzeros", m.params - eval::factored_params(m.out, m.in, m.rank, false)}};
+  }
+  return parts;
 }
 
 constexpr auto kTargetNames = core::enum_names<Target>(core::Named<Target>{Target::Linear, "linear"},
@@ -306,7 +317,9 @@ Outcome run(Request r, const Observer& observe) {
     // The whole model: every stored parameter, the compressed modules' as planned.
     o.model_params = format::weights_size(r.model).params;
     o.planned_model_params = o.model_params - o.planned.plan.dense_params() + o.planned.plan.params();
-    if (sparsifies(opt.method)) {  // no ranks: the non-zero weights every module keeps at the ratio's sparsity
+    // No ranks: the non-zero weights every module keeps at the ratio's sparsity (lowrank-sparse: those of the
+    // pure sparse module whose bytes it takes; its split is chosen while compressing).
+    if (sparsifies(opt.method)) {
       o.planned_model_params = o.model_params;
       for (const ModulePlan& p : o.planned.plan.modules)
         o.planned_model_params -= p.out * pruned_per_row(p.in, {opt.ratio, opt.sparse.pattern});
@@ -335,6 +348,7 @@ Outcome run(Request r, const Observer& observe) {
   o.options_record["calibration"] = calib::calibration_record(*co);
   if (r.target != Target::Linear) o.options_record["target"] = target;
   o.options_record["notes"] = o.report.to_json().at("notes");
+  if (opt.method == Method::LowRankSparse) o.options_record["sparse_parts"] = sparse_parts(o.report);
   if (o.report.layers_done < o.report.layers_total) {
     o.stopped = true;  // --stop-after-layers: no output; the progress stays for --resume
     return o;

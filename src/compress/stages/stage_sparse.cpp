@@ -1,18 +1,22 @@
-// The sparse stage of `--method sparse | wanda | sparsegpt`: every module of its site keeps its dense
-// shape with a fraction `ratio` of its weights set to zero (compress/math/sparse.hpp), fitted on the
-// site's input second moment C = Σ x·xᵀ (the full C for --method sparse, appendix "Sparse Matrix"; its
-// diagonal for Wanda's score, H = C + λI for SparseGPT). One task per module; the result serves the
+// The sparse stage of `--method sparse | wanda | sparsegpt | lowrank-sparse`: every module of its site keeps
+// its dense shape with a fraction `ratio` of its weights set to zero (compress/math/sparse.hpp), fitted on
+// the site's input second moment C = Σ x·xᵀ (the full C for --method sparse, appendix "Sparse Matrix"; its
+// diagonal for Wanda's score, H = C + λI for SparseGPT), or, for lowrank-sparse, B·A + D in the bytes of
+// that sparse module (compress/math/lowrank_sparse.hpp). One task per module; the result serves the
 // layer's later passes from the site's end (the sequential protocol of SparseGPT and of the low-rank
-// methods) and is reported at the layer's end. The module stays a dense matrix with zeros in the
-// checkpoint; ModuleReport::params counts its non-zero entries.
+// methods) and is reported at the layer's end. The module stays a dense matrix in the checkpoint (with
+// zeros; B·A + D summed); ModuleReport::params counts its non-zero entries, plus r·(d' + d) factor
+// parameters at rank r (ModuleReport::rank).
 #include <algorithm>
 #include <set>
 
 #include "compress/math/asvd.hpp"
 #include "compress/math/bias.hpp"
+#include "compress/math/lowrank_sparse.hpp"
 #include "compress/math/sparse.hpp"
 #include "compress/stages/codecs.hpp"
 #include "compress/stages/stage.hpp"
+#include "latentllm/eval.hpp"
 #include "latentllm/log.hpp"
 #include "model/ops.hpp"
 
@@ -24,11 +28,22 @@ namespace {
 struct SparseFit {
   MatrixF d;                // [d', d] zeros where pruned
   VectorF bias;             // [d'] the module's bias (updated with --method sparse), or empty
-  std::int64_t nnz = 0;     // non-zero entries of d
+  std::int64_t nnz = 0;     // non-zero entries of the sparse part
+  int rank = 0;             // of the low-rank part (lowrank-sparse), else 0
   double loss = 0, energy = 0;
   template <class S>
-  static auto fields(S& s) { return std::tie(s.d, s.bias, s.nnz, s.loss, s.energy); }
+  static auto fields(S& s) { return std::tie(s.d, s.bias, s.nnz, s.rank, s.loss, s.energy); }
 };
+
+// A method's weight Ŵ in double ([d', d]) with its sparse part's non-zeros (counted as installed, in
+// float) and the rank of its low-rank part.
+struct Solved {
+  MatrixD w_hat;  // [d', d]
+  std::int64_t nnz = 0;
+  int rank = 0;
+};
+
+std::int64_t nonzeros_f32(const MatrixD& d) { return (d.cast<float>().array() != 0.0f).count(); }
 
 class SparseStage final : public CompressStage {
  public:
@@ -50,41 +65,53 @@ class SparseStage final : public CompressStage {
   std::string how() const {
     const CompressOptions& o = ctx_.options();
     std::string h(method_name(o.method));
-    if (o.method == Method::Sparse) h += fmt::format(" ({})", sparse_solver_name(o.sparse.solver));
+    if (o.method == Method::Sparse || o.method == Method::LowRankSparse) {
+      h += fmt::format(" ({})", sparse_solver_name(o.sparse.solver));
+    }
     if (o.sparse.pattern != SparsePattern::Unstructured) h += fmt::format(", {}", sparse_pattern_name(o.sparse.pattern));
     return h;
   }
 
-  // The method's sparse weight for w ([d', d]) on the input second moment c ([d, d]).
-  MatrixD solve(const MatrixD& w, const MatrixD& c, const std::string& name) const {
+  // The method's weight for w ([d', d]) on the input second moment c ([d, d]).
+  Solved solve(const MatrixD& w, const MatrixD& c, const std::string& name) const {
     const CompressOptions& o = ctx_.options();
-    const SparseTarget t{o.ratio, o.sparse.pattern};
-    switch (o.method) {
-      case Method::Wanda: return wanda(w, c, t, name);
-      case Method::SparseGpt: return sparsegpt(w, c, t, o.local.lambda_rel, name);
-      default:
-        return o.sparse.solver == SparseSolver::Fista ? sparse_fista(w, c, t, o.sparse.iters, name)
-                                                      : sparse_hard(w, c, t, o.sparse.iters, name);
+    if (o.method == Method::LowRankSparse) {
+      const LowRankSparseOptions lo{o.sparse.solver, o.sparse.iters, o.local.lambda_rel, kLowRankSparseAlternations};
+      const LowRankSparse f = lowrank_sparse_budget(w, c, o.ratio, lo, name);
+      return {f.dense(), nonzeros_f32(f.d), f.rank};
     }
+    const SparseTarget t{o.ratio, o.sparse.pattern};
+    MatrixD d;  // [d', d]
+    switch (o.method) {
+      case Method::Wanda: d = wanda(w, c, t, name); break;
+      case Method::SparseGpt: d = sparsegpt(w, c, t, o.local.lambda_rel, name); break;
+      default:
+        d = o.sparse.solver == SparseSolver::Fista ? sparse_fista(w, c, t, o.sparse.iters, name)
+                                                   : sparse_hard(w, c, t, o.sparse.iters, name);
+    }
+    const std::int64_t nnz = nonzeros_f32(d);
+    return {std::move(d), nnz, 0};
   }
 
-  // --method sparse on a module with a bias (and update_bias): the free bias b̂ = b + (W − D)·μ keeps the
-  // mean output, so D is fitted on the centered covariance (appendix "Bias Update", as the local ASVD).
+  // --method sparse (and lowrank-sparse) on a module with a bias (and update_bias): the free bias
+  // b̂ = b + (W − Ŵ)·μ keeps the mean output, so Ŵ is fitted on the centered covariance (appendix "Bias
+  // Update", as the local ASVD).
   // Wanda and SparseGPT keep the bias, as published.
   bool updates_bias(const VectorD& b) const {
     const CompressOptions& o = ctx_.options();
-    return o.method == Method::Sparse && o.local.update_bias && b.size() > 0;
+    return (o.method == Method::Sparse || o.method == Method::LowRankSparse) && o.local.update_bias && b.size() > 0;
   }
 
   SparseFit fit(const model::Linear& lin, const DenseWeight& dense, const VectorD& b, const calib::SiteStats& st) const {
     const MatrixD w = weight_double(dense);  // [d', d]
     const bool centered = updates_bias(b);
-    const MatrixD d = centered ? solve(w, st.centered(), lin.name) : solve(w, st.xtx, lin.name);  // [d', d]
+    const Solved s = centered ? solve(w, st.centered(), lin.name) : solve(w, st.xtx, lin.name);
     SparseFit f;
-    f.d = d.cast<float>();
+    f.d = s.w_hat.cast<float>();
     // Values beyond the float range would poison every later layer.
     model::check_finite(f.d, lin.name + ".weight");
-    f.nnz = (f.d.array() != 0.0f).count();
+    f.nnz = s.nnz;
+    f.rank = s.rank;
     const MatrixD dense_d = f.d.cast<double>();  // [d', d] as installed
     const VectorD mean = st.mean();              // [d]
     const VectorD bias = centered ? updated_bias(w, dense_d, b, mean) : b;  // [d'] or empty
@@ -100,7 +127,11 @@ class SparseStage final : public CompressStage {
     auto b = std::make_shared<const VectorD>(to_double(lin.bias));  // [d'] or empty: kept as it is
     std::shared_ptr<const DenseWeight> dense = take_dense(lin);
     const double o = static_cast<double>(lin.out), n = static_cast<double>(lin.in);
-    const double cost = n * n * n + (1.0 + ctx_.options().sparse.iters) * o * n * n;
+    const bool low_rank = ctx_.options().method == Method::LowRankSparse;
+    // lowrank-sparse: the sparse solve once per split and alternation
+    const double runs =
+        low_rank ? static_cast<double>(kLowRankSparseSplits.size() * (1 + kLowRankSparseAlternations)) : 1.0;
+    const double cost = n * n * n + runs * (1.0 + ctx_.options().sparse.iters) * o * n * n;
     const auto fitted = g.task({lin.name, cost}, [this, &lin, &st, dense, b] { return fit(lin, *dense, *b, st); });
     g.at_site_end([&lin](const SparseFit& f) {
       lin.weight = f.d;
@@ -115,12 +146,14 @@ class SparseStage final : public CompressStage {
     r.out = lin.out;
     r.in = lin.in;
     r.dense_params = lin.out * lin.in;
-    r.params = f.nnz;
+    r.rank = f.rank;
+    r.params = f.nnz + eval::factored_params(lin.out, lin.in, f.rank, false);
     r.how = how();
     r.loss = f.loss;
     r.loss_rel = f.energy > 0 ? f.loss / f.energy : 0.0;
-    log_info("  {} sparsity {:.4f} loss {:.4e} (rel {:.4f}) [{}]", lin.name,
-             1.0 - static_cast<double>(f.nnz) / static_cast<double>(r.dense_params), r.loss, r.loss_rel, r.how);
+    const std::string rank = f.rank > 0 ? fmt::format(" rank {}", f.rank) : std::string();
+    log_info("  {} sparsity {:.4f}{} loss {:.4e} (rel {:.4f}) [{}]", lin.name,
+             1.0 - static_cast<double>(f.nnz) / static_cast<double>(r.dense_params), rank, r.loss, r.loss_rel, r.how);
     ctx_.report().modules.push_back(std::move(r));
   }
 
