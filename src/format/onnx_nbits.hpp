@@ -1,0 +1,38 @@
+// A quantized matrix as ONNX Runtime's com.microsoft::MatMulNBits reads it (the ONNX export's 4-bit
+// modules; docs/QUANT.md "Exports"). MatMulNBits computes Y = A·W'ᵀ with W' [N, K] stored as B
+// [N, n_blocks, blob_size] (codes packed low bits first along K, the last block zero-padded), scales
+// [N·n_blocks] of A's type and optional zero points, dequantizing (code − zero_point)·scale: latentllm's
+// packed layout and w' = s·(c − z) as they are (src/quant/pack.hpp), blocks being groups.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "quant/pack.hpp"
+
+namespace latentllm::format {
+
+// MatMulNBits' inputs B, scales and zero_points of a packed W' [N, K], and its attributes. The graph
+// reads activations in float32, so the scales are float32 (the F16 scales widened, exactly). Zero
+// points: uint8 codes packed like B, each row padded to whole bytes, when every zero point is an
+// integer in [0, 2^bits − 1] (GPTQ's grid); else float32, the F16 zero points widened (the min–max
+// grid's fractional origin).
+struct NBitsTensors {
+  std::int64_t N = 0, K = 0;
+  int bits = 0, block_size = 0;
+  std::vector<std::int64_t> b_dims;     // [N, n_blocks, blob_size]
+  std::vector<std::uint8_t> b;          // the packed codes as stored
+  std::vector<float> scales;            // [N·n_blocks]
+  std::vector<std::uint8_t> zeros_u8;   // [N·⌈n_blocks·bits/8⌉] integer zero points, or empty
+  std::vector<float> zeros_f32;         // [N·n_blocks] fractional zero points, or empty
+};
+
+// Why ONNX Runtime's CPU MatMulNBits cannot hold p as it is ("" when it can): it takes 2, 4 and 8 bits,
+// blocks of 16, 32, 64, 128 or 256, and at 8 bits only integer zero points in [0, 255].
+std::string nbits_unsupported(const quant::PackedMatrix& p);
+
+// The tensors of p (nbits_unsupported(p) must be ""; Error otherwise).
+NBitsTensors nbits_tensors(const quant::PackedMatrix& p);
+
+}  // namespace latentllm::format
