@@ -102,12 +102,15 @@ std::string nbits_matmul(Ctx& c, const std::string& module, io::Factor f, const 
   const NBitsTensors t = nbits_tensors(p);
   auto name = [&](io::Piece piece) { return io::latent_tensor_name(module, f, piece); };
   const auto n_scales = static_cast<std::int64_t>(t.scales.size());
+  auto widened = [&](io::Piece piece, const std::vector<std::uint16_t>& h) {  // F16 initializer -> float32 value
+    return c.g.op("Cast", {c.g.raw(name(piece), kF16, {n_scales}, bytes_of(h))}, {attr("to", std::int64_t{kFloat})});
+  };
   std::vector<std::string> in = {x, c.g.raw(name(io::Piece::Codes), kUint8, t.b_dims, bytes_of(t.b)),
-                                 c.g.raw(name(io::Piece::Scales), kFloat, {n_scales}, bytes_of(t.scales))};
+                                 widened(io::Piece::Scales, t.scales)};
   if (!t.zeros_u8.empty()) {
     in.push_back(c.g.raw(name(io::Piece::Zeros), kUint8, {static_cast<std::int64_t>(t.zeros_u8.size())}, bytes_of(t.zeros_u8)));
   } else {
-    in.push_back(c.g.raw(name(io::Piece::Zeros), kFloat, {n_scales}, bytes_of(t.zeros_f32)));
+    in.push_back(widened(io::Piece::Zeros, t.zeros_f16));
   }
   ++c.nbits;
   return c.g.domain_op(kMsDomain, kMsOpset, "MatMulNBits", in,

@@ -35,12 +35,6 @@ std::vector<std::uint8_t> packed_zeros(const quant::PackedMatrix& p) {
   return out;
 }
 
-std::vector<float> widened(const std::vector<std::uint16_t>& h) {
-  std::vector<float> out(h.size());
-  for (std::size_t i = 0; i < h.size(); ++i) out[i] = f16_to_f32(h[i]);
-  return out;
-}
-
 }  // namespace
 
 std::string nbits_unsupported(const quant::PackedMatrix& p) {
@@ -68,11 +62,11 @@ NBitsTensors nbits_tensors(const quant::PackedMatrix& p) {
   t.block_size = p.group;
   t.b_dims = {p.rows, p.groups(), quant::group_bytes(p.spec())};
   t.b = p.codes;
-  t.scales = widened(p.scales);
+  t.scales = p.scales;
   if (integer_zeros(p)) {
     t.zeros_u8 = packed_zeros(p);
   } else {
-    t.zeros_f32 = widened(p.zeros);
+    t.zeros_f16 = p.zeros;
   }
   return t;
 }

@@ -13,19 +13,19 @@
 
 namespace latentllm::format {
 
-// MatMulNBits' inputs B, scales and zero_points of a packed W' [N, K], and its attributes. The graph
-// reads activations in float32, so the scales are float32 (the F16 scales widened, exactly). Zero
-// points: uint8 codes packed like B, each row padded to whole bytes, when every zero point is an
-// integer in [0, 2^bits − 1] (GPTQ's grid); else float32, the F16 zero points widened (the min–max
-// grid's fractional origin).
+// MatMulNBits' inputs B, scales and zero_points of a packed W' [N, K], and its attributes. Scales: the
+// checkpoint's F16 values (the graph reads activations in float32, so a Cast widens them, exactly, to
+// the float32 MatMulNBits then wants). Zero points: uint8 codes packed like B, each row padded to whole
+// bytes, when every zero point is an integer in [0, 2^bits − 1] (GPTQ's grid); else the checkpoint's F16
+// zero points (the min–max grid's fractional origin), widened like the scales.
 struct NBitsTensors {
   std::int64_t N = 0, K = 0;
   int bits = 0, block_size = 0;
   std::vector<std::int64_t> b_dims;     // [N, n_blocks, blob_size]
   std::vector<std::uint8_t> b;          // the packed codes as stored
-  std::vector<float> scales;            // [N·n_blocks]
+  std::vector<std::uint16_t> scales;    // [N·n_blocks] F16
   std::vector<std::uint8_t> zeros_u8;   // [N·⌈n_blocks·bits/8⌉] integer zero points, or empty
-  std::vector<float> zeros_f32;         // [N·n_blocks] fractional zero points, or empty
+  std::vector<std::uint16_t> zeros_f16; // [N·n_blocks] F16 fractional zero points, or empty
 };
 
 // Why ONNX Runtime's CPU MatMulNBits cannot hold p as it is ("" when it can): it takes 2, 4 and 8 bits,
