@@ -3,10 +3,10 @@
 // against latentllm's own outputs written here: logits within 1e-4 at every position (one call, and
 // prefill then one position per call through past_key_values / present), and greedy decoding with the
 // KV cache token-identical to `latentllm generate --temperature 0`; the same for random-weight Qwen3 and
-// Llama-3 presets of tools/synth (q/k norms, llama3 RoPE scaling); the 4-bit checkpoints (quantized factors,
-// GPTQ's integer and the min–max rule's fractional zero points, and --method gptq's dense weights), whose
-// modules the export writes as com.microsoft::MatMulNBits, besides with perplexity within 1e-3 relative of
-// `latentllm ppl` on the same windows. Skipped when node or
+// Llama-3 presets of tools/synth (q/k norms, llama3 RoPE scaling); the quantized checkpoints (4-bit factors
+// with GPTQ's integer and the min–max rule's fractional zero points, with latent pasts, 8-bit factors, and
+// --method gptq's dense weights), whose matrices the export writes as com.microsoft::MatMulNBits, besides
+// with perplexity within 1e-3 relative of `latentllm ppl` on the same windows. Skipped when node or
 // onnxruntime-node is missing, unless LATENTLLM_REQUIRE_ORT is set (CI sets it: there it must run).
 #include <gtest/gtest.h>
 
@@ -168,6 +168,19 @@ TEST(OnnxRuntime, QuantizedStories260KMatchesLatentllm) {
 TEST(OnnxRuntime, MinMaxQuantizedLatentMatchesLatentllm) {
   REQUIRE_ORT();
   expect_quantized_export_agrees(quantized_fixture("stories260K/hf", kQuantLatentMinMax));
+}
+
+// opt-tiny: latent keys and values, whose B the attention absorbs (written dequantized), the other
+// factors MatMulNBits in groups of 16.
+TEST(OnnxRuntime, OptTinyQuantizedLatentPastMatchesLatentllm) {
+  REQUIRE_ORT();
+  expect_quantized_export_agrees(quantized_fixture("opt-tiny", "--method latentllm --ratio 0.3 --bits 4 --group 16"));
+}
+
+// 8-bit factors with GPTQ's integer zero points (MatMulNBits' 8-bit kernel takes uint8 zero points).
+TEST(OnnxRuntime, EightBitLatentMatchesLatentllm) {
+  REQUIRE_ORT();
+  expect_quantized_export_agrees(quantized_fixture("stories260K/hf", "--method latentllm --ratio 0.3 --bits 8 --group 32"));
 }
 
 // --method gptq: every dense weight 4-bit, full rank.
