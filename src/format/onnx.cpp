@@ -94,28 +94,43 @@ void io_output(Ctx& c, const std::string& value, const std::string& name, const 
   }
 }
 
+// An F16 initializer [n] (the checkpoint's bytes) as a float32 value.
+std::string widened(Ctx& c, const std::string& name, const std::vector<std::uint16_t>& h) {
+  return c.g.op("Cast", {c.g.raw(name, kF16, {static_cast<std::int64_t>(h.size())}, bytes_of(h))},
+                {attr("to", std::int64_t{kFloat})});
+}
+
+// [B, S, N]: Σ_g (z_g − z₀)·s_g·Σ_{k∈g} x_k of fractional zero points z, the part of x·W'ᵀ that
+// MatMulNBits without zero points (z₀ = 2^(bits−1)) leaves out (src/format/onnx_nbits.hpp).
+std::string zero_point_term(Ctx& c, const NBitsTensors& t, const std::string& x, const std::string& scales,
+                            const std::string& zeros) {
+  const std::int64_t n_g = t.blocks(), G = t.block_size;
+  const std::string padded = n_g * G == t.K ? x : c.g.op("Pad", {x, c.g.ints({0, 0, 0, 0, 0, n_g * G - t.K})});  // [B, S, n_g·G]
+  const std::string sums = c.g.op("ReduceSum", {c.g.op("Reshape", {padded, c.g.ints({0, 0, n_g, G})}), c.g.ints({-1})},
+                                  {attr("keepdims", std::int64_t{0})});  // [B, S, n_g]
+  const std::string zs = c.g.op("Mul", {c.g.op("Sub", {zeros, c.g.scalar(static_cast<float>(t.default_zero()))}), scales});
+  const std::string zst = c.g.op("Transpose", {c.g.op("Reshape", {zs, c.g.ints({t.N, n_g})})});  // [n_g, N]
+  return c.g.op("MatMul", {sums, zst});
+}
+
 // y: [B, S, N] = x: [B, S, K]·W'ᵀ for the quantized matrix `f` of `module`, W' [N, K]: one
 // com.microsoft::MatMulNBits node over initializers named as the checkpoint's codes, scales and zero
-// points.
+// points (fractional zero points: MatMulNBits without them, less zero_point_term).
 std::string nbits_matmul(Ctx& c, const std::string& module, io::Factor f, const quant::PackedMatrix& p,
                          const std::string& x) {
   const NBitsTensors t = nbits_tensors(p);
   auto name = [&](io::Piece piece) { return io::latent_tensor_name(module, f, piece); };
-  const auto n_scales = static_cast<std::int64_t>(t.scales.size());
-  auto widened = [&](io::Piece piece, const std::vector<std::uint16_t>& h) {  // F16 initializer -> float32 value
-    return c.g.op("Cast", {c.g.raw(name(piece), kF16, {n_scales}, bytes_of(h))}, {attr("to", std::int64_t{kFloat})});
-  };
-  std::vector<std::string> in = {x, c.g.raw(name(io::Piece::Codes), kUint8, t.b_dims, bytes_of(t.b)),
-                                 widened(io::Piece::Scales, t.scales)};
+  const std::string scales = widened(c, name(io::Piece::Scales), t.scales);
+  std::vector<std::string> in = {x, c.g.raw(name(io::Piece::Codes), kUint8, t.b_dims, bytes_of(t.b)), scales};
   if (!t.zeros_u8.empty()) {
     in.push_back(c.g.raw(name(io::Piece::Zeros), kUint8, {static_cast<std::int64_t>(t.zeros_u8.size())}, bytes_of(t.zeros_u8)));
-  } else {
-    in.push_back(widened(io::Piece::Zeros, t.zeros_f16));
   }
   ++c.nbits;
-  return c.g.domain_op(kMsDomain, kMsOpset, "MatMulNBits", in,
-                       {attr("K", t.K), attr("N", t.N), attr("bits", std::int64_t{t.bits}),
-                        attr("block_size", std::int64_t{t.block_size})});
+  const std::string y = c.g.domain_op(kMsDomain, kMsOpset, "MatMulNBits", in,
+                                      {attr("K", t.K), attr("N", t.N), attr("bits", std::int64_t{t.bits}),
+                                       attr("block_size", std::int64_t{t.block_size})});
+  if (!t.zeros_u8.empty()) return y;
+  return c.g.op("Sub", {y, zero_point_term(c, t, x, scales, widened(c, name(io::Piece::Zeros), t.zeros_f16))});
 }
 
 // y: [B, S, rows] = x: [B, S, cols]·Wᵀ for the matrix `f` of `module`: MatMulNBits when w is kept

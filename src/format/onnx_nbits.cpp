@@ -45,9 +45,6 @@ std::string nbits_unsupported(const quant::PackedMatrix& p) {
   if (G < 16 || G > 256 || (G & (G - 1)) != 0) {
     return fmt::format("groups of {} (MatMulNBits takes blocks of 16, 32, 64, 128 or 256)", G);
   }
-  if (p.bits == 8 && !integer_zeros(p)) {
-    return "8-bit codes with fractional zero points (MatMulNBits takes them at 2 and 4 bits only)";
-  }
   return "";
 }
 

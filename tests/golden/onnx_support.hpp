@@ -42,6 +42,7 @@ inline std::filesystem::path latent_fixture(const std::string& model, const std:
 // Compress options of the 4-bit fixtures (quantized_fixture).
 inline const std::string kQuantLatent = "--method latentllm --ratio 0.3 --bits 4 --group 32";
 inline const std::string kQuantLatentMinMax = kQuantLatent + " --quantizer rtn";
+inline const std::string kQuantLatentMinMax8 = "--method latentllm --ratio 0.3 --bits 8 --group 32 --quantizer rtn";
 inline const std::string kQuantGptq = "--method gptq --bits 4 --group 32";
 inline const std::string kLatent16 = "--method latentllm --ratio 0.3";
 

@@ -62,8 +62,9 @@ T value_at(const std::string& bytes, std::int64_t i) {
   return v;
 }
 
-// The [rows, cols] matrix MatMulNBits reads from the initializers of `prefix` (…qweight, …scales,
-// …qzeros): (code − zero)·scale, rounded once to float as latentllm's dequantization.
+// The [rows, cols] matrix the graph multiplies by, from the initializers …qweight, …scales, …qzeros:
+// MatMulNBits' (code − zero)·scale with uint8 zero points, or (code − 2^(q−1))·scale less the F16 zero
+// points' per-group term (src/format/onnx_nbits.hpp), rounded once to float as latentllm's dequantization.
 MatrixF matmul_nbits_weight(const std::map<std::string, std::pair<json, std::string>>& init, const std::string& codes,
                             const std::string& scales, const std::string& zeros, std::int64_t cols, int bits) {
   const auto& [bd, b] = init.at(codes);
@@ -79,9 +80,11 @@ MatrixF matmul_nbits_weight(const std::map<std::string, std::pair<json, std::str
     for (std::int64_t k = 0; k < cols; ++k) {
       const std::int64_t blk = k / block, g = n * n_blocks + blk;
       const double code = bits_at(b, n * n_blocks * blob, k * bits, bits);
-      const double zero = zd.at("type") == kUint8 ? bits_at(z, n * zp_row, blk * bits, bits)
-                                                  : f16_to_f32(value_at<std::uint16_t>(z, g));
-      w(n, k) = static_cast<float>((code - zero) * double{f16_to_f32(value_at<std::uint16_t>(s, g))});
+      const double scale = f16_to_f32(value_at<std::uint16_t>(s, g)), z0 = 1 << (bits - 1);
+      const double v = zd.at("type") == kUint8
+                           ? (code - bits_at(z, n * zp_row, blk * bits, bits)) * scale
+                           : (code - z0) * scale - (f16_to_f32(value_at<std::uint16_t>(z, g)) - z0) * scale;
+      w(n, k) = static_cast<float>(v);
     }
   }
   return w;

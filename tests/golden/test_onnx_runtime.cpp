@@ -183,6 +183,12 @@ TEST(OnnxRuntime, EightBitLatentMatchesLatentllm) {
   expect_quantized_export_agrees(quantized_fixture("stories260K/hf", "--method latentllm --ratio 0.3 --bits 8 --group 32"));
 }
 
+// 8-bit factors on the min–max grid (--quantizer rtn): fractional zero points at 8 bits.
+TEST(OnnxRuntime, EightBitMinMaxLatentMatchesLatentllm) {
+  REQUIRE_ORT();
+  expect_quantized_export_agrees(quantized_fixture("stories260K/hf", kQuantLatentMinMax8));
+}
+
 // --method gptq: every dense weight 4-bit, full rank.
 TEST(OnnxRuntime, GptqDenseMatchesLatentllm) {
   REQUIRE_ORT();

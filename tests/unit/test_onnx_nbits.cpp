@@ -1,7 +1,8 @@
 // format::nbits_tensors: a packed matrix as com.microsoft::MatMulNBits' B, scales and zero points. Read
 // back by MatMulNBits' rule (the code of column k at bits [k·bits, (k + 1)·bits) of its row's blocks, the
 // zero point of block k / block_size from the packed uint8 or the float zero points, (code − zero)·scale),
-// they are exactly latentllm's dequantized matrix, a partial last block included; and which matrices ONNX
+// they are exactly latentllm's dequantized matrix, a partial last block included (fractional zero points:
+// through the graph's per-group term beside MatMulNBits without zero points); and which matrices ONNX
 // Runtime's CPU kernel does not take.
 #include <gtest/gtest.h>
 
@@ -31,7 +32,8 @@ unsigned bits_at(const std::uint8_t* row, std::int64_t bit, int bits) {
   return (row[bit / 8] >> (bit % 8)) & ((1u << bits) - 1u);  // bits divides 8: a value never straddles bytes
 }
 
-// W' [N, K] as MatMulNBits dequantizes its inputs.
+// W' [N, K] as the graph computes it: MatMulNBits' (code − zero_point)·scale with the uint8 zero points,
+// or without zero points (2^(bits−1)) less the fractional zero points' term per group.
 MatrixD matmul_nbits_weight(const NBitsTensors& t) {
   const std::int64_t n_blocks = t.b_dims[1], blob = t.b_dims[2], zp_row = (n_blocks * t.bits + 7) / 8;
   MatrixD w(t.N, t.K);
@@ -39,24 +41,30 @@ MatrixD matmul_nbits_weight(const NBitsTensors& t) {
     for (std::int64_t k = 0; k < t.K; ++k) {
       const std::int64_t blk = k / t.block_size, g = n * n_blocks + blk;
       const unsigned code = bits_at(t.b.data() + n * n_blocks * blob, k * t.bits, t.bits);
-      const double zero = t.zeros_u8.empty() ? double{f16_to_f32(t.zeros_f16[static_cast<std::size_t>(g)])}
-                                              : bits_at(t.zeros_u8.data() + n * zp_row, blk * t.bits, t.bits);
-      w(n, k) = (code - zero) * double{f16_to_f32(t.scales[static_cast<std::size_t>(g)])};
+      const double s = f16_to_f32(t.scales[static_cast<std::size_t>(g)]);
+      if (t.zeros_u8.empty()) {
+        const double z = f16_to_f32(t.zeros_f16[static_cast<std::size_t>(g)]), z0 = t.default_zero();
+        w(n, k) = (code - z0) * s - (z - z0) * s;
+      } else {
+        w(n, k) = (code - static_cast<double>(bits_at(t.zeros_u8.data() + n * zp_row, blk * t.bits, t.bits))) * s;
+      }
     }
   }
   return w;
 }
 
 TEST(OnnxNBits, FractionalZeroPointsRoundTripExactly) {
-  const quant::PackedMatrix p = packed(4, 16, quant::Grid::MinMax);  // 50 columns: blocks 16, 16, 16, 2
-  ASSERT_EQ(nbits_unsupported(p), "");
-  const NBitsTensors t = nbits_tensors(p);
-  EXPECT_EQ(t.b_dims, (std::vector<std::int64_t>{7, 4, 8}));
-  EXPECT_EQ(t.b, p.codes);
-  EXPECT_TRUE(t.zeros_u8.empty());
-  EXPECT_EQ(t.scales, p.scales);
-  EXPECT_EQ(t.zeros_f16, p.zeros);
-  EXPECT_EQ(matmul_nbits_weight(t), quant::dequantize(quant::unpack(p)));
+  for (const int bits : {2, 4, 8}) {
+    const quant::PackedMatrix p = packed(bits, 16, quant::Grid::MinMax);  // 50 columns: blocks 16, 16, 16, 2
+    ASSERT_EQ(nbits_unsupported(p), "");
+    const NBitsTensors t = nbits_tensors(p);
+    EXPECT_EQ(t.b_dims, (std::vector<std::int64_t>{7, 4, 2 * bits}));
+    EXPECT_EQ(t.b, p.codes);
+    EXPECT_TRUE(t.zeros_u8.empty());
+    EXPECT_EQ(t.scales, p.scales);
+    EXPECT_EQ(t.zeros_f16, p.zeros);
+    EXPECT_EQ(matmul_nbits_weight(t), quant::dequantize(quant::unpack(p))) << bits;
+  }
 }
 
 TEST(OnnxNBits, IntegerZeroPointsArePackedUint8) {
@@ -74,7 +82,7 @@ TEST(OnnxNBits, WhatOnnxRuntimeDoesNotTake) {
   EXPECT_NE(nbits_unsupported(packed(3, 32, quant::Grid::MinMax)).find("3-bit"), std::string::npos);
   EXPECT_NE(nbits_unsupported(packed(4, 24, quant::Grid::MinMax)).find("groups of 24"), std::string::npos);
   EXPECT_NE(nbits_unsupported(packed(4, 8, quant::Grid::MinMax)).find("groups of 8"), std::string::npos);
-  EXPECT_NE(nbits_unsupported(packed(8, 32, quant::Grid::MinMax)).find("fractional"), std::string::npos);
+  EXPECT_EQ(nbits_unsupported(packed(8, 32, quant::Grid::MinMax)), "");
   EXPECT_EQ(nbits_unsupported(packed(4, 256, quant::Grid::MinMax)), "");
   EXPECT_THROW(nbits_tensors(packed(3, 32, quant::Grid::MinMax)), Error);
 }
