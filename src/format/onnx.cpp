@@ -102,13 +102,14 @@ std::string widened(Ctx& c, const std::string& name, const std::vector<std::uint
 
 // [B, S, N]: Σ_g (z_g − z₀)·s_g·Σ_{k∈g} x_k of fractional zero points z, the part of x·W'ᵀ that
 // MatMulNBits without zero points (z₀ = 2^(bits−1)) leaves out (src/format/onnx_nbits.hpp).
+// x: [B, S, K]; scales, zeros: [N·n_g] float32.
 std::string zero_point_term(Ctx& c, const NBitsTensors& t, const std::string& x, const std::string& scales,
                             const std::string& zeros) {
   const std::int64_t n_g = t.blocks(), G = t.block_size;
   const std::string padded = n_g * G == t.K ? x : c.g.op("Pad", {x, c.g.ints({0, 0, 0, 0, 0, n_g * G - t.K})});  // [B, S, n_g·G]
   const std::string sums = c.g.op("ReduceSum", {c.g.op("Reshape", {padded, c.g.ints({0, 0, n_g, G})}), c.g.ints({-1})},
                                   {attr("keepdims", std::int64_t{0})});  // [B, S, n_g]
-  const std::string zs = c.g.op("Mul", {c.g.op("Sub", {zeros, c.g.scalar(static_cast<float>(t.default_zero()))}), scales});
+  const std::string zs = c.g.op("Mul", {c.g.op("Sub", {zeros, c.g.scalar(static_cast<float>(t.default_zero()))}), scales});  // [N·n_g]
   const std::string zst = c.g.op("Transpose", {c.g.op("Reshape", {zs, c.g.ints({t.N, n_g})})});  // [n_g, N]
   return c.g.op("MatMul", {sums, zst});
 }
@@ -120,7 +121,7 @@ std::string nbits_matmul(Ctx& c, const std::string& module, io::Factor f, const 
                          const std::string& x) {
   const NBitsTensors t = nbits_tensors(p);
   auto name = [&](io::Piece piece) { return io::latent_tensor_name(module, f, piece); };
-  const std::string scales = widened(c, name(io::Piece::Scales), t.scales);
+  const std::string scales = widened(c, name(io::Piece::Scales), t.scales);  // [N·n_g]
   std::vector<std::string> in = {x, c.g.raw(name(io::Piece::Codes), kUint8, t.b_dims, bytes_of(t.b)), scales};
   if (!t.zeros_u8.empty()) {
     in.push_back(c.g.raw(name(io::Piece::Zeros), kUint8, {static_cast<std::int64_t>(t.zeros_u8.size())}, bytes_of(t.zeros_u8)));
