@@ -188,6 +188,20 @@ TEST(ExportOnnxNBits, FourBitExportsAreAFractionOfTheSixteenBitOne) {
   ::testing::Test::RecordProperty("gptq_4bit_over_16bit_f16", fmt::format("{:.3f}", gptq16));
 }
 
+// compress --bits 4 --format onnx writes the graph `export` writes of the f32 quantized checkpoint, byte
+// for byte (the packed matrices reach the writer as they are, not dequantized).
+TEST(ExportOnnxNBits, CompressFormatOnnxIsTheExportOfTheQuantizedCheckpoint) {
+  LATENTLLM_REQUIRE_ONNX_MODULE();
+  const fs::path tmp = make_temp_dir("onnx-nbits-direct");
+  const std::string common = "compress --model " + shq(shared_path("models/stories260K/hf")) + " " + kQuantLatent +
+                             " --calib text --calib-data " + shq(tinystories_text()) + " --nsamples 4 --seqlen 64 -q";
+  run_cli_ok(common + " --dtype f32 --out " + shq(tmp / "latent"));
+  run_cli_ok(common + " --format onnx --out " + shq(tmp / "direct"));
+  const fs::path exported = onnx_export(tmp / "latent");
+  EXPECT_GT(format::describe_onnx_model(graph(exported)).at("domain_ops").size(), 0u);
+  EXPECT_EQ(read_bytes(graph(tmp / "direct")), read_bytes(graph(exported)));
+}
+
 // Groups of 24 (MatMulNBits takes powers of two from 16 to 256): float MatMuls, and stderr says so.
 TEST(ExportOnnxNBits, UnsupportedGroupFallsBackToFloatWithANote) {
   LATENTLLM_REQUIRE_ONNX_MODULE();
