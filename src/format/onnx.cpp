@@ -428,19 +428,33 @@ std::string head(Ctx& c, const io::TensorStore& store, const std::string& h, con
   return c.g.op("Reshape", {logits, shape});
 }
 
+// Bytes of module `spec`'s initializers in the form f: a quantized matrix MatMulNBits takes at most
+// quant::packed_bytes (codes, F16 scales and zero points), any other matrix and the bias `elem` bytes
+// per value. The B of k_proj / v_proj counts as float (a latent past absorbs it dequantized).
+std::int64_t module_bytes(const ModuleForm& f, const model::Linear& spec, std::int64_t elem) {
+  if (f.bits >= 16 || !nbits_unsupported(f.bits, f.group).empty()) return f.params(spec) * elem;
+  const quant::QuantSpec q{f.bits, f.group, quant::Grid::MinMax};
+  const std::int64_t bias = f.bias ? spec.out * elem : 0;
+  if (f.rank == 0) return bias + quant::packed_bytes(spec.out, spec.in, q);
+  const bool kv = spec.role == model::Role::K || spec.role == model::Role::V;
+  const std::int64_t b = kv ? spec.out * f.rank * elem : quant::packed_bytes(spec.out, f.rank, q);
+  return bias + b + quant::packed_bytes(f.rank, spec.in - (f.block_identity ? f.rank : 0), q);
+}
+
 // Bytes of every initializer: the source's tensors outside the decoder layers' modules and the layers'
 // modules as `layers` holds them, in the export's type (perm indices aside).
 std::int64_t weight_bytes(LayerSource& layers, const io::TensorStore& store, DType dtype) {
   const model::Model& m = layers.model();
   const auto where = layer_modules(m);
+  const std::int64_t elem = dtype == DType::F16 ? 2 : 4;
   std::int64_t n = 0;
   for (const auto& name : store.names())
-    if (!where.count(m.module_name(tensor_module(name)))) n += store.get(name).numel();
+    if (!where.count(m.module_name(tensor_module(name)))) n += store.get(name).numel() * elem;
   for (int i = 0; i < m.num_layers(); ++i) {
     const std::vector<ModuleForm> forms = layers.forms(i);
-    for (std::size_t k = 0; k < forms.size(); ++k) n += forms[k].params(m.layer_spec(i).linears[k]);
+    for (std::size_t k = 0; k < forms.size(); ++k) n += module_bytes(forms[k], m.layer_spec(i).linears[k], elem);
   }
-  return n * (dtype == DType::F16 ? 2 : 4);
+  return n;
 }
 
 // config.json's record of the past inputs: per layer the form of key and value (latent: its rank).

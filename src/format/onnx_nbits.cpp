@@ -37,13 +37,10 @@ std::vector<std::uint8_t> packed_zeros(const quant::PackedMatrix& p) {
 
 }  // namespace
 
-std::string nbits_unsupported(const quant::PackedMatrix& p) {
-  if (p.bits != 2 && p.bits != 4 && p.bits != 8) {
-    return fmt::format("{}-bit codes (MatMulNBits takes 2, 4 or 8 bits)", p.bits);
-  }
-  const int G = p.group;
-  if (G < 16 || G > 256 || (G & (G - 1)) != 0) {
-    return fmt::format("groups of {} (MatMulNBits takes blocks of 16, 32, 64, 128 or 256)", G);
+std::string nbits_unsupported(int bits, int group) {
+  if (bits != 2 && bits != 4 && bits != 8) return fmt::format("{}-bit codes (MatMulNBits takes 2, 4 or 8 bits)", bits);
+  if (group < 16 || group > 256 || (group & (group - 1)) != 0) {
+    return fmt::format("groups of {} (MatMulNBits takes blocks of 16, 32, 64, 128 or 256)", group);
   }
   return "";
 }

@@ -36,9 +36,10 @@ struct NBitsTensors {
   int default_zero() const { return 1 << (bits - 1); }  // MatMulNBits' zero point when it has none
 };
 
-// Why ONNX Runtime's CPU MatMulNBits cannot hold p ("" when it can): it takes 2, 4 and 8 bits and
-// blocks of 16, 32, 64, 128 or 256.
-std::string nbits_unsupported(const quant::PackedMatrix& p);
+// Why ONNX Runtime's CPU MatMulNBits cannot hold a matrix of `bits`-bit codes in groups of `group`
+// ("" when it can): it takes 2, 4 and 8 bits and blocks of 16, 32, 64, 128 or 256.
+std::string nbits_unsupported(int bits, int group);
+inline std::string nbits_unsupported(const quant::PackedMatrix& p) { return nbits_unsupported(p.bits, p.group); }
 
 // The tensors of p (nbits_unsupported(p) must be ""; Error otherwise).
 NBitsTensors nbits_tensors(const quant::PackedMatrix& p);

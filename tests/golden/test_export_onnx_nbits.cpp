@@ -157,6 +157,11 @@ std::pair<std::int64_t, std::int64_t> quantized_part_bytes(const fs::path& lat, 
   return {onnx, checkpoint};
 }
 
+std::int64_t inspect_params(const fs::path& lat) {
+  const std::string log = run_cli_ok("inspect --model " + shq(lat) + " --json");
+  return json::parse(log.substr(log.find('{'))).at("model_params").get<std::int64_t>();
+}
+
 double size_ratio(const fs::path& a, const fs::path& b) {
   return static_cast<double>(export_bytes(a)) / static_cast<double>(export_bytes(b));
 }
@@ -186,6 +191,23 @@ TEST(ExportOnnxNBits, FourBitExportsAreAFractionOfTheSixteenBitOne) {
   ::testing::Test::RecordProperty("gptq_4bit_over_16bit_f32", fmt::format("{:.3f}", gptq));
   ::testing::Test::RecordProperty("latent_4bit_over_16bit_f16", fmt::format("{:.3f}", latent16));
   ::testing::Test::RecordProperty("gptq_4bit_over_16bit_f16", fmt::format("{:.3f}", gptq16));
+}
+
+// The external-data threshold weighs a MatMulNBits matrix by its packed bytes, not as float: an export
+// whose initializers fit stays one file even when its parameters as float32 would not.
+TEST(ExportOnnxNBits, ExternalDataThresholdCountsPackedBytes) {
+  LATENTLLM_REQUIRE_ONNX_MODULE();
+  const fs::path lat = quantized_fixture("stories260K/hf", kQuantLatent);
+  const std::uintmax_t inline_bytes = export_bytes(onnx_export(lat));
+  const std::int64_t as_float = 4 * inspect_params(lat);
+  ASSERT_LT(static_cast<std::int64_t>(inline_bytes), as_float);
+  format::ExportOptions opt;
+  opt.format = "onnx";
+  opt.onnx_external_data_above = static_cast<std::int64_t>(inline_bytes);  // above the initializers' bytes
+  const fs::path out = make_temp_dir("onnx-nbits-threshold") / "onnx";
+  format::export_checkpoint(lat, out, opt);
+  EXPECT_FALSE(fs::exists(out / "onnx" / "model.onnx_data"));
+  EXPECT_EQ(read_bytes(graph(out)), read_bytes(graph(onnx_export(lat))));
 }
 
 // compress --bits 4 --format onnx writes the graph `export` writes of the f32 quantized checkpoint, byte
