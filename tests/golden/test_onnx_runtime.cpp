@@ -32,6 +32,7 @@ using json = nlohmann::json;
 
 constexpr float kTolerance = 1e-4f;
 constexpr double kPplTolerance = 1e-3;  // relative
+constexpr float kF16Tolerance = 5e-2f;  // float16 logits, and pasts rounded to float16 between calls
 constexpr int kPplSeqlen = 128, kPplWindows = 4;
 
 fs::path ort_dir() { return fs::path(LATENTLLM_TEST_DATA_DIR).parent_path() / "ort"; }
@@ -187,6 +188,18 @@ TEST(OnnxRuntime, EightBitLatentMatchesLatentllm) {
 TEST(OnnxRuntime, EightBitMinMaxLatentMatchesLatentllm) {
   REQUIRE_ORT();
   expect_quantized_export_agrees(quantized_fixture("stories260K/hf", kQuantLatentMinMax8));
+}
+
+// --dtype f16 (float16 I/O, embedding and norms; the quantized tensors as in f32): logits within the
+// rounding of float16 logits and pasts, the same greedy tokens and perplexity within 1e-3.
+TEST(OnnxRuntime, QuantizedF16ExportMatchesLatentllm) {
+  REQUIRE_ORT();
+  const fs::path lat = quantized_fixture("stories260K/hf", kQuantLatent);
+  const json r = check_with_ort(lat, onnx_export(lat, "--dtype f16"), kF16Tolerance, /*with_ppl=*/true);
+  if (!r.is_object()) return;
+  EXPECT_TRUE(r.at("failures").empty()) << r.dump();
+  ::testing::Test::RecordProperty("one_call_max_diff", fmt::format("{:.3g}", r.at("one_call_max_diff").get<double>()));
+  ::testing::Test::RecordProperty("ppl_rel_diff", fmt::format("{:.3g}", r.at("ppl_rel_diff").get<double>()));
 }
 
 // --method gptq: every dense weight 4-bit, full rank.
