@@ -43,6 +43,7 @@ inline std::filesystem::path latent_fixture(const std::string& model, const std:
 inline const std::string kQuantLatent = "--method latentllm --ratio 0.3 --bits 4 --group 32";
 inline const std::string kQuantLatentMinMax = kQuantLatent + " --quantizer rtn";
 inline const std::string kQuantLatentMinMax8 = "--method latentllm --ratio 0.3 --bits 8 --group 32 --quantizer rtn";
+inline const std::string kQuantOptTiny = "--method latentllm --ratio 0.3 --bits 4 --group 16";
 inline const std::string kQuantGptq = "--method gptq --bits 4 --group 32";
 inline const std::string kLatent16 = "--method latentllm --ratio 0.3";
 

@@ -132,6 +132,15 @@ TEST(ExportOnnxNBits, QuantizedLatentPassesTheCheckerAndHoldsTheCheckpointsCodes
   expect_initializers_are_the_dequantized_matrices(lat);
 }
 
+// opt-tiny: latent keys and values, whose B the attention absorbs (written dequantized), the other factors
+// MatMulNBits.
+TEST(ExportOnnxNBits, LatentPastFactorsRoundTrip) {
+  LATENTLLM_REQUIRE_ONNX_MODULE();
+  const fs::path lat = quantized_fixture("opt-tiny", kQuantOptTiny);
+  format::check_onnx_model(graph(onnx_export(lat)), /*full=*/true);
+  expect_initializers_are_the_dequantized_matrices(lat);
+}
+
 TEST(ExportOnnxNBits, MinMaxZeroPointsAndGptqDenseWeightsRoundTrip) {
   LATENTLLM_REQUIRE_ONNX_MODULE();
   expect_initializers_are_the_dequantized_matrices(quantized_fixture("stories260K/hf", kQuantLatentMinMax));

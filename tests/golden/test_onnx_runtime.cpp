@@ -175,7 +175,13 @@ TEST(OnnxRuntime, MinMaxQuantizedLatentMatchesLatentllm) {
 // factors MatMulNBits in groups of 16.
 TEST(OnnxRuntime, OptTinyQuantizedLatentPastMatchesLatentllm) {
   REQUIRE_ORT();
-  expect_quantized_export_agrees(quantized_fixture("opt-tiny", "--method latentllm --ratio 0.3 --bits 4 --group 16"));
+  expect_quantized_export_agrees(quantized_fixture("opt-tiny", kQuantOptTiny));
+}
+
+// The same with the min–max rule's fractional zero points.
+TEST(OnnxRuntime, OptTinyMinMaxLatentPastMatchesLatentllm) {
+  REQUIRE_ORT();
+  expect_quantized_export_agrees(quantized_fixture("opt-tiny", kQuantOptTiny + " --quantizer rtn"));
 }
 
 // 8-bit factors with GPTQ's integer zero points (MatMulNBits' 8-bit kernel takes uint8 zero points).
