@@ -112,6 +112,10 @@ for (const k of rounds) {
   md += `| ${k} | ${f(t('opt'), 1)} | ${f(t('opt-l16'), 1)} | ${f(t('opt-l4'), 1)} | ${f(t('opt-r4'), 1)} | ` +
     `${f(t('opt-l4') / t('opt-l16'), 2)} | ${f(t('opt-r4') / t('opt'), 2)} |\n`;
 }
-fs.writeFileSync('bench/results/onnx/nbits.md', md);
+// The hand-written reading of an earlier run stays (from its heading on).
+const out = 'bench/results/onnx/nbits.md';
+const old = fs.existsSync(out) ? fs.readFileSync(out, 'utf8') : '';
+if (old.includes('\n## Reading')) md += old.slice(old.indexOf('\n## Reading'));
+fs.writeFileSync(out, md);
 console.log(md);
 JS

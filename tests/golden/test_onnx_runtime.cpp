@@ -205,6 +205,8 @@ TEST(OnnxRuntime, QuantizedF16ExportMatchesLatentllm) {
   if (!r.is_object()) return;
   EXPECT_TRUE(r.at("failures").empty()) << r.dump();
   ::testing::Test::RecordProperty("one_call_max_diff", fmt::format("{:.3g}", r.at("one_call_max_diff").get<double>()));
+  ::testing::Test::RecordProperty("ppl_ort", fmt::format("{:.6f}", r.at("ppl").get<double>()));
+  ::testing::Test::RecordProperty("ppl_latentllm", fmt::format("{:.6f}", r.at("ppl_reference").get<double>()));
   ::testing::Test::RecordProperty("ppl_rel_diff", fmt::format("{:.3g}", r.at("ppl_rel_diff").get<double>()));
 }
 
