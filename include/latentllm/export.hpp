@@ -46,6 +46,7 @@ struct ExportSummary {
   std::size_t tensors = 0;              // tensors in the output
   std::size_t multiplied = 0;           // factored modules multiplied back into dense weights
   std::size_t factored = 0;             // factored modules kept factored (latent, onnx)
+  std::size_t nbits = 0;                // quantized matrices written as com.microsoft::MatMulNBits (onnx)
   DType dtype = DType::F32;             // the storage type used
 };
 

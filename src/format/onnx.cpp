@@ -5,19 +5,25 @@
 // identity: the identity columns are a Gather of the input, never B·A), and where `generate --kv-cache
 // auto` caches a latent the past input carries it, the attention absorbing B_k and B_v as
 // src/model/cached_attention.cpp does. The graph's float initializers are exactly the checkpoint's
-// parameters; constants (RoPE frequencies, scales) are Constant nodes, gather indices int64.
+// parameters; constants (RoPE frequencies, scales) are Constant nodes, gather indices int64. A quantized
+// matrix that ONNX Runtime's MatMulNBits takes is one com.microsoft::MatMulNBits node over the
+// checkpoint's codes, scales and zero points (src/format/onnx_nbits.hpp); one it does not take, and the
+// B_k / B_v that a latent past absorbs, are written dequantized to float.
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include <fmt/format.h>
 
 #include "core/mapped_file.hpp"
 #include "format/onnx_graph.hpp"
 #include "format/onnx_module.hpp"
+#include "format/onnx_nbits.hpp"
 #include "format/writers.hpp"
 #include "io/latent_format.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/files.hpp"
+#include "latentllm/log.hpp"
 
 namespace latentllm::format {
 namespace {
@@ -29,9 +35,12 @@ using Dims = std::vector<Graph::Dim>;
 using I64 = std::vector<std::int64_t>;
 
 constexpr std::int64_t kOpset = 17;
+constexpr const char* kMsDomain = "com.microsoft";
+constexpr std::int64_t kMsOpset = 1;
 constexpr int kFloat = onnx_graph::kFloat;
 constexpr int kF16 = onnx_graph::kFloat16;
 constexpr int kInt64 = onnx_graph::kInt64;
+constexpr int kUint8 = onnx_graph::kUint8;
 constexpr float kOptLayerNormEps = 1e-5f;  // OPT's nn.LayerNorm default (src/model/opt.cpp)
 constexpr std::int64_t kOptPositionOffset = 2;
 constexpr float kMaskedScore = -3.4028234663852886e38f;  // the lowest float: exp() of it after the max is 0
@@ -44,6 +53,10 @@ Graph::Dim fixed(std::int64_t v) { return {"", v}; }
 std::vector<float> values_of(const MatrixF& m) { return {m.data(), m.data() + m.size()}; }  // row-major
 std::vector<float> values_of(const VectorF& v) { return {v.data(), v.data() + v.size()}; }
 MatrixF transposed(const MatrixF& m) { return m.transpose(); }
+template <class T>
+std::span<const char> bytes_of(const std::vector<T>& v) {
+  return {reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T)};
+}
 
 // What the layers' builders share: the graph, the model, the I/O type and the values every layer reads.
 struct Ctx {
@@ -57,6 +70,8 @@ struct Ctx {
   float scale;
   std::string mask;          // [B, 1, 1, S, K] 0 where a query sees a key, the lowest float elsewhere
   std::string cos, sin;      // [B, 1, S, d_h/2] RoPE at position_ids (Llama family)
+  std::size_t nbits = 0;     // MatMulNBits nodes written
+  std::map<std::string, int> dequantized;  // quantized matrices written as float, by reason
 };
 
 std::string stored(const Ctx& c, const std::string& hf_name) { return c.m.stored_name(hf_name); }
@@ -79,12 +94,58 @@ void io_output(Ctx& c, const std::string& value, const std::string& name, const 
   }
 }
 
+// An F16 initializer [n] (the checkpoint's bytes) as a float32 value.
+std::string widened(Ctx& c, const std::string& name, const std::vector<std::uint16_t>& h) {
+  return c.g.op("Cast", {c.g.raw(name, kF16, {static_cast<std::int64_t>(h.size())}, bytes_of(h))},
+                {attr("to", std::int64_t{kFloat})});
+}
+
+// [B, S, N]: Σ_g (z_g − z₀)·s_g·Σ_{k∈g} x_k of fractional zero points z, the part of x·W'ᵀ that
+// MatMulNBits without zero points (z₀ = 2^(bits−1)) leaves out (src/format/onnx_nbits.hpp).
+// x: [B, S, K]; scales, zeros: [N·n_g] float32.
+std::string zero_point_term(Ctx& c, const NBitsTensors& t, const std::string& x, const std::string& scales,
+                            const std::string& zeros) {
+  const std::int64_t n_g = t.blocks(), G = t.block_size;
+  const std::string padded = n_g * G == t.K ? x : c.g.op("Pad", {x, c.g.ints({0, 0, 0, 0, 0, n_g * G - t.K})});  // [B, S, n_g·G]
+  const std::string sums = c.g.op("ReduceSum", {c.g.op("Reshape", {padded, c.g.ints({0, 0, n_g, G})}), c.g.ints({-1})},
+                                  {attr("keepdims", std::int64_t{0})});  // [B, S, n_g]
+  const std::string zs = c.g.op("Mul", {c.g.op("Sub", {zeros, c.g.scalar(static_cast<float>(t.default_zero()))}), scales});  // [N·n_g]
+  const std::string zst = c.g.op("Transpose", {c.g.op("Reshape", {zs, c.g.ints({t.N, n_g})})});  // [n_g, N]
+  return c.g.op("MatMul", {sums, zst});
+}
+
+// y: [B, S, N] = x: [B, S, K]·W'ᵀ for the quantized matrix `f` of `module`, W' [N, K]: one
+// com.microsoft::MatMulNBits node over initializers named as the checkpoint's codes, scales and zero
+// points (fractional zero points: MatMulNBits without them, less zero_point_term).
+std::string nbits_matmul(Ctx& c, const std::string& module, io::Factor f, const quant::PackedMatrix& p,
+                         const std::string& x) {
+  const NBitsTensors t = nbits_tensors(p);
+  auto name = [&](io::Piece piece) { return io::latent_tensor_name(module, f, piece); };
+  const std::string scales = widened(c, name(io::Piece::Scales), t.scales);  // [N·n_g]
+  std::vector<std::string> in = {x, c.g.raw(name(io::Piece::Codes), kUint8, t.b_dims, bytes_of(t.b)), scales};
+  if (!t.zeros_u8.empty()) {
+    in.push_back(c.g.raw(name(io::Piece::Zeros), kUint8, {static_cast<std::int64_t>(t.zeros_u8.size())}, bytes_of(t.zeros_u8)));
+  }
+  ++c.nbits;
+  const std::string y = c.g.domain_op(kMsDomain, kMsOpset, "MatMulNBits", in,
+                                      {attr("K", t.K), attr("N", t.N), attr("bits", std::int64_t{t.bits}),
+                                       attr("block_size", std::int64_t{t.block_size})});
+  if (!t.zeros_u8.empty()) return y;
+  return c.g.op("Sub", {y, zero_point_term(c, t, x, scales, widened(c, name(io::Piece::Zeros), t.zeros_f16))});
+}
+
+// y: [B, S, rows] = x: [B, S, cols]·Wᵀ for the matrix `f` of `module`: MatMulNBits when w is kept
+// quantized, else a MatMul over its float initializer (stored transposed, [cols, rows]).
+std::string matmul(Ctx& c, const std::string& module, io::Factor f, const model::Weight& w, const std::string& x) {
+  if (w.packed() != nullptr) return nbits_matmul(c, module, f, *w.packed(), x);
+  return c.g.op("MatMul", {x, weight(c, io::latent_tensor_name(module, f), {w.cols(), w.rows()}, values_of(transposed(w.f32())))});
+}
+
 // z: [B, S, r] = x: [B, S, in] · A_denseᵀ of the factored l (block identity: the identity block is a
 // Gather of the columns perm[:r], the rest x[:, :, perm[r:]]·Aᵀ; src/model/linear.cpp latent_block).
 std::string latent(Ctx& c, const model::Linear& l, const std::string& x) {
   const std::string n = stored(c, l.name);
-  const std::string at = weight(c, io::latent_tensor_name(n, io::Factor::A), {l.A.cols(), l.A.rows()}, values_of(transposed(l.A.f32())));
-  if (!l.block_identity) return c.g.op("MatMul", {x, at});
+  if (!l.block_identity) return matmul(c, n, io::Factor::A, l.A, x);
   const std::int64_t r = l.B.cols();
   const I64 perm(l.perm.begin(), l.perm.end());
   const std::string id = c.g.indices(n + ".perm.identity", {perm.begin(), perm.begin() + r});
@@ -92,32 +153,40 @@ std::string latent(Ctx& c, const model::Linear& l, const std::string& x) {
   if (r == l.in) return z;
   const std::string rest_idx = c.g.indices(n + ".perm.rest", {perm.begin() + r, perm.end()});
   const std::string rest = c.g.op("Gather", {x, rest_idx}, {attr("axis", std::int64_t{2})});
-  return c.g.op("Add", {z, c.g.op("MatMul", {rest, at})});
+  return c.g.op("Add", {z, matmul(c, n, io::Factor::A, l.A, rest)});
 }
 
-// The layer as the graph's float initializers hold it: 16-bit matrices widened and quantized ones
-// dequantized into `copy` (the values latentllm's prefill multiplies by), or the layer itself when every
-// matrix is float32.
-const model::DecoderLayer& float_layer(const model::DecoderLayer& L, model::DecoderLayer& copy) {
+// The layer as the graph holds it (in `copy` when that differs): 16-bit matrices widened to float32;
+// quantized ones kept for MatMulNBits where it takes them, else dequantized to float32 (the values
+// latentllm's prefill multiplies by; c.dequantized counts why). The B of a module whose latent the
+// past caches (`absorbed`: names of k_proj / v_proj) is dequantized too: the attention absorbs it
+// per head, a product MatMulNBits does not express.
+const model::DecoderLayer& export_layer(Ctx& c, const model::DecoderLayer& L, model::DecoderLayer& copy,
+                                        const std::vector<std::string>& absorbed) {
   const auto f32 = [](const model::Linear& l) { return l.weight.is_f32() && l.B.is_f32() && l.A.is_f32(); };
   if (std::all_of(L.linears.begin(), L.linears.end(), f32)) return L;
   copy = L;
-  for (auto& l : copy.linears)
-    for (model::Weight* w : {&l.weight, &l.B, &l.A}) *w = w->to_f32();
+  for (auto& l : copy.linears) {
+    const bool latent_past = std::find(absorbed.begin(), absorbed.end(), l.name) != absorbed.end();
+    for (model::Weight* w : {&l.weight, &l.B, &l.A}) {
+      if (w->is_f32()) continue;
+      if (w->packed() != nullptr) {
+        const std::string why = w == &l.B && latent_past ? "the B factor of a latent past (absorbed into the attention)"
+                                                         : nbits_unsupported(*w->packed());
+        if (why.empty()) continue;
+        ++c.dequantized[why];
+      }
+      *w = w->to_f32();
+    }
+  }
   return copy;
 }
 
-// y: [B, S, out] = x·Wᵀ + b, W dense (stored transposed, [in, out]) or B·A (B stored transposed, [r, out]).
+// y: [B, S, out] = x·Wᵀ + b, W dense or B·A (each matrix float, stored transposed, or quantized).
 std::string linear(Ctx& c, const model::Linear& l, const std::string& x) {
   const std::string n = stored(c, l.name);
-  std::string y;
-  if (!l.factored()) {
-    y = c.g.op("MatMul", {x, weight(c, io::latent_tensor_name(n, io::Factor::Weight), {l.in, l.out},
-                                    values_of(transposed(l.weight.f32())))});
-  } else {
-    y = c.g.op("MatMul", {latent(c, l, x), weight(c, io::latent_tensor_name(n, io::Factor::B), {l.B.cols(), l.out},
-                                                 values_of(transposed(l.B.f32())))});
-  }
+  std::string y = l.factored() ? matmul(c, n, io::Factor::B, l.B, latent(c, l, x))
+                               : matmul(c, n, io::Factor::Weight, l.weight, x);
   if (l.bias.size() > 0) y = c.g.op("Add", {y, weight(c, n + ".bias", {l.out}, values_of(l.bias))});
   return y;
 }
@@ -359,19 +428,33 @@ std::string head(Ctx& c, const io::TensorStore& store, const std::string& h, con
   return c.g.op("Reshape", {logits, shape});
 }
 
+// Bytes of module `spec`'s initializers in the form f: a quantized matrix MatMulNBits takes at most
+// quant::packed_bytes (codes, F16 scales and zero points), any other matrix and the bias `elem` bytes
+// per value. The B of k_proj / v_proj counts as float (a latent past absorbs it dequantized).
+std::int64_t module_bytes(const ModuleForm& f, const model::Linear& spec, std::int64_t elem) {
+  if (f.bits >= 16 || !nbits_unsupported(f.bits, f.group).empty()) return f.params(spec) * elem;
+  const quant::QuantSpec q{f.bits, f.group, quant::Grid::MinMax};
+  const std::int64_t bias = f.bias ? spec.out * elem : 0;
+  if (f.rank == 0) return bias + quant::packed_bytes(spec.out, spec.in, q);
+  const bool kv = spec.role == model::Role::K || spec.role == model::Role::V;
+  const std::int64_t b = kv ? spec.out * f.rank * elem : quant::packed_bytes(spec.out, f.rank, q);
+  return bias + b + quant::packed_bytes(f.rank, spec.in - (f.block_identity ? f.rank : 0), q);
+}
+
 // Bytes of every initializer: the source's tensors outside the decoder layers' modules and the layers'
 // modules as `layers` holds them, in the export's type (perm indices aside).
 std::int64_t weight_bytes(LayerSource& layers, const io::TensorStore& store, DType dtype) {
   const model::Model& m = layers.model();
   const auto where = layer_modules(m);
+  const std::int64_t elem = dtype == DType::F16 ? 2 : 4;
   std::int64_t n = 0;
   for (const auto& name : store.names())
-    if (!where.count(m.module_name(tensor_module(name)))) n += store.get(name).numel();
+    if (!where.count(m.module_name(tensor_module(name)))) n += store.get(name).numel() * elem;
   for (int i = 0; i < m.num_layers(); ++i) {
     const std::vector<ModuleForm> forms = layers.forms(i);
-    for (std::size_t k = 0; k < forms.size(); ++k) n += forms[k].params(m.layer_spec(i).linears[k]);
+    for (std::size_t k = 0; k < forms.size(); ++k) n += module_bytes(forms[k], m.layer_spec(i).linears[k], elem);
   }
-  return n * (dtype == DType::F16 ? 2 : 4);
+  return n;
 }
 
 // config.json's record of the past inputs: per layer the form of key and value (latent: its rank).
@@ -442,13 +525,17 @@ ExportSummary write_onnx(LayerSource& layers, const fs::path& dir, const WriteOp
   const Tables t = tables(c, store, embed_name);
   std::string h = embed(c, store, t.embed, opt_pre);
   for (int i = 0; i < m->num_layers(); ++i) {
-    model::DecoderLayer widened;  // the layer with quantized modules dequantized, when it has any
-    const model::DecoderLayer& L = float_layer(layers.layer(i), widened);
+    const model::DecoderLayer& source = layers.layer(i);
     LayerIo& io = ios[static_cast<std::size_t>(i)];
     // The form `generate --kv-cache <mode>` gives each module (src/model/kv_cache.cpp), hence the past's
     // shape (mode auto or dense; latent is refused by the registry).
-    io.k_form = model::kv_cache_form(L.find(model::Role::K), true, a, opt.kv_cache);
-    io.v_form = model::kv_cache_form(L.find(model::Role::V), false, a, opt.kv_cache);
+    io.k_form = model::kv_cache_form(source.find(model::Role::K), true, a, opt.kv_cache);
+    io.v_form = model::kv_cache_form(source.find(model::Role::V), false, a, opt.kv_cache);
+    std::vector<std::string> absorbed;
+    if (io.k_form == model::KvForm::Latent) absorbed.push_back(source.linear(model::Role::K).name);
+    if (io.v_form == model::KvForm::Latent) absorbed.push_back(source.linear(model::Role::V).name);
+    model::DecoderLayer copy;
+    const model::DecoderLayer& L = export_layer(c, source, copy, absorbed);
     io.k_rank = L.linear(model::Role::K).rank();
     io.v_rank = L.linear(model::Role::V).rank();
     auto dims = [&](model::KvForm f, std::int64_t r, const Graph::Dim& len) {
@@ -472,6 +559,9 @@ ExportSummary write_onnx(LayerSource& layers, const fs::path& dir, const WriteOp
   g.ir()["metadata"] = meta;
   g.ir()["name"] = cfg.architecture + " (latent)";
   g.ir()["opset"] = kOpset;
+  for (const auto& [why, n] : c.dequantized) {
+    log_warn("export --format onnx: {} quantized matri{} written dequantized to float32: {}", n, n == 1 ? "x" : "ces", why);
+  }
   g.ir()["producer"] = "latentllm";
   if (ext) ext->close();
   write_onnx_model(g.ir(), g.blobs(), dir / "onnx" / "model.onnx");
@@ -488,6 +578,7 @@ ExportSummary write_onnx(LayerSource& layers, const fs::path& dir, const WriteOp
   ExportSummary s;
   s.dtype = dtype;
   s.tensors = g.initializers();
+  s.nbits = c.nbits;
   return s;
 }
 

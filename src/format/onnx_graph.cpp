@@ -59,6 +59,14 @@ std::string Graph::op(const std::string& type, const std::vector<std::string>& i
   return name;
 }
 
+std::string Graph::domain_op(const std::string& domain, std::int64_t version, const std::string& type,
+                             const std::vector<std::string>& inputs, const std::vector<nlohmann::json>& attrs) {
+  const std::string name = op(type, inputs, attrs);
+  ir_["nodes"].back()["domain"] = domain;
+  ir_["domains"][domain] = version;
+  return name;
+}
+
 void Graph::store(nlohmann::json& t, std::span<const char> bytes) {
   if (ext_ != nullptr) {
     t["external"] = ext_->place(bytes);
@@ -85,6 +93,13 @@ std::string Graph::weight(const std::string& name, const std::vector<std::int64_
     return op("Cast", {name}, {attr("to", std::int64_t{kFloat})});
   }
   store(t, {reinterpret_cast<const char*>(values.data()), values.size() * 4});
+  return name;
+}
+
+std::string Graph::raw(const std::string& name, int type, const std::vector<std::int64_t>& dims,
+                       std::span<const char> bytes) {
+  nlohmann::json t = {{"name", name}, {"type", type}, {"dims", dims}};
+  store(t, bytes);
   return name;
 }
 

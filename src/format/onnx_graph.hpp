@@ -20,7 +20,7 @@
 namespace latentllm::format::onnx_graph {
 
 // onnx.proto's TensorProto.DataType values.
-enum ElemType : int { kFloat = 1, kInt64 = 7, kBool = 9, kFloat16 = 10, kDouble = 11 };
+enum ElemType : int { kFloat = 1, kUint8 = 2, kInt64 = 7, kBool = 9, kFloat16 = 10, kDouble = 11 };
 
 // One node attribute (an int, a float or ints).
 nlohmann::json attr(const std::string& name, std::int64_t v);
@@ -53,9 +53,15 @@ class Graph {
   // A node of type `op` over `inputs`; returns its output's name (`out`, or a generated one).
   std::string op(const std::string& type, const std::vector<std::string>& inputs,
                  const std::vector<nlohmann::json>& attrs = {}, const std::string& out = "");
+  // A node of an operator set other than ONNX's (`domain` at `version`, imported by the model).
+  std::string domain_op(const std::string& domain, std::int64_t version, const std::string& type,
+                        const std::vector<std::string>& inputs, const std::vector<nlohmann::json>& attrs = {});
   // A weight: initializer `name` of shape dims holding values (row-major float32, stored in the weight
   // type; NumericError when a value overflows F16). Returns the name of its float32 value.
   std::string weight(const std::string& name, const std::vector<std::int64_t>& dims, std::span<const float> values);
+  // An initializer of elem type `type` holding `bytes` as they are (row-major, little-endian), whatever
+  // the weight type: the packed codes, scales and zero points of a quantized matrix.
+  std::string raw(const std::string& name, int type, const std::vector<std::int64_t>& dims, std::span<const char> bytes);
   // An int64 initializer (gather indices); not a parameter.
   std::string indices(const std::string& name, const std::vector<std::int64_t>& values);
   // Constants (Constant nodes): an int64 vector or scalar, a float scalar, a double vector.

@@ -5,11 +5,12 @@
 // mismatch), so it is loaded with dlmopen into a link-map namespace of its own and called through a C
 // interface; nothing allocated on one side is freed on the other.
 //
-// The description (format::onnx_graph::Graph::ir()): {"name", "opset", "metadata": {key: value},
+// The description (format::onnx_graph::Graph::ir()): {"name", "opset", "domains": {domain: version} (the
+// other operator sets the nodes use; optional), "metadata": {key: value},
 // "inputs"/"outputs": [{"name", "type" (TensorProto.DataType), "dims": [int or symbolic name]}],
 // "initializers": [{"name", "type", "dims", "blob": index into the blobs | "external": {"location",
 // "offset", "length"}}], "nodes": [{"op", "name", "inputs", "outputs", "attrs": [{"name", "i" | "f" |
-// "ints" | "t": {"type", "dims", "values"}}]}]}.
+// "ints" | "t": {"type", "dims", "values"}}], "domain" (optional)}]}.
 #pragma once
 
 #include <filesystem>
@@ -38,8 +39,10 @@ void write_onnx_model(const nlohmann::json& ir, const std::vector<std::vector<ch
 // type inference over the whole graph. Error with the checker's message when the model is invalid.
 void check_onnx_model(const std::filesystem::path& file, bool full);
 
-// What the model file holds (for tests and inspection): {"ir_version", "opset", "nodes", "metadata",
-// "inputs"/"outputs": [{"name", "type", "dims"}], "initializers": [{"name", "type", "dims", "external"}]}.
+// What the model file holds (for tests and inspection): {"ir_version", "opset", "domains": {domain:
+// version}, "nodes", "domain_ops": ["domain::op" of each node outside ONNX's domain], "metadata",
+// "inputs"/"outputs": [{"name", "type", "dims"}], "initializers": [{"name", "type", "dims", "external",
+// and when external "offset", "length" in the data file}]}.
 nlohmann::json describe_onnx_model(const std::filesystem::path& file);
 
 }  // namespace latentllm::format

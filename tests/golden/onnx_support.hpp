@@ -39,6 +39,26 @@ inline std::filesystem::path latent_fixture(const std::string& model, const std:
   return made[key] = out;
 }
 
+// Compress options of the 4-bit fixtures (quantized_fixture).
+inline const std::string kQuantLatent = "--method latentllm --ratio 0.3 --bits 4 --group 32";
+inline const std::string kQuantLatentMinMax = kQuantLatent + " --quantizer rtn";
+inline const std::string kQuantLatentMinMax8 = "--method latentllm --ratio 0.3 --bits 8 --group 32 --quantizer rtn";
+inline const std::string kQuantOptTiny = "--method latentllm --ratio 0.3 --bits 4 --group 16";
+inline const std::string kQuantGptq = "--method gptq --bits 4 --group 32";
+inline const std::string kLatent16 = "--method latentllm --ratio 0.3";
+
+// `model` (a ../shared/models path) compressed with `method` (compress options, e.g. kQuantLatent) on the
+// fixtures' calibration into an f16 checkpoint, once per combination.
+inline std::filesystem::path quantized_fixture(const std::string& model, const std::string& method) {
+  static std::map<std::string, std::filesystem::path> made;
+  const std::string key = model + "|" + method;
+  if (const auto it = made.find(key); it != made.end()) return it->second;
+  const std::filesystem::path out = make_temp_dir("onnx-quant") / "latent";
+  run_cli_ok("compress --model " + shq(shared_path("models/" + model)) + " " + method + " --calib text --calib-data " +
+             shq(tinystories_text()) + " --nsamples 4 --seqlen 64 --dtype f16 -q --out " + shq(out));
+  return made[key] = out;
+}
+
 // The ONNX export of `latent_dir` (extra: more options), once per combination.
 inline std::filesystem::path onnx_export(const std::filesystem::path& latent_dir, const std::string& extra = "") {
   static std::map<std::string, std::filesystem::path> made;

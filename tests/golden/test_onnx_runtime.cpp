@@ -3,7 +3,10 @@
 // against latentllm's own outputs written here: logits within 1e-4 at every position (one call, and
 // prefill then one position per call through past_key_values / present), and greedy decoding with the
 // KV cache token-identical to `latentllm generate --temperature 0`; the same for random-weight Qwen3 and
-// Llama-3 presets of tools/synth (q/k norms, llama3 RoPE scaling). Skipped when node or
+// Llama-3 presets of tools/synth (q/k norms, llama3 RoPE scaling); the quantized checkpoints (4-bit factors
+// with GPTQ's integer and the min–max rule's fractional zero points, with latent pasts, 8-bit factors, and
+// --method gptq's dense weights), whose matrices the export writes as com.microsoft::MatMulNBits, besides
+// with perplexity within 1e-3 relative of `latentllm ppl` on the same windows. Skipped when node or
 // onnxruntime-node is missing, unless LATENTLLM_REQUIRE_ORT is set (CI sets it: there it must run).
 #include <gtest/gtest.h>
 
@@ -14,8 +17,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "latentllm/model.hpp"
+#include "latentllm/eval.hpp"
 #include "latentllm/export.hpp"
+#include "latentllm/model.hpp"
+#include "latentllm/tokenizer.hpp"
 #include "onnx_support.hpp"
 #include "synth.hpp"
 
@@ -26,6 +31,9 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 constexpr float kTolerance = 1e-4f;
+constexpr double kPplTolerance = 1e-3;  // relative
+constexpr float kF16Tolerance = 5e-2f;  // float16 logits, and pasts rounded to float16 between calls
+constexpr int kPplSeqlen = 128, kPplWindows = 4;
 
 fs::path ort_dir() { return fs::path(LATENTLLM_TEST_DATA_DIR).parent_path() / "ort"; }
 
@@ -67,15 +75,32 @@ void write_logits(const fs::path& lat, const std::vector<std::int32_t>& ids, con
                                               static_cast<std::streamsize>(logits.size() * 4));
 }
 
-// Runs tests/ort/check_export.js on the export `dir` of `lat`; returns its JSON report.
-json check_with_ort(const fs::path& lat, const fs::path& dir, float tolerance) {
+// The perplexity check of check_export.js: `latentllm ppl` on the first windows of the TinyStories text
+// and those windows' token ids (the protocol's, eval::eval_ids).
+json ppl_case(const fs::path& lat) {
+  const std::string log = run_cli_ok(fmt::format("ppl --model {} --dataset text --data {} --seqlen {} --max-windows {} "
+                                                 "--json -q", shq(lat), shq(tinystories_text()), kPplSeqlen, kPplWindows));
+  const double ppl = json::parse(log.substr(log.find('{'))).at("ppl").get<double>();
+  const auto tok = io::load_tokenizer(lat);
+  const std::vector<std::int32_t> ids = eval::eval_ids(*tok, io::Dataset::Text, tinystories_text(), kPplSeqlen);
+  json windows = json::array();
+  for (int w = 0; w < kPplWindows; ++w) {
+    windows.push_back(std::vector<std::int32_t>(ids.begin() + w * kPplSeqlen, ids.begin() + (w + 1) * kPplSeqlen));
+  }
+  return {{"windows", windows}, {"reference", ppl}, {"tolerance", kPplTolerance}};
+}
+
+// Runs tests/ort/check_export.js on the export `dir` of `lat` (with_ppl: also the perplexity check);
+// returns its JSON report.
+json check_with_ort(const fs::path& lat, const fs::path& dir, float tolerance, bool with_ppl = false) {
   const fs::path tmp = make_temp_dir("onnx-ort");
   const auto [prompt, tokens] = greedy(lat, "Once upon a time there was a little", 24);
   std::vector<std::int32_t> ids = prompt;
   ids.insert(ids.end(), tokens.begin(), tokens.end());
   write_logits(lat, ids, tmp / "logits.f32");
-  const json spec = {{"dir", dir.string()}, {"ids", ids}, {"logits", (tmp / "logits.f32").string()},
+  json spec = {{"dir", dir.string()}, {"ids", ids}, {"logits", (tmp / "logits.f32").string()},
                      {"prefill", prompt.size()}, {"prompt", prompt}, {"greedy", tokens}, {"tolerance", tolerance}};
+  if (with_ppl) spec["ppl"] = ppl_case(lat);
   std::ofstream(tmp / "case.json") << spec.dump();
   std::string out;
   const int rc = run_command("node " + shq(ort_dir() / "check_export.js") + " " + shq(tmp / "case.json") + " 2>&1", out);
@@ -110,18 +135,85 @@ TEST(OnnxRuntime, OptTinyLatentMatchesLatentllm) {
   expect_ort_agrees("opt-tiny");
 }
 
-// A quantized latent checkpoint (4-bit factors, compress --bits 4): the export's logits and greedy tokens
-// are latentllm's on the same quantized model.
-TEST(OnnxRuntime, QuantizedLatentMatchesLatentllm) {
-  REQUIRE_ORT();
-  const fs::path lat = make_temp_dir("onnx-quant") / "latent";
-  run_cli_ok("compress --model " + shq(shared_path("models/TinyStories-656K")) + " --method latentllm --ratio 0.3 " +
-             "--calib text --calib-data " + shq(tinystories_text()) + " --nsamples 4 --seqlen 64 --dtype f32 " +
-             "--bits 4 --group 32 -q --out " + shq(lat));
-  const json r = check_with_ort(lat, onnx_export(lat), kTolerance);
+// The export of a 4-bit checkpoint (onnx_support.hpp): ORT's logits, greedy tokens and perplexity are
+// latentllm's on the same quantized model, and its modules are MatMulNBits nodes.
+void expect_quantized_export_agrees(const fs::path& lat) {
+  const fs::path out = onnx_export(lat);
+  const json d = format::describe_onnx_model(out / "onnx" / "model.onnx");
+  EXPECT_GT(d.at("domain_ops").size(), 0u);
+  for (const auto& op : d.at("domain_ops")) EXPECT_EQ(op, "com.microsoft::MatMulNBits");
+  const json r = check_with_ort(lat, out, kTolerance, /*with_ppl=*/true);
   if (!r.is_object()) return;
   EXPECT_TRUE(r.at("failures").empty()) << r.dump();
   EXPECT_GT(r.at("greedy_tokens").get<int>(), 0);
+  EXPECT_LE(r.at("ppl_rel_diff").get<double>(), kPplTolerance);
+  ::testing::Test::RecordProperty("one_call_max_diff", fmt::format("{:.3g}", r.at("one_call_max_diff").get<double>()));
+  ::testing::Test::RecordProperty("ppl_ort", fmt::format("{:.6f}", r.at("ppl").get<double>()));
+  ::testing::Test::RecordProperty("ppl_latentllm", fmt::format("{:.6f}", r.at("ppl_reference").get<double>()));
+  ::testing::Test::RecordProperty("ppl_rel_diff", fmt::format("{:.3g}", r.at("ppl_rel_diff").get<double>()));
+}
+
+// 4-bit factors (compress --bits 4, GPTQ: integer zero points, MatMulNBits' uint8 zero points).
+TEST(OnnxRuntime, QuantizedLatentMatchesLatentllm) {
+  REQUIRE_ORT();
+  expect_quantized_export_agrees(quantized_fixture("TinyStories-656K", kQuantLatent));
+}
+
+// stories260K: rows whose last group is partial (d = 64 − r columns of a block-identity A, 172 of down_proj).
+TEST(OnnxRuntime, QuantizedStories260KMatchesLatentllm) {
+  REQUIRE_ORT();
+  expect_quantized_export_agrees(quantized_fixture("stories260K/hf", kQuantLatent));
+}
+
+// The min–max rule's fractional zero points (--quantizer rtn): float zero points.
+TEST(OnnxRuntime, MinMaxQuantizedLatentMatchesLatentllm) {
+  REQUIRE_ORT();
+  expect_quantized_export_agrees(quantized_fixture("stories260K/hf", kQuantLatentMinMax));
+}
+
+// opt-tiny: latent keys and values, whose B the attention absorbs (written dequantized), the other
+// factors MatMulNBits in groups of 16.
+TEST(OnnxRuntime, OptTinyQuantizedLatentPastMatchesLatentllm) {
+  REQUIRE_ORT();
+  expect_quantized_export_agrees(quantized_fixture("opt-tiny", kQuantOptTiny));
+}
+
+// The same with the min–max rule's fractional zero points.
+TEST(OnnxRuntime, OptTinyMinMaxLatentPastMatchesLatentllm) {
+  REQUIRE_ORT();
+  expect_quantized_export_agrees(quantized_fixture("opt-tiny", kQuantOptTiny + " --quantizer rtn"));
+}
+
+// 8-bit factors with GPTQ's integer zero points (MatMulNBits' 8-bit kernel takes uint8 zero points).
+TEST(OnnxRuntime, EightBitLatentMatchesLatentllm) {
+  REQUIRE_ORT();
+  expect_quantized_export_agrees(quantized_fixture("stories260K/hf", "--method latentllm --ratio 0.3 --bits 8 --group 32"));
+}
+
+// 8-bit factors on the min–max grid (--quantizer rtn): fractional zero points at 8 bits.
+TEST(OnnxRuntime, EightBitMinMaxLatentMatchesLatentllm) {
+  REQUIRE_ORT();
+  expect_quantized_export_agrees(quantized_fixture("stories260K/hf", kQuantLatentMinMax8));
+}
+
+// --dtype f16 (float16 I/O, embedding and norms; the quantized tensors as in f32): logits within the
+// rounding of float16 logits and pasts, the same greedy tokens and perplexity within 1e-3.
+TEST(OnnxRuntime, QuantizedF16ExportMatchesLatentllm) {
+  REQUIRE_ORT();
+  const fs::path lat = quantized_fixture("stories260K/hf", kQuantLatent);
+  const json r = check_with_ort(lat, onnx_export(lat, "--dtype f16"), kF16Tolerance, /*with_ppl=*/true);
+  if (!r.is_object()) return;
+  EXPECT_TRUE(r.at("failures").empty()) << r.dump();
+  ::testing::Test::RecordProperty("one_call_max_diff", fmt::format("{:.3g}", r.at("one_call_max_diff").get<double>()));
+  ::testing::Test::RecordProperty("ppl_ort", fmt::format("{:.6f}", r.at("ppl").get<double>()));
+  ::testing::Test::RecordProperty("ppl_latentllm", fmt::format("{:.6f}", r.at("ppl_reference").get<double>()));
+  ::testing::Test::RecordProperty("ppl_rel_diff", fmt::format("{:.3g}", r.at("ppl_rel_diff").get<double>()));
+}
+
+// --method gptq: every dense weight 4-bit, full rank.
+TEST(OnnxRuntime, GptqDenseMatchesLatentllm) {
+  REQUIRE_ORT();
+  expect_quantized_export_agrees(quantized_fixture("stories260K/hf", kQuantGptq));
 }
 
 // A dense checkpoint's export: the same logits and greedy tokens as latentllm on the dense model.

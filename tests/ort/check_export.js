@@ -6,7 +6,10 @@
 // `latentllm generate --temperature 0`, "tolerance": max |ORT − latentllm| allowed per logit}.
 // Checks (1) one call over all of ids with an empty past, (2) prefill then one position per call through
 // past_key_values / present, both against latentllm's logits at every position, and (3) greedy decoding
-// with the KV cache, token by token against generate's. Prints one JSON line; exits 1 on a failure.
+// with the KV cache, token by token against generate's; (4) when CASE.json has "ppl": {"windows": [[T ids],
+// ...], "reference": `latentllm ppl`'s perplexity of them, "tolerance": relative}, the perplexity of the
+// windows (each one call from position 0; exp of the mean NLL of every window's T − 1 predicted tokens,
+// the protocol of src/eval) against the reference. Prints one JSON line; exits 1 on a failure.
 'use strict';
 const fs = require('fs');
 const path = require('path');
@@ -67,6 +70,28 @@ function f16ToF32(h) {
 
 const argmax = (row) => row.reduce((best, v, k) => (v > row[best] ? k : best), 0);
 
+// −log softmax(row)[target], in double.
+function nll(row, target) {
+  let max = -Infinity;
+  for (const v of row) max = Math.max(max, v);
+  let sum = 0;
+  for (const v of row) sum += Math.exp(v - max);
+  return Math.log(sum) + max - row[target];
+}
+
+// Perplexity of the windows, each one call from position 0.
+async function perplexity(session, windows) {
+  let total = 0, count = 0;
+  for (const w of windows) {
+    const { rows } = await step(session, w, 0, emptyPast());
+    for (let t = 0; t + 1 < w.length; ++t) {
+      total += nll(rows[t], w[t + 1]);
+      count += 1;
+    }
+  }
+  return Math.exp(total / count);
+}
+
 async function main() {
   const session = await ort.InferenceSession.create(path.join(spec.dir, 'onnx', 'model.onnx'),
     { intraOpNumThreads: 1, interOpNumThreads: 1 });
@@ -105,8 +130,19 @@ async function main() {
   }
   const same = tokens.every((t, k) => t === spec.greedy[k]);
   if (!same) failures.push(`greedy tokens ${JSON.stringify(tokens)} (expected ${JSON.stringify(spec.greedy)})`);
-  console.log(JSON.stringify({ positions: n, vocab: V, one_call_max_diff: fullDiff, cached_max_diff: cachedDiff,
-    greedy_tokens: tokens.length, greedy_identical: same, ort: ort.env.versions.node, failures }));
+  // (4) perplexity
+  const report = { positions: n, vocab: V, one_call_max_diff: fullDiff, cached_max_diff: cachedDiff,
+    greedy_tokens: tokens.length, greedy_identical: same, ort: ort.env.versions.node };
+  if (spec.ppl) {
+    report.ppl = await perplexity(session, spec.ppl.windows);
+    report.ppl_reference = spec.ppl.reference;
+    report.ppl_rel_diff = Math.abs(report.ppl - spec.ppl.reference) / spec.ppl.reference;
+    if (!(report.ppl_rel_diff <= spec.ppl.tolerance)) {
+      failures.push(`perplexity ${report.ppl} against latentllm's ${spec.ppl.reference}: relative ${report.ppl_rel_diff} > ${spec.ppl.tolerance}`);
+    }
+  }
+  report.failures = failures;
+  console.log(JSON.stringify(report));
   process.exit(failures.length ? 1 : 0);
 }
 

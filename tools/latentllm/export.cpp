@@ -29,8 +29,9 @@ int run_export(const ExportArgs& a) {
   const std::string out = output_dir(a.out);
   const format::ExportSummary s = format::export_checkpoint(a.model, out, opt);
   if (!quiet()) {
-    const std::string multiplied = a.format == "hf" ? fmt::format(", {} factored modules multiplied back", s.multiplied)
-                                                    : std::string();
+    std::string multiplied = a.format == "hf" ? fmt::format(", {} factored modules multiplied back", s.multiplied)
+                                              : std::string();
+    if (s.nbits > 0) multiplied += fmt::format(", {} quantized matrices as MatMulNBits", s.nbits);
     std::printf("exported %s as %s to %s: %zu tensors%s, %s\n", a.model.c_str(), a.format.c_str(), out.c_str(),
                 s.tensors, multiplied.c_str(), std::string(dtype_name(s.dtype)).c_str());
   }

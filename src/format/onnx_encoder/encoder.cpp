@@ -48,6 +48,7 @@ void add_node(onnx::GraphProto& g, const json& n) {
   auto* node = g.add_node();
   node->set_op_type(n.at("op").get<std::string>());
   node->set_name(n.at("name").get<std::string>());
+  if (n.contains("domain")) node->set_domain(n["domain"].get<std::string>());
   for (const auto& i : n.at("inputs")) node->add_input(i.get<std::string>());
   for (const auto& o : n.at("outputs")) node->add_output(o.get<std::string>());
   for (const auto& a : n.at("attrs")) {
@@ -108,6 +109,12 @@ extern "C" __attribute__((visibility("default"))) int latentllm_onnx_write(
     auto* opset = m.add_opset_import();
     opset->set_domain("");
     opset->set_version(ir.at("opset").get<std::int64_t>());
+    const json domains = ir.value("domains", json::object());
+    for (const auto& [domain, version] : domains.items()) {
+      auto* o = m.add_opset_import();
+      o->set_domain(domain);
+      o->set_version(version.get<std::int64_t>());
+    }
     for (const auto& [k, v] : ir.at("metadata").items()) {
       auto* p = m.add_metadata_props();
       p->set_key(k);
@@ -162,8 +169,10 @@ json value_infos(const google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>&
 
 }  // namespace
 
-// What a written model holds, as JSON: opset, metadata, inputs, outputs (name, type, dims), initializers
-// (name, type, dims, external), node count. `needed` receives the size the text takes with its final NUL.
+// What a written model holds, as JSON: opset, the other operator sets ({domain: version}), metadata,
+// inputs, outputs (name, type, dims), initializers (name, type, dims, external, and for external ones
+// their offset and length in the data file), node count and the op types of nodes outside ONNX's domain
+// ("domain::op"). `needed` receives the size the text takes with its final NUL.
 extern "C" __attribute__((visibility("default"))) int latentllm_onnx_describe(const char* path, char* out,
                                                                               std::uint64_t out_len,
                                                                               std::uint64_t* needed) {
@@ -172,16 +181,30 @@ extern "C" __attribute__((visibility("default"))) int latentllm_onnx_describe(co
     std::ifstream in(path, std::ios::binary);
     if (!m.ParseFromIstream(&in)) throw std::runtime_error("cannot parse the ONNX graph");
     json j = {{"ir_version", m.ir_version()}, {"nodes", m.graph().node_size()}};
-    j["opset"] = m.opset_import_size() > 0 ? m.opset_import(0).version() : 0;
+    j["opset"] = 0;
+    j["domains"] = json::object();
+    for (const auto& o : m.opset_import()) {
+      if (o.domain().empty() || o.domain() == "ai.onnx") {
+        j["opset"] = o.version();
+      } else {
+        j["domains"][o.domain()] = o.version();
+      }
+    }
+    j["domain_ops"] = json::array();
+    for (const auto& n : m.graph().node())
+      if (!n.domain().empty() && n.domain() != "ai.onnx") j["domain_ops"].push_back(n.domain() + "::" + n.op_type());
     j["metadata"] = json::object();
     for (const auto& p : m.metadata_props()) j["metadata"][p.key()] = p.value();
     j["inputs"] = value_infos(m.graph().input());
     j["outputs"] = value_infos(m.graph().output());
     j["initializers"] = json::array();
     for (const auto& t : m.graph().initializer()) {
-      j["initializers"].push_back({{"name", t.name()}, {"type", t.data_type()},
-                                   {"dims", json(std::vector<std::int64_t>(t.dims().begin(), t.dims().end()))},
-                                   {"external", t.data_location() == onnx::TensorProto_DataLocation_EXTERNAL}});
+      json e = {{"name", t.name()}, {"type", t.data_type()},
+                {"dims", json(std::vector<std::int64_t>(t.dims().begin(), t.dims().end()))},
+                {"external", t.data_location() == onnx::TensorProto_DataLocation_EXTERNAL}};
+      for (const auto& kv : t.external_data())
+        if (kv.key() == "offset" || kv.key() == "length") e[kv.key()] = std::stoll(kv.value());
+      j["initializers"].push_back(std::move(e));
     }
     const std::string text = j.dump();
     *needed = text.size() + 1;
