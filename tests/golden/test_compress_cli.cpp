@@ -278,6 +278,38 @@ TEST(SweepCli, WritesTablesResultsAndPlots) {
   EXPECT_EQ(list.find("table4"), std::string::npos) << list;
 }
 
+// sweep --bpw: a grid of budgets in bits per weight, latentllm by --bpw and gptq at the most bits within
+// each budget (3 bits in groups of 32 within 4.0, 2 bits in groups of 64 within 2.5), each run's stored
+// bits per weight recorded, within its budget for latentllm, and tables and plot by budget.
+TEST(SweepCli, BudgetGridInBitsPerWeight) {
+  const auto dir = test::make_temp_dir("sweep-bpw") / "grid";
+  std::string out;
+  const std::string cmd = cli() + " sweep --model " + q(model()) + " --methods latentllm,gptq --bpw 2.5,4 --group 32" +
+                          calib_args() + " --datasets text=" + q(stories()) +
+                          " --eval-seqlen 128 --max-windows 4 --json --out " + q(dir) + " 2>/dev/null";
+  ASSERT_EQ(test::run_command(cmd, out), 0) << out;
+  const auto j = json_of(out);
+  ASSERT_EQ(j.at("runs").size(), 5u);  // dense + 2 methods × 2 budgets
+  for (std::size_t i = 1; i < 5; ++i) {
+    const auto& r = j.at("runs")[i];
+    SCOPED_TRACE(r.at("method").get<std::string>() + " " + r.at("budget_bits_per_weight").dump());
+    const double budget = r.at("budget_bits_per_weight"), bits = r.at("bits_per_weight");
+    if (r.at("method") == "latentllm") {
+      EXPECT_LE(bits, budget);
+      EXPECT_EQ(r.at("options").at("bpw"), budget);
+    } else {
+      EXPECT_EQ(r.at("options").at("bits"), budget == 4 ? 3 : 2);
+      EXPECT_EQ(r.at("options").at("group"), budget == 4 ? 32 : 64);
+      EXPECT_LE(bits, budget + 0.25);  // partial last groups of the 172-wide rows are padded
+    }
+  }
+  const std::string t2 = read(dir / "table2.md");
+  EXPECT_NE(t2.find("| budget | method | bits per weight |"), std::string::npos) << t2;
+  EXPECT_NE(t2.find("| 2.5 bpw | gptq |"), std::string::npos) << t2;
+  EXPECT_NE(read(dir / "results.csv").find("method,ratio,budget,bits_per_weight,dataset"), std::string::npos);
+  EXPECT_NE(read(dir / "ppl_text.gp").find("bits per weight"), std::string::npos);
+}
+
 TEST(SweepCli, BadGridIsRejectedBeforeAnyWork) {
   const auto dir = test::make_temp_dir("sweep-bad") / "grid";
   const std::vector<BadCase> cases = {

@@ -103,8 +103,13 @@ TEST(ErrorsDoc, CompressOptions) {
                     {"opt-bpw-target", {compress("--bpw 3 --target params --dry-run"),
                                         compress("--bpw 3 --target bytes --dry-run")}},
                     {"opt-bpw-data", {compress("--bpw 3 --dry-run")}},
-                    {"opt-bpw-sweep", {cli("sweep --model " + model() + calib() + " --bpw 3 --out " +
-                                           q(make_temp_dir("err-bpw-sweep") / "s"))}},
+                    {"opt-bpw-sweep-method", {cli("sweep --model " + model() + calib() + " --bpw 3 --methods wanda --out " +
+                                                  q(make_temp_dir("err-bpw-sweep") / "s"))}},
+                    {"opt-bpw-sweep-dense", {cli("sweep --model " + model() + calib() + " --bpw 2.1 --methods gptq --out " +
+                                                 q(make_temp_dir("err-bpw-sweep") / "d"))}},
+                    {"opt-bpw-list", {compress("--bpw 3,4 --dry-run"), compress("--bpw abc --dry-run"),
+                                      cli("sweep --model " + model() + calib() + " --bpw 3,x --out " +
+                                          q(make_temp_dir("err-bpw-sweep") / "l"))}},
                 });
 }
 
@@ -318,6 +323,14 @@ TEST(ErrorsDoc, OutputAndResources) {
              fs::create_directories(tmp / "plan.resume");
              std::ofstream(tmp / "plan.resume" / "plan.json") << R"({"fingerprint": "fp", "modules": [{"name": 3}]})";
              (void)compress::ResumeState(tmp / "plan.resume", "fp").restore_plan();
+           }),
+                               lib([&] {  // a --bpw plan whose module has bits no quantizer has
+             fs::create_directories(tmp / "bits.resume");
+             std::ofstream(tmp / "bits.resume" / "plan.json")
+                 << R"({"fingerprint": "fp", "ratio": 0.1, "junction": "block-identity", "n_tok": 128, "modules": [)"
+                 << R"({"name": "model.layers.0.mlp.up_proj", "out": 8, "in": 4, "rank": 4, "params": 32,)"
+                 << R"( "dense_params": 32, "macs": 4096, "dense_macs": 4096, "bits": 5}]})";
+             (void)compress::ResumeState(tmp / "bits.resume", "fp").restore_plan();
            })}},
           // A layer's progress file whose rewritten dense module (the sparse methods) is [3, 5], read into
           // a [5, 3] module.

@@ -169,10 +169,10 @@ int report_done(const CompressArgs& a, const compress::Outcome& o) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  if (a.m.bpw) {
-    std::printf("compressed %s with %s at --bpw %g: %lld -> %lld weights in compressed modules (the linear modules "
+  if (!a.m.bpw.empty()) {
+    std::printf("compressed %s with %s at --bpw %s: %lld -> %lld weights in compressed modules (the linear modules "
                 "of attention and MLP), each module's rank and bits chosen together\n", a.model.c_str(),
-                a.method.c_str(), *a.m.bpw, (long long)report.dense_params, (long long)report.params);
+                a.method.c_str(), a.m.bpw.c_str(), (long long)report.dense_params, (long long)report.params);
   } else if (a.target == "linear") {
     std::printf("compressed %s with %s at ratio %.2f: %lld -> %lld weights in compressed modules (the linear "
                 "modules of attention and MLP, what --ratio counts)\n", a.model.c_str(), a.method.c_str(), a.ratio,
@@ -189,7 +189,7 @@ int report_done(const CompressArgs& a, const compress::Outcome& o) {
     std::printf("quantized: the compressed modules store %s for %lld weights, %.4f bits per weight (codes, scales, "
                 "zero points and biases)%s\n", core::format_bytes(cm->bytes).c_str(), (long long)cm->dense_params,
                 cm->bits_per_weight(),
-                a.m.bpw ? fmt::format(" of the --bpw {} budget", *a.m.bpw).c_str() : "");
+                !a.m.bpw.empty() ? fmt::format(" of the --bpw {} budget", a.m.bpw).c_str() : "");
   }
   if (sparse) {
     const auto& sp = j["sparse"];
@@ -237,9 +237,9 @@ int run_compress(const CompressArgs& a) {
   apply_run_options(a.run);
   compress::Request r;
   r.model = a.model;
-  if (a.m.bpw && a.ratio_flag->count() > 0) {
+  if (!a.m.bpw.empty() && a.ratio_flag->count() > 0) {
     throw ConfigError(fmt::format("--bpw: --ratio (expected one of them: the budget in bits per weight replaces the "
-                                  "ratio, got --bpw {} and --ratio {})", *a.m.bpw, a.ratio));
+                                  "ratio, got --bpw {} and --ratio {})", a.m.bpw, a.ratio));
   }
   r.options = to_compress_options(a.m, a.method, a.ratio);
   r.options.stop_after_layers = a.stop_after_layers;
@@ -279,7 +279,7 @@ int run_compress(const CompressArgs& a) {
       }
       return;
     }
-    const bool plain = p.source != compress::PlannedRanks::Source::Resumed && !a.m.bpw &&
+    const bool plain = p.source != compress::PlannedRanks::Source::Resumed && a.m.bpw.empty() &&
                        p.plan.junction == compress::Junction::BlockIdentity;
     print_plan(p.plan, plain ? &p.plain : nullptr, a.json);
   };

@@ -107,7 +107,8 @@ void add_method_options(CLI::App* sub, MethodArgs& a) {
                   "One budget in bits per original weight of the compressed modules (codes, scales and zero points "
                   "included), in place of --ratio and --bits: a dense pre-pass measures each module's spectrum and "
                   "rounding error, and each module's rank and bits (2, 3, 4, 8 or 16) are chosen together to lose "
-                  "least (implies --rank-alloc global; docs/QUANT.md)")
+                  "least (implies --rank-alloc global; docs/QUANT.md); sweep: a comma-separated grid of budgets in place of "
+                  "--ratios")
       ->group("Quantization");
   sub->add_option("--group", a.group, "Input columns per quantization group (a multiple of 8)")
       ->capture_default_str()->group("Quantization");
@@ -159,6 +160,20 @@ void add_calib_options(CLI::App* sub, CalibArgs& a) {
 
 std::string joint_spec(const compress::JointParts& j) { return compress::joint_parts_name(j); }
 
+double parse_bpw(const std::string& text) {
+  std::size_t used = 0;
+  double v = std::nan("");
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || !(v > 0 && v <= 16)) {
+    throw ConfigError(fmt::format("--bpw (expected 0 < bits per weight <= 16, got {})", text));
+  }
+  return v;
+}
+
 compress::CompressOptions to_compress_options(const MethodArgs& a, const std::string& method, double ratio) {
   compress::CompressOptions o =
       compress::preset_options(compress::parse_preset(a.preset), compress::parse_method(method), ratio);
@@ -193,8 +208,8 @@ compress::CompressOptions to_compress_options(const MethodArgs& a, const std::st
   o.output_side = a.output_side == "on";
   o.quant.bits = a.bits;
   o.quant.group = a.group;
-  if (a.bpw) {
-    o.quant.bpw = *a.bpw;
+  if (!a.bpw.empty()) {
+    o.quant.bpw = parse_bpw(a.bpw);
     if (a.rank_alloc == "auto") o.rank_alloc = compress::RankAlloc::Global;
   }
   if (a.quantizer != "auto") o.quant.gptq = a.quantizer == "gptq";

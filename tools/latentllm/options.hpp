@@ -32,7 +32,7 @@ struct MethodArgs {
   std::optional<double> joint_tol;  // unset: the preset's
   bool no_intra_layer = false, diagnostics = false;
   int bits = 16, group = 128;
-  std::optional<double> bpw;  // --bpw
+  std::string bpw;  // --bpw: one budget (compress) or a comma-separated grid of them (sweep); empty: none
   std::string quantizer = "auto";  // auto: the preset's (default gptq, paper rtn)
   std::string solver = "hard", pattern = "unstructured";  // the sparse methods
   int sparse_iters = 100;
@@ -90,6 +90,9 @@ void add_calib_options(CLI::App* sub, CalibArgs& a);
 
 // CompressOptions for `method` at `ratio`: the preset's, overridden by the options given. Throws
 // ConfigError on an unknown preset, junction or --joint part, or a value out of range (validate).
+// One --bpw budget: ConfigError "--bpw (expected 0 < bits per weight <= 16, got <text>)" otherwise.
+double parse_bpw(const std::string& text);
+
 compress::CompressOptions to_compress_options(const MethodArgs& a, const std::string& method, double ratio);
 // --batch 0: about 4096 tokens a forward call, as ppl's --batch 0 (at least one window of seqlen).
 void resolve_batch(const MethodArgs& a, compress::CompressOptions& o, int seqlen);

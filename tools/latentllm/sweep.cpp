@@ -10,6 +10,8 @@
 #include <map>
 #include <memory>
 #include <sstream>
+#include <tuple>
+#include <utility>
 
 #include <fmt/ranges.h>
 
@@ -124,15 +126,12 @@ class Sweep {
 
   int run() {
     apply_run_options(a_.run);
-    if (a_.m.bpw) {
-      throw ConfigError(fmt::format("sweep: --bpw (expected compress --bpw: sweep's grid is --ratios, and a grid of "
-                                    "budgets is not there yet, got --bpw {})", *a_.m.bpw));
-    }
     const auto methods = split(a_.methods.empty() ? default_methods() : a_.methods);
     const auto ratios = parse_ratios(a_.ratios);
+    const auto budgets = parse_budgets(a_.m.bpw);  // --bpw: the grid is in bits per weight instead of ratios
     for (const auto& method : methods) {
       compress::CompressOptions o;
-      with_context("--methods", [&] { o = to_compress_options(a_.m, method, ratios.front()); });
+      with_context("--methods", [&] { o = options_for(method, ratios.front(), budgets.empty() ? 0 : budgets.front()); });
       // The grid shares its options: one a method does not read is left out of that method's record.
       for (const std::string& flag : unread_options(a_.m, o))
         log_warn("sweep: {} is not read by {} (its runs go without it)", flag, method);
@@ -178,7 +177,7 @@ class Sweep {
     }
     res_.info = {{"calibration", calibration}, {"settings", settings()}, {"datasets", ds},
                  {"eval_seqlen", eval_seqlen_}, {"max_windows", a_.max_windows}};
-    write_table3(res_, *dense, ratios, to_compress_options(a_.m, "asvd-rootcov", ratios.front()));
+    if (budgets.empty()) write_table3(res_, *dense, ratios, options_for("asvd-rootcov", ratios.front(), 0));
 
     SweepRun ref;
     ref.method = "dense";
@@ -190,11 +189,13 @@ class Sweep {
     dense.reset();
 
     const auto t0 = Clock::now();
-    const std::size_t total = methods.size() * ratios.size();
+    const std::vector<double> grid = budgets.empty() ? ratios : budgets;
+    const std::size_t total = methods.size() * grid.size();
     std::size_t done = 0;
-    for (double ratio : ratios) {
+    for (double point : grid) {
       for (const auto& method : methods) {
-        res_.runs.push_back(compress_and_evaluate(method, ratio));
+        res_.runs.push_back(budgets.empty() ? compress_and_evaluate(method, point, 0)
+                                            : compress_and_evaluate(method, ratios.front(), point));
         save();
         ++done;
         const double el = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -263,12 +264,53 @@ class Sweep {
     res_.multimodal = true;
   }
 
-  SweepRun compress_and_evaluate(const std::string& method, double ratio) {
+  // The options of one cell: `method` at `ratio`, or with a budget > 0 at that many bits per weight: the
+  // low-rank methods by --bpw (ranks and bits together), rtn and gptq at the most bits within it
+  // (dense_bits_within), the sparse methods refused.
+  compress::CompressOptions options_for(const std::string& method, double ratio, double budget) const {
+    MethodArgs args = a_.m;
+    args.bpw.clear();
+    const compress::Method m = compress::parse_method(method);
+    if (budget > 0 && compress::sparsifies(m)) {
+      throw ConfigError(fmt::format("sweep --bpw: --methods {} (expected low-rank methods, rtn or gptq: sparse "
+                                    "modules are not quantized, got {})", method, method));
+    }
+    if (budget > 0 && compress::quantizes_dense(m)) std::tie(args.bits, args.group) = dense_bits_within(budget);
+    compress::CompressOptions o = to_compress_options(args, method, ratio);
+    if (budget <= 0 || compress::quantizes_dense(m)) return o;
+    o.quant.bpw = budget;
+    o.quant.bits = 16;
+    if (a_.m.rank_alloc == "auto") o.rank_alloc = compress::RankAlloc::Global;
+    o.validate();
+    return o;
+  }
+
+  // rtn and gptq within `budget` bits per weight: the most bits q ∈ {8, 4, 3, 2} of which some group
+  // G ∈ {32, 64, 128, 256} fits, q + 32/G ≤ budget (F16 scale and zero per group; partial last groups
+  // can cost a little more), with the smallest such G.
+  static std::pair<int, int> dense_bits_within(double budget) {
+    for (int q : {8, 4, 3, 2})
+      for (int g : {32, 64, 128, 256})
+        if (q + 32.0 / g <= budget + 1e-12) return {q, g};
+    throw ConfigError(fmt::format("sweep --bpw {}: below what rtn and gptq store (expected at least 2.125 bits per "
+                                  "weight: 2 bits in groups of 256)", budget));
+  }
+
+  static std::vector<double> parse_budgets(const std::string& list) {
+    std::vector<double> out;
+    for (const auto& b : split(list)) out.push_back(parse_bpw(b));
+    return out;
+  }
+
+  SweepRun compress_and_evaluate(const std::string& method, double ratio, double budget) {
     SweepRun r;
     r.method = method;
     r.ratio = ratio;
+    r.budget = budget;
     auto m = model::Model::load(a_.model, a_.run.load());
-    compress::CompressOptions opt = to_compress_options(a_.m, method, ratio);
+    compress::CompressOptions opt = options_for(method, ratio, budget);
+    // A pre-pass of a run without a budget did not measure the rounding errors the budget reads.
+    if (opt.quant.bpw > 0 && !spectra_.empty() && spectra_.front().quant_rel.empty()) spectra_.clear();
     resolve_batch(a_.m, opt, co_.seqlen);
     if (!calib_set_.lengths.empty()) {  // multimodal calibration: sequences of their own lengths
       opt.pipeline.lengths = calib_set_.lengths;
@@ -280,6 +322,9 @@ class Sweep {
     r.macs = planned.plan.macs() + res_.other_macs;
     r.options = compress::options_record(compress::effective_options(m->config(), std::ssize(ids_), opt), a_.m.preset);
     r.model_params = eval::num_params(*m);
+    bool loaded = true;  // a lazy model's compressed layers stay loaded; never count a released one's file
+    for (int i = 0; i < m->num_layers(); ++i) loaded = loaded && m->layer_loaded(i);
+    if (opt.quant.enabled() && loaded) r.bits_per_weight = eval::compressed_modules(*m, 2).bits_per_weight();
     evaluate(m, r);
     return r;
   }

@@ -1,5 +1,6 @@
 #include "sweep_report.hpp"
 
+#include <algorithm>
 #include <spawn.h>
 #include <sys/wait.h>
 
@@ -79,6 +80,20 @@ void summarize(const compress::CompressReport& rep, SweepRun& r) {
   r.output_error = n ? s / n : 0.0;
 }
 
+namespace {
+
+// A row's grid point: the ratio, or the budget of a sweep --bpw run.
+std::string grid_cell(const SweepRun& r) {
+  if (r.method == "dense") return "0%";
+  return r.budget > 0 ? fmt::format("{:g} bpw", r.budget) : fmt::format("{:.0f}%", 100 * r.ratio);
+}
+
+}  // namespace
+
+bool SweepResults::budgets() const {
+  return std::any_of(runs.begin(), runs.end(), [](const SweepRun& r) { return r.budget > 0; });
+}
+
 nlohmann::json SweepResults::to_json() const {
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& r : runs) {
@@ -87,6 +102,8 @@ nlohmann::json SweepResults::to_json() const {
                     {"eval_seconds", r.eval_s}, {"qk_joint_over_local", nan_null(r.qk_loss_ratio)},
                     {"ud_joint_over_local", nan_null(r.ud_loss_ratio)},
                     {"mean_relative_output_error", r.output_error}, {"options", r.options}});
+    if (r.budget > 0) rows.back()["budget_bits_per_weight"] = r.budget;
+    if (r.bits_per_weight > 0) rows.back()["bits_per_weight"] = r.bits_per_weight;
     if (!r.accuracy.empty()) {
       rows.back()["accuracy_percent"] = r.accuracy;
       rows.back()["predictions"] = r.predictions;
@@ -101,13 +118,15 @@ nlohmann::json SweepResults::to_json() const {
 
 std::string SweepResults::table2() const {
   std::string s = fmt::format("# Perplexity of {} (calibration: {})\n\n", label, calibration_title);
-  s += "| ratio | method |";
+  const bool bpw = budgets();
+  s += bpw ? "| budget | method | bits per weight |" : "| ratio | method |";
   for (const auto& d : datasets) s += " " + d + " |";
-  s += " params | rel. output error | compress s |\n|---:|---|";
+  s += bpw ? " params | rel. output error | compress s |\n|---:|---|---:|" : " params | rel. output error | compress s |\n|---:|---|";
   for (std::size_t i = 0; i < datasets.size(); ++i) s += "---:|";
   s += "---:|---:|---:|\n";
   for (const auto& r : runs) {
-    s += fmt::format("| {} | {} |", r.method == "dense" ? "0%" : fmt::format("{:.0f}%", 100 * r.ratio), r.method);
+    s += fmt::format("| {} | {} |", grid_cell(r), r.method);
+    if (bpw) s += fmt::format(" {:.3f} |", r.method == "dense" ? 16.0 : r.bits_per_weight);
     for (const auto& d : datasets) {
       const auto it = r.ppl.find(d);
       s += it == r.ppl.end() ? " |" : fmt::format(" {:.2f} |", it->second);
@@ -128,7 +147,7 @@ std::string SweepResults::table4() const {
   for (std::size_t i = 0; i < kCols.size(); ++i) s += "---:|";
   s += "\n";
   for (const auto& r : runs) {
-    s += fmt::format("| {} | {} |", r.method == "dense" ? "0%" : fmt::format("{:.0f}%", 100 * r.ratio), r.method);
+    s += fmt::format("| {} | {} |", grid_cell(r), r.method);
     for (const auto& c : kCols) {
       const auto it = r.accuracy.find(c);
       s += it == r.accuracy.end() ? " |" : fmt::format(" {:.2f} |", it->second);
@@ -139,11 +158,14 @@ std::string SweepResults::table4() const {
 }
 
 void write_results(const fs::path& out, const SweepResults& r) {
-  std::string csv = "method,ratio,dataset,ppl,model_params,params,dense_params,compress_s,eval_s\n";
+  const bool bpw = r.budgets();  // a budget grid adds its two columns
+  std::string csv = std::string("method,ratio,") + (bpw ? "budget,bits_per_weight," : "") +
+                    "dataset,ppl,model_params,params,dense_params,compress_s,eval_s\n";
   for (const auto& run : r.runs)
     for (const auto& [d, p] : run.ppl)
-      csv += fmt::format("{},{:.2f},{},{:.6f},{},{},{},{:.2f},{:.2f}\n", run.method, run.ratio, d, p,
-                         run.model_params, run.params, run.dense_params, run.compress_s, run.eval_s);
+      csv += fmt::format("{},{:.2f},{}{},{:.6f},{},{},{},{:.2f},{:.2f}\n", run.method, run.ratio,
+                         bpw ? fmt::format("{:g},{:.4f},", run.budget, run.method == "dense" ? 16.0 : run.bits_per_weight) : "",
+                         d, p, run.model_params, run.params, run.dense_params, run.compress_s, run.eval_s);
   core::write_text_atomic(out / "results.csv", csv);
   core::write_text_atomic(out / "results.json", r.to_json().dump(2) + "\n");
   core::write_text_atomic(out / "table2.md", r.table2());
@@ -155,7 +177,7 @@ void write_results(const fs::path& out, const SweepResults& r) {
   nlohmann::json runs = nlohmann::json::array();
   for (const auto& run : r.runs) {
     if (run.macs == 0) continue;
-    t3 += fmt::format("| {:.0f}% | {} | {} | {} | {:.4g} | {:.4g} |\n", 100 * run.ratio, run.method, run.model_params,
+    t3 += fmt::format("| {} | {} | {} | {} | {:.4g} | {:.4g} |\n", grid_cell(run), run.method, run.model_params,
                       run.params, static_cast<double>(run.macs), 2.0 * static_cast<double>(run.macs));
     runs.push_back({{"ratio", run.ratio}, {"method", run.method}, {"params", run.model_params},
                     {"linear_params", run.params}, {"macs", run.macs}, {"flops", 2 * run.macs}});
@@ -248,13 +270,15 @@ std::vector<std::string> plot(const fs::path& out, const SweepResults& r) {
     double dense = 0;
     for (const auto& run : r.runs) {
       if (run.method == "dense") dense = run.ppl.at(d);
-      else series[run.method].push_back({100 * run.ratio, run.ppl.at(d)});
+      else series[run.method].push_back({r.budgets() ? run.bits_per_weight : 100 * run.ratio, run.ppl.at(d)});
     }
+    // A budget grid plots quality per byte: perplexity against the bits per weight each run stored.
     std::string gp = fmt::format(
         "set terminal pngcairo size 800,560 noenhanced\nset output '{}'\nset logscale y\nset grid\n"
-        "set key top left\nset xlabel 'compression ratio (%)'\nset ylabel 'perplexity ({})'\n"
+        "set key top {}\nset xlabel '{}'\nset ylabel 'perplexity ({})'\n"
         "set title '{}'\nplot {} title 'dense' with lines dashtype 2 lc rgb 'black'",
-        (out / ("ppl_" + d + ".png")).string(), d, r.label, dense);
+        (out / ("ppl_" + d + ".png")).string(), r.budgets() ? "right" : "left",
+        r.budgets() ? "bits per weight of the compressed modules" : "compression ratio (%)", d, r.label, dense);
     std::string data;
     for (const auto& [method, pts] : series) {
       gp += fmt::format(", '-' using 1:2 with linespoints title '{}'", method);

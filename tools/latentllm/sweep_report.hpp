@@ -20,6 +20,8 @@ namespace latentllm::cli {
 struct SweepRun {
   std::string method;
   double ratio = 0;
+  double budget = 0;           // sweep --bpw: the run's budget in bits per weight (0: a ratio run)
+  double bits_per_weight = 0;  // quantized runs: the compressed modules' stored bits per weight (16-bit storage)
   std::map<std::string, double> ppl;  // dataset -> perplexity
   std::int64_t model_params = 0;      // whole model, stored weights and biases
   std::int64_t params = 0, dense_params = 0;  // compressed modules' weights
@@ -50,6 +52,7 @@ struct SweepResults {
   nlohmann::json to_json() const;
   std::string table2() const;  // Paper Table 2 layout: a row per (ratio, method), a column per dataset
   std::string table4() const;  // Paper Table 4 layout: a row per (ratio, method), a column per ScienceQA category
+  bool budgets() const;        // a sweep --bpw grid: rows by budget, plots against bits per weight
   bool multimodal = false;     // the runs carry ScienceQA accuracies (table4.md, radar_<ratio>.png)
   std::string table3;          // Table 3 of the planned ratios (write_table3); write_results adds the runs
   nlohmann::json table3_rows;

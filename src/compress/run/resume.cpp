@@ -131,6 +131,11 @@ std::optional<RankPlan> ResumeState::restore_plan() const {
     for (const auto& p : j.at("modules")) {
       plan.modules.push_back({p.at("name"), p.at("out"), p.at("in"), p.at("rank"), p.at("params"),
                               p.at("dense_params"), p.at("macs"), p.at("dense_macs"), p.value("bits", 0)});
+      const int bits = plan.modules.back().bits;
+      if (bits != 0 && bits != 2 && bits != 3 && bits != 4 && bits != 8 && bits != 16) {
+        throw FormatError(fmt::format("{}: invalid plan (bits of {} (expected 2, 3, 4, 8 or 16, got {}); remove the "
+                                      "directory to start over)", file.string(), plan.modules.back().name, bits));
+      }
     }
     log_info("resume: the global rank allocation restored from {} (no pre-pass)", file.string());
     return plan;
