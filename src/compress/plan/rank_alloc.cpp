@@ -6,6 +6,7 @@
 #include <map>
 #include <queue>
 
+#include "compress/plan/rank_plan.hpp"
 #include "core/enum_names.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/error.hpp"
@@ -126,17 +127,7 @@ Item make_item(const ModuleSpectrum& s, bool bi) {
   it.out = s.out;
   it.in = s.in;
   it.k = std::min(s.out, s.in);
-  if (static_cast<std::int64_t>(s.sigma2.size()) != it.k) {
-    throw ConfigError(fmt::format("{}: spectrum length (expected min(d, d') = {}, got {})", s.name, it.k,
-                                  s.sigma2.size()));
-  }
-  double energy = 0;
-  for (double v : s.sigma2) {
-    if (!(v >= 0) || !std::isfinite(v)) {
-      throw NumericError(fmt::format("{}: singular value squared (expected finite and >= 0, got {})", s.name, v));
-    }
-    energy += v;
-  }
+  const double energy = spectrum_energy(s);
   it.gain.resize(s.sigma2.size());
   for (std::size_t i = 0; i < s.sigma2.size(); ++i) it.gain[i] = energy > 0 ? s.sigma2[i] / energy : 0.0;
   it.hull = concave_hull(it, bi, 1, it.k);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "compress/plan/rank_plan.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/eval.hpp"
@@ -36,19 +37,10 @@ Options options_of(const ModuleSpectrum& s, int group) {
   o.out = s.out;
   o.in = s.in;
   o.k = std::min(s.out, s.in);
-  if (static_cast<std::int64_t>(s.sigma2.size()) != o.k) {
-    throw ConfigError(fmt::format("{}: spectrum length (expected min(d, d') = {}, got {})", s.name, o.k, s.sigma2.size()));
-  }
+  const double energy = spectrum_energy(s);
   if (!s.quant_rel.empty() && s.quant_rel.size() != kQuantBits.size()) {
     throw ConfigError(fmt::format("{}: rounding errors (expected {} bit widths, got {})", s.name, kQuantBits.size(),
                                   s.quant_rel.size()));
-  }
-  double energy = 0;
-  for (double v : s.sigma2) {
-    if (!(v >= 0) || !std::isfinite(v)) {
-      throw NumericError(fmt::format("{}: singular value squared (expected finite and >= 0, got {})", s.name, v));
-    }
-    energy += v;
   }
   o.tail.assign(static_cast<std::size_t>(o.k) + 1, 0.0);
   for (std::int64_t r = o.k - 1; r >= 0; --r) {

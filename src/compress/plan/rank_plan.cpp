@@ -108,4 +108,19 @@ RankPlan plan_ranks(const std::vector<ModuleShape>& modules, double ratio, Junct
   return plan;
 }
 
+double spectrum_energy(const ModuleSpectrum& s) {
+  const std::int64_t k = std::min(s.out, s.in);
+  if (static_cast<std::int64_t>(s.sigma2.size()) != k) {
+    throw ConfigError(fmt::format("{}: spectrum length (expected min(d, d') = {}, got {})", s.name, k, s.sigma2.size()));
+  }
+  double energy = 0;
+  for (double v : s.sigma2) {
+    if (!(v >= 0) || !std::isfinite(v)) {
+      throw NumericError(fmt::format("{}: singular value squared (expected finite and >= 0, got {})", s.name, v));
+    }
+    energy += v;
+  }
+  return energy;
+}
+
 }  // namespace latentllm::compress

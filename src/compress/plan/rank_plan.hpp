@@ -14,4 +14,9 @@ namespace latentllm::compress {
 // within 1e-12 relative counts as met, so decimal ratios (0.2 → 0.8·d'·d) land on exact boundaries.
 std::int64_t max_rank_for_budget(std::int64_t out, std::int64_t in, double budget, Junction j);
 
+// Σ σ_i² of a module's spectrum (what the allocations normalize by), its length min(d, d') and its values
+// checked: ConfigError "<module>: spectrum length (...)", NumericError "<module>: singular value squared
+// (expected finite and >= 0, got x)".
+double spectrum_energy(const ModuleSpectrum& s);
+
 }  // namespace latentllm::compress
