@@ -141,8 +141,9 @@ void write_output(const Request& r, model::Model& m, const CompressOptions& opt,
   o.write_s = seconds_since(tw);
   o.written = true;
   o.after = format::weights_size(r.out);
-  if (r.output.format == "latent" && opt.quant.enabled() && !llava) {
-    // Counted from the checkpoint as inspect counts it (bits per weight, scales and zero points included).
+  if (r.output.format == "latent" && opt.quant.enabled()) {
+    // Counted from the checkpoint as inspect counts it (the language model's modules; bits per weight with
+    // scales and zero points).
     const auto written = model::Model::load(r.out, {.lazy = true});
     o.compressed_modules = eval::compressed_modules(*written, so.dtype == DType::F32 ? 4 : 2);
   }
