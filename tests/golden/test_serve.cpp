@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "latentllm/model.hpp"
+#include "latentllm/multimodal.hpp"
 #include "latentllm/tokenizer.hpp"
 #include "errors_doc.hpp"
 #include "test_support.hpp"
@@ -27,7 +28,12 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 fs::path serve_dir() { return fs::path(LATENTLLM_TEST_DATA_DIR).parent_path() / "serve"; }
-std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
+// A shell word: single quotes around the text, each of its own quotes as '\''.
+std::string q(const fs::path& p) {
+  std::string out = "'";
+  for (const char c : p.string()) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
 
 std::string client_missing() {
   std::string out;
@@ -164,13 +170,15 @@ TEST(Serve, LlavaChatImages) {
   const fs::path png = shared_path("data/scienceqa-shapes/images/val/500002/image.png");
   const fs::path jpeg = test_data_path("golden/images/jpeg_rgb_70x52.jpg");
   const std::string prompt = "How many shapes are in the picture?\nA. 1\nB. 2\nC. 3\nAnswer with the letter.";
+  const std::string before = "Look at this picture.";
   const int max_tokens = 12;
   const Served a = start_server(plain), b = start_server(templated), text = start_server(chat_model());
   for (const Served* s : {&a, &b, &text}) ASSERT_FALSE(s->address.empty()) << read_bytes(s->log);
   const json config = {{"servers", {{{"base", a.address}, {"model", "llava-shapes-tiny"}},
                                     {{"base", b.address}, {"model", "llava-tmpl"}}}},
                        {"text", {{"base", text.address}, {"model", "tiny"}}},
-                       {"png", png.string()}, {"jpeg", jpeg.string()}, {"prompt", prompt}, {"max_tokens", max_tokens}};
+                       {"png", png.string()}, {"jpeg", jpeg.string()}, {"prompt", prompt}, {"before", before},
+                       {"max_tokens", max_tokens}};
   std::string out;
   const int rc = run_command("node " + q(serve_dir() / "check_serve_llava.mjs") + " " + q(config.dump()) + " 2>&1", out);
   for (const Served* s : {&a, &b, &text}) stop_server(*s);
@@ -179,7 +187,7 @@ TEST(Serve, LlavaChatImages) {
 
   // The replies equal generate --image's greedy text for the same image and prompt: the default
   // conversation without a template, --chat with one; the prompt's size counts the image's tokens.
-  const std::string gen = " --prompt '" + prompt + "' --max-new-tokens " + std::to_string(max_tokens) + " --temperature 0";
+  const std::string gen = " --prompt " + q(prompt) + " --max-new-tokens " + std::to_string(max_tokens) + " --temperature 0";
   const json g_png = cli_json("generate --model " + q(plain) + " --image " + q(png) + gen);
   const json g_jpeg = cli_json("generate --model " + q(plain) + " --image " + q(jpeg) + gen);
   const json g_chat = cli_json("generate --model " + q(templated) + " --chat --image " + q(png) + gen);
@@ -192,6 +200,18 @@ TEST(Serve, LlavaChatImages) {
   EXPECT_EQ(s1.at("text"), g_chat.at("text"));
   EXPECT_EQ(s1.at("prompt_tokens"), g_chat.at("prompt_tokens").size());
   EXPECT_EQ(s1.at("jpeg_text"), g_jpeg_chat.at("text"));
+  // An image after a text: vicuna_v1's message holds the parts in order, each text followed by a newline
+  // (generate --raw-prompt with that conversation); llava-hf's template puts the image first.
+  const std::string raw = model::vicuna_v1_prompt(before + "\n<image>\n" + prompt);
+  const json g_after = cli_json("generate --model " + q(plain) + " --raw-prompt --image " + q(png) + " --prompt " + q(raw) +
+                                " --max-new-tokens " + std::to_string(max_tokens) + " --temperature 0");
+  EXPECT_EQ(s0.at("text_after"), g_after.at("text"));
+  EXPECT_EQ(s0.at("text_after_prompt_tokens"), g_after.at("prompt_tokens").size());
+  const json g_first = cli_json("generate --model " + q(templated) + " --chat --image " + q(png) + " --prompt " +
+                                q(before + " " + prompt) + " --max-new-tokens " + std::to_string(max_tokens) +
+                                " --temperature 0");
+  EXPECT_EQ(s1.at("text_after"), g_first.at("text"));
+  EXPECT_EQ(s1.at("text_after_prompt_tokens"), g_first.at("prompt_tokens").size());
   // The image's 16 tokens (image_seq_length) and its placeholder's newline are in the prompt.
   for (const json* s : {&s0, &s1}) EXPECT_GE(s->at("prompt_tokens").get<int>(), s->at("text_prompt_tokens").get<int>() + 16);
 

@@ -3,7 +3,7 @@
 // and not, and the bad image requests answered with OpenAI's error objects (HTTP 400). Usage:
 // node check_serve_llava.mjs CONFIG_JSON, the config {"servers": [{"base", "model"}, ...] (LLaVA
 // checkpoints), "text": {"base", "model"} (a text-only one), "png": path, "jpeg": path or null, "prompt",
-// "max_tokens"}. Prints one JSON report on stdout (tests/golden/test_serve.cpp compares the replies with
+// "before" (a text before the image), "max_tokens"}. Prints one JSON report on stdout (tests/golden/test_serve.cpp compares the replies with
 // `generate --image` and the messages with docs/ERRORS.md); exits 1 with the failed check on stderr.
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
@@ -38,6 +38,12 @@ async function replies({ base, model }) {
   assert.equal(streamed, plain.choices[0].message.content);
   const out = { text: plain.choices[0].message.content, prompt_tokens: plain.usage.prompt_tokens };
   if (config.jpeg) out.jpeg_text = (await ask(dataUrl(config.jpeg, "image/jpeg"))).choices[0].message.content;
+  // The image after a text: in its place (a conversation mode) or first (llava-hf's templates).
+  const after = await c.chat.completions.create({ model, max_tokens: config.max_tokens, temperature: 0, messages: [
+    { role: "user", content: [{ type: "text", text: config.before }, { type: "image_url", image_url: { url: png } },
+      { type: "text", text: config.prompt }] }] });
+  out.text_after = after.choices[0].message.content;
+  out.text_after_prompt_tokens = after.usage.prompt_tokens;
   // Text alone still works on a LLaVA checkpoint.
   const text = await c.chat.completions.create({ model, messages: [{ role: "user", content: config.prompt }],
     max_tokens: 4, temperature: 0 });

@@ -369,8 +369,9 @@ class Server {
   }
 
   // OpenAI's content parts as the prompt takes them: typed parts for a LLaVA checkpoint's template
-  // ({"type": "image"}, as llava-hf's processors take them), else one string: "<image>\n" per image (LLaVA's
-  // conversation modes) and the texts, a newline between two texts.
+  // ({"type": "image"}, as llava-hf's processors take them), else one string of the parts in order:
+  // "<image>\n" per image (LLaVA's conversation modes) and the texts, a newline after each text that a
+  // part follows.
   ojson content_parts(const ojson& parts, const std::string& where, std::vector<image::RgbImage>& images) const {
     ojson typed = ojson::array();
     std::string flat;
@@ -386,7 +387,7 @@ class Server {
       } else if (type == "image_url") {
         images.push_back(image_part(p, at));
         typed.push_back({{"type", "image"}});
-        flat += std::string(model::kImageToken) + "\n";
+        flat += (after_text ? "\n" : "") + std::string(model::kImageToken) + "\n";
         after_text = false;
       } else {
         bad_part(p, at);
