@@ -178,7 +178,7 @@ TEST(Serve, LlavaChatImages) {
                                     {{"base", b.address}, {"model", "llava-tmpl"}}}},
                        {"text", {{"base", text.address}, {"model", "tiny"}}},
                        {"png", png.string()}, {"jpeg", jpeg.string()}, {"prompt", prompt}, {"before", before},
-                       {"max_tokens", max_tokens}};
+                       {"max_tokens", max_tokens}, {"too_many", 512 / 16 + 1}};  // 16 tokens each of 512
   std::string out;
   const int rc = run_command("node " + q(serve_dir() / "check_serve_llava.mjs") + " " + q(config.dump()) + " 2>&1", out);
   for (const Served* s : {&a, &b, &text}) stop_server(*s);
@@ -237,6 +237,7 @@ TEST(Serve, LlavaChatImages) {
                     {"serve-content-part", {reported(e.at("bad_part"))}},
                     {"serve-image-model", {reported(e.at("text_model"))}},
                     {"serve-image-placeholders", {reported(e.at("placeholder"))}},
+                    {"serve-image-count", {reported(e.at("too_many"))}},
                 });
 }
 

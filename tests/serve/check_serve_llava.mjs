@@ -3,7 +3,8 @@
 // and not, and the bad image requests answered with OpenAI's error objects (HTTP 400). Usage:
 // node check_serve_llava.mjs CONFIG_JSON, the config {"servers": [{"base", "model"}, ...] (LLaVA
 // checkpoints), "text": {"base", "model"} (a text-only one), "png": path, "jpeg": path or null, "prompt",
-// "before" (a text before the image), "max_tokens"}. Prints one JSON report on stdout (tests/golden/test_serve.cpp compares the replies with
+// "before" (a text before the image), "max_tokens",
+// "too_many" (more images than the context holds)}. Prints one JSON report on stdout (tests/golden/test_serve.cpp compares the replies with
 // `generate --image` and the messages with docs/ERRORS.md); exits 1 with the failed check on stderr.
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
@@ -66,6 +67,8 @@ report.errors = {
   truncated: await failure(chat(userMessage(png.slice(0, png.length / 2 - (png.length / 2) % 4)))),
   bad_part: await failure(chat([{ role: "user", content: [{ type: "input_audio", input_audio: {} }] }])),
   placeholder: await failure(chat(userMessage(png, "What is in <image>?"))),
+  too_many: await failure(chat([{ role: "user", content: Array.from({ length: config.too_many },
+    () => ({ type: "image_url", image_url: { url: "data:image/png;base64,not decoded" } })) }])),
   text_model: await failure(() => client(config.text.base).chat.completions.create({ model: config.text.model,
     messages: userMessage(png), max_tokens: 2 })),
 };

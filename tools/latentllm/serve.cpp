@@ -397,7 +397,26 @@ class Server {
     return flat;
   }
 
+  // Refuses, before any image is decoded, more image parts than the context holds: each takes at least
+  // features_per_image() tokens (NeXT adds its grid's to those of the base image).
+  void check_image_count(const ojson& messages) const {
+    if (!llava_) return;
+    std::int64_t n = 0;
+    for (const ojson& m : messages) {
+      const auto content = m.find("content");
+      if (content == m.end() || !content->is_array()) continue;
+      for (const ojson& p : *content) n += p.is_object() && p.value("type", ojson()) == "image_url" ? 1 : 0;
+    }
+    const std::int64_t per_image = llava_->lm.config().features_per_image();
+    const std::int64_t context = m_.config().max_position_embeddings;
+    if (n * per_image > context) {
+      throw ConfigError(fmt::format("messages: {} images (expected at most {}: each takes at least {} of the "
+                                    "max_position_embeddings = {} tokens)", n, context / per_image, per_image, context));
+    }
+  }
+
   ChatMessages chat_messages(const ojson& in) const {
+    check_image_count(in);
     ChatMessages out;
     for (std::size_t i = 0; i < in.size(); ++i) {
       ojson m = in[i];
