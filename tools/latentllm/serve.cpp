@@ -4,10 +4,10 @@
 // loglikelihood requests) and POST /v1/chat/completions (the checkpoint's chat template; on a LLaVA
 // checkpoint also LLaVA-1.5's vicuna_v1 conversation when it ships none, and images as OpenAI's image_url
 // content parts with base64 data URLs, decoded in memory and preprocessed as `generate --image` does),
-// both streamed as server-sent events with "stream": true. A malformed request, an over-long prompt or an unknown model is
-// an HTTP 400 / 404 with OpenAI's error object; SIGTERM or SIGINT stops accepting connections, lets the
-// requests in flight finish, and exits 0. Requests are served by a thread pool; the model computes one
-// request at a time (no batching across requests yet).
+// both streamed as server-sent events with "stream": true. A malformed request, an over-long prompt or an
+// unknown model is an HTTP 400 / 404 with OpenAI's error object; SIGTERM or SIGINT stops accepting
+// connections, lets the requests in flight finish, and exits 0. Requests are served by a thread pool; the
+// model computes one request at a time (no batching across requests yet).
 #include <algorithm>
 #include <cmath>
 #include <csignal>
@@ -23,6 +23,7 @@
 #include "commands.hpp"
 #include "llava_input.hpp"
 #include "options.hpp"
+#include "serve_chat.hpp"
 #include "latentllm/chat.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/generate.hpp"
@@ -343,93 +344,6 @@ class Server {
     std::shared_ptr<const LlavaImages> images;
   };
 
-  // The messages as the prompt takes them, and the images of their image_url parts, in order.
-  struct ChatMessages {
-    io::Messages messages = io::Messages::array();
-    std::vector<image::RgbImage> images;
-  };
-
-  // ConfigError for a content part that is neither OpenAI's text part nor its image_url part.
-  [[noreturn]] static void bad_part(const ojson& part, const std::string& at) {
-    throw ConfigError(fmt::format("{}: content part (expected {{\"type\": \"text\", \"text\": ...}} or {{\"type\": "
-                                  "\"image_url\", \"image_url\": {{\"url\": ...}}}}, got {})", at,
-                                  part.dump(-1, ' ', false, ojson::error_handler_t::replace)));
-  }
-
-  // One image_url part (OpenAI's {"url": ..., "detail": ...}; detail is ignored): its data URL decoded.
-  image::RgbImage image_part(const ojson& part, const std::string& at) const {
-    if (!llava_) {
-      throw ConfigError(fmt::format("{}: an image for model '{}', which reads text only (expected a LLaVA checkpoint, "
-                                    "got {})", at, id_, m_.config().architecture));
-    }
-    const auto it = part.find("image_url");
-    const ojson url = it == part.end() ? ojson() : it->is_object() ? it->value("url", ojson()) : *it;
-    if (!url.is_string()) bad_part(part, at);
-    return image::decode_data_url(url.get<std::string>(), at + ".image_url");
-  }
-
-  // OpenAI's content parts as the prompt takes them: typed parts for a LLaVA checkpoint's template
-  // ({"type": "image"}, as llava-hf's processors take them), else one string of the parts in order:
-  // "<image>\n" per image (LLaVA's conversation modes) and the texts, a newline after each text that a
-  // part follows.
-  ojson content_parts(const ojson& parts, const std::string& where, std::vector<image::RgbImage>& images) const {
-    ojson typed = ojson::array();
-    std::string flat;
-    bool after_text = false;
-    for (std::size_t j = 0; j < parts.size(); ++j) {
-      const std::string at = fmt::format("{}[{}]", where, j);
-      const ojson& p = parts[j];
-      const ojson type = p.is_object() ? p.value("type", ojson()) : ojson();
-      if (type == "text" && p.contains("text") && p["text"].is_string()) {
-        typed.push_back({{"type", "text"}, {"text", p["text"]}});
-        flat += (after_text ? "\n" : "") + p["text"].get<std::string>();
-        after_text = true;
-      } else if (type == "image_url") {
-        images.push_back(image_part(p, at));
-        typed.push_back({{"type", "image"}});
-        flat += (after_text ? "\n" : "") + std::string(model::kImageToken) + "\n";
-        after_text = false;
-      } else {
-        bad_part(p, at);
-      }
-    }
-    if (llava_ && tmpl_) return typed;
-    return flat;
-  }
-
-  // Refuses, before any image is decoded, more image parts than the context holds: each takes at least
-  // features_per_image() tokens (NeXT adds its grid's to those of the base image).
-  void check_image_count(const ojson& messages) const {
-    if (!llava_) return;
-    std::int64_t n = 0;
-    for (const ojson& m : messages) {
-      const auto content = m.find("content");
-      if (content == m.end() || !content->is_array()) continue;
-      for (const ojson& p : *content) n += p.is_object() && p.value("type", ojson()) == "image_url" ? 1 : 0;
-    }
-    const std::int64_t per_image = llava_->lm.config().features_per_image();
-    const std::int64_t context = m_.config().max_position_embeddings;
-    if (n * per_image > context) {
-      throw ConfigError(fmt::format("messages: {} images (expected at most {}: each takes at least {} of the "
-                                    "max_position_embeddings = {} tokens)", n, context / per_image, per_image, context));
-    }
-  }
-
-  ChatMessages chat_messages(const ojson& in) const {
-    check_image_count(in);
-    ChatMessages out;
-    for (std::size_t i = 0; i < in.size(); ++i) {
-      ojson m = in[i];
-      auto content = m.find("content");
-      if (content != m.end() && content->is_array())
-        *content = content_parts(*content, fmt::format("messages[{}].content", i), out.images);
-      else if (content != m.end() && content->is_string() && llava_ && tmpl_)  // llava-hf templates iterate parts
-        *content = ojson::array({{{"type", "text"}, {"text", *content}}});
-      out.messages.push_back(std::move(m));
-    }
-    return out;
-  }
-
   // The prompt of a chat request: the checkpoint's template over the messages, with add_generation_prompt
   // (a LLaVA checkpoint without one: vicuna_v1, as generate), its images' placeholders expanded.
   ChatPrompt chat_prompt(const ojson& req) const {
@@ -438,7 +352,7 @@ class Server {
         !std::all_of(it->begin(), it->end(), [](const ojson& m) { return m.is_object() && m.contains("role") && m["role"].is_string(); }))
       bad_request("'messages' must be a non-empty list of {role, content} objects", "messages");
     if (!tmpl_ && !llava_) bad_request(fmt::format("model '{}' has no chat template (use /v1/completions)", id_), "messages");
-    const ChatMessages cm = chat_messages(*it);
+    const ChatMessages cm = chat_messages(*it, chat_model());
     std::string text = tmpl_ ? tmpl_->render(cm.messages, true) : io::conv_prompt("vicuna_v1", cm.messages);
     const bool has_bos = tmpl_ && io::prompt_has_bos(text, tmpl_->bos_token());
     ChatPrompt p;
@@ -453,6 +367,17 @@ class Server {
     }
     p.ids = has_bos ? tok_.encode(text, false) : eval::prompt_ids(m_, tok_, text);
     return p;
+  }
+
+  ChatModel chat_model() const {
+    ChatModel c;
+    c.id = id_;
+    c.architecture = m_.config().architecture;
+    c.llava = llava_.has_value();
+    c.typed_parts = llava_ && tmpl_;
+    c.per_image = llava_ ? llava_->lm.config().features_per_image() : 0;
+    c.context = m_.config().max_position_embeddings;
+    return c;
   }
 
   // LLaVA: the prompt's image features in place of its image tokens (every prompt, as generate).
