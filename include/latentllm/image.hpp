@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -50,6 +51,17 @@ RgbImage decode_image(std::span<const std::uint8_t> bytes, const std::string& na
 
 // Reads and decodes a file (IoError when it cannot be read).
 RgbImage load_image(const std::filesystem::path& path);
+
+// RFC 4648 base64 (the standard alphabet, '=' padding optional) -> bytes. FormatError "<name>: base64
+// data (expected ..., got ...)" for a character outside the alphabet, padding before the end, or a
+// length that leaves one dangling character.
+std::vector<std::uint8_t> decode_base64(std::string_view text, const std::string& name);
+
+// Decodes the image of a data URL as OpenAI's chat API takes it, "data:<media type>;base64,<data>"
+// (image/png or image/jpeg; the format comes from the bytes' signature, as decode_image), in memory.
+// ConfigError "<name>: image URL (expected a data URL ..., got ...)" for any other URL: nothing is
+// fetched. FormatError for bad base64 (decode_base64) or bytes decode_image refuses.
+RgbImage decode_data_url(std::string_view url, const std::string& name, std::int64_t max_pixels = kMaxImagePixels);
 
 // PIL's resampling filters (the values of PIL.Image.Resampling and the `resample` key).
 enum class Resample { Bilinear = 2, Bicubic = 3 };

@@ -66,6 +66,7 @@ inline const std::map<std::string, std::string>& doc_owners() {
       {"Sparsity (`compress --method sparse|wanda|sparsegpt`, `compress::sparse_hard`, `compress::sparse_fista`, "
        "`compress::wanda`, `compress::sparsegpt`)",
        "test_errors_sparse"},
+      {"Chat requests (`latentllm serve`)", "test_serve"},
       {"Chat templates (`io::ChatTemplate`, `io::conv_prompt`, `io::jinja::Template`)", "test_chat_template"},
       {"Zero-shot multiple choice (`latentllm eval --task mc`, `eval::mc`)", "test_mc_formats"},
       {"Numerics (`compress`, `ppl`)", "test_errors_numerics"},

@@ -185,6 +185,46 @@ TEST(Image, ParsesLlavaNextKeysAndIntegerSizes) {
 }
 
 // Every prefix of a PNG and a JPEG, and random byte changes, decode or give a FormatError.
+// RFC 4648's encoding (the standard alphabet, '=' padding), the test's own: what decode_base64 inverts.
+std::string base64(const std::vector<std::uint8_t>& b) {
+  static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (std::size_t i = 0; i < b.size(); i += 3) {
+    const std::uint32_t v = (std::uint32_t{b[i]} << 16) | (i + 1 < b.size() ? std::uint32_t{b[i + 1]} << 8 : 0) |
+                            (i + 2 < b.size() ? std::uint32_t{b[i + 2]} : 0);
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += i + 1 < b.size() ? kAlphabet[(v >> 6) & 63] : '=';
+    out += i + 2 < b.size() ? kAlphabet[v & 63] : '=';
+  }
+  return out;
+}
+
+TEST(Image, Base64RoundTripsEveryLengthWithAndWithoutPadding) {
+  EXPECT_EQ(image::decode_base64("TWFu", "x"), (std::vector<std::uint8_t>{'M', 'a', 'n'}));  // RFC 4648's example
+  EXPECT_TRUE(image::decode_base64("", "x").empty());
+  std::vector<std::uint8_t> bytes;
+  for (int n = 0; n < 40; ++n) {
+    const std::string text = base64(bytes);
+    EXPECT_EQ(image::decode_base64(text, "x"), bytes) << text;
+    std::string unpadded = text;
+    while (!unpadded.empty() && unpadded.back() == '=') unpadded.pop_back();
+    EXPECT_EQ(image::decode_base64(unpadded, "x"), bytes) << unpadded;
+    bytes.push_back(static_cast<std::uint8_t>(n * 37 + 251));  // every byte value's bits across the alphabet
+  }
+}
+
+TEST(Image, DataUrlDecodesInMemoryAsTheFile) {
+  for (const char* file : {"rgb_70x52.png", "jpeg_rgb_70x52.jpg"}) {
+    const RgbImage want = image::load_image(golden_dir() / file);
+    const std::string type = std::string(file).ends_with(".png") ? "image/png" : "image/jpeg";
+    const RgbImage got = image::decode_data_url("data:" + type + ";base64," + base64(bytes_of(golden_dir() / file)), "u");
+    EXPECT_EQ(got.height, want.height);
+    EXPECT_EQ(got.width, want.width);
+    EXPECT_EQ(got.data, want.data) << file;
+  }
+}
+
 TEST(Image, DamagedFilesGiveFormatErrors) {
   for (const char* f : {"rgb_3x7.png", "p4bit_17x9.png", "jpeg_rgb444_24x18.jpg", "jpeg_cmyk_30x20.jpg"}) {
     const std::vector<std::uint8_t> good = bytes_of(golden_dir() / f);
@@ -312,6 +352,12 @@ TEST(ErrorsDoc, Images) {
                                                              {0, 0, 0});
                                    })}},
                     {"pp-pinpoints", {config({{"image_grid_pinpoints", {{336}}}})}},
+                    {"img-data-url", {lib([] { image::decode_data_url("https://example.com/cat.png", "u"); }),
+                                      lib([] { image::decode_data_url("data:image/png,rawbytes", "u"); }),
+                                      lib([] { image::decode_data_url(std::string(100, 'h'), "u"); })}},
+                    {"img-base64", {lib([] { image::decode_base64("TWF-", "b"); }),
+                                    lib([] { image::decode_base64("TW=u", "b"); }),
+                                    lib([] { image::decode_base64("TWFuT", "b"); })}},
                 });
 }
 

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "llava_input.hpp"
 #include "options.hpp"
 #include "latentllm/chat.hpp"
 #include "latentllm/error.hpp"
@@ -175,9 +176,7 @@ PromptText llava_prompt(const GenerateArgs& a) {
   const auto n_img = static_cast<std::int64_t>(a.images.size());
   PromptText p = build_prompt(a, true);
   const std::string& text = p.text;
-  std::int64_t found = 0;
-  for (auto i = text.find(model::kImageToken); i != std::string::npos; i = text.find(model::kImageToken, i + 1))
-    ++found;
+  const std::int64_t found = count_image_placeholders(text);
   if (a.raw_prompt && found != n_img) {
     throw ConfigError(fmt::format("--prompt: <image> placeholders (expected {}, one per --image, got {})", n_img,
                                   found));
@@ -187,18 +186,6 @@ PromptText llava_prompt(const GenerateArgs& a) {
                                   "--image first; --raw-prompt places it, got {})", found - n_img));
   }
   return p;
-}
-
-// `text` with its k-th "<image>" expanded to counts[k] image tokens.
-std::string expand_images(const std::string& text, const std::vector<std::int64_t>& counts) {
-  std::string out;
-  std::size_t pos = 0;
-  for (const std::int64_t n : counts) {
-    const std::size_t at = text.find(model::kImageToken, pos);
-    out += text.substr(pos, at - pos) + model::expand_image_tokens(model::kImageToken, n);
-    pos = at + model::kImageToken.size();
-  }
-  return out + text.substr(pos);
 }
 
 // On a LLaVA checkpoint: the prompt in the conversation template (the image placeholders first with
@@ -223,29 +210,12 @@ int run_llava(const GenerateArgs& a, const eval::GenerateOptions& opt) {
     check_inference_memory("generate", a.model, a.max_memory, text_tokens + image_tokens + a.opt.max_new_tokens, a.run);
   }
   const model::LlavaModel lm = model::LlavaModel::load(a.model, decode_load(a.run, a.map_weights));
-  // LLaVA-1.5: one tile by CLIPImageProcessor; NeXT: LlavaNextImageProcessor's tiles and the image's size,
-  // which set its image token count.
-  std::vector<std::vector<float>> pixels(imgs.size());  // each [n_tiles, 3, S, S]
-  std::vector<model::ImageInput> images;
-  std::vector<std::int64_t> counts;
-  if (!imgs.empty()) {
-    const auto processor = image::load_checkpoint_processor(std::filesystem::path(a.model));
-    for (std::size_t k = 0; k < imgs.size(); ++k) {
-      if (lm.config().anyres()) {
-        image::AnyresPixels any = image::preprocess_anyres(imgs[k], processor);
-        pixels[k] = std::move(any.data);
-        images.push_back({pixels[k], any.num_tiles(), any.image_height, any.image_width});
-      } else {
-        pixels[k] = image::preprocess(imgs[k], processor).data;
-        images.push_back({pixels[k], 1, 0, 0});
-      }
-      counts.push_back(lm.image_tokens(images.back()));
-    }
-  }
+  LlavaImages images;
+  if (!imgs.empty()) images = preprocess_llava_images(lm, image::load_checkpoint_processor(a.model), imgs);
   const auto tok = model_tokenizer(a.model, lm.config().text);
-  const std::vector<std::int32_t> prompt = prompt_tokens(lm.language_model(), *tok, built, expand_images(text, counts));
+  const std::vector<std::int32_t> prompt = prompt_tokens(lm.language_model(), *tok, built, expand_images(text, images.counts));
   const eval::PrefillFn prefill = [&](model::KvCache& cache, MatrixF& logits) {
-    lm.prefill(prompt, images, cache, logits);
+    lm.prefill(prompt, images.inputs, cache, logits);
   };
   return run_text(a, opt, lm.language_model(), *tok, text, prompt, prefill);
 }

@@ -1,11 +1,13 @@
 // `latentllm serve`: an OpenAI-compatible HTTP server (Debian's cpp-httplib) over one checkpoint:
 // GET /health, GET /v1/models, POST /v1/completions (string or token-id prompts, a list of them, max_tokens
 // including 0, temperature, top_p, seed, stop, logprobs, echo: what lm-eval's local-completions sends for
-// loglikelihood requests) and POST /v1/chat/completions (the checkpoint's chat template), both streamed as
-// server-sent events with "stream": true. A malformed request, an over-long prompt or an unknown model is
-// an HTTP 400 / 404 with OpenAI's error object; SIGTERM or SIGINT stops accepting connections, lets the
-// requests in flight finish, and exits 0. Requests are served by a thread pool; the model computes one
-// request at a time (no batching across requests yet).
+// loglikelihood requests) and POST /v1/chat/completions (the checkpoint's chat template; on a LLaVA
+// checkpoint also LLaVA-1.5's vicuna_v1 conversation when it ships none, and images as OpenAI's image_url
+// content parts with base64 data URLs, decoded in memory and preprocessed as `generate --image` does),
+// both streamed as server-sent events with "stream": true. A malformed request, an over-long prompt or an
+// unknown model is an HTTP 400 / 404 with OpenAI's error object; SIGTERM or SIGINT stops accepting
+// connections, lets the requests in flight finish, and exits 0. Requests are served by a thread pool; the
+// model computes one request at a time (no batching across requests yet).
 #include <algorithm>
 #include <cmath>
 #include <csignal>
@@ -19,12 +21,16 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "llava_input.hpp"
 #include "options.hpp"
+#include "serve_chat.hpp"
 #include "latentllm/chat.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/generate.hpp"
+#include "latentllm/image.hpp"
 #include "latentllm/io.hpp"
 #include "latentllm/model.hpp"
+#include "latentllm/multimodal.hpp"
 #include "latentllm/tokenizer.hpp"
 
 // Last: httplib.h brings <resolv.h>, whose _res macro breaks Eigen's headers included after it.
@@ -94,10 +100,18 @@ std::vector<std::string> stop_strings(const ojson& req) {
 // The decoded text of one token (OpenAI's "tokens" entries and top_logprobs keys).
 std::string token_text(const io::Tokenizer& tok, std::int32_t id) { return tok.decode(std::span<const std::int32_t>(&id, 1)); }
 
+// A LLaVA checkpoint's parts the chat images need: the model and its image processor.
+struct LlavaParts {
+  const model::LlavaModel& lm;
+  image::ProcessorConfig processor;
+};
+
 class Server {
  public:
-  Server(const model::Model& m, const io::Tokenizer& tok, std::optional<io::ChatTemplate> tmpl, std::string id)
-      : m_(m), tok_(tok), tmpl_(std::move(tmpl)), id_(std::move(id)) {}
+  // `llava`: set on a LLaVA checkpoint, whose language model is `m`.
+  Server(const model::Model& m, const io::Tokenizer& tok, std::optional<io::ChatTemplate> tmpl, std::string id,
+         std::optional<LlavaParts> llava = std::nullopt)
+      : m_(m), tok_(tok), tmpl_(std::move(tmpl)), id_(std::move(id)), llava_(std::move(llava)) {}
 
   void routes(httplib::Server& svr) {
     svr.Get("/health", [](const httplib::Request&, httplib::Response& res) {
@@ -199,7 +213,7 @@ class Server {
   };
 
   Completion complete(const std::vector<std::int32_t>& ids, eval::GenerateOptions g, const std::vector<std::string>& stops,
-                      const std::function<bool(std::string_view)>& on_piece = {}) {
+                      const std::function<bool(std::string_view)>& on_piece = {}, const eval::PrefillFn& prefill = {}) {
     Completion c;
     if (g.max_new_tokens == 0) {
       c.finish_reason = "length";
@@ -214,7 +228,7 @@ class Server {
       text += piece;
       if (on_piece && !on_piece(piece)) gone = true;
     };
-    const eval::GenerateResult r = eval::generate(m_, tok_, ids, g, on_text);
+    const eval::GenerateResult r = eval::generate(m_, tok_, ids, g, on_text, prefill);
     c.tokens = r.tokens;
     c.text = r.text;
     std::size_t cut = std::string::npos;
@@ -324,19 +338,58 @@ class Server {
     });
   }
 
-  // The prompt of a chat request: the checkpoint's template over the messages, with add_generation_prompt.
-  std::vector<std::int32_t> chat_prompt(const ojson& req) const {
+  // A chat request's prompt: its ids and, on a LLaVA checkpoint, its images (null without).
+  struct ChatPrompt {
+    std::vector<std::int32_t> ids;
+    std::shared_ptr<const LlavaImages> images;
+  };
+
+  // The prompt of a chat request: the checkpoint's template over the messages, with add_generation_prompt
+  // (a LLaVA checkpoint without one: vicuna_v1, as generate), its images' placeholders expanded.
+  ChatPrompt chat_prompt(const ojson& req) const {
     const auto it = req.find("messages");
     if (it == req.end() || !it->is_array() || it->empty() ||
         !std::all_of(it->begin(), it->end(), [](const ojson& m) { return m.is_object() && m.contains("role") && m["role"].is_string(); }))
       bad_request("'messages' must be a non-empty list of {role, content} objects", "messages");
-    if (!tmpl_) bad_request(fmt::format("model '{}' has no chat template (use /v1/completions)", id_), "messages");
-    const std::string text = tmpl_->render(*it, true);
-    return io::prompt_has_bos(text, tmpl_->bos_token()) ? tok_.encode(text, false) : tok_.encode(text);
+    if (!tmpl_ && !llava_) bad_request(fmt::format("model '{}' has no chat template (use /v1/completions)", id_), "messages");
+    const ChatMessages cm = chat_messages(*it, chat_model());
+    std::string text = tmpl_ ? tmpl_->render(cm.messages, true) : io::conv_prompt("vicuna_v1", cm.messages);
+    const bool has_bos = tmpl_ && io::prompt_has_bos(text, tmpl_->bos_token());
+    ChatPrompt p;
+    if (llava_) {
+      const auto n = static_cast<std::int64_t>(cm.images.size());
+      if (const std::int64_t found = count_image_placeholders(text); found != n) {
+        throw ConfigError(fmt::format("messages: <image> placeholders in the prompt (expected {}, one per image_url "
+                                      "part, got {})", n, found));
+      }
+      p.images = std::make_shared<const LlavaImages>(preprocess_llava_images(llava_->lm, llava_->processor, cm.images));
+      text = expand_images(text, p.images->counts);
+    }
+    p.ids = has_bos ? tok_.encode(text, false) : eval::prompt_ids(m_, tok_, text);
+    return p;
+  }
+
+  ChatModel chat_model() const {
+    ChatModel c;
+    c.id = id_;
+    c.architecture = m_.config().architecture;
+    c.llava = llava_.has_value();
+    c.typed_parts = llava_ && tmpl_;
+    c.per_image = llava_ ? llava_->lm.config().features_per_image() : 0;
+    c.context = m_.config().max_position_embeddings;
+    return c;
+  }
+
+  // LLaVA: the prompt's image features in place of its image tokens (every prompt, as generate).
+  eval::PrefillFn prefill_of(const ChatPrompt& p) const {
+    if (!p.images) return {};
+    return [this, p](model::KvCache& cache, MatrixF& logits) { llava_->lm.prefill(p.ids, p.images->inputs, cache, logits); };
   }
 
   void chat(const ojson& req, httplib::Response& res) {
-    const std::vector<std::int32_t> ids = chat_prompt(req);
+    const ChatPrompt prompt = chat_prompt(req);
+    const std::vector<std::int32_t>& ids = prompt.ids;
+    const eval::PrefillFn prefill = prefill_of(prompt);
     const std::int64_t room = m_.config().max_position_embeddings - static_cast<std::int64_t>(ids.size());
     const std::int64_t max_tokens = int_or(req, "max_completion_tokens", int_or(req, "max_tokens", std::min<std::int64_t>(room, 256)));
     if (int_or(req, "n", 1) != 1) bad_request("'n' must be 1", "n");
@@ -344,7 +397,7 @@ class Server {
     const std::vector<std::string> stops = stop_strings(req);
     const std::string id = fmt::format("chatcmpl-{}", next_id());
     if (bool_or(req, "stream", false)) {
-      sse(res, [this, ids, g, stops, id](const std::function<bool(const ojson&)>& send) {
+      sse(res, [this, ids, g, stops, id, prefill](const std::function<bool(const ojson&)>& send) {
         const auto chunk = [&](const ojson& delta, const ojson& finish) {
           return ojson{{"id", id}, {"object", "chat.completion.chunk"}, {"created", now()}, {"model", id_},
                        {"choices", ojson::array({{{"index", 0}, {"delta", delta}, {"finish_reason", finish}}})}};
@@ -352,7 +405,7 @@ class Server {
         send(chunk({{"role", "assistant"}, {"content", ""}}, nullptr));
         const Completion c = complete(ids, g, stops, [&](std::string_view piece) {
           return send(chunk({{"content", std::string(piece)}}, nullptr));
-        });
+        }, prefill);
         send(chunk(ojson::object(), c.finish_reason));
       });
       return;
@@ -360,7 +413,7 @@ class Server {
     Completion c;
     {
       const std::lock_guard<std::mutex> lock(compute_);
-      c = complete(ids, g, stops);
+      c = complete(ids, g, stops, {}, prefill);
     }
     const auto n_prompt = static_cast<std::int64_t>(ids.size()), n_out = static_cast<std::int64_t>(c.tokens.size());
     const ojson out = {{"id", id}, {"object", "chat.completion"}, {"created", now()}, {"model", id_},
@@ -380,6 +433,7 @@ class Server {
   const io::Tokenizer& tok_;
   std::optional<io::ChatTemplate> tmpl_;
   std::string id_;
+  std::optional<LlavaParts> llava_;
   std::int64_t created_ = now();
   std::mutex compute_;  // one request computes at a time
   std::mutex ids_;
@@ -398,10 +452,17 @@ int run_serve(const ServeArgs& a) {
   apply_run_options(a.run);
   const auto config = model::load_config(std::filesystem::path(a.model) / "config.json");
   check_inference_memory("serve", a.model, a.max_memory, config.max_position_embeddings, a.run);
-  const std::unique_ptr<model::Model> m = model::Model::load(a.model, a.run.load());
-  const auto tok = model_tokenizer(a.model, m->config());
+  // A LLaVA checkpoint serves its language model, with the vision tower for the chat images.
+  std::optional<model::LlavaModel> llava;
+  std::unique_ptr<model::Model> text_model;
+  if (config.multimodal_architecture.empty()) text_model = model::Model::load(a.model, a.run.load());
+  else llava.emplace(model::LlavaModel::load(a.model, a.run.load()));
+  const model::Model& m = llava ? llava->language_model() : *text_model;
+  const auto tok = model_tokenizer(a.model, m.config());
   const std::string id = a.name.empty() ? std::filesystem::path(a.model).lexically_normal().filename().string() : a.name;
-  Server server(*m, *tok, io::ChatTemplate::load(a.model), id.empty() ? "model" : id);
+  std::optional<LlavaParts> parts;
+  if (llava) parts.emplace(LlavaParts{*llava, image::load_checkpoint_processor(a.model)});
+  Server server(m, *tok, io::ChatTemplate::load(a.model), id.empty() ? "model" : id, std::move(parts));
 
   // SIGTERM / SIGINT write a byte to a pipe (all a signal handler may safely do, in whichever thread the
   // signal lands); a waiter thread reads it and stops the server; listen() then returns once the requests
