@@ -26,7 +26,9 @@ ranks() {
 compress() {  # K out model args...
   local k=$1 out=$2 model=$3
   shift 3
-  ranks "$k" compress --model "$SHARED/models/$model" --out "$out" --ratio 0.3 --calib c4 --calib-data "$C4" \
+  local ratio=(--ratio 0.3)
+  [[ " $* " == *" --bpw "* ]] && ratio=()  # a budget in bits per weight replaces the ratio
+  ranks "$k" compress --model "$SHARED/models/$model" --out "$out" "${ratio[@]}" --calib c4 --calib-data "$C4" \
     --nsamples "${NSAMPLES:-6}" --seqlen 64 --batch 2 --seed 0 --dtype f32 --threads "${THREADS:-1}" "$@"
 }
 digest() { cat "$1/model.safetensors" "$1/config.json" | sha256sum | cut -c1-16; }
@@ -45,12 +47,13 @@ identical)
   # covariances record numerical notes on their owner ranks, replayed into config.json. latentllm: joint
   # Q-K's starts and iterations are jobs on several ranks beside the local v_proj (checked below); with
   # --joint qk,vo the joint V-O group is a job of its own. The sparse methods (lowrank-sparse too): one job per
-  # module.
+  # module. --bpw: each module's rank and bits from one budget, full-rank modules quantized as one matrix.
   for v in "opt-tiny|--ud-min-tokens-per-ffn 0 --ud-unit-tokens 96" "opt-tiny|--preset paper --ud-unit-tokens 96" \
            "stories260K/hf|--fit compensate --ud-min-tokens-per-ffn 0 --ud-unit-tokens 96" \
            "stories260K/hf|--method asvd-rootcov" "opt-tiny|--method asvd-rootcov --lambda 0" \
            "TinyStories-656K|--joint qk,vo" "TinyStories-656K|--method sparse" "opt-tiny|--method sparse" "TinyStories-656K|--method sparse --solver fista --sparse-iters 10" \
-           "TinyStories-656K|--method sparsegpt" "TinyStories-656K|--method lowrank-sparse --sparse-iters 20"; do
+           "TinyStories-656K|--method sparsegpt" "TinyStories-656K|--method lowrank-sparse --sparse-iters 20" \
+           "stories260K/hf|--bpw 3.5 --group 32 --ud-min-tokens-per-ffn 0 --ud-unit-tokens 96"; do
     model=${v%%|*}
     rm -rf "$TMP"/k? "$TMP"/c?x? "$TMP"/t2
     read -r -a args <<< "${v#*|}"
