@@ -28,11 +28,17 @@ struct Options {
   std::int64_t out = 0, in = 0, k = 0;
   std::vector<double> tail;  // [k + 1] tail[r]: the relative loss of rank r
   std::array<double, kQuantBits.size() + 1> eps{};  // per kQuantBits, then 16 bits (0)
+  // Every option's stored bytes and estimated loss, option (bits b, rank r) at b·k + r − 1: the price's
+  // bisection only compares them.
+  std::vector<std::int64_t> bytes;
+  std::vector<double> loss;
 };
 
 constexpr std::array<int, kQuantBits.size() + 1> kAllBits = {2, 3, 4, 8, 16};
 
-Options options_of(const ModuleSpectrum& s, int group) {
+double loss_of(const Options& o, std::int64_t r, std::size_t b, bool bi);
+
+Options options_of(const ModuleSpectrum& s, int group, bool bi) {
   Options o;
   o.out = s.out;
   o.in = s.in;
@@ -55,6 +61,12 @@ Options options_of(const ModuleSpectrum& s, int group) {
     }
     o.eps[b] = e;
   }
+  for (std::size_t b = 0; b < kAllBits.size(); ++b) {
+    for (std::int64_t r = 1; r <= o.k; ++r) {
+      o.bytes.push_back(module_bytes(o.out, o.in, r, kAllBits[b], group, bi));
+      o.loss.push_back(loss_of(o, r, b, bi));
+    }
+  }
   return o;
 }
 
@@ -72,14 +84,14 @@ struct Choice {
 };
 
 // The option minimising loss + price·bytes (ties: the fewer bytes, then the lower rank and bits).
-Choice best_at(const Options& o, double price, int group, bool bi) {
+Choice best_at(const Options& o, double price) {
   Choice best;
   double best_v = std::numeric_limits<double>::infinity();
+  std::size_t i = 0;
   for (std::size_t b = 0; b < kAllBits.size(); ++b) {
-    for (std::int64_t r = 1; r <= o.k; ++r) {
-      const std::int64_t bytes = module_bytes(o.out, o.in, r, kAllBits[b], group, bi);
-      const double v = loss_of(o, r, b, bi) + price * static_cast<double>(bytes);
-      if (v < best_v || (v == best_v && bytes < best.bytes)) best_v = v, best = {r, b, bytes};
+    for (std::int64_t r = 1; r <= o.k; ++r, ++i) {
+      const double v = o.loss[i] + price * static_cast<double>(o.bytes[i]);
+      if (v < best_v || (v == best_v && o.bytes[i] < best.bytes)) best_v = v, best = {r, b, o.bytes[i]};
     }
   }
   return best;
@@ -91,10 +103,10 @@ std::int64_t total_bytes(const std::vector<Choice>& c) {
   return n;
 }
 
-std::vector<Choice> choose_all(const std::vector<Options>& mods, double price, int group, bool bi) {
+std::vector<Choice> choose_all(const std::vector<Options>& mods, double price) {
   std::vector<Choice> c;
   c.reserve(mods.size());
-  for (const Options& o : mods) c.push_back(best_at(o, price, group, bi));
+  for (const Options& o : mods) c.push_back(best_at(o, price));
   return c;
 }
 
@@ -116,13 +128,13 @@ RankPlan allocate_ranks_bits(const std::vector<ModuleSpectrum>& spectra, double 
   mods.reserve(spectra.size());
   std::int64_t dense = 0;
   for (const auto& s : spectra) {
-    mods.push_back(options_of(s, group));
+    mods.push_back(options_of(s, group, bi));
     dense += s.out * s.in;
   }
   const auto budget = static_cast<std::int64_t>(std::floor(bpw * static_cast<double>(dense) / 8.0));
   // The cheapest plan (rank 1 at 2 bits) must fit; a price above any loss difference per byte reaches it.
   std::int64_t least = 0;
-  for (const Options& o : mods) least += module_bytes(o.out, o.in, 1, kAllBits[0], group, bi);
+  for (const Options& o : mods) least += o.bytes.front();  // rank 1 at 2 bits
   if (least > budget) {
     throw ConfigError(fmt::format("--bpw: budget below the smallest plan (expected at least {:.4f} bits per weight: "
                                   "rank 1 at 2 bits in every module, got {})",
@@ -133,10 +145,10 @@ RankPlan allocate_ranks_bits(const std::vector<ModuleSpectrum>& spectra, double 
   // log2 of the price per byte: a module's loss is at most a few units (fractions of its energy), so at
   // 2^10 per byte every module takes its fewest bytes, which fit (checked above).
   double lo = -60, hi = 10;
-  std::vector<Choice> fit = choose_all(mods, std::exp2(hi), group, bi);
+  std::vector<Choice> fit = choose_all(mods, std::exp2(hi));
   for (int it = 0; it < 80; ++it) {
     const double mid = 0.5 * (lo + hi);
-    std::vector<Choice> c = choose_all(mods, std::exp2(mid), group, bi);
+    std::vector<Choice> c = choose_all(mods, std::exp2(mid));
     if (total_bytes(c) <= budget) {
       hi = mid;
       fit = std::move(c);

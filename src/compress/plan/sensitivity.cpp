@@ -121,8 +121,8 @@ class SpectrumStage final : public calib::Stage {
       // As the local ASVD: a bias module whose bias is updated sees only the centered inputs.
       const bool centered = lin.bias.size() > 0 && opt_.local.update_bias;
       ModuleSpectrum s{lin.name, lin.role, lin.out, lin.in, {}, {}};
-      // Every rank holds the layer, and rounding has no reduction order: each measures its own.
-      if (opt_.quant.bpw > 0) s.quant_rel = rounding_errors(weight_double(lin), opt_.quant.group, lin.name);
+      // --bpw's rounding errors, on the site's owner with its spectrum (measure_spectra broadcasts both).
+      if (mine && opt_.quant.bpw > 0) s.quant_rel = rounding_errors(weight_double(lin), opt_.quant.group, lin.name);
       if (output_side_) {
         const OutputStats& os = outputs_.finished(lin.name);  // a collective: every rank
         if (mine) {
@@ -210,7 +210,11 @@ std::vector<ModuleSpectrum> measure_spectra(model::Model& m, std::span<const std
       const auto it = found.find(lin.name);
       if (it == found.end()) throw Error(fmt::format("{}: the pre-pass measured no spectrum", lin.name));
       const auto s = static_cast<std::size_t>(std::find(kSites.begin(), kSites.end(), lin.site) - kSites.begin());
-      if (s < kSites.size()) graph::processes().broadcast_value(it->second.sigma2, owners[static_cast<std::size_t>(i) * kSites.size() + s]);
+      if (s < kSites.size()) {
+        const int owner = owners[static_cast<std::size_t>(i) * kSites.size() + s];
+        graph::processes().broadcast_value(it->second.sigma2, owner);
+        if (opt.quant.bpw > 0) graph::processes().broadcast_value(it->second.quant_rel, owner);
+      }
       out.push_back(std::move(it->second));
     }
   }

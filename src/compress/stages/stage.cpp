@@ -215,8 +215,8 @@ void StageContext::quantize_dense(const model::Linear& lin, Fitted& fit, const M
                                        ? quant::gptq(full, c, qo.spec, quant::GptqOptions{}, lin.name).q
                                        : quant::rtn(full, qo.spec, lin.name);
   fit.qw = std::make_shared<const quant::PackedMatrix>(quant::pack(q));
-  const MatrixD e = w.size() > 0 ? MatrixD(w - quant::dequantize(q)) : MatrixD();  // [d', d]
-  if (w.size() == 0) return;
+  if (w.size() == 0) return;  // an output-side fit: its measured loss stays
+  const MatrixD e = w - quant::dequantize(q);  // [d', d]
   if (st == nullptr) {
     fit.loss = e.squaredNorm();
     return;
