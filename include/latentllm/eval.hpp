@@ -137,6 +137,13 @@ std::int64_t sparse_storage_bytes(std::int64_t nnz, std::int64_t out, std::int64
 // sparse_storage_bytes. The checkpoint keeps B·A + D summed dense: this is the size of the packed form.
 std::int64_t lowrank_sparse_storage_bytes(std::int64_t nnz, std::int64_t rank, std::int64_t out, std::int64_t in,
                                           int value_bytes);
+// A lowrank-sparse module's record in a checkpoint's latent.sparse_parts, {"rank": r, "nonzeros": k}, read
+// and checked against its shape [out, in]: FormatError "<context>: <key> (expected an integer in [0, <max>],
+// got <value>)" (a missing key reads as 0).
+struct SparsePart {
+  std::int64_t rank = 0, nonzeros = 0;
+};
+SparsePart read_sparse_part(const nlohmann::json& entry, std::int64_t out, std::int64_t in, const std::string& context);
 // The MACs of a module as stored (dense or factored) for n_tok tokens.
 std::int64_t linear_macs(const model::Linear& l, std::int64_t n_tok);
 // The compressed modules (factored or quantized) of a model as stored: their original weights d'·d, their

@@ -2,6 +2,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/format.h>
+
+#include "latentllm/error.hpp"
 #include "latentllm/eval.hpp"
 
 namespace latentllm::eval {
@@ -41,6 +44,21 @@ std::int64_t compressed_module_bytes(const model::Linear& l, std::int64_t value_
   if (!l.quantized()) return value_bytes * l.num_params();
   // Its stored matrices: codes, scales and zero points (the bias stays in the storage type).
   return l.bytes() - 4 * (l.bias.size() + static_cast<std::int64_t>(l.perm.size())) + value_bytes * l.bias.size();
+}
+
+SparsePart read_sparse_part(const nlohmann::json& entry, std::int64_t out, std::int64_t in, const std::string& context) {
+  if (!entry.is_object()) {
+    throw FormatError(fmt::format("{}: entry (expected an object with rank and nonzeros, got {})", context, entry.dump()));
+  }
+  auto field = [&](const char* key, std::int64_t max) {
+    const auto it = entry.find(key);
+    if (it == entry.end()) return std::int64_t{0};
+    if (!it->is_number_integer() || it->get<std::int64_t>() < 0 || it->get<std::int64_t>() > max) {
+      throw FormatError(fmt::format("{}: {} (expected an integer in [0, {}], got {})", context, key, max, it->dump()));
+    }
+    return it->get<std::int64_t>();
+  };
+  return {field("rank", std::min(out, in)), field("nonzeros", out * in)};
 }
 
 CompressedModules compressed_modules(model::Model& m, std::int64_t value_bytes) {

@@ -7,6 +7,7 @@
 
 #include "compress/math/sparse.hpp"
 #include "errors_doc.hpp"
+#include "latentllm/eval.hpp"
 #include "latentllm/compress.hpp"
 #include "test_support.hpp"
 
@@ -78,6 +79,11 @@ TEST(ErrorsDoc, Sparsity) {
          MatrixD c = MatrixD::Ones(8, 8);  // rank 1, undamped: not positive definite
          (void)compress::sparsegpt(weight(), c, half, 0.0, kModule);
        })}},
+      {"sp-parts", {lib([] { (void)eval::read_sparse_part(nlohmann::json(3), 4, 8, "latent.sparse_parts.m"); }),
+                    lib([] { (void)eval::read_sparse_part({{"rank", 5}}, 4, 8, "latent.sparse_parts.m"); }),
+                    lib([] { (void)eval::read_sparse_part({{"nonzeros", 33}}, 4, 8, "latent.sparse_parts.m"); }),
+                    lib([] { (void)eval::read_sparse_part({{"nonzeros", "7"}}, 4, 8, "latent.sparse_parts.m"); }),
+                    lib([] { (void)eval::read_sparse_part({{"rank", -1}}, 4, 8, "latent.sparse_parts.m"); })}},
   };
   check_section("Sparsity (`compress --method sparse|wanda|sparsegpt`, `compress::sparse_hard`, "
                 "`compress::sparse_fista`, `compress::wanda`, `compress::sparsegpt`)",

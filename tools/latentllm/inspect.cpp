@@ -47,8 +47,9 @@ nlohmann::ordered_json sparse_modules(const model::Model& m, const io::TensorSto
     for (const auto& l : m.layer_spec(i).linears) {
       std::int64_t k = 0, rank = 0;
       if (const auto p = parts.find(l.name); p != parts.end()) {
-        k = p->value("nonzeros", std::int64_t{0});
-        rank = p->value("rank", std::int64_t{0});
+        const eval::SparsePart part = eval::read_sparse_part(*p, l.out, l.in, "latent.sparse_parts." + l.name);
+        k = part.nonzeros;
+        rank = part.rank;
       } else {
         const std::vector<float> w = store.get(m.stored_name(l.name) + ".weight").to_f32();  // [out·in]
         k = static_cast<std::int64_t>(std::count_if(w.begin(), w.end(), [](float x) { return x != 0.0f; }));
