@@ -26,7 +26,8 @@ inline constexpr std::int64_t kHashWholeWeightsBelow = std::int64_t{64} << 20;
 
 // A checkpoint folder's stored weights.
 struct WeightsSize {
-  std::int64_t params = 0;  // elements of every stored tensor (safetensors; 0 for an ONNX export)
+  std::int64_t params = 0;  // the weights stored (safetensors: every tensor's elements, a quantized matrix
+                            // counted as the weights its codes encode, its scales and zero points not; 0 for ONNX)
   std::int64_t bytes = 0;   // bytes of its weight files: *.safetensors, and onnx/ of an ONNX export
   std::string dtypes;       // the stored types, "F32" or "F16, F32" (empty for an ONNX export)
 };

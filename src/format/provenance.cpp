@@ -3,6 +3,7 @@
 #include "latentllm/provenance.hpp"
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "latentllm/io.hpp"
 #include "latentllm/version.hpp"
 #include "format/writers.hpp"
+#include "io/latent_format.hpp"
 
 namespace latentllm::format {
 namespace {
@@ -53,6 +55,26 @@ std::string str(const json& j, const char* key, const char* fallback = "-") {
   return j.at(key).is_string() ? j.at(key).get<std::string>() : j.at(key).dump();
 }
 
+// The parameters a stored tensor stands for. A quantized matrix's codes count the weights they encode
+// (out × in of a dense module, out × r of B, r × in of A, r × (in − r) with block identity: the matrix of
+// docs/FORMAT.md "Quantized tensors"), not their bytes; its scales and zero points are storage, counted in
+// the bytes only. Anything else counts its elements.
+std::int64_t tensor_params(const std::string& name, const TensorView& t,
+                           const std::map<std::string, io::LatentModule>& modules) {
+  const auto part = io::parse_latent_tensor_name(name);
+  if (!part || part->piece == io::Piece::Values) return t.numel();
+  if (part->piece != io::Piece::Codes) return 0;
+  const auto it = modules.find(part->module);
+  if (it == modules.end()) return t.numel();  // not a module the latent section names: as stored
+  const io::LatentModule& m = it->second;
+  switch (part->factor) {
+    case io::Factor::Weight: return m.out * m.in;
+    case io::Factor::B: return m.out * m.rank;
+    case io::Factor::A: return m.rank * (m.block_identity ? m.in - m.rank : m.in);
+  }
+  return t.numel();
+}
+
 }  // namespace
 
 WeightsSize weights_size(const fs::path& dir) {
@@ -62,10 +84,15 @@ WeightsSize weights_size(const fs::path& dir) {
   for (const auto& f : files_ending(dir / "onnx", "")) s.bytes += static_cast<std::int64_t>(fs::file_size(f, ec));
   if (!fs::exists(dir / "model.safetensors", ec) && !fs::exists(dir / "model.safetensors.index.json", ec)) return s;
   const io::TensorStore store = io::TensorStore::open(dir);
+  std::map<std::string, io::LatentModule> modules;  // a latent checkpoint's quantized modules' shapes
+  if (fs::exists(dir / "config.json", ec)) {
+    const auto config = nlohmann::json::parse(core::read_file(dir / "config.json"), nullptr, false);
+    if (config.is_object()) modules = io::parse_latent_modules(config, (dir / "config.json").string());
+  }
   std::set<std::string> types;
   for (const auto& name : store.names()) {
     const TensorView& t = store.get(name);
-    s.params += t.numel();
+    s.params += tensor_params(name, t, modules);
     types.insert(std::string(dtype_name(t.dtype)));
   }
   for (const auto& t : types) s.dtypes += (s.dtypes.empty() ? "" : ", ") + t;

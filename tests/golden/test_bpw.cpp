@@ -1,6 +1,6 @@
 // One budget in bytes (compress --bpw, docs/QUANT.md) on stories260K through the CLI: the checkpoint
 // within the budget, each module stored at the rank and bits the plan chose (a full-rank module as one
-// quantized dense matrix), compress --json and inspect --json counting the same bytes, and a run
+// quantized dense matrix), compress --json and inspect --json counting the same bytes and parameters, and a run
 // stopped after two layers and resumed writing the same bytes as one that was not.
 #include <gtest/gtest.h>
 
@@ -43,6 +43,9 @@ TEST(BitsPerWeight, TheCheckpointKeepsThePlanWithinTheBudget) {
 
   const nlohmann::json i = json_of(cli_path().string() + " inspect --json --model " + q(root / "whole"));
   EXPECT_EQ(i.at("compressed_modules"), c.at("compressed_modules"));
+  // The whole model's parameters count the weights a quantized matrix encodes, not its code bytes: the
+  // checkpoint's size (from the safetensors headers) is the loaded model's count.
+  EXPECT_EQ(c.at("model_size").at("after").at("model_params"), i.at("model_params"));
   std::map<std::string, nlohmann::json> stored;
   for (const auto& e : i.at("latent_modules")) stored[e.at("module")] = e;
   std::map<int, int> by_bits;
