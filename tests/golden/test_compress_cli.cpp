@@ -310,6 +310,43 @@ TEST(SweepCli, BudgetGridInBitsPerWeight) {
   EXPECT_NE(read(dir / "ppl_text.gp").find("bits per weight"), std::string::npos);
 }
 
+// sweep --mc: a zero-shot task scored for every run beside perplexity. The dense row's scores are eval
+// --task mc's on the same items (the same function on the same model), and table2.md, mc.csv and the plot
+// carry every run's.
+TEST(SweepCli, ZeroShotTaskBesidePerplexity) {
+  const auto dir = test::make_temp_dir("sweep-mc") / "grid";
+  const auto tasks = test::shared_path("data/tinystories/TinyStories-valid.stories0001-0232.txt");
+  std::string out;
+  const std::string cmd = cli() + " sweep --model " + q(model()) + " --methods latentllm --ratios 0.4" + calib_args() +
+                          " --datasets text=" + q(stories()) + " --eval-seqlen 128 --max-windows 2 --mc tinystories-next=" +
+                          q(tasks) + " --mc-limit 40 --json --out " + q(dir) + " 2>/dev/null";
+  ASSERT_EQ(test::run_command(cmd, out), 0) << out;
+  const auto j = json_of(out);
+  ASSERT_EQ(j.at("runs").size(), 2u);
+  EXPECT_EQ(j.at("mc_tasks"), nlohmann::json::parse(R"([{"name": "tinystories-next", "items": 40}])"));
+  std::string eval_out;
+  ASSERT_EQ(test::run_command(cli() + " eval --task mc --format tinystories-next --max-problems 40 --json --data " +
+                                  q(tasks) + " --model " + q(model()) + " 2>/dev/null", eval_out), 0) << eval_out;
+  const auto e = json_of("\n" + eval_out).at("results").at("tinystories-next");
+  const auto& dense = j.at("runs")[0].at("mc").at("tinystories-next");
+  EXPECT_EQ(dense.at("items"), 40);
+  for (const char* k : {"acc", "acc_stderr", "acc_norm", "acc_norm_stderr"}) EXPECT_EQ(dense.at(k), e.at(k)) << k;
+  const auto& latent = j.at("runs")[1].at("mc").at("tinystories-next");
+  EXPECT_EQ(latent.at("items"), 40);
+  EXPECT_GE(latent.at("acc").get<double>(), 0.0);
+  EXPECT_LE(latent.at("acc").get<double>(), 1.0);
+  const std::string t2 = read(dir / "table2.md");
+  EXPECT_NE(t2.find("| text | tinystories-next acc | tinystories-next acc_norm |"), std::string::npos) << t2;
+  EXPECT_NE(t2.find(fmt::format("| {:.4f} ± {:.4f} | {:.4f} ± {:.4f} |", e.at("acc").get<double>(),
+                                e.at("acc_stderr").get<double>(), e.at("acc_norm").get<double>(),
+                                e.at("acc_norm_stderr").get<double>())),
+            std::string::npos) << t2;
+  const std::string csv = read(dir / "mc.csv");
+  EXPECT_EQ(csv.substr(0, csv.find('\n')), "method,ratio,task,items,acc,acc_stderr,acc_norm,acc_norm_stderr");
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 3);  // header + 2 runs
+  EXPECT_NE(read(dir / "mc_tinystories-next.gp").find("acc_norm (tinystories-next)"), std::string::npos);
+}
+
 TEST(SweepCli, BadGridIsRejectedBeforeAnyWork) {
   const auto dir = test::make_temp_dir("sweep-bad") / "grid";
   const std::vector<BadCase> cases = {

@@ -203,6 +203,10 @@ TEST(ErrorsDoc, EvaluationOptions) {
                     {"sweep-datasets-empty", {cli(sweep + "--datasets '' --out " + q(tmp / "s4"))}},
                     {"sweep-ratios", {cli(sweep + "--ratios 0.2,abc --datasets text=" + q(tiny) + " --out " + q(tmp / "s5")),
                                       cli(sweep + "--ratios , --datasets text=" + q(tiny) + " --out " + q(tmp / "s5"))}},
+                    {"sweep-mc-name", {cli(sweep + "--datasets text=" + q(tiny) + " --mc tinystories-next=" + q(tiny) +
+                                           ",tinystories-next=" + q(tiny) + " --out " + q(tmp / "s7"))}},
+                    {"sweep-mc-limit", {cli(sweep + "--datasets text=" + q(tiny) + " --mc " + q(tiny) +
+                                            " --mc-limit=-2 --out " + q(tmp / "s8"))}},
                     {"sweep-eval-seqlen", {cli(sweep + "--eval-seqlen=-4 --datasets text=" + q(tiny) + " --out " +
                                                q(tmp / "s6"))}},
                     {"sweep-calib-scienceqa",

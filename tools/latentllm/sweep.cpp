@@ -27,6 +27,7 @@
 #include "options.hpp"
 #include "latentllm/image.hpp"
 #include "latentllm/compress_run.hpp"
+#include "latentllm/mc.hpp"
 #include "latentllm/multimodal.hpp"
 #include "latentllm/scienceqa.hpp"
 #include "sweep_report.hpp"
@@ -42,6 +43,9 @@ struct SweepArgs {
   int max_windows = 0, eval_seqlen = 0;
   std::string scienceqa, protocol = "llava";  // an LMM sweep: ScienceQA val of this folder, by this protocol
   int max_problems = 0;
+  std::string mc;          // zero-shot tasks: [FORMAT=]FILE, comma-separated (eval --task mc's layouts)
+  int mc_limit = 0;        // items per task (0 = all)
+  std::uint64_t mc_seed = 1234;  // tinystories-next: the draw of distractors and gold positions
   RunArgs run;
   MethodArgs m;
   CalibArgs c;
@@ -101,6 +105,39 @@ std::vector<DatasetSpec> parse_datasets(const std::string& spec, const fs::path&
   return out;
 }
 
+// A zero-shot task of the grid: its items, read once, scored for every run.
+struct McTask {
+  std::string name;  // the column: "tinystories-next", else the file's stem (as eval --task mc names it)
+  std::string format;
+  fs::path file;
+  std::vector<eval::mc::Item> items;
+};
+
+// --mc "[FORMAT=]FILE,...": FORMAT one of eval --task mc's layouts (default auto) or tinystories-next.
+std::vector<McTask> parse_mc_tasks(const std::string& spec, int limit, std::uint64_t seed) {
+  if (limit < 0) throw ConfigError(fmt::format("--mc-limit (expected >= 0, got {})", limit));
+  std::vector<McTask> out;
+  for (const auto& item : split(spec)) {
+    const auto eq = item.find('=');
+    const std::string format = eq == std::string::npos ? "auto" : item.substr(0, eq);
+    const fs::path file = eq == std::string::npos ? item : item.substr(eq + 1);
+    McTask t;
+    t.name = format == "tinystories-next" ? format : file.stem().string();
+    for (const auto& other : out)
+      if (other.name == t.name)
+        throw ConfigError(fmt::format("--mc: two tasks named {} (expected one file per task name: the file's stem, or "
+                                      "tinystories-next)", t.name));
+    t.format = format;
+    t.file = file;
+    out.push_back(std::move(t));
+  }
+  for (auto& t : out) {  // named and distinct: now read
+    t.items = t.format == "tinystories-next" ? eval::mc::tinystories_next_sentence(t.file, seed, limit)
+                                             : eval::mc::read_items(t.file, t.format, limit);
+  }
+  return out;
+}
+
 std::vector<double> parse_ratios(const std::string& s) {
   std::vector<double> out;
   for (const auto& r : split(s)) {
@@ -138,6 +175,7 @@ class Sweep {
     }
     // An LMM sweep scores ScienceQA; perplexity datasets only where asked for.
     const bool datasets_given = a_.m.app && a_.m.app->count("--datasets") > 0;
+    mc_ = parse_mc_tasks(a_.mc, a_.mc_limit, a_.mc_seed);
     datasets_ = parse_datasets(a_.scienceqa.empty() || datasets_given ? a_.datasets : "", a_.data_dir);
     if (datasets_.empty() && a_.scienceqa.empty()) throw ConfigError("--datasets: expected at least one dataset");
     if (!a_.scienceqa.empty()) prepare_scienceqa();
@@ -175,7 +213,12 @@ class Sweep {
       ds.push_back({{"name", d.name}, {"file", d.file.filename().string()},
                     {"held_out", held_out(d.kind, d.file.string(), &calibration)}});
     }
-    res_.info = {{"calibration", calibration}, {"settings", settings()}, {"datasets", ds},
+    nlohmann::json tasks = nlohmann::json::array();
+    for (const auto& t : mc_) {
+      res_.mc_tasks.push_back(t.name);
+      tasks.push_back({{"name", t.name}, {"items", t.items.size()}});
+    }
+    res_.info = {{"calibration", calibration}, {"settings", settings()}, {"datasets", ds}, {"mc_tasks", tasks},
                  {"eval_seqlen", eval_seqlen_}, {"max_windows", a_.max_windows}};
     if (budgets.empty()) write_table3(res_, *dense, ratios, options_for("asvd-rootcov", ratios.front(), 0));
 
@@ -226,6 +269,7 @@ class Sweep {
   void evaluate(std::unique_ptr<model::Model>& m, SweepRun& r) {
     const auto t0 = Clock::now();
     evaluate_ppl(*m, r);
+    evaluate_mc(*m, r);
     if (llava_) {
       m = llava_->swap_language_model(std::move(m));
       eval::scienceqa::Options o;
@@ -251,6 +295,15 @@ class Sweep {
       po.max_windows = a_.max_windows;
       r.ppl[d.name] = eval::perplexity(m, *tok_, po).ppl;
       log_info("sweep: {} ratio {:.2f} {} ppl {:.4f}", r.method, r.ratio, d.name, r.ppl[d.name]);
+    }
+  }
+
+  // The zero-shot tasks by lm-eval's protocol (the tokenizer's default BOS, as eval --task mc's --add-bos auto).
+  void evaluate_mc(const model::Model& m, SweepRun& r) {
+    for (const auto& t : mc_) {
+      const eval::mc::Result res = eval::mc::evaluate(m, *tok_, t.items, eval::mc::Options{});
+      r.mc[t.name] = {static_cast<int>(res.items.size()), res.acc, res.acc_stderr, res.acc_norm, res.acc_norm_stderr};
+      log_info("sweep: {} ratio {:.2f} {} acc {:.4f} acc_norm {:.4f}", r.method, r.ratio, t.name, res.acc, res.acc_norm);
     }
   }
 
@@ -365,7 +418,7 @@ class Sweep {
 
   // The files a sweep writes (and replaces with --force).
   static bool is_sweep_file(const std::string& name) {
-    for (const char* prefix : {"results.", "table2.", "table3.", "table4.", "ppl_", "radar_"})
+    for (const char* prefix : {"results.", "table2.", "table3.", "table4.", "ppl_", "radar_", "mc.", "mc_"})
       if (name.starts_with(prefix)) return true;
     return false;
   }
@@ -376,7 +429,7 @@ class Sweep {
       std::printf("%s\n", res_.to_json().dump(2).c_str());
       return;
     }
-    if (!res_.datasets.empty()) std::printf("%s\n", res_.table2().c_str());
+    if (!res_.datasets.empty() || !res_.mc_tasks.empty()) std::printf("%s\n", res_.table2().c_str());
     if (res_.multimodal) std::printf("%s\n", res_.table4().c_str());
     std::printf("wrote %s/{%s}\n", out_.string().c_str(), fmt::format("{}", fmt::join(written, ",")).c_str());
   }
@@ -384,6 +437,7 @@ class Sweep {
   const SweepArgs& a_;
   fs::path out_;
   std::vector<DatasetSpec> datasets_;
+  std::vector<McTask> mc_;
   std::unique_ptr<io::Tokenizer> tok_;
   calib::CalibOptions co_;
   std::vector<std::int32_t> ids_;
@@ -422,6 +476,15 @@ Command add_sweep(CLI::App& app) {
   sub->add_option("--protocol", a->protocol, "ScienceQA protocol: llava (LLaVA's own), generate or loglik (eval --help)")
       ->check(CLI::IsMember({"llava", "generate", "loglik"}))->capture_default_str()->group("Evaluation");
   sub->add_option("--max-problems", a->max_problems, "Score only the first N val problems (0 = all)")
+      ->capture_default_str()->group("Evaluation");
+  sub->add_option("--mc", a->mc,
+                  "Zero-shot multiple-choice tasks scored for every run beside perplexity, comma-separated "
+                  "[FORMAT=]FILE (FORMAT as eval --format: auto, arc, hellaswag, piqa, winogrande, boolq, openbookqa, "
+                  "generic, or tinystories-next on a stories file); acc and acc_norm in table2.md and mc.csv")
+      ->group("Evaluation");
+  sub->add_option("--mc-limit", a->mc_limit, "Score only the first N items of each --mc task (0 = all)")
+      ->capture_default_str()->group("Evaluation");
+  sub->add_option("--mc-seed", a->mc_seed, "--mc tinystories-next: the seed of the distractors and gold positions")
       ->capture_default_str()->group("Evaluation");
   sub->add_option("--eval-seqlen", a->eval_seqlen, "Evaluation window (0 = min(2048, max positions))")
       ->capture_default_str()->group("Evaluation");

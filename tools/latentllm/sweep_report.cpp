@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include <fmt/format.h>
@@ -104,6 +105,10 @@ nlohmann::json SweepResults::to_json() const {
                     {"mean_relative_output_error", r.output_error}, {"options", r.options}});
     if (r.budget > 0) rows.back()["budget_bits_per_weight"] = r.budget;
     if (r.bits_per_weight > 0) rows.back()["bits_per_weight"] = r.bits_per_weight;
+    for (const auto& [task, m] : r.mc) {
+      rows.back()["mc"][task] = {{"items", m.items}, {"acc", m.acc}, {"acc_stderr", nan_null(m.acc_stderr)},
+                                 {"acc_norm", m.acc_norm}, {"acc_norm_stderr", nan_null(m.acc_norm_stderr)}};
+    }
     if (!r.accuracy.empty()) {
       rows.back()["accuracy_percent"] = r.accuracy;
       rows.back()["predictions"] = r.predictions;
@@ -117,12 +122,16 @@ nlohmann::json SweepResults::to_json() const {
 }
 
 std::string SweepResults::table2() const {
-  std::string s = fmt::format("# Perplexity of {} (calibration: {})\n\n", label, calibration_title);
+  std::string s = fmt::format("# {} of {} (calibration: {})\n\n",
+                              mc_tasks.empty() ? "Perplexity" : datasets.empty() ? "Zero-shot accuracy"
+                                                                                 : "Perplexity and zero-shot accuracy",
+                              label, calibration_title);
   const bool bpw = budgets();
   s += bpw ? "| budget | method | bits per weight |" : "| ratio | method |";
   for (const auto& d : datasets) s += " " + d + " |";
+  for (const auto& t : mc_tasks) s += " " + t + " acc | " + t + " acc_norm |";
   s += bpw ? " params | rel. output error | compress s |\n|---:|---|---:|" : " params | rel. output error | compress s |\n|---:|---|";
-  for (std::size_t i = 0; i < datasets.size(); ++i) s += "---:|";
+  for (std::size_t i = 0; i < datasets.size() + 2 * mc_tasks.size(); ++i) s += "---:|";
   s += "---:|---:|---:|\n";
   for (const auto& r : runs) {
     s += fmt::format("| {} | {} |", grid_cell(r), r.method);
@@ -131,10 +140,20 @@ std::string SweepResults::table2() const {
       const auto it = r.ppl.find(d);
       s += it == r.ppl.end() ? " |" : fmt::format(" {:.2f} |", it->second);
     }
+    for (const auto& t : mc_tasks) {
+      const auto it = r.mc.find(t);
+      s += it == r.mc.end() ? " | |"
+                            : fmt::format(" {:.4f} ± {:.4f} | {:.4f} ± {:.4f} |", it->second.acc, it->second.acc_stderr,
+                                          it->second.acc_norm, it->second.acc_norm_stderr);
+    }
     s += fmt::format(" {} | {:.4f} | {:.1f} |\n", r.model_params, r.output_error, r.compress_s);
   }
   s += "\nrel. output error: mean over the modules compressed one at a time (all but joint up-down) of "
        "‖(W − Ŵ)X‖²/‖WX‖² on the calibration tokens, the loss the pre-conditioners minimize.\n";
+  if (!mc_tasks.empty()) {
+    s += "\nacc, acc_norm: zero-shot multiple choice by lm-eval's protocol (`eval --task mc`), ± the standard error "
+         "of the mean; acc_norm divides each choice's log-likelihood by its length in characters.\n";
+  }
   return s;
 }
 
@@ -167,6 +186,16 @@ void write_results(const fs::path& out, const SweepResults& r) {
                          bpw ? fmt::format("{:g},{:.4f},", run.budget, run.method == "dense" ? 16.0 : run.bits_per_weight) : "",
                          d, p, run.model_params, run.params, run.dense_params, run.compress_s, run.eval_s);
   core::write_text_atomic(out / "results.csv", csv);
+  if (!r.mc_tasks.empty()) {
+    std::string mc = std::string("method,ratio,") + (bpw ? "budget,bits_per_weight," : "") +
+                     "task,items,acc,acc_stderr,acc_norm,acc_norm_stderr\n";
+    for (const auto& run : r.runs)
+      for (const auto& [task, m] : run.mc)
+        mc += fmt::format("{},{:.2f},{}{},{},{:.6f},{:.6f},{:.6f},{:.6f}\n", run.method, run.ratio,
+                          bpw ? fmt::format("{:g},{:.4f},", run.budget, run.method == "dense" ? 16.0 : run.bits_per_weight) : "",
+                          task, m.items, m.acc, m.acc_stderr, m.acc_norm, m.acc_norm_stderr);
+    core::write_text_atomic(out / "mc.csv", mc);
+  }
   core::write_text_atomic(out / "results.json", r.to_json().dump(2) + "\n");
   core::write_text_atomic(out / "table2.md", r.table2());
   if (r.multimodal) core::write_text_atomic(out / "table4.md", r.table4());
@@ -257,35 +286,53 @@ void plot_radar(const fs::path& out, const SweepResults& r, std::vector<std::str
 
 std::vector<std::string> result_files(const SweepResults& r) {
   std::vector<std::string> names = {"results.csv", "results.json", "table2.md"};
+  if (!r.mc_tasks.empty()) names.push_back("mc.csv");
   if (r.multimodal) names.push_back("table4.md");
   names.insert(names.end(), {"table3.md", "table3.json"});
   return names;
 }
 
+namespace {
+
+// One quality measure against the grid: a line per method, the dense model's dashed; a budget grid plots
+// quality per byte (against the bits per weight each run stored). `value` reads a run's measure.
+void plot_measure(const fs::path& out, const SweepResults& r, const std::string& name, const std::string& ylabel,
+                  bool log_y, const std::function<double(const SweepRun&)>& value, std::vector<std::string>& written) {
+  std::map<std::string, std::vector<std::pair<double, double>>> series;
+  double dense = 0;
+  for (const auto& run : r.runs) {
+    if (run.method == "dense") dense = value(run);
+    else series[run.method].push_back({r.budgets() ? run.bits_per_weight : 100 * run.ratio, value(run)});
+  }
+  // Perplexity falls and accuracy rises with bytes: the key goes where the curves leave room.
+  const bool key_right = r.budgets() == log_y;
+  std::string gp = fmt::format(
+      "set terminal pngcairo size 800,560 noenhanced\nset output '{}'\n{}set grid\n"
+      "set key top {}\nset xlabel '{}'\nset ylabel '{}'\n"
+      "set title '{}'\nplot {} title 'dense' with lines dashtype 2 lc rgb 'black'",
+      (out / (name + ".png")).string(), log_y ? "set logscale y\n" : "", key_right ? "right" : "left",
+      r.budgets() ? "bits per weight of the compressed modules" : "compression ratio (%)", ylabel, r.label, dense);
+  std::string data;
+  for (const auto& [method, pts] : series) {
+    gp += fmt::format(", '-' using 1:2 with linespoints title '{}'", method);
+    for (const auto& [x, y] : pts) data += fmt::format("{} {}\n", x, y);
+    data += "e\n";
+  }
+  write_plot(out, name, gp + "\n" + data, written);
+}
+
+}  // namespace
+
 std::vector<std::string> plot(const fs::path& out, const SweepResults& r) {
   std::vector<std::string> written;
   if (r.multimodal) plot_radar(out, r, written);
   for (const auto& d : r.datasets) {
-    std::map<std::string, std::vector<std::pair<double, double>>> series;
-    double dense = 0;
-    for (const auto& run : r.runs) {
-      if (run.method == "dense") dense = run.ppl.at(d);
-      else series[run.method].push_back({r.budgets() ? run.bits_per_weight : 100 * run.ratio, run.ppl.at(d)});
-    }
-    // A budget grid plots quality per byte: perplexity against the bits per weight each run stored.
-    std::string gp = fmt::format(
-        "set terminal pngcairo size 800,560 noenhanced\nset output '{}'\nset logscale y\nset grid\n"
-        "set key top {}\nset xlabel '{}'\nset ylabel 'perplexity ({})'\n"
-        "set title '{}'\nplot {} title 'dense' with lines dashtype 2 lc rgb 'black'",
-        (out / ("ppl_" + d + ".png")).string(), r.budgets() ? "right" : "left",
-        r.budgets() ? "bits per weight of the compressed modules" : "compression ratio (%)", d, r.label, dense);
-    std::string data;
-    for (const auto& [method, pts] : series) {
-      gp += fmt::format(", '-' using 1:2 with linespoints title '{}'", method);
-      for (const auto& [x, y] : pts) data += fmt::format("{} {}\n", x, y);
-      data += "e\n";
-    }
-    write_plot(out, "ppl_" + d, gp + "\n" + data, written);
+    plot_measure(out, r, "ppl_" + d, "perplexity (" + d + ")", true,
+                 [&](const SweepRun& run) { return run.ppl.at(d); }, written);
+  }
+  for (const auto& t : r.mc_tasks) {
+    plot_measure(out, r, "mc_" + t, "acc_norm (" + t + ")", false,
+                 [&](const SweepRun& run) { return run.mc.at(t).acc_norm; }, written);
   }
   return written;
 }

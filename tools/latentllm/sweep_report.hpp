@@ -1,6 +1,6 @@
-// What `latentllm sweep` writes: results.{csv,json}, the paper's Table 2 layout (table2.md), Table 3
-// (table3.{md,json}: parameters, FLOPs, MACs) and the perplexity-vs-ratio plots (ppl_<dataset>.png,
-// gnuplot).
+// What `latentllm sweep` writes: results.{csv,json}, the paper's Table 2 layout (table2.md, with the
+// zero-shot tasks' accuracies beside the perplexities), Table 3 (table3.{md,json}: parameters, FLOPs, MACs),
+// mc.csv for the zero-shot tasks, and the quality-vs-ratio plots (ppl_<dataset>.png, mc_<task>.png, gnuplot).
 #pragma once
 
 #include <cstdint>
@@ -15,6 +15,12 @@
 #include "latentllm/model.hpp"
 
 namespace latentllm::cli {
+
+// One zero-shot task's scores of a run (eval::mc::Result): fractions in [0, 1]; NaN stderr below 2 items.
+struct McScore {
+  int items = 0;
+  double acc = 0, acc_stderr = 0, acc_norm = 0, acc_norm_stderr = 0;
+};
 
 // One cell of the grid (method "dense" at ratio 0 is the reference row).
 struct SweepRun {
@@ -36,6 +42,8 @@ struct SweepRun {
   // per-problem predictions ({pid, pred, answer, correct}).
   std::map<std::string, double> accuracy;
   nlohmann::json predictions;
+  // Zero-shot multiple choice (sweep --mc) by task: lm-eval's acc and acc_norm with their standard errors.
+  std::map<std::string, McScore> mc;
 };
 
 // Σ d'·d over the linear modules of attention and MLP: the dense row's weights in compressed modules.
@@ -46,6 +54,7 @@ struct SweepResults {
   std::string label;                  // its name for titles
   std::string calibration_title;      // "N x L tokens of FILE, seed S"
   std::vector<std::string> datasets;  // column names, in order
+  std::vector<std::string> mc_tasks;  // sweep --mc: the zero-shot tasks' names, in order (columns after the datasets)
   nlohmann::json info;                // calibration, settings, datasets, evaluation window (results.json)
   std::vector<SweepRun> runs;
 
@@ -62,7 +71,7 @@ struct SweepResults {
 // The run's summary numbers from its compression report (qk/ud ratios, mean output error).
 void summarize(const compress::CompressReport& rep, SweepRun& r);
 
-// results.csv, results.json and table2.md, each written atomically (after every run, so a killed sweep
+// results.csv, results.json, table2.md and with zero-shot tasks mc.csv, each written atomically (after every run, so a killed sweep
 // keeps what it finished).
 void write_results(const std::filesystem::path& out, const SweepResults& r);
 // The names of the files write_results writes for r, in order.
@@ -74,8 +83,8 @@ std::vector<std::string> result_files(const SweepResults& r);
 void write_table3(SweepResults& r, const model::Model& m, const std::vector<double>& ratios,
                   const compress::CompressOptions& base);
 
-// Figure 4 analogue: perplexity vs ratio per method, log y, one PNG per dataset (gnuplot; a warning
-// and no PNG when gnuplot fails). An LMM sweep also gets the paper's radar figure: one chart per ratio,
+// Figure 4 analogue: perplexity vs ratio per method, log y, one PNG per dataset, and acc_norm vs ratio
+// per zero-shot task (gnuplot; a warning and no PNG when gnuplot fails). An LMM sweep also gets the paper's radar figure: one chart per ratio,
 // axes NAT ... G7-12, one polygon per method and the dense model's (radar_<ratio>.png). Returns the
 // names of the files written: each gnuplot script (.gp) and each PNG gnuplot made.
 std::vector<std::string> plot(const std::filesystem::path& out, const SweepResults& r);
