@@ -30,10 +30,8 @@ void plan_qkv(const Mods& mods, bool block_identity, std::int64_t n_tok) {
   }
   const std::int64_t in = mods[0]->in;
   const std::int64_t r = joint_qkv_rank(in, out_sum, budget, block_identity);
-  if (r < 1) {
-    throw ConfigError(fmt::format("{}: --joint qkv leaves no rank (expected a budget of at least {} weights for "
-                                  "rank 1, got {:.0f})", mods[0]->name, out_sum + in - (block_identity ? 1 : 0), budget));
-  }
+  // Each module's budget holds its own rank 1, d_i + d (− 1) weights, more than the joint rank 1 needs.
+  if (r < 1) throw Error(fmt::format("{}: --joint qkv: no rank within {:.0f} weights", mods[0]->name, budget));
   set_params(*mods[0], r, r * (mods[0]->out + in) - (block_identity ? r * r : 0), n_tok);
   set_params(*mods[1], r, r * mods[1]->out, n_tok);
   set_params(*mods[2], r, r * mods[2]->out, n_tok);

@@ -24,8 +24,8 @@ double spectrum_energy(const ModuleSpectrum& s);
 // within the weights `plan` gave them. Joint Q-K-V: one rank r for the three from their summed budget,
 // r·(d_q + d_k + d_v + d) (− r² once with the block identity), q_proj counting the shared A and k_proj,
 // v_proj their B; split heads: each module at the largest multiple of its heads with r·(d'/h + d) within
-// its own budget (no junction). Nothing for other options. ConfigError "<module>: --joint qkv leaves no rank
-// (...)" / "--split-heads leaves no rank (...)".
+// its own budget (no junction). Nothing for other options. ConfigError "<module>: --split-heads leaves no rank
+// (...)".
 void plan_attention_forms(RankPlan& plan, const model::Model& m, const CompressOptions& opt);
 
 }  // namespace latentllm::compress
