@@ -246,8 +246,8 @@ void validate_bpw(const CompressOptions& o) {
 }
 
 // --joint qkv's and --split-heads' checks: their factors have a shape of their own (one A for three modules,
-// a block-diagonal B), which the quantized storage, --bpw's allocation and the error-compensating fit do not
-// know; split heads exclude the joint groups that hold q_proj, k_proj or v_proj.
+// a block-diagonal B), which the quantized storage, --bpw's allocation, the error-compensating fit and the
+// towers' plans (--components) do not know; split heads exclude the joint groups that hold q_proj, k_proj or v_proj.
 void validate_attention_forms(const CompressOptions& o) {
   const std::string_view what = o.split_heads ? "--split-heads" : "--joint qkv";
   if (o.quant.enabled()) {
@@ -257,6 +257,10 @@ void validate_attention_forms(const CompressOptions& o) {
   if (o.error_compensation) {
     throw ConfigError(fmt::format("{}: --fit (expected local: the error-compensating fit is per module, got "
                                   "compensate)", what));
+  }
+  if (o.components.towers()) {
+    throw ConfigError(fmt::format("{}: --components (expected lm: the towers' q/k/v ranks are not planned for "
+                                  "shared or split factors yet, got {})", what, components_name(o.components)));
   }
   const bool joint_attn = has_joint_parts(o.method) && (o.joint.qk || o.joint.vo || o.joint.qkv);
   if (o.split_heads && joint_attn) {

@@ -49,6 +49,11 @@ TEST(ErrorsDoc, CompressOptions) {
                     {"opt-attn-form-fit", {compress("--joint qkv --fit compensate --rank-alloc uniform --dry-run"),
                                            compress("--joint none --split-heads --fit compensate --rank-alloc uniform "
                                                     "--dry-run")}},
+                    {"opt-attn-form-components",
+                     {cli("compress --model " + q(shared_path("models/llava-shapes-tiny")) +
+                          " --components lm,vision --joint qkv --rank-alloc uniform --dry-run"),
+                      cli("compress --model " + q(shared_path("models/llava-shapes-tiny")) +
+                          " --components lm,projector --joint none --split-heads --rank-alloc uniform --dry-run")}},
                     {"opt-split-joint", {compress("--split-heads --rank-alloc uniform --dry-run")}},
                     {"opt-split-rank", {compress("--joint none --split-heads --ratio 0.9 --rank-alloc uniform --dry-run")}},
                     {"opt-lambda", {compress("--lambda=-1 --dry-run"), compress("--lambda inf --dry-run")}},
