@@ -237,8 +237,11 @@ struct JointParts {
   bool qk = true;  // joint Q-K, attention-map loss (Algorithm 1)
   bool vo = false; // joint V-O, Tucker-2 over heads (appendix)
   bool ud = true;  // joint MLP up(-gate)-down, auxiliary variables (appendix)
+  // Joint Q-K-V (appendix "Activation-Aware Joint QKV Compression"): one A shared by q_proj, k_proj and
+  // v_proj, B = [B_q; B_k; B_v] from the root-covariance SVD of [W_q; W_k; W_v]. Excludes qk and vo.
+  bool qkv = false;
 };
-// "qk,vo,ud" / "none" <-> JointParts. ConfigError "--joint: unknown part (...)".
+// "qk,vo,ud,qkv" / "none" <-> JointParts. ConfigError "--joint: unknown part (...)".
 JointParts parse_joint_parts(std::string_view spec);
 std::string joint_parts_name(const JointParts& j);
 
@@ -359,6 +362,10 @@ struct CompressOptions {
   // Also compress each joint group separately (local root covariance) and report both losses
   // (CompressReport::qk_losses, vo_losses): diagnostics only, the extra decompositions are discarded.
   bool diagnostics = false;
+  // Split-head compression (appendix "Split-Head Compression", --split-heads): the locally compressed
+  // q_proj, k_proj and v_proj as one factorization per head, B = diag(B_1 … B_h), A = [A_1; …; A_h]
+  // (compress/math/split_heads.hpp); stored with B expanded dense and counted by its h blocks.
+  bool split_heads = false;
   // Error-compensating fits (--fit compensate; compress/compensate.hpp): the modules compressed by the
   // root covariance (asvd-rootcov, and latentllm's local modules) are fitted to the dense model's
   // output at the module, W·x + b with x its input in the dense model, from the compressed pipeline's

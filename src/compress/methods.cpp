@@ -33,9 +33,10 @@ Stages latentllm_stages(StageContext& ctx, const model::Model& m) {
   const JointParts& j = ctx.options().joint;
   Stages s;
   if (j.qk) s.push_back(make_joint_qk_stage(ctx));
+  if (j.qkv) s.push_back(make_joint_qkv_stage(ctx));
   // Joint V-O compresses v_proj with o_proj once the o_proj input statistics exist.
-  std::vector<Role> attn_in = j.qk ? std::vector<Role>{} : std::vector<Role>{Role::Q, Role::K};
-  if (!j.vo) attn_in.push_back(Role::V);
+  std::vector<Role> attn_in = j.qk || j.qkv ? std::vector<Role>{} : std::vector<Role>{Role::Q, Role::K};
+  if (!j.vo && !j.qkv) attn_in.push_back(Role::V);
   if (!attn_in.empty()) s.push_back(make_local_stage(ctx, m, Site::AttnIn, attn_in));
   if (j.vo) s.push_back(make_joint_vo_stage(ctx));
   else s.push_back(make_local_stage(ctx, m, Site::AttnOut, {Role::O}));
@@ -72,8 +73,8 @@ Stages sparse_stages(StageContext& ctx, const model::Model&) {
 // Option keys (CompressOptions::to_json) beyond the ones every method reads (kCommonKeys).
 constexpr std::array<std::string_view, 1> kHessian = {"lambda_rel"};
 constexpr std::array<std::string_view, 1> kL1 = {"alpha"};
-constexpr std::array<std::string_view, 3> kRootCov = {"lambda_rel", "fit", "output_side"};
-constexpr std::array<std::string_view, 14> kLatent = {
+constexpr std::array<std::string_view, 4> kRootCov = {"lambda_rel", "fit", "output_side", "split_heads"};
+constexpr std::array<std::string_view, 15> kLatent = {"split_heads",
     "lambda_rel", "fit",      "output_side", "joint",       "qk_iters",   "vo_iters",   "ud_iters",
     "joint_tol",  "ud_tokens", "ud_min_tokens_per_ffn", "ud_precision", "ud_unit_tokens", "rope_window", "diagnostics"};
 
@@ -196,6 +197,7 @@ bool reads_option(const CompressOptions& o, std::string_view key) {
   if (key == "joint_tol") return j.qk || j.vo;
   if (key.starts_with("ud_")) return j.ud;
   if (key == "diagnostics") return j.qk || j.vo || j.ud;
+  if (key == "split_heads") return o.split_heads;  // recorded when on, so that earlier records stay the same
   return true;
 }
 

@@ -2,6 +2,7 @@
 // `latent` metadata and the CLI's --json, with only the options its method reads (methods.cpp).
 #include <cmath>
 
+#include "compress/methods.hpp"
 #include "core/enum_names.hpp"
 #include "latentllm/compress.hpp"
 #include "latentllm/error.hpp"
@@ -19,6 +20,7 @@ std::string joint_spec(const JointParts& j) {
   if (j.qk) s += "qk";
   if (j.vo) s += std::string(s.empty() ? "" : ",") + "vo";
   if (j.ud) s += std::string(s.empty() ? "" : ",") + "ud";
+  if (j.qkv) s += std::string(s.empty() ? "" : ",") + "qkv";
   return s.empty() ? "none" : s;
 }
 
@@ -34,8 +36,14 @@ JointParts parse_joint_parts(std::string_view spec) {
     if (part == "qk") j.qk = true;
     else if (part == "vo") j.vo = true;
     else if (part == "ud") j.ud = true;
+    else if (part == "qkv") j.qkv = true;
     else if (part != "none" && !part.empty())
-      throw ConfigError(fmt::format("--joint: unknown part (expected qk, vo, ud, none or auto, got {})", part));
+      throw ConfigError(fmt::format("--joint: unknown part (expected qk, vo, ud, qkv, none or auto, got {})", part));
+  }
+  // q_proj and k_proj (v_proj) belong to one joint group each: joint Q-K-V already holds them.
+  if (j.qkv && (j.qk || j.vo)) {
+    throw ConfigError(fmt::format("--joint: qkv with {} (expected qkv without qk and vo: one shared A already "
+                                  "compresses q_proj, k_proj and v_proj together, got {})", j.qk ? "qk" : "vo", spec));
   }
   return j;
 }
@@ -63,7 +71,7 @@ std::span<const OptionFlag> option_flags() {
       {"intra_layer", "--no-intra-layer"}, {"covariance", "--covariance"}, {"output_side", "--output-side"},
       {"batch", "--batch"},         {"bits", "--bits"},           {"group", "--group"},
       {"quantizer", "--quantizer"}, {"solver", "--solver"},       {"pattern", "--pattern"},
-      {"sparse_iters", "--sparse-iters"}, {"bpw", "--bpw"},
+      {"sparse_iters", "--sparse-iters"}, {"bpw", "--bpw"}, {"split_heads", "--split-heads"},
   };
   return kFlags;
 }
@@ -128,6 +136,7 @@ nlohmann::ordered_json CompressOptions::to_json() const {
   put("ud_precision", ud_f32 ? "f32" : "f64");
   put("ud_unit_tokens", ud_unit_tokens);
   put("diagnostics", diagnostics);
+  put("split_heads", split_heads);
   put("solver", sparse_solver_name(sparse.solver));
   put("pattern", sparse_pattern_name(sparse.pattern));
   put("sparse_iters", sparse.iters);
@@ -170,6 +179,7 @@ CompressOptions CompressOptions::from_json(const nlohmann::json& j) {
     o.ud_f32 = j.value("ud_precision", std::string("f32")) == "f32";
     o.ud_unit_tokens = j.value("ud_unit_tokens", o.ud_unit_tokens);
     o.diagnostics = j.value("diagnostics", o.diagnostics);
+    o.split_heads = j.value("split_heads", o.split_heads);
     if (j.contains("solver")) o.sparse.solver = parse_sparse_solver(j.at("solver").get<std::string>());
     if (j.contains("pattern")) o.sparse.pattern = parse_sparse_pattern(j.at("pattern").get<std::string>());
     o.sparse.iters = j.value("sparse_iters", o.sparse.iters);
@@ -235,6 +245,31 @@ void validate_bpw(const CompressOptions& o) {
   }
 }
 
+// --joint qkv's and --split-heads' checks: their factors have a shape of their own (one A for three modules,
+// a block-diagonal B), which the quantized storage, --bpw's allocation, the error-compensating fit and the
+// towers' plans (--components) do not know; split heads exclude the joint groups that hold q_proj, k_proj or v_proj.
+void validate_attention_forms(const CompressOptions& o) {
+  const std::string_view what = o.split_heads ? "--split-heads" : "--joint qkv";
+  if (o.quant.enabled()) {
+    throw ConfigError(fmt::format("{}: quantization (expected --bits 16: shared or block-diagonal factors are not "
+                                  "quantized yet, got {})", what, o.quant.bpw > 0 ? "--bpw" : "--bits"));
+  }
+  if (o.error_compensation) {
+    throw ConfigError(fmt::format("{}: --fit (expected local: the error-compensating fit is per module, got "
+                                  "compensate)", what));
+  }
+  if (o.components.towers()) {
+    throw ConfigError(fmt::format("{}: --components (expected lm: the towers' q/k/v ranks are not planned for "
+                                  "shared or split factors yet, got {})", what, components_name(o.components)));
+  }
+  const bool joint_attn = has_joint_parts(o.method) && (o.joint.qk || o.joint.vo || o.joint.qkv);
+  if (o.split_heads && joint_attn) {
+    throw ConfigError(fmt::format("--split-heads: --joint {} (expected no qk, vo or qkv part: split heads apply to "
+                                  "the q_proj, k_proj and v_proj compressed locally, got {})",
+                                  joint_spec(o.joint), joint_spec(o.joint)));
+  }
+}
+
 }  // namespace
 
 void CompressOptions::validate() const {
@@ -276,6 +311,7 @@ void CompressOptions::validate() const {
   }
   if (quant.bpw != 0) validate_bpw(*this);
   if (sparsifies(method)) validate_sparse(*this);
+  if (split_heads || (has_joint_parts(method) && joint.qkv)) validate_attention_forms(*this);
   if (stop_after_layers < 0) {
     throw ConfigError(fmt::format("--stop-after-layers (expected >= 0, got {})", stop_after_layers));
   }

@@ -58,8 +58,9 @@ std::map<std::string, LatentModule> parse_latent_modules(const nlohmann::json& c
         out.emplace(name, std::move(mod));
         continue;
       }
-      if (mod.in <= 0 || mod.out <= 0 || mod.rank <= 0 || mod.rank > std::min(mod.in, mod.out)) {
-        throw FormatError(fmt::format("{}: rank (expected 1..{}, got {})", ctx, std::min(mod.in, mod.out), mod.rank));
+      // A rank above d' is a module sharing its A (compress --joint qkv: k_proj, v_proj under GQA).
+      if (mod.in <= 0 || mod.out <= 0 || mod.rank <= 0 || mod.rank > mod.in) {
+        throw FormatError(fmt::format("{}: rank (expected 1..{}, got {})", ctx, mod.in, mod.rank));
       }
       if (mod.block_identity) {
         mod.perm = e.at("perm").get<std::vector<std::int32_t>>();

@@ -43,6 +43,19 @@ TEST(ErrorsDoc, CompressOptions) {
                     {"opt-preset", {compress("--preset sparsegpt --dry-run")}},
                     {"opt-junction", {compress("--junction diagonal --dry-run")}},
                     {"opt-joint", {compress("--joint qk,xx --dry-run")}},
+                    {"opt-joint-qkv", {compress("--joint qk,qkv --dry-run"), compress("--joint vo,qkv --dry-run")}},
+                    {"opt-attn-form-bits", {compress("--joint qkv --bits 4 --rank-alloc uniform --dry-run"),
+                                            compress("--joint none --split-heads --bpw 3 --dry-run")}},
+                    {"opt-attn-form-fit", {compress("--joint qkv --fit compensate --rank-alloc uniform --dry-run"),
+                                           compress("--joint none --split-heads --fit compensate --rank-alloc uniform "
+                                                    "--dry-run")}},
+                    {"opt-attn-form-components",
+                     {cli("compress --model " + q(shared_path("models/llava-shapes-tiny")) +
+                          " --components lm,vision --joint qkv --rank-alloc uniform --dry-run"),
+                      cli("compress --model " + q(shared_path("models/llava-shapes-tiny")) +
+                          " --components lm,projector --joint none --split-heads --rank-alloc uniform --dry-run")}},
+                    {"opt-split-joint", {compress("--split-heads --rank-alloc uniform --dry-run")}},
+                    {"opt-split-rank", {compress("--joint none --split-heads --ratio 0.9 --rank-alloc uniform --dry-run")}},
                     {"opt-lambda", {compress("--lambda=-1 --dry-run"), compress("--lambda inf --dry-run")}},
                     {"opt-alpha", {compress("--alpha 0 --dry-run")}},
                     {"opt-iters", {compress("--qk-iters=-1 --dry-run"), compress("--rope-window=-2 --dry-run")}},

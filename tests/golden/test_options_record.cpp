@@ -103,6 +103,30 @@ TEST(OptionsRecord, SparseFieldsRoundTripAndChangeTheFingerprint) {
   EXPECT_FALSE(reads_everything().to_json().contains("pattern"));
 }
 
+// --joint qkv and --split-heads: recorded only when asked for (earlier records stay the same), round-tripped,
+// and part of the run's identity.
+TEST(OptionsRecord, JointQkvAndSplitHeadsRoundTripAndChangeTheFingerprint) {
+  const auto m = model::Model::load(test::shared_path("models/stories260K/hf"));
+  const std::vector<std::int32_t> ids(2 * kSeqlen, 5);
+  CompressOptions base = reads_everything();
+  base.joint = {.qk = false, .vo = false, .ud = true};
+  const auto base_json = base.to_json();
+  EXPECT_FALSE(base_json.contains("split_heads"));
+  EXPECT_EQ(base_json["joint"], "ud");
+  CompressOptions qkv = base, split = base;
+  qkv.joint.qkv = true;
+  split.split_heads = true;
+  for (const CompressOptions* o : {&qkv, &split}) {
+    const auto j = o->to_json();
+    EXPECT_NE(j, base_json);
+    EXPECT_EQ(CompressOptions::from_json(j).to_json(), j);
+    EXPECT_NE(compress::run_fingerprint(*m, ids, kSeqlen, *o), compress::run_fingerprint(*m, ids, kSeqlen, base));
+  }
+  EXPECT_EQ(qkv.to_json()["joint"], "ud,qkv");
+  EXPECT_EQ(split.to_json()["split_heads"], true);
+  EXPECT_THROW(compress::parse_joint_parts("qk,qkv"), ConfigError);
+}
+
 // --bpw: the budget recorded in place of --bits (each module's bits are the plan's), round-tripped, and
 // part of the run's identity.
 CompressOptions bpw_record() {
@@ -176,6 +200,9 @@ TEST(OptionsRecord, EveryKeyHasOneFlagAndTheCliOffersIt) {
   }
   every.update(sparse_record().to_json());
   every.update(bpw_record().to_json());
+  CompressOptions split = reads_everything();
+  split.split_heads = true;  // recorded only when on
+  every.update(split.to_json());
   for (const auto& f : flags) {
     EXPECT_TRUE(every.contains(std::string(f.key))) << f.key << " is not a key of the options record";
     const std::string flag = std::string(f.flag) + " ";

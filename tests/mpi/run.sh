@@ -48,12 +48,15 @@ identical)
   # Q-K's starts and iterations are jobs on several ranks beside the local v_proj (checked below); with
   # --joint qk,vo the joint V-O group is a job of its own. The sparse methods (lowrank-sparse too): one job per
   # module. --bpw: each module's rank and bits from one budget, full-rank modules quantized as one matrix.
+  # --joint qkv: one task for q/k/v, three finishing tasks sharing its A; --split-heads: per-head local fits.
   for v in "opt-tiny|--ud-min-tokens-per-ffn 0 --ud-unit-tokens 96" "opt-tiny|--preset paper --ud-unit-tokens 96" \
            "stories260K/hf|--fit compensate --ud-min-tokens-per-ffn 0 --ud-unit-tokens 96" \
            "stories260K/hf|--method asvd-rootcov" "opt-tiny|--method asvd-rootcov --lambda 0" \
            "TinyStories-656K|--joint qk,vo" "TinyStories-656K|--method sparse" "opt-tiny|--method sparse" "TinyStories-656K|--method sparse --solver fista --sparse-iters 10" \
            "TinyStories-656K|--method sparsegpt" "TinyStories-656K|--method lowrank-sparse --sparse-iters 20" \
-           "stories260K/hf|--bpw 3.5 --group 32 --ud-min-tokens-per-ffn 0 --ud-unit-tokens 96"; do
+           "stories260K/hf|--bpw 3.5 --group 32 --ud-min-tokens-per-ffn 0 --ud-unit-tokens 96" \
+           "TinyStories-656K|--joint qkv,ud --ud-min-tokens-per-ffn 0 --ud-unit-tokens 96" \
+           "stories260K/hf|--joint none --split-heads"; do
     model=${v%%|*}
     rm -rf "$TMP"/k? "$TMP"/c?x? "$TMP"/t2
     read -r -a args <<< "${v#*|}"
@@ -77,7 +80,8 @@ identical)
       grep -q "\"processes\": $k" "$TMP/c$c.json" || fail "$model ${args[*]}: --json without \"processes\": $k"
       # latentllm: joint Q-K's eigenproblems ran on every rank (its starts are 4 jobs of equal cost), so
       # the joint group's results really came from other ranks.
-      if [[ " ${args[*]} " != *" --method "* ]]; then
+      # (Not with --joint qkv or none, where no joint Q-K runs.)
+      if [[ " ${args[*]} " != *" --method "* && " ${args[*]} " != *" --joint qkv"* && " ${args[*]} " != *" --joint none "* ]]; then
         owners=$(job_ranks "$TMP/c$c.json" joint-qk)
         [ "$owners" = "$(seq -s ' ' 0 $((k - 1)))" ] ||
           fail "$model ${args[*]}: joint Q-K's jobs ran on ranks '$owners' of $k"

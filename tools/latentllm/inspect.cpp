@@ -67,6 +67,35 @@ nlohmann::ordered_json sparse_modules(const model::Model& m, const io::TensorSto
   return j;
 }
 
+// The factor forms whose stored tensors hold more than the module's own weights (compress --joint qkv: k_proj
+// and v_proj repeat q_proj's A; --split-heads: B expanded with zeros outside its head blocks), from the
+// checkpoint's options record.
+struct SharedForms {
+  bool qkv = false, split_heads = false;
+};
+SharedForms shared_forms(const model::ModelConfig& c) {
+  SharedForms f;
+  const auto lat = c.raw.find("latent");
+  if (lat == c.raw.end() || !lat->is_object()) return f;
+  const auto joint = lat->find("joint");
+  f.qkv = joint != lat->end() && joint->is_string() && compress::parse_joint_parts(joint->get<std::string>()).qkv;
+  const auto split = lat->find("split_heads");
+  f.split_heads = split != lat->end() && split->is_boolean() && split->get<bool>();
+  return f;
+}
+
+// A module's weights with a shared A counted at q_proj only and a split-head B by its blocks, r·(d'/h + d).
+std::int64_t own_params(const model::Linear& l, const SharedForms& f, const model::ModelConfig& c) {
+  if (!l.factored() || l.site != model::Site::AttnIn) return l.num_params();
+  const bool kv = l.role == model::Role::K || l.role == model::Role::V;
+  if (f.qkv && kv) return l.num_params() - l.A.size();
+  if (f.split_heads && (kv || l.role == model::Role::Q)) {
+    const std::int64_t h = kv ? c.num_key_value_heads : c.num_attention_heads;
+    return l.rank() * (l.out / h + l.in) + l.bias.size();
+  }
+  return l.num_params();
+}
+
 nlohmann::ordered_json describe(model::Model& m, const std::string& dir, bool allow_unused_tensors) {
   const auto& c = m.config();
   nlohmann::ordered_json j;
@@ -116,12 +145,17 @@ nlohmann::ordered_json describe(model::Model& m, const std::string& dir, bool al
 
   nlohmann::ordered_json latent = nlohmann::ordered_json::array();
   const std::int64_t value_bytes = c.torch_dtype == "float32" ? 4 : 2;  // of a float tensor as stored
+  const SharedForms forms = shared_forms(c);
+  std::int64_t own_total = 0;
   for (int i = 0; i < m.num_layers(); ++i)
     for (const auto& l : m.layer(i).linears)
       if (l.factored() || l.quantized()) {
         nlohmann::ordered_json e = {{"module", l.name}, {"rank", l.factored() ? l.rank() : 0}, {"in", l.in},
                                     {"out", l.out}, {"junction", l.block_identity ? "block-identity" : "none"},
                                     {"params", l.num_params()}};
+        const std::int64_t own = own_params(l, forms, c);
+        own_total += own;
+        if (own != l.num_params()) e["own_params"] = own;
         if (l.quantized()) {
           e["bits"] = l.bits();
           e["group"] = l.group();
@@ -150,6 +184,8 @@ nlohmann::ordered_json describe(model::Model& m, const std::string& dir, bool al
       }
   }
   j["latent_modules"] = latent;
+  // --joint qkv / --split-heads: the stored factors repeat A or hold B's zeros; their weights counted once.
+  if (forms.qkv || forms.split_heads) j["latent_params_counted_once"] = own_total;
   return j;
 }
 

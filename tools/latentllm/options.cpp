@@ -35,7 +35,8 @@ void add_method_options(CLI::App* sub, MethodArgs& a) {
                               compress::kDefaultLambdaRel))
       ->group("Method");
   sub->add_option("--alpha", a.alpha, "Exponent of the diagonal l1 pre-conditioner")->capture_default_str()->group("Method");
-  sub->add_option("--joint", a.joint, "Joint parts of --method latentllm: any of qk,vo,ud, none, or auto (the preset's: qk,ud)")
+  sub->add_option("--joint", a.joint, "Joint parts of --method latentllm: any of qk,vo,ud, qkv (one A shared by q, k "
+                  "and v; not with qk or vo), none, or auto (the preset's: qk,ud)")
       ->capture_default_str()->group("Method");
   sub->add_option("--qk-iters", a.qk_iters, "Joint Q-K alternating updates")->capture_default_str()->group("Method");
   sub->add_option("--joint-tol", a.joint_tol,
@@ -68,6 +69,10 @@ void add_method_options(CLI::App* sub, MethodArgs& a) {
                   "the compressed model's inputs, ‖W·X − B·A·X̂‖: also runs the calibration through the dense "
                   "layers, one more forward and [N·L, d] hidden states), or auto (the preset's)")
       ->check(CLI::IsMember({"auto", "local", "compensate"}))->capture_default_str()->group("Method");
+  sub->add_flag("--split-heads", a.split_heads,
+                "latentllm (without joint qk, vo, qkv) and asvd-rootcov: q_proj, k_proj and v_proj factored head by head, "
+                "B = diag(B_1 … B_h) (the paper's appendix split-head compression; each head's rank from the budget)")
+      ->group("Method");
   sub->add_flag("--diagnostics", a.diagnostics,
                 "Also compress every joint group separately and log both losses (extra decompositions, discarded)")
       ->group("Method");
@@ -192,6 +197,7 @@ compress::CompressOptions to_compress_options(const MethodArgs& a, const std::st
   o.qk_iters = a.qk_iters;
   o.vo_iters = a.vo_iters;
   o.diagnostics = a.diagnostics;
+  o.split_heads = a.split_heads;
   o.ud_iters = a.ud_iters;
   o.rope_window = a.rope_window;
   if (a.no_intra_layer) o.pipeline.sequential_within_layer = false;

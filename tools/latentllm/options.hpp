@@ -30,7 +30,7 @@ struct MethodArgs {
   std::int64_t alloc_tokens = compress::CompressOptions{}.alloc_max_tokens;
   double ud_min_tokens_per_ffn = std::numeric_limits<double>::quiet_NaN();
   std::optional<double> joint_tol;  // unset: the preset's
-  bool no_intra_layer = false, diagnostics = false;
+  bool no_intra_layer = false, diagnostics = false, split_heads = false;
   int bits = 16, group = 128;
   std::string bpw;  // --bpw: one budget (compress) or a comma-separated grid of them (sweep); empty: none
   std::string quantizer = "auto";  // auto: the preset's (default gptq, paper rtn)

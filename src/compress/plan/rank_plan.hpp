@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "latentllm/compress.hpp"
+#include "latentllm/model.hpp"
 
 namespace latentllm::compress {
 
@@ -18,5 +19,13 @@ std::int64_t max_rank_for_budget(std::int64_t out, std::int64_t in, double budge
 // checked: ConfigError "<module>: spectrum length (...)", NumericError "<module>: singular value squared
 // (expected finite and >= 0, got x)".
 double spectrum_energy(const ModuleSpectrum& s);
+
+// --joint qkv and --split-heads (attention_forms.cpp): each layer's q_proj, k_proj and v_proj re-planned
+// within the weights `plan` gave them. Joint Q-K-V: one rank r for the three from their summed budget,
+// r·(d_q + d_k + d_v + d) (− r² once with the block identity), q_proj counting the shared A and k_proj,
+// v_proj their B; split heads: each module at the largest multiple of its heads with r·(d'/h + d) within
+// its own budget (no junction). Nothing for other options. ConfigError "<module>: --split-heads leaves no rank
+// (...)".
+void plan_attention_forms(RankPlan& plan, const model::Model& m, const CompressOptions& opt);
 
 }  // namespace latentllm::compress

@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 
+#include "compress/plan/rank_plan.hpp"
 #include "compress/run/resume.hpp"
 #include "compress/stages/stage.hpp"
 #include "graph/graph.hpp"
@@ -176,6 +177,8 @@ PlannedRanks plan_run(model::Model& m, std::span<const std::int32_t> ids, int se
     p.plain = plan_model(m, plain_opt);
     p.source = opt.rank_alloc == RankAlloc::Uniform ? PlannedRanks::Source::Uniform
                                                     : PlannedRanks::Source::UniformNoData;
+    plan_attention_forms(p.plan, m, opt);
+    plan_attention_forms(p.plain, m, opt);
     for (RankPlan* plan : {&p.plan, &p.plain}) {
       if (more == nullptr) break;
       const RankPlan parts = plan_ranks(more->shapes, opt.ratio, plan->junction, plan->n_tok);
@@ -220,6 +223,8 @@ PlannedRanks plan_run(model::Model& m, std::span<const std::int32_t> ids, int se
   }
   p.plan = allocate_ranks(all, opt.ratio, opt.local.junction, opt.alloc_score);
   p.plain = allocate_ranks(all, opt.ratio, Junction::Identity, opt.alloc_score);
+  plan_attention_forms(p.plan, m, opt);
+  plan_attention_forms(p.plain, m, opt);
   p.source = PlannedRanks::Source::Global;
   if (more != nullptr) {
     log_info("rank allocation across {} ({}): {} weights for {} modules", more->name, alloc_score_name(opt.alloc_score),

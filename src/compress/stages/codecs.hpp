@@ -39,7 +39,7 @@ struct Codec<quant::PackedMatrix> {
 template <>
 struct Codec<compress::Fitted> {
   static void put(Bytes& b, const compress::Fitted& f) {
-    b.put(compress::Factors32(f.f)), b.put(f.loss), b.put(f.energy);
+    b.put(compress::Factors32(f.f)), b.put(f.loss), b.put(f.energy), b.put(f.params);
     const bool q = f.qb != nullptr;
     b.put(q);
     if (q) b.put(*f.qb), b.put(*f.qa);
@@ -51,7 +51,7 @@ struct Codec<compress::Fitted> {
     compress::Factors32 f32;
     b.get(f32);
     f.f = f32.widened();
-    b.get(f.loss), b.get(f.energy);
+    b.get(f.loss), b.get(f.energy), b.get(f.params);
     bool q = false;
     b.get(q);
     if (q) {

@@ -154,9 +154,9 @@ int StageContext::rank_of(const model::Linear& lin) const {
 }
 
 Fitted StageContext::fitted(const model::Linear& lin, LowRank f, const MatrixD& w, const VectorD& b,
-                           const calib::SiteStats* st) const {
+                           const calib::SiteStats* st, bool keep_form) const {
   Fitted r;
-  r.f = with_junction(std::move(f), local_.junction, lin.name);
+  r.f = keep_form ? std::move(f) : with_junction(std::move(f), local_.junction, lin.name);
   if (st == nullptr) {
     r.loss = (w - r.f.dense()).squaredNorm();
     if (bits_of(lin) < 16) quantize_fitted(lin, r, w, b, nullptr);
@@ -260,7 +260,7 @@ void StageContext::install(model::Linear& lin, const Fitted& f, std::string_view
   r.in = lin.in;
   r.rank = f.f.rank();
   r.dense_params = lin.out * lin.in;
-  r.params = f.f.weight_params();
+  r.params = f.params >= 0 ? f.params : f.f.weight_params();
   r.how = how;
   r.loss = f.loss;
   if (f.energy >= 0) {

@@ -4,6 +4,7 @@
 //   stage      file                 site it waits for   modules          rewrites
 //   local      stage_local.cpp      its site            by role           its site
 //   joint-qk   stage_joint_qk.cpp   AttnIn              Q, K              AttnIn
+//   joint-qkv  stage_joint_qkv.cpp  AttnIn              Q, K, V           AttnIn
 //   joint-vo   stage_joint_vo.cpp   AttnOut (+AttnIn)   V, O              AttnIn, AttnOut
 //   joint-ud   stage_joint_ud.cpp   MlpIn (activations) Gate, Up, Down    MlpIn, MlpMid
 //   quantize   stage_quantize.cpp   its site            by role           its site
@@ -42,6 +43,9 @@ struct Fitted {
   // --bpw at full rank: B·A quantized as one dense [d', d] matrix instead of qb, qa (as many weights, one
   // rounding instead of two).
   std::shared_ptr<const quant::PackedMatrix> qw;
+  // The module's own weights when its stored factors hold more (-1: f's B and A): --joint qkv's k_proj and
+  // v_proj share q_proj's A, --split-heads' B holds zeros outside its head blocks (docs/JOINT.md).
+  std::int64_t params = -1;
 };
 
 // What the stages of one compression run share: the options, the planned ranks, the report.
@@ -59,8 +63,9 @@ class StageContext {
 
   // f put into the junction form the options ask for and measured: its output error over the inputs
   // `st` against the dense w, b (st null: the weight error only).
+  // keep_form: f's own split of B·A is kept (split heads: a junction would fill B's zero blocks).
   Fitted fitted(const model::Linear& lin, LowRank f, const MatrixD& w, const VectorD& b,
-                const calib::SiteStats* st) const;
+                const calib::SiteStats* st, bool keep_form = false) const;
   // The same with the output error already known (the output side, output_side.hpp).
   Fitted fitted_measured(const model::Linear& lin, LowRank f, double loss, double energy) const;
   // fit's factors quantized as options().quant asks, on the site's statistics st (A on C = Σ x·xᵀ, B on
@@ -170,6 +175,8 @@ std::unique_ptr<CompressStage> make_quantize_stage(StageContext& ctx, model::Sit
 // roles at `site`: dense matrices with zeros.
 std::unique_ptr<CompressStage> make_sparse_stage(StageContext& ctx, model::Site site, std::vector<model::Role> roles);
 std::unique_ptr<CompressStage> make_joint_qk_stage(StageContext& ctx);
+// Joint Q-K-V (stage_joint_qkv.cpp, compress/math/joint_qkv.hpp): one A shared by q_proj, k_proj, v_proj.
+std::unique_ptr<CompressStage> make_joint_qkv_stage(StageContext& ctx);
 std::unique_ptr<CompressStage> make_joint_vo_stage(StageContext& ctx);
 std::unique_ptr<CompressStage> make_joint_ud_stage(StageContext& ctx);
 

@@ -12,6 +12,7 @@
 #include "compress/stages/notes.hpp"
 #include "compress/stages/codecs.hpp"
 #include "compress/math/output_side.hpp"
+#include "compress/math/split_heads.hpp"
 #include "compress/stages/stage.hpp"
 #include "model/linear_fused.hpp"
 
@@ -22,7 +23,10 @@ class LocalStage final : public CompressStage {
  public:
   LocalStage(StageContext& ctx, const model::Model& m, model::Site site, std::vector<model::Role> roles)
       : CompressStage(ctx), site_(site), roles_(std::move(roles)) {
-    output_side_ = !compensating();
+    heads_ = m.attention().num_heads;
+    kv_heads_ = m.attention().num_kv_heads;
+    // Split heads fit each head's rows from the site's covariance (split_heads.hpp).
+    output_side_ = !compensating() && !(ctx_.options().split_heads && site_ == model::Site::AttnIn);
     bool any = false;
     for (const auto& lin : m.layer_spec(0).linears) {  // the layers are alike
       if (!mine(lin)) continue;
@@ -52,6 +56,12 @@ class LocalStage final : public CompressStage {
     return o.error_compensation && ctx_.local().preconditioner == Preconditioner::RootCovariance &&
            (o.pipeline.sequential_within_layer || site_ == model::Site::AttnIn);
   }
+  // The heads lin is factored by under --split-heads (q_proj H, k_proj and v_proj H_kv), else 0.
+  int split_heads_of(const model::Linear& lin) const {
+    if (!ctx_.options().split_heads || lin.site != model::Site::AttnIn) return 0;
+    if (lin.role == model::Role::Q) return heads_;
+    return lin.role == model::Role::K || lin.role == model::Role::V ? kv_heads_ : 0;
+  }
   bool mine(const model::Linear& lin) const {
     return lin.site == site_ && std::find(roles_.begin(), roles_.end(), lin.role) != roles_.end();
   }
@@ -70,6 +80,8 @@ class LocalStage final : public CompressStage {
       OutputSideFit f = output_side_asvd(w, model::weight_f32(lin, widened), b, *os, ctx_.rank_of(lin), lo, lin.name);
       return {Factors32(f.f), f.loss, f.energy};
     }
+    if (const int h = split_heads_of(lin); h > 0)
+      return {Factors32(split_heads_asvd(w, b, *st, h, ctx_.rank_of(lin), lo, lin.name))};
     return {Factors32(cross != nullptr ? compensated_fit(w, b, *st, *cross, ctx_.rank_of(lin), lo, lin.name)
                                        : asvd(w, b, *st, ctx_.rank_of(lin), lo, lin.name))};
   }
@@ -108,7 +120,10 @@ class LocalStage final : public CompressStage {
         {lin.name + ": junction form", ctx_.finish_cost(lin, ctx_.rank_of(lin), !output_side_)},
         [this, &lin, dense, b, stats](const Fit& f) {
           if (!dense) return ctx_.fitted_measured(lin, f.f.widened(), f.loss, f.energy);
-          return ctx_.fitted(lin, f.f.widened(), weight_double(*dense), *b, stats.get());
+          const int h = split_heads_of(lin);
+          Fitted fit = ctx_.fitted(lin, f.f.widened(), weight_double(*dense), *b, stats.get(), h > 0);
+          if (h > 0) fit.params = split_heads_params(lin.out, lin.in, h, fit.f.rank());
+          return fit;
         },
         fitted);
     g.at_site_end([this, &lin](const Fit& f) { ctx_.install_for_passes(lin, f.f.widened()); }, fitted);
@@ -118,6 +133,7 @@ class LocalStage final : public CompressStage {
   model::Site site_;
   std::vector<model::Role> roles_;
   bool output_side_ = false;
+  int heads_ = 0, kv_heads_ = 0;
   LayerOutputs outputs_;  // output side
 };
 
