@@ -294,7 +294,12 @@ void widen_rows(const Matrix16& w, std::int64_t r0, std::int64_t r1, float* out)
 
 namespace {
 std::atomic<int> g_exact_products{0};  // ExactProducts alive
+std::atomic<int> g_rowwise_products{0};  // RowwiseProducts alive
 }  // namespace
+
+RowwiseProducts::RowwiseProducts() { g_rowwise_products.fetch_add(1); }
+RowwiseProducts::~RowwiseProducts() { g_rowwise_products.fetch_sub(1); }
+bool rowwise_products() { return g_rowwise_products.load(std::memory_order_relaxed) != 0; }
 
 ExactProducts::ExactProducts() { g_exact_products.fetch_add(1); }
 ExactProducts::~ExactProducts() { g_exact_products.fetch_sub(1); }
@@ -303,7 +308,7 @@ void xwt16(const float* x, int n, int ldx, const Matrix16& w, std::int64_t c0, s
            int ldy) {
   const std::int64_t k = w.cols, cols = c1 - c0;
   if (n <= 0 || cols <= 0) return;
-  if (n <= kGemvRows && g_exact_products.load(std::memory_order_relaxed) == 0) {
+  if ((n <= kGemvRows || rowwise_products()) && g_exact_products.load(std::memory_order_relaxed) == 0) {
     // Four rows of W at a time (four streams in flight), then the rest one by one; each x row reads
     // the four rows again from L1.
     const DotFn dot = dot_for(w.dtype);

@@ -55,6 +55,24 @@ class ExactProducts {
   ExactProducts& operator=(const ExactProducts&) = delete;
 };
 
+// While one exists (on any thread), every product with a weight computes each row of x exactly as it
+// would alone: xwt16 runs the GEMV kernel for any number of rows (each row's dot products in the
+// kernel's own order, whatever the others), and linear_forward / the LM head give each row the
+// one-row kernel of its operand (model::Model::forward_batch: a batch of decoding sequences whose
+// results must not depend on what else is in the batch). 16-bit weights are still read once from
+// memory for the batch (four weight rows at a time, every x row against them from L1); float32 and
+// quantized ones per row of x from a cache-sized column block (docs/KV_CACHE.md). Nests; ExactProducts
+// wins when both exist.
+class RowwiseProducts {
+ public:
+  RowwiseProducts();
+  ~RowwiseProducts();
+  RowwiseProducts(const RowwiseProducts&) = delete;
+  RowwiseProducts& operator=(const RowwiseProducts&) = delete;
+};
+// True while a RowwiseProducts exists.
+bool rowwise_products();
+
 // Index of the first non-finite value of w (Inf or NaN), or −1.
 std::int64_t first_non_finite(const Matrix16& w);
 
