@@ -250,6 +250,7 @@ TEST(ErrorsDoc, Generation) {
                                          " --weights F32"),
                                      compress("--weights bf16 --dry-run"), lib([] { model::parse_weights("half"); })}},
                     {"serve-port", {cli("serve --model " + model() + " --port 70000")}},
+                    {"serve-max-batch", {cli("serve --model " + model() + " --max-batch 0")}},
                     {"serve-listen", {cli("serve --model " + model() + " --host 256.0.0.1 --port 8123")}},
                     {"gen-chat-none", {cli(gen + "--chat --prompt hi")}},
                     {"gen-raw-chat", {cli(gen + "--raw-prompt --chat"), cli(gen + "--raw-prompt --conv-mode v1"),
