@@ -262,6 +262,19 @@ TEST(ErrorsDoc, Generation) {
                        model::KvCache cache(*m, 2);
                        MatrixF logits;
                        m->forward_cached(std::vector<std::int32_t>{1, 403, 407}, cache, logits);
+                     }),
+                                     lib([&] {
+                                       model::KvCache cache(*m, 1);
+                                       MatrixF logits;
+                                       m->forward_cached(std::vector<std::int32_t>{1}, cache, logits);
+                                       std::vector<model::KvCache*> caches = {&cache};
+                                       m->forward_batch(std::vector<std::int32_t>{403}, caches, logits);
+                                     })}},
+                    {"gen-batch-ids", {lib([&] {
+                       model::KvCache cache(*m, 4);
+                       MatrixF logits;
+                       std::vector<model::KvCache*> caches = {&cache};
+                       m->forward_batch(std::vector<std::int32_t>{1, 403}, caches, logits);
                      })}},
                 });
 }
