@@ -2,7 +2,7 @@
 // sequence of a batch gets, bit for bit, the logits of decoding it alone with forward_cached, whatever
 // else is in the batch and however the batch changes between steps; for OPT (learned positions) and
 // the Llama family (RoPE at each row's own position), float32 and 16-bit stored weights, dense and
-// latent caches.
+// latent caches, quantized weights.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -12,6 +12,8 @@
 
 #include "latentllm/error.hpp"
 #include "latentllm/model.hpp"
+#include "quant/pack.hpp"
+#include "quant/quant.hpp"
 #include "test_support.hpp"
 
 namespace latentllm {
@@ -36,6 +38,19 @@ void factor_kv(model::Model& m) {
       l.weight = model::Weight();
       l.B = B;
       l.A = A;
+    }
+  }
+}
+
+// Every decoder-layer weight quantized (4-bit RTN, groups of 32) and held packed, as a quantized checkpoint
+// loads: decoding then multiplies by the packed codes (quant::gemv per row).
+void quantize_layers(model::Model& m) {
+  quant::QuantSpec spec;
+  spec.group = 32;
+  for (int i = 0; i < m.num_layers(); ++i) {
+    for (model::Linear& l : m.layer(i).linears) {
+      const MatrixD w = l.weight.to_f32().cast<double>();
+      l.weight = model::Weight(std::make_shared<const quant::PackedMatrix>(quant::pack(quant::rtn(w, spec, l.name))));
     }
   }
 }
@@ -95,6 +110,7 @@ struct Case {
   const char* model;
   LoadOptions::Weights weights;
   bool latent;
+  bool quantized = false;
 };
 
 class BatchDecode : public ::testing::TestWithParam<Case> {};
@@ -104,6 +120,7 @@ TEST_P(BatchDecode, EachSequenceIsBitIdenticalToDecodingItAlone) {
   LoadOptions o;
   o.weights = c.weights;
   auto m = model::Model::load(test::shared_path(c.model), o);
+  if (c.quantized) quantize_layers(*m);
   if (c.latent) factor_kv(*m);
   const KvCacheMode mode = c.latent ? KvCacheMode::Latent : KvCacheMode::Dense;
   if (c.latent) {
@@ -118,11 +135,12 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"models/opt-tiny", LoadOptions::Weights::Stored, false},
                       Case{"models/opt-tiny", LoadOptions::Weights::F32, false},
                       Case{"models/opt-tiny", LoadOptions::Weights::F32, true},
+                      Case{"models/opt-tiny", LoadOptions::Weights::F32, false, true},
                       Case{"models/stories260K/hf", LoadOptions::Weights::F32, false},
                       Case{"models/stories260K/hf", LoadOptions::Weights::F32, true}),
     [](const ::testing::TestParamInfo<Case>& i) {
       return std::string(i.param.model[7] == 'o' ? "OptTiny" : "Stories260K") +
-             (i.param.weights == LoadOptions::Weights::Stored ? "Stored16" : "F32") + (i.param.latent ? "Latent" : "Dense");
+             (i.param.weights == LoadOptions::Weights::Stored ? "Stored16" : "F32") + (i.param.latent ? "Latent" : "Dense") + (i.param.quantized ? "Quantized4" : "");
     });
 
 TEST(BatchDecode, MismatchedIdsAndCachesAreAClearError) {
