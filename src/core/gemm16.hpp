@@ -8,7 +8,8 @@
 //     is given and calls sgemm on it: the same bits as sgemm_rm on that block of the widened matrix
 //     (OpenBLAS's results depend on how the output columns are split for small products, so callers
 //     keep the float32 path's blocks);
-//   - the GEMV (at most kGemvRows rows, decoding) accumulates each dot product in float32 in its own
+//   - the GEMV (at most kGemvRows rows, decoding; any number under RowwiseProducts, each row the bits it
+//     gets alone) accumulates each dot product in float32 in its own
 //     order (blocks of the vector width, then a tree sum): it differs from OpenBLAS's sgemv on the
 //     widened matrix by rounding only, |Δy_j| <= 2·k·2⁻²⁴·Σ_i |x_i·w_ji| (each order's error is at
 //     most (k−1)·u·Σ|x_i·w_ji|), and its result does not depend on the thread count.
