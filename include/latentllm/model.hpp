@@ -314,6 +314,12 @@ struct LayerState {
   // new ones in kv and attends to all past + T. Null: whole windows, positions from 0 in each.
   LayerKvCache* kv = nullptr;
   int past = 0;
+  // Batched decoding (Model::forward_batch): when not empty, resid holds one new position of each of
+  // kvs.size() sequences, row b the position pasts[b] of the sequence whose keys and values kvs[b]
+  // holds (T = 1, kv unused). Every linear module runs once on the [B, d] rows; attention runs per
+  // sequence against its own cache.
+  std::vector<LayerKvCache*> kvs;
+  std::vector<int> pasts;
 };
 
 // One decoder layer's modules, in the order of the architecture's module table (forward order).
@@ -471,6 +477,14 @@ class Model {
   // decoding one call per token. ConfigError "<dir>: positions <a>..<b> (expected at most the
   // cache's capacity <c> <= max_position_embeddings <m>)" when they do not fit.
   void forward_cached(std::span<const std::int32_t> ids, KvCache& cache, MatrixF& logits, bool last_only = false) const;
+  // One decoding step of B sequences at once (continuous batching): ids[b] is the next token of the
+  // sequence whose first caches[b]->length() positions caches[b] holds -> logits: [B, V], row b that
+  // token's; appends each token's keys and values to its cache. Each linear module runs once on the
+  // [B, d] rows (its weights read once from memory for the batch), attention per sequence. Under
+  // core::RowwiseProducts, so row b is bit-identical to forward_cached({ids[b]}, *caches[b], ...)
+  // alone, whatever else is in the batch. ConfigError as forward_cached for a full cache, and
+  // "<dir>: batch of <B> ids for <C> caches (expected one id per cache, at least one)".
+  void forward_batch(std::span<const std::int32_t> ids, std::span<KvCache* const> caches, MatrixF& logits) const;
 
   // Sum of next-token NLL (natural log) over the T−1 predicted tokens of each window, in double.
   // ids: [n_seq·T]. Runs embed, all layers and the head; the head is fused with the log-softmax

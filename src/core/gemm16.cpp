@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "core/gemm.hpp"
 #include "core/parallel.hpp"
@@ -187,6 +188,38 @@ LATENTLLM_TARGET_AVX512 void dot4_avx512(const std::uint16_t* w, std::int64_t ld
   }
 }
 
+// dot4 of n <= 4 rows of x at once: out[i·4 + r] = the dot4_avx512 of x row i (x + i·ldx) and weight row r.
+// Each chunk of the four weight rows is widened once for the n rows; every (r, i) accumulates the same
+// FMAs in the same order as dot4_avx512 on row i alone, so the results are its bits (RowwiseProducts).
+template <DType D, int N>
+LATENTLLM_TARGET_AVX512 void dot4_rows_avx512(const std::uint16_t* w, std::int64_t ldw, const float* x, std::int64_t ldx,
+                                              std::int64_t k, float* out) {
+  __m512 a[N][4];
+  for (int i = 0; i < N; ++i)
+    for (int r = 0; r < 4; ++r) a[i][r] = _mm512_setzero_ps();
+  std::int64_t c = 0;
+  for (; c + 16 <= k; c += 16) {
+    if (c % kLineElems == 0) prefetch_rows(w, ldw, c + kPrefetch);
+    __m512 wv[4];
+    for (int r = 0; r < 4; ++r) wv[r] = load16<D>(w + r * ldw + c);
+    for (int i = 0; i < N; ++i) {
+      const __m512 xv = _mm512_loadu_ps(x + i * ldx + c);
+      for (int r = 0; r < 4; ++r) a[i][r] = _mm512_fmadd_ps(wv[r], xv, a[i][r]);
+    }
+  }
+  for (int i = 0; i < N; ++i) {
+    for (int r = 0; r < 4; ++r) {
+      alignas(64) float lane[16];  // the lanes' tree sum (see dot_avx512)
+      _mm512_store_ps(lane, a[i][r]);
+      for (int w2 = 8; w2 > 0; w2 /= 2)
+        for (int j = 0; j < w2; ++j) lane[j] += lane[j + w2];
+      float t = lane[0];
+      for (std::int64_t j = c; j < k; ++j) t += widen1<D>(w[r * ldw + j]) * x[i * ldx + j];
+      out[i * 4 + r] = t;
+    }
+  }
+}
+
 // ---- dispatch ----
 
 using WidenFn = void (*)(const std::uint16_t*, std::int64_t, float*);
@@ -234,6 +267,41 @@ Dot4Fn dot4_fn(Isa isa) {
     case Isa::Generic: break;
   }
   return dot4_generic<D>;
+}
+
+// dot4 of n x rows (leading dimension ldx) into out[i·4 + r]: the AVX-512 kernel widens each weight chunk
+// once for up to four rows; other instruction sets run dot4 per row (the same bits either way).
+using Dot4RowsFn = void (*)(const std::uint16_t*, std::int64_t, const float*, std::int64_t, int, std::int64_t, float*);
+
+template <DType D>
+void dot4_rows_fallback(const std::uint16_t* w, std::int64_t ldw, const float* x, std::int64_t ldx, int n, std::int64_t k,
+                        float* out) {
+  const Dot4Fn dot4 = dot4_fn<D>(kernel_isa());
+  for (int i = 0; i < n; ++i) dot4(w, ldw, x + i * ldx, k, out + 4 * i);
+}
+
+template <DType D>
+void dot4_rows_avx512_any(const std::uint16_t* w, std::int64_t ldw, const float* x, std::int64_t ldx, int n,
+                          std::int64_t k, float* out) {
+  for (int i0 = 0; i0 < n; i0 += 4) {
+    const float* xi = x + i0 * ldx;
+    float* oi = out + 4 * i0;
+    switch (std::min(4, n - i0)) {
+      case 1: dot4_rows_avx512<D, 1>(w, ldw, xi, ldx, k, oi); break;
+      case 2: dot4_rows_avx512<D, 2>(w, ldw, xi, ldx, k, oi); break;
+      case 3: dot4_rows_avx512<D, 3>(w, ldw, xi, ldx, k, oi); break;
+      default: dot4_rows_avx512<D, 4>(w, ldw, xi, ldx, k, oi); break;
+    }
+  }
+}
+
+template <DType D>
+Dot4RowsFn dot4_rows_fn(Isa isa) {
+  return isa == Isa::Avx512 ? dot4_rows_avx512_any<D> : dot4_rows_fallback<D>;
+}
+
+Dot4RowsFn dot4_rows_for(DType d) {
+  return d == DType::BF16 ? dot4_rows_fn<DType::BF16>(kernel_isa()) : dot4_rows_fn<DType::F16>(kernel_isa());
 }
 
 Dot4Fn dot4_for(DType d) {
@@ -294,7 +362,12 @@ void widen_rows(const Matrix16& w, std::int64_t r0, std::int64_t r1, float* out)
 
 namespace {
 std::atomic<int> g_exact_products{0};  // ExactProducts alive
+std::atomic<int> g_rowwise_products{0};  // RowwiseProducts alive
 }  // namespace
+
+RowwiseProducts::RowwiseProducts() { g_rowwise_products.fetch_add(1); }
+RowwiseProducts::~RowwiseProducts() { g_rowwise_products.fetch_sub(1); }
+bool rowwise_products() { return g_rowwise_products.load(std::memory_order_relaxed) != 0; }
 
 ExactProducts::ExactProducts() { g_exact_products.fetch_add(1); }
 ExactProducts::~ExactProducts() { g_exact_products.fetch_sub(1); }
@@ -303,7 +376,7 @@ void xwt16(const float* x, int n, int ldx, const Matrix16& w, std::int64_t c0, s
            int ldy) {
   const std::int64_t k = w.cols, cols = c1 - c0;
   if (n <= 0 || cols <= 0) return;
-  if (n <= kGemvRows && g_exact_products.load(std::memory_order_relaxed) == 0) {
+  if ((n <= kGemvRows || rowwise_products()) && g_exact_products.load(std::memory_order_relaxed) == 0) {
     // Four rows of W at a time (four streams in flight), then the rest one by one; each x row reads
     // the four rows again from L1.
     const DotFn dot = dot_for(w.dtype);
@@ -313,6 +386,15 @@ void xwt16(const float* x, int n, int ldx, const Matrix16& w, std::int64_t c0, s
       yij = beta == 0.0f ? d : beta * yij + d;
     };
     std::int64_t j = 0;
+    if (n > 1) {  // several rows (a decoding batch): each chunk of four weight rows widened once for them all
+      const Dot4RowsFn dot4_rows = dot4_rows_for(w.dtype);
+      std::vector<float> d(static_cast<std::size_t>(4 * n));  // [n, 4]
+      for (; j + 4 <= cols; j += 4) {
+        dot4_rows(w.row(c0 + j), k, x, ldx, n, k, d.data());
+        for (int i = 0; i < n; ++i)
+          for (int r = 0; r < 4; ++r) put(i, j + r, d[static_cast<std::size_t>(4 * i + r)]);
+      }
+    }
     for (; j + 4 <= cols; j += 4) {
       for (int i = 0; i < n; ++i) {
         float d[4];

@@ -8,7 +8,8 @@
 //     is given and calls sgemm on it: the same bits as sgemm_rm on that block of the widened matrix
 //     (OpenBLAS's results depend on how the output columns are split for small products, so callers
 //     keep the float32 path's blocks);
-//   - the GEMV (at most kGemvRows rows, decoding) accumulates each dot product in float32 in its own
+//   - the GEMV (at most kGemvRows rows, decoding; any number under RowwiseProducts, each row the bits it
+//     gets alone) accumulates each dot product in float32 in its own
 //     order (blocks of the vector width, then a tree sum): it differs from OpenBLAS's sgemv on the
 //     widened matrix by rounding only, |Δy_j| <= 2·k·2⁻²⁴·Σ_i |x_i·w_ji| (each order's error is at
 //     most (k−1)·u·Σ|x_i·w_ji|), and its result does not depend on the thread count.
@@ -54,6 +55,24 @@ class ExactProducts {
   ExactProducts(const ExactProducts&) = delete;
   ExactProducts& operator=(const ExactProducts&) = delete;
 };
+
+// While one exists (on any thread), every product with a weight computes each row of x exactly as it
+// would alone: xwt16 runs the GEMV kernel for any number of rows (each row's dot products in the
+// kernel's own order, whatever the others), and linear_forward / the LM head give each row the
+// one-row kernel of its operand (model::Model::forward_batch: a batch of decoding sequences whose
+// results must not depend on what else is in the batch). 16-bit weights are still read once from
+// memory for the batch (four weight rows at a time, every x row against them from L1); float32 and
+// quantized ones per row of x from a cache-sized column block (docs/KV_CACHE.md). Nests; ExactProducts
+// wins when both exist.
+class RowwiseProducts {
+ public:
+  RowwiseProducts();
+  ~RowwiseProducts();
+  RowwiseProducts(const RowwiseProducts&) = delete;
+  RowwiseProducts& operator=(const RowwiseProducts&) = delete;
+};
+// True while a RowwiseProducts exists.
+bool rowwise_products();
 
 // Index of the first non-finite value of w (Inf or NaN), or −1.
 std::int64_t first_non_finite(const Matrix16& w);

@@ -138,24 +138,31 @@ void absorbed_attention(const MatrixF& q, const MatrixF& keys, const Linear* kp,
 
 }  // namespace
 
-void cached_attention(const MatrixF& q, const MatrixF& x, const Linear& k_proj, const Linear& v_proj,
-                      const KeyTransform& key_transform, AttentionShape s, LayerKvCache& kv, int past, MatrixF& out) {
-  const int T = static_cast<int>(x.rows());
-  s.T = T;
-  s.past = past;
-  const bool k_latent = kv.k_form == KvForm::Latent, v_latent = kv.v_form == KvForm::Latent;
-  MatrixF nk, nv;  // [T, H_kv·d_h] or [T, r] the new positions' entries
-  if (k_latent) {
+namespace {
+
+// nk: [n, H_kv·d_h] keys (before the key transform) or [n, r_k] latents, nv likewise: the new rows'
+// entries in the forms of kv.
+void new_entries(const MatrixF& x, const Linear& k_proj, const Linear& v_proj, const LayerKvCache& kv, MatrixF& nk,
+                 MatrixF& nv) {
+  if (kv.k_form == KvForm::Latent) {
     latent_forward(k_proj, x, nk);
   } else {
     k_proj.forward(x, nk);
-    if (key_transform) key_transform(nk, past);
   }
-  if (v_latent) {
+  if (kv.v_form == KvForm::Latent) {
     latent_forward(v_proj, x, nv);
   } else {
     v_proj.forward(x, nv);
   }
+}
+
+// The rest of cached_attention once the new positions' entries nk, nv (keys transformed) are known.
+void attend(const MatrixF& q, const MatrixF& nk, const MatrixF& nv, const Linear& k_proj, const Linear& v_proj,
+            const KeyTransform& key_transform, AttentionShape s, LayerKvCache& kv, int past, MatrixF& out) {
+  const int T = static_cast<int>(nk.rows());
+  s.T = T;
+  s.past = past;
+  const bool k_latent = kv.k_form == KvForm::Latent, v_latent = kv.v_form == KvForm::Latent;
   kv.store(past, nk, nv);
   if (!k_latent && !v_latent) {
     causal_attention(q, kv.k, kv.v, s, out);
@@ -177,6 +184,45 @@ void cached_attention(const MatrixF& q, const MatrixF& x, const Linear& k_proj, 
     return;
   }
   absorbed_attention(q, keys, absorb_k ? &k_proj : nullptr, values, absorb_v ? &v_proj : nullptr, s, out);
+}
+
+}  // namespace
+
+void cached_attention(const MatrixF& q, const MatrixF& x, const Linear& k_proj, const Linear& v_proj,
+                      const KeyTransform& key_transform, AttentionShape s, LayerKvCache& kv, int past, MatrixF& out) {
+  MatrixF nk, nv;  // [T, H_kv·d_h] or [T, r] the new positions' entries
+  new_entries(x, k_proj, v_proj, kv, nk, nv);
+  if (kv.k_form == KvForm::Dense && key_transform) key_transform(nk, past);
+  attend(q, nk, nv, k_proj, v_proj, key_transform, s, kv, past, out);
+}
+
+void cached_attention_batch(const MatrixF& q, const MatrixF& x, const Linear& k_proj, const Linear& v_proj,
+                            const KeyTransform& key_transform, const AttentionShape& s,
+                            std::span<LayerKvCache* const> kvs, std::span<const int> pasts, MatrixF& out) {
+  const auto B = static_cast<std::int64_t>(kvs.size());
+  if (x.rows() != B || q.rows() != B || static_cast<std::int64_t>(pasts.size()) != B || B < 1) {
+    throw Error(fmt::format("{}: batched attention of {} rows, {} queries, {} caches and {} positions (expected one "
+                            "each per sequence)", k_proj.name, x.rows(), q.rows(), kvs.size(), pasts.size()));
+  }
+  for (const LayerKvCache* kv : kvs) {
+    if (kv->k_form != kvs[0]->k_form || kv->v_form != kvs[0]->v_form) {
+      throw Error(fmt::format("{}: batched attention over caches of different forms ({} and {}; expected one "
+                              "--kv-cache choice for the batch)", k_proj.name, kvs[0]->describe(), kv->describe()));
+    }
+  }
+  MatrixF nk, nv;  // [B, H_kv·d_h] or [B, r]: every sequence's new entry, one product per module
+  new_entries(x, k_proj, v_proj, *kvs[0], nk, nv);
+  out.resize(B, q.cols());
+  MatrixF qb, kb, vb, ob;  // row b of q, nk, nv, out
+  for (std::int64_t b = 0; b < B; ++b) {
+    const auto ub = static_cast<std::size_t>(b);
+    qb = q.row(b);
+    kb = nk.row(b);
+    vb = nv.row(b);
+    if (kvs[ub]->k_form == KvForm::Dense && key_transform) key_transform(kb, pasts[ub]);
+    attend(qb, kb, vb, k_proj, v_proj, key_transform, s, *kvs[ub], pasts[ub], ob);
+    out.row(b) = ob.row(0);
+  }
 }
 
 }  // namespace latentllm::model

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <span>
 
 #include "latentllm/model.hpp"
 #include "model/attention.hpp"
@@ -27,5 +28,13 @@ using KeyTransform = std::function<void(MatrixF& k, int first)>;
 // Every route is exact up to float round-off. s.T and s.past are set from q and past.
 void cached_attention(const MatrixF& q, const MatrixF& x, const Linear& k_proj, const Linear& v_proj,
                       const KeyTransform& key_transform, AttentionShape s, LayerKvCache& kv, int past, MatrixF& out);
+
+// Batched decoding (Model::forward_batch): q: [B, H·d_h] and x: [B, d], row b the one new position
+// pasts[b] of sequence b whose cache is kvs[b] -> out: [B, H·d_h]. k_proj and v_proj run once on the
+// B rows; each sequence then stores its entries and attends to its own cache as cached_attention does
+// with its row alone (the same bits under core::RowwiseProducts). Error when the caches' forms differ.
+void cached_attention_batch(const MatrixF& q, const MatrixF& x, const Linear& k_proj, const Linear& v_proj,
+                            const KeyTransform& key_transform, const AttentionShape& s,
+                            std::span<LayerKvCache* const> kvs, std::span<const int> pasts, MatrixF& out);
 
 }  // namespace latentllm::model

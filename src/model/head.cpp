@@ -106,6 +106,17 @@ void fused_head_nll(const MatrixF& x, const WeightTable& w, std::span<const std:
 }
 
 void head_logits(const MatrixF& x, const WeightTable& w, MatrixF& logits) {
+  const bool rowwise = x.rows() > 1 && core::rowwise_products();
+  if (rowwise && !w.view16()) {  // each row as alone (a 16-bit table's GEMV below already is)
+    logits.resize(x.rows(), w.rows());
+    MatrixF row, one;  // [1, p], [1, V]
+    for (std::int64_t i = 0; i < x.rows(); ++i) {
+      row = x.row(i);
+      head_logits(row, w, one);
+      logits.row(i) = one;
+    }
+    return;
+  }
   if (w.is_widened()) {
     core::parallel_xwt(x, w.matrix(), logits);  // eager: one product, as every other wide GEMM
     return;
@@ -114,7 +125,7 @@ void head_logits(const MatrixF& x, const WeightTable& w, MatrixF& logits) {
   if (w.cols() != p) throw Error(fmt::format("head_logits: inner dimension (expected {}, got {})", w.cols(), p));
   logits.resize(n, V);
   core::BlasSingleThreaded single;
-  if (const auto w16 = w.view16(); w16 && n <= core::kGemvRows) {
+  if (const auto w16 = w.view16(); w16 && (n <= core::kGemvRows || core::rowwise_products())) {
     // Decoding: the GEMV reads the 16-bit rows once, widening them in registers (the stored model
     // checked them finite at load).
     core::parallel_for(V, kVocab, core::gemm_work(n, V, p), [&](std::int64_t v0, std::int64_t v1) {

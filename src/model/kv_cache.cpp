@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/enum_names.hpp"
+#include "core/gemm16.hpp"
 #include "core/parallel.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/model.hpp"
@@ -147,6 +148,40 @@ void Model::forward_cached(std::span<const std::int32_t> ids, KvCache& cache, Ma
   } else {
     head(h, logits);                       // [n, V]
   }
+}
+
+void Model::forward_batch(std::span<const std::int32_t> ids, std::span<KvCache* const> caches, MatrixF& logits) const {
+  const auto B = static_cast<std::int64_t>(ids.size());
+  if (B < 1 || static_cast<std::size_t>(B) != caches.size()) {
+    throw ConfigError(fmt::format("{}: batch of {} ids for {} caches (expected one id per cache, at least one)",
+                                  dir_.string(), B, caches.size()));
+  }
+  for (const KvCache* c : caches) {
+    if (c->length() + 1 > c->capacity()) {
+      throw ConfigError(fmt::format("{}: positions {}..{} (expected 1 or more new positions within the KV cache's "
+                                    "capacity of {} positions, got 1)", dir_.string(), c->length(), c->length(),
+                                    c->capacity()));
+    }
+  }
+  core::BlasSingleThreaded single;
+  const core::RowwiseProducts rowwise;  // row b as forward_cached computes it alone
+  MatrixF h(B, config_.hidden_size), hb;  // [B, d], [1, d]
+  for (std::int64_t b = 0; b < B; ++b) {
+    embed_from(ids.subspan(static_cast<std::size_t>(b), 1), caches[static_cast<std::size_t>(b)]->length(), hb);
+    h.row(b) = hb.row(0);
+  }
+  for (int i = 0; i < num_layers(); ++i) {
+    LayerState s;
+    s.resid.swap(h);
+    for (KvCache* c : caches) {
+      s.kvs.push_back(&c->layer(i));
+      s.pasts.push_back(c->length());
+    }
+    layer_resume(i, s, 1);
+    h.swap(s.resid);
+  }
+  for (KvCache* c : caches) c->advance(1);
+  head(h, logits);  // [B, V]
 }
 
 }  // namespace latentllm::model

@@ -118,6 +118,21 @@ void latent_block(const Linear& l, const float* a, const float* xb, int rows, co
 // A 16-bit w is widened block by block (the same sgemm calls on the same values), or read by the GEMV
 // kernel for at most core::kGemvRows rows.
 void xwt_columns(const float* x, int n, int k, Operand w, std::int64_t cols, float beta, float* y, int ldy) {
+  const bool rowwise = n > 1 && core::rowwise_products();
+  if (rowwise && w.q != nullptr) {  // each row as alone: the quantized GEMV per row
+    for (int i = 0; i < n; ++i) xwt_columns(x + static_cast<std::int64_t>(i) * k, 1, k, w, cols, beta, y + static_cast<std::int64_t>(i) * ldy, ldy);
+    return;
+  }
+  if (rowwise && w.f != nullptr) {  // each row as alone (sgemv), the column block kept in cache across the rows
+    core::parallel_for(cols, kColBlock, core::gemm_work(n, cols, k), [&](std::int64_t c0, std::int64_t c1) {
+      for (int i = 0; i < n; ++i) {
+        const std::int64_t xi = static_cast<std::int64_t>(i) * k, yi = static_cast<std::int64_t>(i) * ldy;
+        core::sgemm_rm(false, true, 1, static_cast<int>(c1 - c0), k, 1.0f, x + xi, k, w.f + c0 * k, k, beta, y + yi + c0,
+                       ldy);
+      }
+    });
+    return;
+  }
   if (w.q != nullptr && n == 1) {  // decode: the GEMV reads the packed codes once (rows split on the pool)
     core::ScratchF t(static_cast<std::size_t>(cols));  // [cols]
     quant::gemv(*w.q, std::span<const float>(x, static_cast<std::size_t>(k)), std::span<float>(t.data(), t.size()));

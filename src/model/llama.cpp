@@ -182,7 +182,7 @@ class LlamaModel final : public Model {
       if (reach(s, Site::AttnIn, obs, i)) return;
     }
     if (s.at == Site::AttnIn) {
-      attention(L, x, T, s.kv, s.past, y);  // [n, H·d_h]
+      attention(L, x, T, s, y);  // [n, H·d_h]
       x.swap(y);
       if (reach(s, Site::AttnOut, obs, i)) return;
     }
@@ -238,32 +238,53 @@ class LlamaModel final : public Model {
   }
 
   // x: [n, d] the attention block's input -> a: [n, H·d_h] the concatenated head outputs; with a KV
-  // cache (kv), x holds T new positions past..past+T−1 of one sequence (cached_attention: the keys'
-  // transform, k_norm and RoPE, sits between k_proj and the cache).
-  void attention(const DecoderLayer& L, const MatrixF& x, int T, LayerKvCache* kv, int past, MatrixF& a) const {
+  // cache (s.kv), x holds T new positions past..past+T−1 of one sequence, with a batch (s.kvs) one new
+  // position of each sequence (cached_attention: the keys' transform, k_norm and RoPE, sits between
+  // k_proj and the cache).
+  void attention(const DecoderLayer& L, const MatrixF& x, int T, const LayerState& s, MatrixF& a) const {
     const int d_h = static_cast<int>(config_.head_dim);
+    const bool batched = !s.kvs.empty(), cached = batched || s.kv != nullptr;
     MatrixF q, k, v;  // q: [n, H·d_h]; k, v: [n, H_kv·d_h]
     L.linears[kQ].forward(x, q);
     {
       detail::ProfileScope scope(&ForwardProfile::other_s);
       if (config_.qk_norm) rms_norm_heads(q, d_h, L.norm(kQNorm), eps_);  // Qwen3: RMSNorm per head, before RoPE
-      apply_rope(q, T, d_h, rope_table(config_.rope, T, d_h, past));
+      if (batched) {
+        rope_rows(q, d_h, s.pasts);
+      } else {
+        apply_rope(q, T, d_h, rope_table(config_.rope, T, d_h, s.past));
+      }
     }
     // k: [m, H_kv·d_h] k_proj outputs at positions first..first+m−1 (windows of T when not cached).
     const auto key_transform = [&](MatrixF& keys, int first) {
       detail::ProfileScope scope(&ForwardProfile::other_s);
-      const int m = kv != nullptr ? static_cast<int>(keys.rows()) : T;
+      const int m = cached ? static_cast<int>(keys.rows()) : T;
       if (config_.qk_norm) rms_norm_heads(keys, d_h, L.norm(kKNorm), eps_);
       apply_rope(keys, m, d_h, rope_table(config_.rope, m, d_h, first));
     };
-    if (kv != nullptr) {
-      cached_attention(q, x, L.linears[kK], L.linears[kV], key_transform, attention_shape(T), *kv, past, a);
+    if (batched) {
+      cached_attention_batch(q, x, L.linears[kK], L.linears[kV], key_transform, attention_shape(1), s.kvs, s.pasts, a);
+      return;
+    }
+    if (s.kv != nullptr) {
+      cached_attention(q, x, L.linears[kK], L.linears[kV], key_transform, attention_shape(T), *s.kv, s.past, a);
       return;
     }
     L.linears[kK].forward(x, k);
     L.linears[kV].forward(x, v);
     key_transform(k, 0);
     causal_attention(q, k, v, attention_shape(T), a);
+  }
+
+  // q: [B, H·d_h], row b one position pasts[b] of its sequence: each row rotated as a one-row decoding
+  // step at that position rotates it.
+  void rope_rows(MatrixF& q, int d_h, std::span<const int> pasts) const {
+    MatrixF row;  // [1, H·d_h]
+    for (std::int64_t b = 0; b < q.rows(); ++b) {
+      row = q.row(b);
+      apply_rope(row, 1, d_h, rope_table(config_.rope, 1, d_h, pasts[static_cast<std::size_t>(b)]));
+      q.row(b) = row.row(0);
+    }
   }
 
   void norm(const MatrixF& x, const VectorF& weight, MatrixF& y) const {

@@ -114,7 +114,7 @@ class OptModel final : public Model {
       if (reach(s, Site::AttnIn, obs, i)) return;
     }
     if (s.at == Site::AttnIn) {
-      attention(L, x, T, s.kv, s.past, y);
+      attention(L, x, T, s, y);
       x.swap(y);
       if (reach(s, Site::AttnOut, obs, i)) return;
     }
@@ -204,13 +204,17 @@ class OptModel final : public Model {
   }
 
   // x: [n, d] the attention block's input -> a: [n, d] the concatenated head outputs; with a KV cache
-  // (kv), x holds T new positions after `past` cached ones (cached_attention: no key transform, so
-  // latent keys are absorbed into the queries).
-  void attention(const DecoderLayer& L, const MatrixF& x, int T, LayerKvCache* kv, int past, MatrixF& a) const {
+  // (s.kv), x holds T new positions after s.past cached ones, with a batch (s.kvs) one new position of
+  // each sequence (cached_attention: no key transform, so latent keys are absorbed into the queries).
+  void attention(const DecoderLayer& L, const MatrixF& x, int T, const LayerState& s, MatrixF& a) const {
     MatrixF q, k, v;  // [n, d]
     L.linears[kQ].forward(x, q);
-    if (kv != nullptr) {
-      cached_attention(q, x, L.linears[kK], L.linears[kV], {}, attention_shape(T), *kv, past, a);
+    if (!s.kvs.empty()) {
+      cached_attention_batch(q, x, L.linears[kK], L.linears[kV], {}, attention_shape(1), s.kvs, s.pasts, a);
+      return;
+    }
+    if (s.kv != nullptr) {
+      cached_attention(q, x, L.linears[kK], L.linears[kV], {}, attention_shape(T), *s.kv, s.past, a);
       return;
     }
     L.linears[kK].forward(x, k);

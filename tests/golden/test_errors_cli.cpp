@@ -267,6 +267,7 @@ TEST(ErrorsDoc, Generation) {
                                          " --weights F32"),
                                      compress("--weights bf16 --dry-run"), lib([] { model::parse_weights("half"); })}},
                     {"serve-port", {cli("serve --model " + model() + " --port 70000")}},
+                    {"serve-max-batch", {cli("serve --model " + model() + " --max-batch 0")}},
                     {"serve-listen", {cli("serve --model " + model() + " --host 256.0.0.1 --port 8123")}},
                     {"gen-chat-none", {cli(gen + "--chat --prompt hi")}},
                     {"gen-raw-chat", {cli(gen + "--raw-prompt --chat"), cli(gen + "--raw-prompt --conv-mode v1"),
@@ -278,6 +279,19 @@ TEST(ErrorsDoc, Generation) {
                        model::KvCache cache(*m, 2);
                        MatrixF logits;
                        m->forward_cached(std::vector<std::int32_t>{1, 403, 407}, cache, logits);
+                     }),
+                                     lib([&] {
+                                       model::KvCache cache(*m, 1);
+                                       MatrixF logits;
+                                       m->forward_cached(std::vector<std::int32_t>{1}, cache, logits);
+                                       std::vector<model::KvCache*> caches = {&cache};
+                                       m->forward_batch(std::vector<std::int32_t>{403}, caches, logits);
+                                     })}},
+                    {"gen-batch-ids", {lib([&] {
+                       model::KvCache cache(*m, 4);
+                       MatrixF logits;
+                       std::vector<model::KvCache*> caches = {&cache};
+                       m->forward_batch(std::vector<std::int32_t>{1, 403}, caches, logits);
                      })}},
                 });
 }

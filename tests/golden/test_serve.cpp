@@ -241,5 +241,56 @@ TEST(Serve, LlavaChatImages) {
                 });
 }
 
+// GET /health of a running server, parsed.
+json health(const Served& s) {
+  std::string out;
+  EXPECT_EQ(run_command("node -e 'fetch(process.argv[1]).then((r) => r.text()).then((t) => process.stdout.write(t))' " +
+                            q(s.address + "/health"), out), 0);
+  return json::parse(out);
+}
+
+// Continuous batching (tests/serve/check_serve_batch.mjs): a --max-memory whose KV budget holds exactly
+// K = 2 requests of P = 300 positions (stories260K: 512 positions of context, and the budget must hold one
+// request of 512 dense positions; 2·300 + 150 does, 3·300 does not), found from a first server's /health
+// (the budget less its KV bytes is what the weights, one prompt's activations and the runtime take).
+TEST(Serve, ContinuousBatchingWithinTheKvBudget) {
+  if (const std::string why = client_missing(); !why.empty()) {
+    if (std::getenv("LATENTLLM_REQUIRE_ORT") != nullptr) FAIL() << why << " (LATENTLLM_REQUIRE_ORT is set)";
+    GTEST_SKIP() << why;
+  }
+  const fs::path model = chat_model();
+  const std::int64_t probe_budget = std::int64_t{1} << 30;
+  const Served probe = start_server(model, "--max-memory " + std::to_string(probe_budget));
+  ASSERT_FALSE(probe.address.empty()) << read_bytes(probe.log);
+  const json h = health(probe);
+  stop_server(probe);
+  const std::int64_t others = probe_budget - h.at("kv_bytes").get<std::int64_t>();
+  const std::int64_t per_token = h.at("kv_bytes_per_token").get<std::int64_t>();
+  ASSERT_GT(per_token, 0);
+  const int K = 2, P = 300;
+  const std::int64_t budget = others + (K * P + P / 2) * per_token;
+  const Served server = start_server(model, "--max-memory " + std::to_string(budget) + " --max-batch 8");
+  ASSERT_FALSE(server.address.empty()) << read_bytes(server.log);
+  std::string out;
+  const int rc = run_command("node " + q(serve_dir() / "check_serve_batch.mjs") + " " + server.address + " tiny " +
+                                 std::to_string(K) + " " + std::to_string(P) + " 2>&1", out);
+  stop_server(server);
+  ASSERT_EQ(rc, 0) << out;
+  const json r = json::parse(out);
+  std::printf("[ info ] KV budget %lld B at %lld B/position; peak running %d, peak queued %d, abandoned %d\n",
+              static_cast<long long>(r.at("health_start").at("kv_bytes").get<std::int64_t>()),
+              static_cast<long long>(per_token), r.at("peak_running").get<int>(), r.at("peak_queued").get<int>(),
+              r.at("abandoned").get<int>());
+  // The budget holds K, never more at once; the (K+1)-th was served (the client checked every reply).
+  EXPECT_LE(r.at("peak_running").get<int>(), K);
+  EXPECT_GE(r.at("peak_running").get<int>(), 1);
+  EXPECT_EQ(r.at("health_start").at("max_batch"), 8);
+  // The greedy completion beside three others equals generate's.
+  const json gen = cli_json("generate --model " + q(model) + " --prompt 'Once upon a time' --max-new-tokens 20 "
+                            "--temperature 0");
+  EXPECT_EQ(r.at("greedy_text"), gen.at("text"));
+  EXPECT_NE(read_bytes(server.log).find("concurrent"), std::string::npos) << read_bytes(server.log);
+}
+
 }  // namespace
 }  // namespace latentllm::test

@@ -118,6 +118,33 @@ TEST(Gemm16, GemvWithinTheRoundingBoundOnEveryIsa) {
   }
 }
 
+// Under RowwiseProducts (a decoding batch) the GEMV takes any number of rows, and each row's result is the
+// bits of that row alone (the AVX-512 kernel widens each weight chunk once for up to four rows).
+TEST(Gemm16, RowwiseProductsGiveEachRowItsOneRowBits) {
+  IsaGuard guard;
+  const core::RowwiseProducts rowwise;
+  for (DType dt : {DType::F16, DType::BF16}) {
+    for (std::int64_t k : {15, 64, 1000}) {
+      const std::int64_t out = 37;  // 9 blocks of four rows and a tail
+      const Matrix16 w = random16(dt, out, k, static_cast<std::uint32_t>(k) + 1);
+      const MatrixF x = random_x(9, k, 5);
+      for (Isa isa : available_isas()) {
+        core::set_kernel_isa(isa);
+        for (int n : {2, 3, 4, 5, 8, 9}) {
+          MatrixF y(n, out);
+          core::xwt16(x.data(), n, static_cast<int>(k), w, 0, out, 0.0f, y.data(), static_cast<int>(out));
+          for (int i = 0; i < n; ++i) {
+            MatrixF one(1, out);
+            core::xwt16(x.data() + i * k, 1, static_cast<int>(k), w, 0, out, 0.0f, one.data(), static_cast<int>(out));
+            EXPECT_EQ(y.row(i), one.row(0)) << dtype_name(dt) << " " << core::isa_name(isa) << " k=" << k << " n=" << n
+                                            << " row " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
 // Rows beyond the GEMV's widen the block and call sgemm: bit-identical to sgemm on the widened block.
 TEST(Gemm16, PanelPathIsBitIdenticalToSgemm) {
   IsaGuard guard;

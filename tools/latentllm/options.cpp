@@ -395,7 +395,7 @@ std::uint64_t parse_seed(const std::string& text, std::string_view option) {
 }
 
 
-void check_inference_memory(const std::string& command, const std::string& model_dir, const std::string& max_memory,
+core::MemoryPlan check_inference_memory(const std::string& command, const std::string& model_dir, const std::string& max_memory,
                             std::int64_t positions, const RunArgs& run) {
   const std::int64_t budget = max_memory.empty() ? core::default_memory_budget()
                                                  : core::parse_bytes(max_memory, "--max-memory");
@@ -408,7 +408,7 @@ void check_inference_memory(const std::string& command, const std::string& model
     plan.add("vision tower and projector (float32)", towers, "widened at load");
   }
   print_memory_plan(command, plan, max_memory.empty() ? core::default_budget().source + "; --max-memory" : "--max-memory");
-  if (plan.fits()) return;
+  if (plan.fits()) return plan;
   throw ConfigError(fmt::format("--max-memory: budget too small for {} (expected at least {}: {}; got {}); the "
                                 "weights are held as {} (--weights {}): use --max-memory {} on a machine with that memory",
                                 command, core::format_bytes(plan.total()), plan.summary(), core::format_bytes(budget),

@@ -111,7 +111,8 @@ std::string joint_spec(const compress::JointParts& j);
 // the plan (eval::plan_inference_memory for `positions` positions, plus a LLaVA's vision tower and
 // projector) on stderr and throws ConfigError "--max-memory: budget too small for <command> (...)" when
 // it does not fit the budget (`max_memory`, empty: physical memory - 2 GiB). Reads the checkpoint lazily.
-void check_inference_memory(const std::string& command, const std::string& model_dir, const std::string& max_memory,
+// Returns the plan (serve sizes its KV caches by what the budget leaves).
+core::MemoryPlan check_inference_memory(const std::string& command, const std::string& model_dir, const std::string& max_memory,
                             std::int64_t positions, const RunArgs& run);
 
 // A rank plan as JSON: totals and per-module ranks, parameters and MACs.

@@ -6,8 +6,9 @@
 // content parts with base64 data URLs, decoded in memory and preprocessed as `generate --image` does),
 // both streamed as server-sent events with "stream": true. A malformed request, an over-long prompt or an
 // unknown model is an HTTP 400 / 404 with OpenAI's error object; SIGTERM or SIGINT stops accepting
-// connections, lets the requests in flight finish, and exits 0. Requests are served by a thread pool; the
-// model computes one request at a time (no batching across requests yet).
+// connections, lets the requests in flight finish, and exits 0. Requests are served by a thread pool;
+// generation is batched across requests (serve_batch.hpp: continuous batching within the KV budget that
+// --max-memory leaves after the weights, at most --max-batch requests decoding at once).
 #include <algorithm>
 #include <cmath>
 #include <csignal>
@@ -23,6 +24,7 @@
 #include "commands.hpp"
 #include "llava_input.hpp"
 #include "options.hpp"
+#include "serve_batch.hpp"
 #include "serve_chat.hpp"
 #include "latentllm/chat.hpp"
 #include "latentllm/error.hpp"
@@ -47,6 +49,8 @@ struct ServeArgs {
   int port = 8000;
   std::string name;  // the model id clients send; default: the directory's name
   std::string max_memory;
+  int max_batch = 8;
+  std::string kv_cache = "auto";
   RunArgs run;
 };
 
@@ -110,12 +114,23 @@ class Server {
  public:
   // `llava`: set on a LLaVA checkpoint, whose language model is `m`.
   Server(const model::Model& m, const io::Tokenizer& tok, std::optional<io::ChatTemplate> tmpl, std::string id,
-         std::optional<LlavaParts> llava = std::nullopt)
-      : m_(m), tok_(tok), tmpl_(std::move(tmpl)), id_(std::move(id)), llava_(std::move(llava)) {}
+         const BatchLimits& limits, std::optional<LlavaParts> llava = std::nullopt)
+      : m_(m), tok_(tok), tmpl_(std::move(tmpl)), id_(std::move(id)), llava_(std::move(llava)),
+        batcher_(m, tok, limits, compute_) {}
+
+  const Batcher& batcher() const { return batcher_; }
 
   void routes(httplib::Server& svr) {
-    svr.Get("/health", [](const httplib::Request&, httplib::Response& res) {
-      res.set_content(R"({"status":"ok"})", "application/json");
+    svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+      const BatchLimits& l = batcher_.limits();
+      const Batcher::Counts c = batcher_.counts();
+      const int conv = static_cast<int>(std::min<std::int64_t>(m_.config().max_position_embeddings, 2048));
+      const ojson h = {{"status", "ok"}, {"max_batch", l.max_batch}, {"kv_cache", std::string(model::kv_cache_mode_name(l.kv_cache))},
+                       {"kv_bytes", l.kv_bytes}, {"kv_bytes_per_token", l.bytes_per_token},
+                       {"conversation_tokens", conv}, {"concurrent_conversations", batcher_.slots(conv)},
+                       {"running", c.running}, {"queued", c.queued}, {"peak_running", c.peak_running},
+                       {"peak_queued", c.peak_queued}, {"abandoned", c.abandoned}};
+      res.set_content(h.dump(), "application/json");
     });
     svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
       const ojson model = {{"id", id_}, {"object", "model"}, {"created", created_}, {"owned_by", "latentllm"},
@@ -219,16 +234,8 @@ class Server {
       c.finish_reason = "length";
       return c;
     }
-    std::string text;
-    bool gone = false;
-    g.stop_requested = [&] {
-      return gone || std::any_of(stops.begin(), stops.end(), [&](const std::string& s) { return text.find(s) != std::string::npos; });
-    };
-    const eval::TextFn on_text = [&](std::string_view piece) {
-      text += piece;
-      if (on_piece && !on_piece(piece)) gone = true;
-    };
-    const eval::GenerateResult r = eval::generate(m_, tok_, ids, g, on_text, prefill);
+    g.kv_cache = batcher_.limits().kv_cache;
+    const Batcher::Result r = batcher_.run({ids, g, prefill, stops}, on_piece);
     c.tokens = r.tokens;
     c.text = r.text;
     std::size_t cut = std::string::npos;
@@ -279,23 +286,21 @@ class Server {
     }
     ojson choices = ojson::array();
     std::int64_t prompt_tokens = 0, completion_tokens = 0;
-    {
-      const std::lock_guard<std::mutex> lock(compute_);
-      for (std::size_t k = 0; k < batch.size(); ++k) {
-        const auto& ids = batch[k];
-        const Completion c = complete(ids, opts[k], stops);
-        const std::string prompt_text = echo ? tok_.decode(ids) : "";
-        ojson choice = {{"index", k}, {"text", prompt_text + c.text}, {"logprobs", nullptr},
-                        {"finish_reason", c.finish_reason}};
-        if (n_logprobs >= 0) {
-          std::vector<std::int32_t> all = ids;
-          all.insert(all.end(), c.tokens.begin(), c.tokens.end());
-          choice["logprobs"] = logprobs(all, ids.size(), echo ? 0 : ids.size(), static_cast<int>(n_logprobs), 0);
-        }
-        choices.push_back(choice);
-        prompt_tokens += static_cast<std::int64_t>(ids.size());
-        completion_tokens += static_cast<std::int64_t>(c.tokens.size());
+    for (std::size_t k = 0; k < batch.size(); ++k) {
+      const auto& ids = batch[k];
+      const Completion c = complete(ids, opts[k], stops);
+      const std::string prompt_text = echo ? tok_.decode(ids) : "";
+      ojson choice = {{"index", k}, {"text", prompt_text + c.text}, {"logprobs", nullptr},
+                      {"finish_reason", c.finish_reason}};
+      if (n_logprobs >= 0) {
+        std::vector<std::int32_t> all = ids;
+        all.insert(all.end(), c.tokens.begin(), c.tokens.end());
+        const std::lock_guard<std::mutex> lock(compute_);  // between the batcher's steps
+        choice["logprobs"] = logprobs(all, ids.size(), echo ? 0 : ids.size(), static_cast<int>(n_logprobs), 0);
       }
+      choices.push_back(choice);
+      prompt_tokens += static_cast<std::int64_t>(ids.size());
+      completion_tokens += static_cast<std::int64_t>(c.tokens.size());
     }
     const ojson out = {{"id", id}, {"object", "text_completion"}, {"created", now()}, {"model", id_},
                        {"choices", choices},
@@ -312,7 +317,6 @@ class Server {
         return sink.write(line.data(), line.size());
       };
       try {
-        const std::lock_guard<std::mutex> lock(compute_);
         run(send);
       } catch (const Error& e) {
         send(ojson{{"error", {{"message", e.what()}, {"type", "server_error"}}}});
@@ -410,11 +414,7 @@ class Server {
       });
       return;
     }
-    Completion c;
-    {
-      const std::lock_guard<std::mutex> lock(compute_);
-      c = complete(ids, g, stops, {}, prefill);
-    }
+    const Completion c = complete(ids, g, stops, {}, prefill);
     const auto n_prompt = static_cast<std::int64_t>(ids.size()), n_out = static_cast<std::int64_t>(c.tokens.size());
     const ojson out = {{"id", id}, {"object", "chat.completion"}, {"created", now()}, {"model", id_},
                        {"choices", ojson::array({{{"index", 0}, {"message", {{"role", "assistant"}, {"content", c.text}}},
@@ -435,10 +435,25 @@ class Server {
   std::string id_;
   std::optional<LlavaParts> llava_;
   std::int64_t created_ = now();
-  std::mutex compute_;  // one request computes at a time
+  std::mutex compute_;  // held while the model runs: a batcher step, or the echo / logprobs forward
   std::mutex ids_;
   std::uint64_t counter_ = 0;
+  Batcher batcher_;  // last: its thread stops (finishing the requests in flight) before the rest goes
 };
+
+// The KV budget: the plan's budget less everything but its dense KV cache (whose room the requests'
+// caches share), and the bytes per position of the cache `mode` gives this model's layers.
+BatchLimits batch_limits(const model::Model& m, const core::MemoryPlan& plan, int max_batch, model::KvCacheMode mode) {
+  std::int64_t others = 0;
+  for (const core::MemoryItem& item : plan.items)
+    if (!item.name.starts_with("KV cache")) others += item.bytes;
+  BatchLimits l;
+  l.max_batch = max_batch;
+  l.kv_cache = mode;
+  l.kv_bytes = std::max<std::int64_t>(plan.budget - others, 0);
+  l.bytes_per_token = model::KvCache(m, 1, mode).bytes_per_token();
+  return l;
+}
 
 int g_stop_pipe[2] = {-1, -1};
 
@@ -451,7 +466,9 @@ int run_serve(const ServeArgs& a) {
   if (a.port < 0 || a.port > 65535) throw ConfigError(fmt::format("--port (expected 0..65535, got {})", a.port));
   apply_run_options(a.run);
   const auto config = model::load_config(std::filesystem::path(a.model) / "config.json");
-  check_inference_memory("serve", a.model, a.max_memory, config.max_position_embeddings, a.run);
+  if (a.max_batch < 1) throw ConfigError(fmt::format("--max-batch (expected >= 1, got {})", a.max_batch));
+  const model::KvCacheMode kv_mode = model::parse_kv_cache_mode(a.kv_cache);
+  const core::MemoryPlan plan = check_inference_memory("serve", a.model, a.max_memory, config.max_position_embeddings, a.run);
   // A LLaVA checkpoint serves its language model, with the vision tower for the chat images.
   std::optional<model::LlavaModel> llava;
   std::unique_ptr<model::Model> text_model;
@@ -462,7 +479,13 @@ int run_serve(const ServeArgs& a) {
   const std::string id = a.name.empty() ? std::filesystem::path(a.model).lexically_normal().filename().string() : a.name;
   std::optional<LlavaParts> parts;
   if (llava) parts.emplace(LlavaParts{*llava, image::load_checkpoint_processor(a.model)});
-  Server server(m, *tok, io::ChatTemplate::load(a.model), id.empty() ? "model" : id, std::move(parts));
+  const BatchLimits limits = batch_limits(m, plan, a.max_batch, kv_mode);
+  Server server(m, *tok, io::ChatTemplate::load(a.model), id.empty() ? "model" : id, limits, std::move(parts));
+  const int conv = static_cast<int>(std::min<std::int64_t>(m.config().max_position_embeddings, 2048));
+  std::fprintf(stderr, "serve: KV budget %s (--max-memory less the weights, one prompt's activations and the runtime), "
+               "%s per position (--kv-cache %s): %lld concurrent %d-token conversations (--max-batch %d)\n",
+               core::format_bytes(limits.kv_bytes).c_str(), core::format_bytes(limits.bytes_per_token).c_str(),
+               a.kv_cache.c_str(), static_cast<long long>(server.batcher().slots(conv)), conv, limits.max_batch);
 
   // SIGTERM / SIGINT write a byte to a pipe (all a signal handler may safely do, in whichever thread the
   // signal lands); a waiter thread reads it and stops the server; listen() then returns once the requests
@@ -507,8 +530,18 @@ Command add_serve(CLI::App& app) {
   sub->add_option("--served-model-name", args->name, "The model id clients name (default: the directory's name)")
       ->group("Server");
   sub->add_option("--max-memory", args->max_memory,
-                  "Memory budget (e.g. 20G; default: physical memory - 2 GiB, or less when less is available now or a cgroup limits it) for the weights and one request at "
-                  "max_position_embeddings")
+                  "Memory budget (e.g. 20G; default: physical memory - 2 GiB, or less when less is available now or a cgroup limits it) for the weights and the "
+                  "requests' KV caches (at least one request at max_position_embeddings)")
+      ->group("Run");
+  sub->add_option("--max-batch", args->max_batch,
+                  "Requests decoding at once (continuous batching; more wait in a queue, as do those whose KV cache "
+                  "does not fit the budget now)")
+      ->capture_default_str()
+      ->group("Server");
+  sub->add_option("--kv-cache", args->kv_cache,
+                  "KV cache of a latent checkpoint: auto (latent where smaller and not slower), latent (every factored "
+                  "k_proj / v_proj: the most concurrent requests in --max-memory) or dense")
+      ->capture_default_str()
       ->group("Run");
   add_run_options(sub, args->run);
   add_weights_option(sub, args->run);
