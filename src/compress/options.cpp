@@ -63,7 +63,7 @@ std::span<const OptionFlag> option_flags() {
       {"intra_layer", "--no-intra-layer"}, {"covariance", "--covariance"}, {"output_side", "--output-side"},
       {"batch", "--batch"},         {"bits", "--bits"},           {"group", "--group"},
       {"quantizer", "--quantizer"}, {"solver", "--solver"},       {"pattern", "--pattern"},
-      {"sparse_iters", "--sparse-iters"}, {"bpw", "--bpw"},
+      {"sparse_iters", "--sparse-iters"}, {"bpw", "--bpw"}, {"head_bits", "--head-bits"},
   };
   return kFlags;
 }
@@ -137,6 +137,10 @@ nlohmann::ordered_json CompressOptions::to_json() const {
     j["group"] = quant.group;
     j["quantizer"] = uses_gptq(*this) ? "gptq" : "rtn";
   }
+  if (quant.head_bits < 16) {  // absent when the head is not quantized
+    j["head_bits"] = quant.head_bits;
+    j["group"] = quant.group;
+  }
   return j;
 }
 
@@ -176,6 +180,7 @@ CompressOptions CompressOptions::from_json(const nlohmann::json& j) {
     o.quant.bits = j.value("bits", o.quant.bits);
     o.quant.group = j.value("group", o.quant.group);
     o.quant.bpw = j.value("bpw", o.quant.bpw);
+    o.quant.head_bits = j.value("head_bits", o.quant.head_bits);
     o.quant.gptq = j.value("quantizer", std::string("gptq")) == "gptq";
   } catch (const nlohmann::json::exception& e) {
     throw FormatError(fmt::format("options record: {} (expected the keys CompressOptions::to_json writes)", e.what()));
@@ -270,6 +275,9 @@ void CompressOptions::validate() const {
   if (quantizes_dense(method) && !quant.enabled()) {
     throw ConfigError(fmt::format("--method {}: quantization bits (expected --bits 8, 4, 3 or 2, got {})",
                                   method_name(method), quant.bits));
+  }
+  if (quant.head_bits != 16 && quant.head_bits != 8 && quant.head_bits != 4) {
+    throw ConfigError(fmt::format("--head-bits (expected 8, 4 or 16, got {})", quant.head_bits));
   }
   if (quant.group <= 0 || quant.group % 8 != 0) {
     throw ConfigError(fmt::format("--group (expected a positive multiple of 8, got {})", quant.group));
