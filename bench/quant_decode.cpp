@@ -12,7 +12,8 @@
 // --work as latent checkpoints in the model's 16-bit type: once as they are, once with B and A quantized
 // by round to nearest (q bits, groups of G) and the head by model::quantize_table. Each decode at context
 // C fills the cache with C − steps − 2 random positions, runs 2 untimed steps and `steps` timed ones per
-// arm, the arms taking turns step by step; the median step counts (bench/decode.cpp's protocol).
+// arm, the arms taking turns step by step; the median step counts (bench/decode.cpp's protocol). Then
+// each model alone under model::set_profiling at the last context: the split of a step's time.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -130,6 +131,30 @@ std::vector<double> decode_seconds(const std::vector<const model::Model*>& ms, i
   return med;
 }
 
+// Where a decode step's time goes (model::ForwardProfile) at context C: `steps` steps of m alone after
+// the interleaved timing, per step: the decoder layers' matrices, the LM head, attention and the rest;
+// the matrices' and the head's bytes over their seconds as a fraction of the bandwidth.
+nlohmann::json split(const model::Model& m, int C, int steps, double bw) {
+  model::KvCache cache(m, C, model::KvCacheMode::Auto);
+  fill_cache(cache, m.num_layers(), C - steps - 2);
+  MatrixF logits;
+  std::int32_t id = 3;
+  m.forward_cached(std::span<const std::int32_t>(&id, 1), cache, logits);
+  model::set_profiling(true);
+  model::reset_forward_profile();
+  for (int s = 0; s < steps; ++s) m.forward_cached(std::span<const std::int32_t>(&id, 1), cache, logits);
+  const model::ForwardProfile p = model::forward_profile();
+  model::set_profiling(false);
+  const model::WeightTable& h = m.head_weight();
+  const double head_bytes = h.packed() ? static_cast<double>(quant::packed_bytes(h.rows(), h.cols(), h.packed()->spec()))
+                                       : (h.view16() ? 2.0 : 4.0) * static_cast<double>(h.size());
+  const double layer_bytes = static_cast<double>(weight_bytes_per_token(m)) - head_bytes;
+  const double n = steps;
+  return {{"linear_s", p.linear_s / n}, {"head_s", p.head_s / n}, {"attention_s", p.attention_s / n},
+          {"other_s", p.other_s / n}, {"linear_fraction_of_bandwidth", layer_bytes / (p.linear_s / n) / 1e9 / bw},
+          {"head_fraction_of_bandwidth", head_bytes / (p.head_s / n) / 1e9 / bw}};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -197,6 +222,16 @@ int main(int argc, char** argv) try {
                    names[k].c_str(), C, 1.0 / med[k], 100.0 / med[k] / roofline, med[1] / med[k], med[2] / med[k]);
     }
   }
+  const int C_split = contexts.back();
+  for (std::size_t k = 0; k < ms.size(); ++k) {
+    rows[k]["split"] = split(*ms[k], C_split, steps, bw);
+    const auto& sp = rows[k]["split"];
+    std::fprintf(stderr, "%s @%d split: matrices %.1f ms (%.0f %% of bandwidth), head %.1f ms (%.0f %%), attention "
+                 "%.1f ms, other %.1f ms\n", names[k].c_str(), C_split, 1e3 * sp["linear_s"].get<double>(),
+                 100 * sp["linear_fraction_of_bandwidth"].get<double>(), 1e3 * sp["head_s"].get<double>(),
+                 100 * sp["head_fraction_of_bandwidth"].get<double>(), 1e3 * sp["attention_s"].get<double>(),
+                 1e3 * sp["other_s"].get<double>());
+  }
   const auto& c = dense->config();
   nlohmann::json j = {{"model", dir}, {"name", name}, {"layers", c.num_hidden_layers}, {"hidden_size", c.hidden_size},
                       {"vocab_size", c.vocab_size}, {"ratio", ratio}, {"bits", bits}, {"head_bits", head_bits},
@@ -227,6 +262,17 @@ int main(int argc, char** argv) try {
                         d["speedup_over_dense"].get<double>());
     }
     md += "\n";
+  }
+  md += fmt::format("\nWhere a step goes at context {} (model::ForwardProfile, each model alone, {} steps after the "
+                    "interleaved ones): ms per token, and the bytes of the layers' matrices and of the head over their "
+                    "time as a fraction of the read bandwidth.\n\n| variant | matrices ms (% bandwidth) | head ms (% "
+                    "bandwidth) | attention ms | other ms |\n|---|---:|---:|---:|---:|\n", C_split, steps);
+  for (const auto& r : rows) {
+    const auto& sp = r["split"];
+    md += fmt::format("| {} | {:.1f} ({:.0f} %) | {:.1f} ({:.0f} %) | {:.1f} | {:.1f} |\n", r["variant"].get<std::string>(),
+                      1e3 * sp["linear_s"].get<double>(), 100 * sp["linear_fraction_of_bandwidth"].get<double>(),
+                      1e3 * sp["head_s"].get<double>(), 100 * sp["head_fraction_of_bandwidth"].get<double>(),
+                      1e3 * sp["attention_s"].get<double>(), 1e3 * sp["other_s"].get<double>());
   }
   std::ofstream(out + ".md") << md;
   std::printf("%s", md.c_str());

@@ -189,6 +189,8 @@ TEST_F(QuantHead, BlockwiseQuantizerMatchesTheWholeMatrixAndFourBitsLoads) {
   EXPECT_EQ(re->head_weight().packed()->bits, 4);
   const auto eval = eval_ids(4, kSeqlen);
   const double p_f = ppl(*m, eval, kSeqlen), p_q = ppl(*re, eval, kSeqlen);
+  RecordProperty("ppl_float_head", std::to_string(p_f));
+  RecordProperty("ppl_4bit_head", std::to_string(p_q));
   EXPECT_LT(std::abs(p_q / p_f - 1.0), 0.2) << "float head " << p_f << ", 4-bit head " << p_q;
 }
 
