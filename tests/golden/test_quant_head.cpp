@@ -13,6 +13,7 @@
 #include "latentllm/calib.hpp"
 #include "latentllm/checkpoint.hpp"
 #include "latentllm/compress.hpp"
+#include "latentllm/export.hpp"
 #include "latentllm/io.hpp"
 #include "latentllm/log.hpp"
 #include "latentllm/model.hpp"
@@ -155,6 +156,34 @@ TEST_F(QuantHead, EightBitHeadIsPackedReloadsBitIdenticallyAndKeepsPerplexity) {
   RecordProperty("ppl_8bit_head", std::to_string(p_q));
   EXPECT_NE(p_f, p_q);
   EXPECT_LT(std::abs(p_q / p_f - 1.0), 0.005) << "float head " << p_f << ", 8-bit head " << p_q;
+}
+
+// export --format hf of a checkpoint with a quantized head: lm_head.weight is the dequantized head (each
+// value rounded once from s·(c − z) in double), tie_word_embeddings false, and the export's logits are
+// the checkpoint's within float rounding (the dense product of the same values).
+TEST_F(QuantHead, HfExportWritesTheDequantizedHeadUntied) {
+  const auto m = model::Model::load(model_dir());
+  const auto head = model::quantize_table(m->head_weight(), {8, 32, quant::Grid::MinMax}, "lm_head");
+  const auto dir = saved(*m, "head-hf", head);
+  const auto out = test::make_temp_dir("head-hf-out") / "hf";
+  format::ExportOptions eo;
+  eo.format = "hf";
+  eo.dtype = DType::F32;
+  (void)format::export_checkpoint(dir, out, eo);
+  const auto config = nlohmann::json::parse(std::ifstream(out / "config.json"));
+  EXPECT_EQ(config["tie_word_embeddings"], false);
+  EXPECT_FALSE(config.contains("latent"));
+  const auto store = io::TensorStore::open(out);
+  ASSERT_TRUE(store.has("lm_head.weight"));
+  EXPECT_FALSE(store.has("lm_head.qweight"));
+  const MatrixF want = quant::dequantize(quant::unpack(*head)).cast<float>();  // [V, d]
+  const std::vector<float> got = store.get("lm_head.weight").to_f32();
+  EXPECT_TRUE(Eigen::Map<const MatrixF>(got.data(), want.rows(), want.cols()) == want);
+  const auto hf = model::Model::load(out);
+  const auto q = model::Model::load(dir);
+  const auto ids = eval_ids(1, kSeqlen);
+  const MatrixF a = logits_of(*hf, ids, kSeqlen), b = logits_of(*q, ids, kSeqlen);
+  EXPECT_LT((a - b).cwiseAbs().maxCoeff(), 1e-4f * (1.0f + b.cwiseAbs().maxCoeff()));
 }
 
 // The packed table's rows are what quant::rtn gives on the whole matrix (the block-wise quantizer
