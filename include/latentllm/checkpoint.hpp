@@ -32,6 +32,10 @@ struct SaveOptions {
   // tower and projector compressed by compress --components): written from these in place of the
   // source's tensors, listed in the latent section under those names. Must outlive save().
   std::vector<const model::Linear*> tower_modules;
+  // A quantized LM head (compress --head-bits) [V, p]: written as the dense quantized module "lm_head"
+  // (docs/FORMAT.md "Quantized tensors") in place of an untied source's lm_head.weight; a tied source's
+  // stored table stays, as the embedding. Null: the head as the source stores it.
+  std::shared_ptr<const quant::PackedMatrix> head;
 };
 
 // Writes `m` (dense and factored modules, current biases) as a checkpoint in `out_dir`: the

@@ -290,6 +290,10 @@ struct QuantOptions {
   // --bpw: one budget in bits per original weight of the compressed modules (codes, scales and zero
   // points included); each module's rank and bits chosen together (allocate_ranks_bits). 0: none.
   double bpw = 0;
+  // --head-bits: the LM head stored as q-bit codes (8 or 4; 16: as the source stores it) in groups of
+  // `group`, by round to nearest on each group's min–max grid (docs/QUANT.md "The LM head"); a latent
+  // checkpoint only.
+  int head_bits = 16;
   bool enabled() const { return bits < 16 || bpw > 0; }
 };
 

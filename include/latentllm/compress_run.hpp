@@ -82,6 +82,7 @@ struct Outcome {
   format::WeightsSize before, after;  // the whole model's stored weights (after: when written)
   // The compressed modules as written, when quantized (--bits, --bpw) into a latent checkpoint.
   std::optional<eval::CompressedModules> compressed_modules;
+  std::optional<eval::QuantizedHead> head;  // the LM head as written, when quantized (--head-bits)
   double write_s = 0;
   std::int64_t model_params = 0, planned_model_params = 0;  // a dry run: the whole model, as planned
 };

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <span>
@@ -158,6 +159,14 @@ struct CompressedModules {
 std::int64_t compressed_module_bytes(const model::Linear& l, std::int64_t value_bytes);
 // A lazy model's layers are loaded one at a time and released again (those it had loaded stay).
 CompressedModules compressed_modules(model::Model& m, std::int64_t value_bytes);
+// The LM head when stored quantized (compress --head-bits): its bits, group, parameters [V·p] and stored
+// bytes (codes, F16 scales and zero points: quant::packed_bytes); nullopt for a float head.
+struct QuantizedHead {
+  int bits = 0, group = 0;
+  std::int64_t params = 0, bytes = 0;
+  double bits_per_weight() const { return params > 0 ? 8.0 * static_cast<double>(bytes) / static_cast<double>(params) : 0.0; }
+};
+std::optional<QuantizedHead> quantized_head(const model::Model& m);
 
 // Stored parameters (weights, biases, norms, embeddings) per module type: "embed", "attn", "mlp",
 // "norm", then "lm_head" when untied.

@@ -500,6 +500,9 @@ class Model {
   // Parameters outside the decoder layers per module type ("embed", "norm", "lm_head"; eval::param_breakdown
   // counts the whole model).
   virtual std::vector<std::pair<std::string, std::int64_t>> non_layer_params() const = 0;
+  // The LM head as the forward reads it, [V, p]: the token embedding's table when tied, packed codes when
+  // quantized (compress --head-bits; src/model/weight_table.hpp).
+  const WeightTable& head_weight() const { return lm_head(); }
 
  protected:
   ModelConfig config_;

@@ -182,7 +182,7 @@ bool reads_option(const CompressOptions& o, std::string_view key) {
   const bool global = o.rank_alloc == RankAlloc::Global;
   if (key == "components") return o.components.towers();  // recorded when more than the language model
   // Quantization is every method's, recorded when it is on (CompressOptions::to_json).
-  if (key == "bits" || key == "group" || key == "quantizer" || key == "bpw") return true;
+  if (key == "bits" || key == "group" || key == "quantizer" || key == "bpw" || key == "head_bits") return true;
   if (std::find(kCommonKeys.begin(), kCommonKeys.end(), key) != kCommonKeys.end()) return true;
   // The global allocation's pre-pass measures root-covariance spectra for every method (sensitivity.cpp).
   if (global && (key == "alloc_score" || key == "alloc_tokens" || key == "lambda_rel" || key == "output_side")) {

@@ -72,6 +72,7 @@ std::span<const OptionFlag> option_flags() {
       {"batch", "--batch"},         {"bits", "--bits"},           {"group", "--group"},
       {"quantizer", "--quantizer"}, {"solver", "--solver"},       {"pattern", "--pattern"},
       {"sparse_iters", "--sparse-iters"}, {"bpw", "--bpw"}, {"split_heads", "--split-heads"},
+      {"head_bits", "--head-bits"},
   };
   return kFlags;
 }
@@ -146,6 +147,10 @@ nlohmann::ordered_json CompressOptions::to_json() const {
     j["group"] = quant.group;
     j["quantizer"] = uses_gptq(*this) ? "gptq" : "rtn";
   }
+  if (quant.head_bits < 16) {  // absent when the head is not quantized
+    j["head_bits"] = quant.head_bits;
+    j["group"] = quant.group;
+  }
   return j;
 }
 
@@ -186,6 +191,7 @@ CompressOptions CompressOptions::from_json(const nlohmann::json& j) {
     o.quant.bits = j.value("bits", o.quant.bits);
     o.quant.group = j.value("group", o.quant.group);
     o.quant.bpw = j.value("bpw", o.quant.bpw);
+    o.quant.head_bits = j.value("head_bits", o.quant.head_bits);
     o.quant.gptq = j.value("quantizer", std::string("gptq")) == "gptq";
   } catch (const nlohmann::json::exception& e) {
     throw FormatError(fmt::format("options record: {} (expected the keys CompressOptions::to_json writes)", e.what()));
@@ -305,6 +311,9 @@ void CompressOptions::validate() const {
   if (quantizes_dense(method) && !quant.enabled()) {
     throw ConfigError(fmt::format("--method {}: quantization bits (expected --bits 8, 4, 3 or 2, got {})",
                                   method_name(method), quant.bits));
+  }
+  if (quant.head_bits != 16 && quant.head_bits != 8 && quant.head_bits != 4) {
+    throw ConfigError(fmt::format("--head-bits (expected 8, 4 or 16, got {})", quant.head_bits));
   }
   if (quant.group <= 0 || quant.group % 8 != 0) {
     throw ConfigError(fmt::format("--group (expected a positive multiple of 8, got {})", quant.group));

@@ -6,6 +6,8 @@
 
 #include "latentllm/error.hpp"
 #include "latentllm/eval.hpp"
+#include "model/weight_table.hpp"
+#include "quant/pack.hpp"
 
 namespace latentllm::eval {
 
@@ -59,6 +61,12 @@ SparsePart read_sparse_part(const nlohmann::json& entry, std::int64_t out, std::
     return it->get<std::int64_t>();
   };
   return {field("rank", std::min(out, in)), field("nonzeros", out * in)};
+}
+
+std::optional<QuantizedHead> quantized_head(const model::Model& m) {
+  const quant::PackedMatrix* q = m.head_weight().packed();
+  if (q == nullptr) return std::nullopt;
+  return QuantizedHead{q->bits, q->group, q->rows * q->cols, quant::packed_bytes(q->rows, q->cols, q->spec())};
 }
 
 CompressedModules compressed_modules(model::Model& m, std::int64_t value_bytes) {

@@ -13,6 +13,7 @@
 #include "latentllm/checkpoint.hpp"
 #include "latentllm/error.hpp"
 #include "latentllm/files.hpp"
+#include "model/weight_table.hpp"
 #include "quant/pack.hpp"
 
 namespace latentllm::format {
@@ -108,8 +109,10 @@ std::vector<Entry> plan_tensors(LayerSource& layers, const io::TensorStore& src,
   const auto where = layer_modules(m);
   std::map<std::string, OuterModule> outer;  // HF module name -> module
   for (const model::Linear* l : opt.tower_modules) outer[m.module_name(l->name)].in_memory = l;
+  // A quantized LM head (compress --head-bits) is the model's packed table, written dense as lm_head.weight.
+  const quant::PackedMatrix* head = m.head_weight().packed();
   for (const auto& [name, lm] : latent)
-    if (!where.count(name)) outer[name].stored = &lm;
+    if (!where.count(name) && !(head && name == "lm_head")) outer[name].stored = &lm;
   std::vector<Entry> out;
   auto copy = [&](const std::string& name) {
     out.push_back({{name, opt.dtype, src.get(name).shape}, [&src, name] { return src.get(name).to_f32(); }});
@@ -120,6 +123,21 @@ std::vector<Entry> plan_tensors(LayerSource& layers, const io::TensorStore& src,
   for (const auto& name : src.names()) {
     const std::string stored = tensor_module(name);
     const std::string module = m.module_name(stored);
+    if (head && module == "lm_head") {
+      const auto t = io::parse_latent_tensor_name(name);
+      if (m.config().tie_word_embeddings && t && t->piece == io::Piece::Values) {
+        // The tied table stored under the head's name: the embedding, whose own name the output would need.
+        throw FormatError(fmt::format("{}: {} is the tied embedding and the head is quantized (expected the "
+                                      "embedding stored under its own name for an hf export)", m.dir().string(), name));
+      }
+      if (!done.insert(module).second) continue;
+      out.push_back({{stored + ".weight", opt.dtype, {head->rows, head->cols}}, [head] {
+                       // [V, p], each value rounded once from the exact dequantized one
+                       const MatrixF w = quant::dequantize(quant::unpack(*head)).cast<float>();
+                       return std::vector<float>(w.data(), w.data() + w.size());
+                     }});
+      continue;
+    }
     if (const auto o = outer.find(module); o != outer.end()) {
       if (!done.insert(module).second) continue;
       const model::Linear* l = o->second.in_memory;
@@ -199,7 +217,9 @@ ExportSummary write_hf(LayerSource& layers, const fs::path& dir, const WriteOpti
     }
   }
   w.finish();
-  core::write_text_atomic(dir / "config.json", hf_config(config, opt.dtype).dump(2) + "\n");
+  nlohmann::json hf = hf_config(config, opt.dtype);
+  if (m.head_weight().packed()) hf["tie_word_embeddings"] = false;  // the quantized head is a matrix of its own
+  core::write_text_atomic(dir / "config.json", hf.dump(2) + "\n");
   for (const char* f : checkpoint::companion_files())
     if (fs::exists(m.dir() / f)) core::write_text_atomic(dir / f, core::read_file(m.dir() / f));  // fsynced copy
   return s;

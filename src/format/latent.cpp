@@ -78,8 +78,10 @@ std::vector<float> piece_values(const quant::PackedMatrix& q, io::Piece p) {
 // The output's tensors in the source's order, a module's tensors where its first one was: the
 // non-linear tensors from the source, the modules of the decoder layers from `layers`, the tower modules
 // from `towers`. Fills `modules` (the latent section's entries).
-std::vector<Entry> plan_tensors(LayerSource& layers, const io::TensorStore& src, DType dtype,
-                                const std::vector<const model::Linear*>& towers, nlohmann::json& modules) {
+std::vector<Entry> plan_tensors(LayerSource& layers, const io::TensorStore& src, const WriteOptions& opt,
+                                nlohmann::json& modules) {
+  const DType dtype = opt.dtype;
+  const std::vector<const model::Linear*>& towers = opt.tower_modules;
   const model::Model& m = layers.model();
   std::map<std::string, const model::Linear*> tower;  // stored module name -> module
   for (const model::Linear* lin : towers) tower.emplace(lin->name, lin);
@@ -123,10 +125,29 @@ std::vector<Entry> plan_tensors(LayerSource& layers, const io::TensorStore& src,
     }
     if (f.bias) add(stored + ".bias", {spec.out}, current, [](const model::Linear& l) -> const VectorF& { return l.bias; });
   };
+  // The quantized head's three tensors, where the source's untied head was (else after the last tensor).
+  const std::string head_module = m.stored_name("lm_head");
+  bool head_done = opt.head == nullptr;
+  auto add_head = [&] {
+    const ModuleForm f{0, false, false, opt.head->bits, opt.head->group};
+    const auto head = opt.head;
+    add_packed(head_module, io::Factor::Weight, head->rows, head->cols, f, [head]() -> model::Linear {
+      model::Linear l;
+      l.weight = head;
+      return l;
+    });
+    modules["lm_head"] = io::latent_module_json({.rank = 0, .in = head->cols, .out = head->rows, .block_identity = false,
+                                                 .perm = {}, .bits = head->bits, .group = head->group});
+    head_done = true;
+  };
   std::vector<ModuleForm> forms;  // of layer `forms_of`
   int forms_of = -1;
   for (const auto& name : src.names()) {
     const std::string stored_module = tensor_module(name);
+    if (opt.head && !m.config().tie_word_embeddings && stored_module == head_module) {
+      if (!head_done) add_head();  // in place of the untied lm_head.weight
+      continue;
+    }
     if (const auto t = tower.find(stored_module); t != tower.end()) {
       if (!done.insert(t->first).second) continue;
       const model::Linear* lin = t->second;
@@ -155,6 +176,7 @@ std::vector<Entry> plan_tensors(LayerSource& layers, const io::TensorStore& src,
                [&layers, i = i, k = k]() -> const model::Linear& { return layers.layer(i).linears[k]; });
     if (f.rank > 0 || f.bits < 16) modules[module] = module_entry(layers.layer(i).linears[k]);  // perm included
   }
+  if (!head_done) add_head();
   for (const auto& [name, lin] : tower) {
     if (!done.count(name)) throw FormatError(fmt::format("{}: module {} not found in the source checkpoint", m.dir().string(), name));
   }
@@ -193,7 +215,7 @@ ExportSummary write_latent(LayerSource& layers, const fs::path& dir, const Write
   const model::Model& m = layers.model();
   const auto src = io::TensorStore::open(m.dir());
   nlohmann::json modules = nlohmann::json::object();
-  const std::vector<Entry> entries = plan_tensors(layers, src, opt.dtype, opt.tower_modules, modules);
+  const std::vector<Entry> entries = plan_tensors(layers, src, opt, modules);
 
   nlohmann::json config = m.config().raw;
   nlohmann::json latent = opt.info.is_object() ? opt.info : nlohmann::json::object();
@@ -236,6 +258,7 @@ void save(const model::Model& m, const fs::path& out_dir, const SaveOptions& opt
   w.dtype = opt.dtype;
   w.info = opt.info;
   w.tower_modules = opt.tower_modules;
+  w.head = opt.head;
   const format::ExportSummary s = format::write_latent(*layers, dir.path(), w);
   dir.commit();
   log_info("wrote {} ({} tensors, {} factored modules)", dir.target().string(), s.tensors, s.factored);

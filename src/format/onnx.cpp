@@ -24,6 +24,7 @@
 #include "latentllm/error.hpp"
 #include "latentllm/files.hpp"
 #include "latentllm/log.hpp"
+#include "model/weight_table.hpp"
 
 namespace latentllm::format {
 namespace {
@@ -377,7 +378,8 @@ void rope_tables(Ctx& c) {
 }
 
 // The token embedding's initializer (tied: whichever of embed_tokens / lm_head is stored, once) and the
-// LM head's ([V, d], read by Gemm with transB).
+// LM head's ([V, d], read by Gemm with transB). A quantized head (compress --head-bits) has no float
+// initializer when MatMulNBits takes it (head is then ""), else its dequantized values.
 struct Tables {
   std::string embed, head;
 };
@@ -389,11 +391,13 @@ Tables tables(Ctx& c, const io::TensorStore& store, const std::string& embed_nam
     return weight(c, s, {t.shape[0], t.shape[1]}, t.to_f32());
   };
   const bool has_embed = store.has(stored(c, embed_name));
-  if (cfg.tie_word_embeddings) {
-    const std::string t = table(has_embed ? embed_name : "lm_head.weight");
-    return {t, t};
+  const std::string embed = table(cfg.tie_word_embeddings && !has_embed ? "lm_head.weight" : embed_name);
+  if (const quant::PackedMatrix* q = c.m.head_weight().packed()) {
+    if (nbits_unsupported(*q).empty()) return {embed, ""};
+    const MatrixF w = quant::dequantize(quant::unpack(*q)).cast<float>();  // [V, d]
+    return {embed, weight(c, stored(c, "lm_head.weight"), {q->rows, q->cols}, {w.data(), w.data() + w.size()})};
   }
-  return {table(embed_name), table("lm_head.weight")};
+  return {embed, cfg.tie_word_embeddings ? embed : table("lm_head.weight")};
 }
 
 std::string embed(Ctx& c, const io::TensorStore& store, const std::string& table, const std::string& opt_pre) {
@@ -420,6 +424,9 @@ std::string head(Ctx& c, const io::TensorStore& store, const std::string& h, con
     const std::string n = stored(c, "model.norm.weight");
     const std::vector<float> w = store.get(n).to_f32();
     x = rms_norm(c, h, n, Eigen::Map<const VectorF>(w.data(), d), static_cast<float>(c.m.config().rms_norm_eps));
+  }
+  if (table.empty()) {  // a quantized head: one MatMulNBits, [B, S, V]
+    return nbits_matmul(c, stored(c, "lm_head"), io::Factor::Weight, *c.m.head_weight().packed(), x);
   }
   const std::string flat = c.g.op("Reshape", {x, c.g.ints({-1, d})});
   const std::string logits = c.g.op("Gemm", {flat, table}, {attr("transB", std::int64_t{1})});  // [B·S, V]

@@ -27,6 +27,8 @@ struct WriteOptions {
   // Modules outside the decoder layers (a LLaVA's vision tower and projector compressed by compress
   // --components), under their stored names, in place of the source's tensors (latent, hf).
   std::vector<const model::Linear*> tower_modules;
+  // latent: a quantized LM head (checkpoint::SaveOptions::head), or null.
+  std::shared_ptr<const quant::PackedMatrix> head;
   model::KvCacheMode kv_cache = model::KvCacheMode::Auto;  // onnx (ExportOptions::kv_cache)
   std::int64_t onnx_external_data_above = kOnnxExternalDataAbove;
   // Provenance (include/latentllm/provenance.hpp) of an export: completed with the output and written as

@@ -77,12 +77,13 @@ inline bool reach(LayerState& s, Site site, ForwardObserver* obs, int layer) {
 // The token embedding [V, p] and the LM head [V, p] (empty when tied). Tied per config: when tied,
 // either of the pair stands in for the other when only one is stored (TinyStories-656K stores only
 // lm_head); when untied, both must be stored (FormatError naming the missing tensor). Mapped tables
-// when the loader is lazy.
+// when the loader is lazy. A head the latent section lists quantized (compress --head-bits: the module
+// "lm_head", tied or not) is its packed table, and the embedding stays the stored float table.
 struct EmbedAndHead {
   WeightTable embed;  // [V, p]
   WeightTable head;   // [V, p] or empty (tied: the head is `embed`)
 };
-EmbedAndHead load_embed_and_head(const WeightLoader& w, const std::string& embed_name, const std::string& head_name,
+EmbedAndHead load_embed_and_head(WeightLoader& w, const std::string& embed_name, const std::string& head_name,
                                  std::int64_t V, std::int64_t p, bool tie);
 
 // Throws Error "<dir>: hidden states [r, c] (expected [n_seq·T, d])" unless h is whole windows of width d.

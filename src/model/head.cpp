@@ -11,6 +11,8 @@
 #include "core/gemm16.hpp"
 #include "latentllm/error.hpp"
 #include "core/parallel.hpp"
+#include "quant/gemv.hpp"
+#include "quant/prefill.hpp"
 
 namespace latentllm::model {
 namespace {
@@ -43,6 +45,27 @@ struct RowLse {
     }
   }
 };
+
+// logits: [n, V] = x: [n, p] · W'ᵀ for a quantized head: each of at most core::kGemvRows rows (decoding)
+// through quant::gemv, which reads the packed codes once and splits the vocabulary over the pool; more
+// rows through dequantized vocabulary blocks into sgemm (quant::xwtq). Either way each logit's sum has
+// one order whatever the thread count.
+void packed_logits(const MatrixF& x, const quant::PackedMatrix& q, MatrixF& logits) {
+  const std::int64_t n = x.rows(), p = x.cols(), V = q.rows;
+  // Decoding, or a batch of decoding sequences whose every row must be the one-row result (RowwiseProducts).
+  if (n <= core::kGemvRows || core::rowwise_products()) {
+    std::vector<float> y(static_cast<std::size_t>(V));  // [V]
+    for (std::int64_t i = 0; i < n; ++i) {
+      quant::gemv(q, std::span<const float>(x.data() + i * p, static_cast<std::size_t>(p)), y);
+      std::copy(y.begin(), y.end(), logits.data() + i * V);
+    }
+    return;
+  }
+  core::parallel_for(V, kVocab, core::gemm_work(n, V, p), [&](std::int64_t v0, std::int64_t v1) {
+    quant::xwtq(x.data(), static_cast<int>(n), static_cast<int>(p), q, v0, v1, 0.0f, logits.data() + v0,
+                static_cast<int>(V));
+  });
+}
 
 }  // namespace
 
@@ -125,6 +148,10 @@ void head_logits(const MatrixF& x, const WeightTable& w, MatrixF& logits) {
   if (w.cols() != p) throw Error(fmt::format("head_logits: inner dimension (expected {}, got {})", w.cols(), p));
   logits.resize(n, V);
   core::BlasSingleThreaded single;
+  if (const quant::PackedMatrix* q = w.packed()) {
+    packed_logits(x, *q, logits);
+    return;
+  }
   if (const auto w16 = w.view16(); w16 && (n <= core::kGemvRows || core::rowwise_products())) {
     // Decoding: the GEMV reads the 16-bit rows once, widening them in registers (the stored model
     // checked them finite at load).

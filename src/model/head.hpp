@@ -25,7 +25,9 @@ void fused_head_nll(const MatrixF& x, const WeightTable& w, std::span<const std:
                     std::span<double> nll, HeadCpuTimes* times);
 
 // logits: [n, V] = x: [n, p] · wᵀ. An eager w is one core::parallel_xwt; a mapped one is widened a
-// block of vocabulary rows at a time, each block's columns of the logits computed by one sgemm.
+// block of vocabulary rows at a time, each block's columns of the logits computed by one sgemm. A
+// quantized w (WeightTable::packed) goes through quant::gemv row by row for at most core::kGemvRows
+// rows, else through quant::xwtq by vocabulary blocks; fused_head_nll dequantizes its blocks (block()).
 void head_logits(const MatrixF& x, const WeightTable& w, MatrixF& logits);
 
 }  // namespace latentllm::model

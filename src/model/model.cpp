@@ -201,10 +201,18 @@ double Model::head_nll(const MatrixF& h, std::span<const std::int32_t> ids, int 
   return total;
 }
 
-EmbedAndHead load_embed_and_head(const WeightLoader& w, const std::string& embed_name, const std::string& head_name,
+EmbedAndHead load_embed_and_head(WeightLoader& w, const std::string& embed_name, const std::string& head_name,
                                  std::int64_t V, std::int64_t p, bool tie) {
   EmbedAndHead out;
   const bool has_embed = w.has(embed_name), has_head = w.has(head_name);
+  const std::string head_module = head_name.substr(0, head_name.rfind('.'));  // "lm_head"
+  if (auto q = w.packed_table(head_module, V, p)) {
+    // Quantized head: the embedding is the stored float table (tied: whichever of the pair is stored).
+    if (!has_embed && !has_head) w.resolve(embed_name);  // throws "missing tensor"
+    out.embed = w.table(has_embed || !tie ? embed_name : head_name, V, p);
+    out.head = std::move(*q);
+    return out;
+  }
   if (!tie) {
     // Untied, the head is a parameter of its own: HF would initialise a missing one randomly and run
     // a silently wrong model, so both must be stored.

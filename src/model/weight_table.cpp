@@ -1,10 +1,13 @@
 #include "model/weight_table.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/gemm16.hpp"
 #include "latentllm/error.hpp"
 #include "model/ops.hpp"
+#include "quant/pack.hpp"
+#include "quant/prefill.hpp"
 
 namespace latentllm::model {
 namespace {
@@ -52,6 +55,14 @@ WeightTable WeightTable::held(Matrix16 m) {
   return t;
 }
 
+WeightTable WeightTable::packed(std::shared_ptr<const quant::PackedMatrix> q) {
+  WeightTable t;
+  t.rows_ = q->rows;
+  t.cols_ = q->cols;
+  t.packed_ = std::move(q);
+  return t;
+}
+
 void WeightTable::gather(std::span<const std::int32_t> ids, MatrixF& h) const {
   const auto n = static_cast<std::int64_t>(ids.size());
   h.resize(n, cols_);
@@ -62,6 +73,10 @@ void WeightTable::gather(std::span<const std::int32_t> ids, MatrixF& h) const {
     }
     if (held_.size() > 0) {
       core::widen_rows(held_, id, id + 1, h.data() + i * cols_);  // checked finite at load
+      continue;
+    }
+    if (packed_) {
+      quant::dequantize_rows(*packed_, id, id + 1, h.data() + i * cols_);  // finite scales and zeros (read_packed)
       continue;
     }
     if (view_ == nullptr) {
@@ -76,6 +91,11 @@ void WeightTable::gather(std::span<const std::int32_t> ids, MatrixF& h) const {
 }
 
 const float* WeightTable::block(std::int64_t r0, std::int64_t n, core::ScratchF& scratch) const {
+  if (packed_) {
+    scratch.resize(static_cast<std::size_t>(n * cols_));
+    quant::dequantize_rows(*packed_, r0, r0 + n, scratch.data());
+    return scratch.data();
+  }
   if (held_.size() > 0) {
     scratch.resize(static_cast<std::size_t>(n * cols_));
     core::widen_rows(held_, r0, r0 + n, scratch.data());  // checked finite at load
@@ -104,6 +124,29 @@ std::optional<Matrix16> WeightTable::view16() const {
   m.cols = cols_;
   m.data = reinterpret_cast<const std::uint16_t*>(view_->data);
   return m;
+}
+
+std::shared_ptr<const quant::PackedMatrix> quantize_table(const WeightTable& t, const quant::QuantSpec& spec,
+                                                          std::string_view context) {
+  constexpr std::int64_t kBlockRows = 1024;
+  auto out = std::make_shared<quant::PackedMatrix>();
+  out->rows = t.rows();
+  out->cols = t.cols();
+  out->bits = spec.bits;
+  out->group = spec.group;
+  core::ScratchF scratch;  // [kBlockRows, cols] a lazy table's widened rows
+  for (std::int64_t r0 = 0; r0 < t.rows(); r0 += kBlockRows) {
+    const std::int64_t n = std::min(kBlockRows, t.rows() - r0);
+    const float* rows = t.block(r0, n, scratch);  // [n, cols]
+    const MatrixD w = Eigen::Map<const MatrixF>(rows, n, t.cols()).cast<double>();  // [n, cols]
+    const quant::PackedMatrix p = quant::pack(quant::rtn(w, spec, context));
+    // Packed rows are contiguous in each of the three arrays: the blocks concatenate.
+    out->codes.insert(out->codes.end(), p.codes.begin(), p.codes.end());
+    out->scales.insert(out->scales.end(), p.scales.begin(), p.scales.end());
+    out->zeros.insert(out->zeros.end(), p.zeros.begin(), p.zeros.end());
+  }
+  t.release_pages();
+  return out;
 }
 
 }  // namespace latentllm::model

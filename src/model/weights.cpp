@@ -223,6 +223,30 @@ void WeightLoader::release_pages(const Linear& l) const {
 
 std::shared_ptr<const quant::PackedMatrix> WeightLoader::packed(const std::string& module, io::Factor f, std::int64_t rows,
                                                                 std::int64_t cols, const io::LatentModule& lm) const {
+  auto p = read_packed(module, f, rows, cols, lm);
+  counted_bytes_ += quant::packed_bytes(rows, cols, p->spec());
+  if (checking_) return nullptr;  // validated only
+  return p;
+}
+
+std::optional<WeightTable> WeightLoader::packed_table(const std::string& module, std::int64_t rows, std::int64_t cols) {
+  const auto it = latent_.find(module);
+  if (it == latent_.end()) return std::nullopt;
+  const io::LatentModule& lm = it->second;
+  // Anything else listed under the head's name is left unused (check_latent_used names it); the codes'
+  // shapes are checked against [rows, cols] by read_packed.
+  if (!lm.quantized() || lm.rank != 0) return std::nullopt;
+  auto q = read_packed(module, io::Factor::Weight, rows, cols, lm);
+  const std::int64_t bytes = quant::packed_bytes(rows, cols, q->spec());
+  table_bytes_ += bytes;
+  largest_table_stored_ = std::max(largest_table_stored_, bytes);
+  latent_used_.insert(module);
+  return WeightTable::packed(std::move(q));
+}
+
+std::shared_ptr<const quant::PackedMatrix> WeightLoader::read_packed(const std::string& module, io::Factor f,
+                                                                     std::int64_t rows, std::int64_t cols,
+                                                                     const io::LatentModule& lm) const {
   using io::Piece;
   const TensorView& codes = store_.get(resolve(io::latent_tensor_name(module, f, Piece::Codes)));
   const TensorView& scales = store_.get(resolve(io::latent_tensor_name(module, f, Piece::Scales)));
@@ -235,10 +259,8 @@ std::shared_ptr<const quant::PackedMatrix> WeightLoader::packed(const std::strin
   if (p.rows != rows) {
     throw FormatError(fmt::format("{}: rows (expected {}, got {})", codes.name, rows, p.rows));
   }
-  counted_bytes_ += quant::packed_bytes(rows, cols, p.spec());
   largest_stored_ = std::max(largest_stored_, static_cast<std::int64_t>(codes.nbytes));
   for (const TensorView* v : {&codes, &scales, &zeros}) store_.release_pages(v->name);
-  if (checking_) return nullptr;  // validated only
   return std::make_shared<const quant::PackedMatrix>(std::move(p));
 }
 

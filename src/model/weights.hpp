@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -50,6 +51,11 @@ class WeightLoader {
   // [rows, cols] embedding or LM head: a float copy (as matrix()), or with `lazy` (set_lazy) the
   // mapped tensor, widened on use (WeightTable).
   WeightTable table(const std::string& name, std::int64_t rows, std::int64_t cols) const;
+  // The quantized table of `module` ("lm_head", compress --head-bits) when the latent section lists it
+  // as a dense quantized module: its packed codes, read and validated (quant::read_packed) even in
+  // checking mode, since the forward holds them; nullopt when not listed so (FormatError as read_packed
+  // for codes of another shape).
+  std::optional<WeightTable> packed_table(const std::string& module, std::int64_t rows, std::int64_t cols);
   // The linear module `module` ("model.layers.0.self_attn.q_proj") of shape [out, in], with a bias
   // if has_bias; factored when the latent section lists it. With set_stored, its F16/BF16 matrices are
   // kept as stored (16-bit Linear weights: Weight::half()).
@@ -115,6 +121,9 @@ class WeightLoader {
 
  private:
   const TensorView& view(const std::string& name, std::initializer_list<std::int64_t> shape) const;
+  // packed() without the checking mode's shortcut: always the matrix.
+  std::shared_ptr<const quant::PackedMatrix> read_packed(const std::string& module, io::Factor f, std::int64_t rows,
+                                                         std::int64_t cols, const io::LatentModule& lm) const;
   // The tensor t (F16 or BF16, [rows, cols]) copied into huge pages; its mapped pages dropped.
   Matrix16 huge_copy(const TensorView& t, std::int64_t rows, std::int64_t cols) const;
 

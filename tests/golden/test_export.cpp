@@ -16,8 +16,12 @@
 #include <nlohmann/json.hpp>
 
 #include "errors_doc.hpp"
+#include "latentllm/checkpoint.hpp"
+#include "latentllm/export.hpp"
 #include "latentllm/io.hpp"
 #include "latentllm/model.hpp"
+#include "model/weight_table.hpp"
+#include "quant/pack.hpp"
 #include "test_support.hpp"
 
 namespace latentllm::test {
@@ -297,6 +301,16 @@ TEST(ErrorsDoc, Export) {
                     {"export-out-exists", {cli("export" + m + " --out " + q(exported(lat)))}},
                     {"export-out-foreign", {cli("export" + m + " --force --out " + q(tmp / "foreign"))}},
                     {"export-unused-bias", {cli("export --model " + q(latent_with_an_unswitched_bias()) + " --out " + q(tmp / "e"))}},
+                    {"export-tied-head", {lib([&] {
+                       // TinyStories-656K stores its tied table only as lm_head.weight.
+                       const auto dense = model::Model::load(shared_path("models/TinyStories-656K"));
+                       checkpoint::SaveOptions so;
+                       so.head = model::quantize_table(dense->head_weight(), {8, 32, quant::Grid::MinMax}, "lm_head");
+                       checkpoint::save(*dense, tmp / "tied-head", so);
+                       format::ExportOptions eo;
+                       eo.format = "hf";
+                       (void)format::export_checkpoint(tmp / "tied-head", tmp / "f", eo);
+                     })}},
                     {"export-overflow",
                      {cli("export --model " + q(latent_with_a_huge_factor()) + " --dtype f16 --out " + q(tmp / "d"))}},
                 });

@@ -196,6 +196,18 @@ TEST(OnnxRuntime, EightBitMinMaxLatentMatchesLatentllm) {
   expect_quantized_export_agrees(quantized_fixture("stories260K/hf", kQuantLatentMinMax8));
 }
 
+// The quantized LM head (compress --head-bits, min–max grid: fractional zero points): one MatMulNBits
+// over the head's codes beside the 4-bit factors; logits, greedy tokens and perplexity as latentllm's.
+TEST(OnnxRuntime, EightBitHeadMatchesLatentllm) {
+  REQUIRE_ORT();
+  expect_quantized_export_agrees(quantized_fixture("stories260K/hf", kQuantLatent + " --head-bits 8"));
+}
+
+TEST(OnnxRuntime, FourBitHeadMatchesLatentllm) {
+  REQUIRE_ORT();
+  expect_quantized_export_agrees(quantized_fixture("stories260K/hf", kQuantLatent + " --head-bits 4"));
+}
+
 // --dtype f16 (float16 I/O, embedding and norms; the quantized tensors as in f32): logits within the
 // rounding of float16 logits and pasts, the same greedy tokens and perplexity within 1e-3.
 TEST(OnnxRuntime, QuantizedF16ExportMatchesLatentllm) {

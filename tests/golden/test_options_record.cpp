@@ -28,7 +28,7 @@ CompressOptions reads_everything() {
   o.method = compress::Method::LatentLlm;
   o.joint = {.qk = true, .vo = true, .ud = true};
   o.rank_alloc = compress::RankAlloc::Global;
-  o.quant = {.bits = 4, .group = 64, .gptq = true};
+  o.quant = {.bits = 4, .group = 64, .gptq = true, .head_bits = 8};
   return o;
 }
 
@@ -40,6 +40,7 @@ std::vector<std::pair<std::string, std::function<void(CompressOptions&)>>> field
       {"bits", [](CompressOptions& o) { o.quant.bits = 8; }},
       {"group", [](CompressOptions& o) { o.quant.group = 32; }},
       {"quantizer", [](CompressOptions& o) { o.quant.gptq = false; }},
+      {"head_bits", [](CompressOptions& o) { o.quant.head_bits = 4; }},
       {"junction", [](CompressOptions& o) { o.local.junction = compress::Junction::SInv; }},
       {"rank_alloc", [](CompressOptions& o) { o.rank_alloc = compress::RankAlloc::Uniform; }},
       {"alloc_score", [](CompressOptions& o) { o.alloc_score = compress::AllocScore::Grouped; }},

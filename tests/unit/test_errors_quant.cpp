@@ -172,6 +172,8 @@ TEST(ErrorsDoc, Quantization) {
       {"qread-dtype", {load_quantized(DType::F32, 2)}},
       {"qread-rows", {load_quantized(DType::U8, 3)}},
       {"qopt-bits", {options_with([](compress::CompressOptions& o) { o.quant.bits = 5; })}},
+      {"qopt-head-bits", {options_with([](compress::CompressOptions& o) { o.quant.head_bits = 5; }),
+                          options_with([](compress::CompressOptions& o) { o.quant.head_bits = 2; })}},
       {"qopt-group", {options_with([](compress::CompressOptions& o) { o.quant = {.bits = 4, .group = 20}; })}},
       {"qopt-method", {options_with([](compress::CompressOptions& o) { o.method = compress::Method::Gptq; })}},
       {"qopt-bpw", {options_with(bpw([](compress::CompressOptions& o) { o.quant.bpw = -1; })),

@@ -165,6 +165,9 @@ int report_done(const CompressArgs& a, const compress::Outcome& o) {
     j["compressed_modules"] = {{"dense_params", cm->dense_params}, {"bytes", cm->bytes},
                                {"bits_per_weight", cm->bits_per_weight()}};
   }
+  if (const auto& h = o.head) {  // as inspect --json reports it
+    j["lm_head"] = {{"bits", h->bits}, {"group", h->group}, {"params", h->params}, {"bytes", h->bytes}};
+  }
   if (a.json) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
@@ -190,6 +193,10 @@ int report_done(const CompressArgs& a, const compress::Outcome& o) {
                 "zero points and biases)%s\n", core::format_bytes(cm->bytes).c_str(), (long long)cm->dense_params,
                 cm->bits_per_weight(),
                 !a.m.bpw.empty() ? fmt::format(" of the --bpw {} budget", a.m.bpw).c_str() : "");
+  }
+  if (const auto& h = o.head) {
+    std::printf("quantized LM head: %d-bit groups of %d, %s for %lld weights, %.4f bits per weight\n", h->bits,
+                h->group, core::format_bytes(h->bytes).c_str(), (long long)h->params, h->bits_per_weight());
   }
   if (sparse) {
     const auto& sp = j["sparse"];

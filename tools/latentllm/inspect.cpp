@@ -186,6 +186,9 @@ nlohmann::ordered_json describe(model::Model& m, const std::string& dir, bool al
   j["latent_modules"] = latent;
   // --joint qkv / --split-heads: the stored factors repeat A or hold B's zeros; their weights counted once.
   if (forms.qkv || forms.split_heads) j["latent_params_counted_once"] = own_total;
+  if (const auto h = eval::quantized_head(m)) {  // compress --head-bits
+    j["lm_head"] = {{"bits", h->bits}, {"group", h->group}, {"params", h->params}, {"bytes", h->bytes}};
+  }
   return j;
 }
 
@@ -248,6 +251,12 @@ void print_text(const nlohmann::ordered_json& j) {
                 e["junction"].get<std::string>().c_str(), grouped(e["params"].get<std::int64_t>()).c_str());
     if (e.contains("bits")) std::printf(", %d-bit groups of %d", e["bits"].get<int>(), e["group"].get<int>());
     std::printf("\n");
+  }
+  if (j.contains("lm_head")) {
+    const auto& h = j["lm_head"];
+    std::printf("lm_head       %d-bit groups of %d: %s bytes for %s weights\n", h["bits"].get<int>(),
+                h["group"].get<int>(), grouped(h["bytes"].get<std::int64_t>()).c_str(),
+                grouped(h["params"].get<std::int64_t>()).c_str());
   }
   if (j.contains("compressed_modules")) {
     const auto& q = j["compressed_modules"];

@@ -115,6 +115,10 @@ void add_method_options(CLI::App* sub, MethodArgs& a) {
                   "least (implies --rank-alloc global; docs/QUANT.md); sweep: a comma-separated grid of budgets in place of "
                   "--ratios")
       ->group("Quantization");
+  sub->add_option("--head-bits", a.head_bits,
+                  "Store the LM head as codes of this many bits, 8 or 4, in groups of --group input columns (round "
+                  "to nearest; a tied embedding stays as stored for the lookups; 16 = as stored; docs/QUANT.md)")
+      ->capture_default_str()->group("Quantization");
   sub->add_option("--group", a.group, "Input columns per quantization group (a multiple of 8)")
       ->capture_default_str()->group("Quantization");
   sub->add_option("--quantizer", a.quantizer,
@@ -214,6 +218,7 @@ compress::CompressOptions to_compress_options(const MethodArgs& a, const std::st
   o.output_side = a.output_side == "on";
   o.quant.bits = a.bits;
   o.quant.group = a.group;
+  o.quant.head_bits = a.head_bits;
   if (!a.bpw.empty()) {
     o.quant.bpw = parse_bpw(a.bpw);
     if (a.rank_alloc == "auto") o.rank_alloc = compress::RankAlloc::Global;

@@ -31,7 +31,7 @@ struct MethodArgs {
   double ud_min_tokens_per_ffn = std::numeric_limits<double>::quiet_NaN();
   std::optional<double> joint_tol;  // unset: the preset's
   bool no_intra_layer = false, diagnostics = false, split_heads = false;
-  int bits = 16, group = 128;
+  int bits = 16, group = 128, head_bits = 16;
   std::string bpw;  // --bpw: one budget (compress) or a comma-separated grid of them (sweep); empty: none
   std::string quantizer = "auto";  // auto: the preset's (default gptq, paper rtn)
   std::string solver = "hard", pattern = "unstructured";  // the sparse methods

@@ -17,6 +17,8 @@
 #include "latentllm/multimodal.hpp"
 #include "latentllm/scienceqa.hpp"
 #include "latentllm/tokenizer.hpp"
+#include "model/weight_table.hpp"
+#include "quant/pack.hpp"
 
 namespace latentllm::compress {
 namespace {
@@ -127,6 +129,10 @@ void write_output(const Request& r, model::Model& m, const CompressOptions& opt,
   so.info = o.options_record;
   so.layer_factors_dir = opt.state_dir;
   if (llava) so.tower_modules = tower_modules(*llava, opt.components);
+  if (opt.quant.head_bits < 16) {
+    const quant::QuantSpec spec{opt.quant.head_bits, opt.quant.group, quant::Grid::MinMax};
+    so.head = model::quantize_table(m.head_weight(), spec, m.dir().string() + ": lm_head");
+  }
   format::ExportOptions eo = r.output;
   so.info["provenance"] = eo.provenance = run_provenance(r, so.info["calibration"]);
   const auto tw = Clock::now();
@@ -141,11 +147,12 @@ void write_output(const Request& r, model::Model& m, const CompressOptions& opt,
   o.write_s = seconds_since(tw);
   o.written = true;
   o.after = format::weights_size(r.out);
-  if (r.output.format == "latent" && opt.quant.enabled()) {
+  if (r.output.format == "latent" && (opt.quant.enabled() || so.head)) {
     // Counted from the checkpoint as inspect counts it (the language model's modules; bits per weight with
     // scales and zero points).
     const auto written = model::Model::load(r.out, {.lazy = true});
-    o.compressed_modules = eval::compressed_modules(*written, so.dtype == DType::F32 ? 4 : 2);
+    if (opt.quant.enabled()) o.compressed_modules = eval::compressed_modules(*written, so.dtype == DType::F32 ? 4 : 2);
+    o.head = eval::quantized_head(*written);
   }
 }
 
@@ -232,6 +239,11 @@ Outcome run(Request r, const Observer& observe) {
   auto m = model::Model::load(r.model, load);
   require_dense(*m, "compress");
   format::check_format(*m, r.output, "--format", /*allow_latent=*/true);  // as export refuses, before any work
+  if (opt.quant.head_bits < 16 && r.output.format != "latent") {
+    throw ConfigError(fmt::format("--head-bits {}: --format {} (expected latent: the quantized head is stored in a "
+                                  "latent checkpoint only; export it from there)", opt.quant.head_bits,
+                                  r.output.format));
+  }
   check_multimodal(r, *m);
   if (r.target != Target::Linear) {
     if (opt.components.towers()) {
