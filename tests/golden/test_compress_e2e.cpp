@@ -19,6 +19,7 @@
 #include "latentllm/model.hpp"
 #include "latentllm/tensor.hpp"
 #include "latentllm/tokenizer.hpp"
+#include "checkpoint_support.hpp"
 #include "test_support.hpp"
 
 namespace latentllm {
@@ -153,13 +154,7 @@ const model::Linear& reloaded(const model::Model& re, int i, const model::Linear
 }
 
 // Logits [n, V] of the windows of T tokens in ids.
-MatrixF logits_of(const model::Model& m, const std::vector<std::int32_t>& ids, int T) {
-  MatrixF h, logits;  // [n, d], [n, V]
-  m.embed(ids, T, h);
-  for (int i = 0; i < m.num_layers(); ++i) m.layer_forward(i, h, T);
-  m.head(h, logits);
-  return logits;
-}
+using test::logits_of;
 
 std::vector<std::int32_t> probe_ids() {
   std::vector<std::int32_t> ids(2 * 64);

@@ -20,6 +20,7 @@
 #include "latentllm/model.hpp"
 #include "latentllm/tokenizer.hpp"
 #include "quant/pack.hpp"
+#include "checkpoint_support.hpp"
 #include "test_support.hpp"
 
 namespace latentllm {
@@ -53,13 +54,7 @@ fs::path saved(const model::Model& m, const std::string& tag) {
   return dir;
 }
 
-MatrixF logits_of(const model::Model& m, const std::vector<std::int32_t>& ids, int T) {
-  MatrixF h, logits;  // [n, d], [n, V]
-  m.embed(ids, T, h);
-  for (int i = 0; i < m.num_layers(); ++i) m.layer_forward(i, h, T);
-  m.head(h, logits);
-  return logits;
-}
+using test::logits_of;
 
 std::vector<std::int32_t> probe_ids(std::size_t n) {
   std::vector<std::int32_t> ids(n);

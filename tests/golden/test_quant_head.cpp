@@ -22,6 +22,7 @@
 #include "model/weight_table.hpp"
 #include "quant/pack.hpp"
 #include "quant/prefill.hpp"
+#include "checkpoint_support.hpp"
 #include "test_support.hpp"
 
 namespace latentllm {
@@ -58,13 +59,7 @@ fs::path saved(const model::Model& m, const std::string& tag, std::shared_ptr<co
   return dir;
 }
 
-MatrixF logits_of(const model::Model& m, const std::vector<std::int32_t>& ids, int T) {
-  MatrixF h, logits;  // [n, d], [n, V]
-  m.embed(ids, T, h);
-  for (int i = 0; i < m.num_layers(); ++i) m.layer_forward(i, h, T);
-  m.head(h, logits);
-  return logits;
-}
+using test::logits_of;
 
 // The first n_seq·T tokens of the held-out text (the calibration samples windows of the same file at
 // random; these are the file's start, as ppl reads it).

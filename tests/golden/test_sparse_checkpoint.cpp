@@ -19,6 +19,7 @@
 #include "latentllm/log.hpp"
 #include "latentllm/model.hpp"
 #include "latentllm/tokenizer.hpp"
+#include "checkpoint_support.hpp"
 #include "test_support.hpp"
 
 namespace latentllm {
@@ -31,21 +32,10 @@ fs::path model_dir() { return test::shared_path("models/TinyStories-656K"); }
 fs::path stories() { return test::shared_path("data/tinystories/TinyStories-valid.stories0001-0232.clean.txt"); }
 std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
 
-std::string read(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string read(const fs::path& p) { return test::read_bytes(p); }
 
-std::vector<std::int32_t> calibration() {
-  calib::CalibOptions co;
-  co.source = "text";
-  co.data = stories().string();
-  co.nsamples = 8;
-  co.seqlen = kSeqlen;
-  return calib::sample_calibration(*io::load_tokenizer(model_dir()), co);
-}
+// 8 random windows of kSeqlen tokens of the TinyStories stories (test::text_calibration).
+std::vector<std::int32_t> calibration() { return test::text_calibration(model_dir(), stories(), 8, kSeqlen); }
 
 compress::CompressOptions options(compress::Method m, double ratio, compress::SparsePattern p) {
   compress::CompressOptions o = compress::preset_options(compress::Preset::Default, m, ratio);
@@ -53,36 +43,12 @@ compress::CompressOptions options(compress::Method m, double ratio, compress::Sp
   return o;
 }
 
-// Compresses TinyStories-656K and saves it (f32) to `out`; lazy: the checkpoint streams from the progress
-// files; stop_after: a first run stopped after that many layers, then resumed.
+// Compresses TinyStories-656K and saves it (f32) to `out` (test::compress_and_save).
 compress::CompressReport run(const compress::CompressOptions& base, const fs::path& out, bool lazy, int stop_after = 0) {
-  const auto ids = calibration();
-  compress::CompressOptions o = base;
-  o.state_dir = out.string() + ".resume";
-  if (stop_after > 0) {
-    auto first = model::Model::load(model_dir(), {.lazy = lazy});
-    o.stop_after_layers = stop_after;
-    compress::compress_model(*first, ids, kSeqlen, o);
-    o.stop_after_layers = 0;
-    o.resume = true;
-  }
-  auto m = model::Model::load(model_dir(), {.lazy = lazy});
-  auto report = compress::compress_model(*m, ids, kSeqlen, o);
-  checkpoint::SaveOptions so;
-  so.dtype = DType::F32;
-  if (lazy) so.layer_factors_dir = o.state_dir;
-  checkpoint::save(*m, out, so);
-  fs::remove_all(o.state_dir);
-  return report;
+  return test::compress_and_save(model_dir(), calibration(), kSeqlen, base, out, lazy, stop_after);
 }
 
-MatrixF logits_of(const model::Model& m, const std::vector<std::int32_t>& ids, int T) {
-  MatrixF h, logits;  // [n, d], [n, V]
-  m.embed(ids, T, h);
-  for (int i = 0; i < m.num_layers(); ++i) m.layer_forward(i, h, T);
-  m.head(h, logits);
-  return logits;
-}
+using test::logits_of;
 
 class SparseCheckpoint : public ::testing::Test {
  protected:
