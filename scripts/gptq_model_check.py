@@ -29,7 +29,6 @@ reference GPTQ code's "true sequential" order.
 """
 import json
 import os
-import struct
 import subprocess
 import sys
 import tempfile
@@ -39,6 +38,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gptq_reference import gptq  # noqa: E402
+from safetensors_np import read as read_safetensors  # noqa: E402
 
 torch.set_default_dtype(torch.float64)
 
@@ -49,23 +49,6 @@ BITS, GROUP = int(os.environ.get("BITS", 4)), int(os.environ.get("GROUP", 32))
 NSAMPLES, SEQLEN, EVAL_SEQLEN = 16, 256, 256
 SITES = [("self_attn", ["q_proj", "k_proj", "v_proj"]), ("self_attn", ["o_proj"]),
          ("mlp", ["gate_proj", "up_proj"]), ("mlp", ["down_proj"])]
-
-DTYPES = {"F32": np.float32, "F16": np.float16, "U8": np.uint8}
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for name, t in header.items():
-        if name == "__metadata__":
-            continue
-        a, b = t["data_offsets"]
-        out[name] = np.frombuffer(data[a:b], dtype=DTYPES[t["dtype"]]).reshape(t["shape"])
-    return out
-
 
 def token_ids(bin_path, text):
     """latentllm's ids of `text` (BOS first): eval --task mc prints each item's context ids."""

@@ -14,26 +14,17 @@ Usage: /usr/bin/python3 scripts/mc_float64_check.py MODEL_DIR TASK.jsonl CLI_OUT
 (needs Debian's python3-numpy)
 """
 import json
-import struct
+import os
 import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import safetensors_np  # noqa: E402
+
 
 def load_safetensors(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for name, t in header.items():
-        if name == "__metadata__":
-            continue
-        if t["dtype"] != "F32":
-            raise SystemExit(f"{name}: dtype {t['dtype']} (expected F32)")
-        b, e = t["data_offsets"]
-        out[name] = np.frombuffer(data[b:e], dtype="<f4").reshape(t["shape"]).astype(np.float64)
-    return out
+    return {k: v.astype(np.float64) for k, v in safetensors_np.read(path, ("F32",)).items()}
 
 
 def rms_norm(x, w, eps):
