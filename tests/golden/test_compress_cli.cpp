@@ -345,6 +345,15 @@ TEST(SweepCli, ZeroShotTaskBesidePerplexity) {
   EXPECT_EQ(csv.substr(0, csv.find('\n')), "method,ratio,task,items,acc,acc_stderr,acc_norm,acc_norm_stderr");
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 3);  // header + 2 runs
   EXPECT_NE(read(dir / "mc_tinystories-next.gp").find("acc_norm (tinystories-next)"), std::string::npos);
+  // Again with --force and no task: the earlier task's table and plot are gone, a user's file of that
+  // prefix is kept.
+  std::ofstream(dir / "mc_notes.txt") << "mine";
+  ASSERT_EQ(test::run_command(cli() + " sweep --model " + q(model()) + " --methods latentllm --ratios 0.4" + calib_args() +
+                                  " --datasets text=" + q(stories()) + " --eval-seqlen 128 --max-windows 2 --force -q --out " +
+                                  q(dir) + " 2>/dev/null", out), 0) << out;
+  EXPECT_FALSE(std::filesystem::exists(dir / "mc.csv"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "mc_tinystories-next.gp"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "mc_notes.txt"));
 }
 
 TEST(SweepCli, BadGridIsRejectedBeforeAnyWork) {

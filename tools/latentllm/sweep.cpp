@@ -418,9 +418,10 @@ class Sweep {
 
   // The files a sweep writes (and replaces with --force).
   static bool is_sweep_file(const std::string& name) {
-    for (const char* prefix : {"results.", "table2.", "table3.", "table4.", "ppl_", "radar_", "mc.", "mc_"})
+    for (const char* prefix : {"results.", "table2.", "table3.", "table4.", "ppl_", "radar_"})
       if (name.starts_with(prefix)) return true;
-    return false;
+    // The zero-shot tasks' table and plots, and nothing else of that prefix (a user's mc_notes.txt stays).
+    return name == "mc.csv" || (name.starts_with("mc_") && (name.ends_with(".gp") || name.ends_with(".png")));
   }
 
   // Table 2 (perplexities) and, for an LMM sweep, Table 4 (ScienceQA accuracy), then the files written.
